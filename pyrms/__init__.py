@@ -1,0 +1,20 @@
+"""pyrms: the RMSNorm family of CUDA kernels, compiled by NVRTC and launched through the driver API.
+
+    import pyrms
+    pyrms.rms_norm(out, input, weight, 1e-6, num_tokens, hidden_size)   # raw pointers or arrays
+
+Importing pyrms never touches the GPU; the driver is initialized at first use, and a machine
+without one raises pyrms.NoDriverError then.
+"""
+from ._version import __version__
+from .driver import DeviceBuffer, Event, PinnedBuffer, Stream, get_device, synchronize
+from .dtypes import BFLOAT16, FLOAT16, FLOAT32
+from .errors import CompileError, CudaError, HeaderNotFoundError, NoDriverError, OutOfMemoryError, PyrmsError
+from .ops import rms_norm, seed_rms_norm
+from .tensor import Tensor
+
+__all__ = [
+    "__version__", "rms_norm", "seed_rms_norm", "Tensor", "Stream", "Event", "DeviceBuffer", "PinnedBuffer",
+    "get_device", "synchronize", "BFLOAT16", "FLOAT16", "FLOAT32", "PyrmsError", "CudaError", "NoDriverError",
+    "OutOfMemoryError", "CompileError", "HeaderNotFoundError",
+]

@@ -1,0 +1,87 @@
+"""On-disk cache of compiled kernels.
+
+One file per key: a magic line, a JSON header (lowered names and metadata), the
+CUBIN bytes and a SHA-256 of everything before it. Entries are written to a
+temporary file in the same directory and moved into place with ``os.replace``,
+so readers see either nothing or a whole entry, even when two processes write
+the same key at once or a writer is killed half-way. Anything unreadable (bad
+magic, truncated, checksum mismatch, bad JSON) counts as a miss.
+
+``PYRMS_CACHE_DIR`` picks the directory (default ``$XDG_CACHE_HOME/pyrms`` or
+``~/.cache/pyrms``); ``PYRMS_DISABLE_CACHE=1`` turns the disk cache off.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+_MAGIC = b"PYRMS-CUBIN-1\n"
+_DIGEST = 32
+
+
+def enabled() -> bool:
+    return os.environ.get("PYRMS_DISABLE_CACHE", "").strip().lower() not in ("1", "true", "yes", "on")
+
+
+def directory() -> Path:
+    explicit = os.environ.get("PYRMS_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base, "pyrms")
+
+
+def _path(key: str) -> Path:
+    return directory() / f"{key}.cubin"
+
+
+def load(key: str) -> tuple[dict, bytes] | None:
+    """The (metadata, cubin) stored under ``key``, or None on a miss or an unreadable entry."""
+    try:
+        blob = _path(key).read_bytes()
+    except OSError:
+        return None
+    if len(blob) < len(_MAGIC) + 8 + _DIGEST or not blob.startswith(_MAGIC):
+        return None
+    body, digest = blob[:-_DIGEST], blob[-_DIGEST:]
+    if hashlib.sha256(body).digest() != digest:
+        return None
+    offset = len(_MAGIC)
+    header_len = int.from_bytes(body[offset:offset + 8], "little")
+    header_bytes = body[offset + 8:offset + 8 + header_len]
+    if len(header_bytes) != header_len:
+        return None
+    try:
+        meta = json.loads(header_bytes.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("key") != key:
+        return None
+    return meta, body[offset + 8 + header_len:]
+
+
+def store(key: str, meta: dict, cubin: bytes) -> Path | None:
+    """Write an entry atomically; returns its path, or None if the directory is not writable."""
+    header = json.dumps({**meta, "key": key}, sort_keys=True).encode("utf-8")
+    body = _MAGIC + len(header).to_bytes(8, "little") + header + cubin
+    blob = body + hashlib.sha256(body).digest()
+    target = _path(key)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=target.parent)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, target)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return None
+    return target

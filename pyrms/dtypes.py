@@ -1,0 +1,71 @@
+"""The storage dtypes pyrms kernels accept, and how each is named in numpy and in CUDA C++."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str          # canonical name, used in kernel keys and messages
+    numpy: np.dtype    # host representation (bfloat16 through ml_dtypes)
+    ctype: str         # CUDA C++ type spelled in name expressions
+    itemsize: int
+
+    @property
+    def vec_elems(self) -> int:
+        """Elements in one 16-byte vector."""
+        return 16 // self.itemsize
+
+
+BFLOAT16 = DType("bfloat16", np.dtype(ml_dtypes.bfloat16), "__nv_bfloat16", 2)
+FLOAT16 = DType("float16", np.dtype(np.float16), "__half", 2)
+FLOAT32 = DType("float32", np.dtype(np.float32), "float", 4)
+
+ALL = (BFLOAT16, FLOAT16, FLOAT32)
+_ALIASES = {
+    "bfloat16": BFLOAT16, "bf16": BFLOAT16,
+    "float16": FLOAT16, "fp16": FLOAT16, "half": FLOAT16,
+    "float32": FLOAT32, "fp32": FLOAT32, "float": FLOAT32,
+}
+
+
+def get(dtype) -> DType:
+    """Resolve a name ('bfloat16', 'bf16', ...), numpy dtype or DType; ValueError/TypeError otherwise."""
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str):
+        try:
+            return _ALIASES[dtype.lower()]
+        except KeyError:
+            raise ValueError(
+                f"dtype {dtype!r} is not supported; allowed: {', '.join(d.name for d in ALL)}"
+            ) from None
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a string, numpy dtype or pyrms DType, got {dtype!r}") from None
+    for d in ALL:
+        if d.numpy == np_dtype:
+            return d
+    raise ValueError(
+        f"dtype {np_dtype} is not supported; allowed: {', '.join(d.name for d in ALL)}"
+    )
+
+
+def from_typestr(typestr: str) -> DType:
+    """Resolve a ``__cuda_array_interface__`` typestr that names a float type ('<f2', '<f4').
+
+    bfloat16 has no typestr of its own: producers export it as raw 2-byte storage, which only an
+    explicit dtype can interpret (pyrms.tensor handles that case).
+    """
+    if typestr in ("<f2", "|f2"):
+        return FLOAT16
+    if typestr in ("<f4", "|f4"):
+        return FLOAT32
+    raise ValueError(
+        f"array typestr {typestr!r} is not supported; allowed: '<f2' (float16), '<f4' (float32), or "
+        f"2-byte storage ('<i2', '<u2', '<V2') with dtype='bfloat16'"
+    )

@@ -1,0 +1,64 @@
+"""Launch planning (pure, CPU only)."""
+import pytest
+
+from pyrms import dtypes, plan
+from pyrms.ops.seed import plan_seed
+
+
+@pytest.mark.parametrize("address, hidden, itemsize, expected", [
+    (0, 5120, 2, (0, 640, 0)),       # aligned bf16: all vectors
+    (2, 5120, 2, (7, 639, 1)),       # one element past a boundary: 7 to the next one
+    (14, 5120, 2, (1, 639, 7)),
+    (0, 5125, 2, (0, 640, 5)),       # tail only
+    (6, 5, 2, (5, 0, 0)),            # the prefix swallows a short row
+    (4, 3, 4, (3, 0, 0)),
+    (8, 1027, 4, (2, 256, 1)),
+    (0, 1, 4, (0, 0, 1)),
+])
+def test_row_split(address, hidden, itemsize, expected):
+    split = plan.row_split(address, hidden, itemsize)
+    assert (split.prefix, split.vectors, split.tail) == expected
+    assert split.tail_start + split.tail == hidden
+
+
+@pytest.mark.parametrize("dtype, hidden, block, cache", [
+    ("bfloat16", 1, 32, 1),
+    ("bfloat16", 5, 32, 1),
+    ("bfloat16", 4096, 512, 1),
+    ("bfloat16", 5120, 640, 1),
+    ("bfloat16", 5125, 672, 1),     # 641 vectors -> 21 warps
+    ("bfloat16", 8192, 1024, 1),
+    ("bfloat16", 16384, 1024, 2),
+    ("bfloat16", 32768, 1024, 4),
+    ("bfloat16", 32776, 1024, 0),   # beyond 4 vectors a thread: re-read in pass 2
+    ("bfloat16", 262144, 1024, 0),
+    ("float32", 5120, 640, 2),
+    ("float16", 769, 128, 1),
+])
+def test_block_and_cache(dtype, hidden, block, cache):
+    p = plan.plan_rms_norm(dtype, hidden)
+    assert (p.block, p.cache) == (block, cache)
+    assert p.block % 32 == 0 and 32 <= p.block <= 1024
+    if p.cache:  # every 16-byte vector of any alignment fits in the registers of the block
+        assert p.block * p.cache >= -(-hidden // dtypes.get(dtype).vec_elems)
+
+
+def test_expression_names_every_option():
+    p = plan.plan_rms_norm("float16", 100, gemma=True, round_once=False)
+    assert p.expression == "pyrms::rms_norm_kernel<__half, 1, true, false>"
+    assert p.expression in plan.all_expressions(dtypes.FLOAT16)
+    assert len(set(plan.all_expressions(dtypes.FLOAT16))) == 16
+
+
+def test_plan_does_not_depend_on_rows():
+    # Batch invariance: the plan's inputs have no row count at all.
+    assert plan.plan_rms_norm("bfloat16", 5120) == plan.plan_rms_norm(dtypes.BFLOAT16, 5120)
+
+
+def test_seed_plan_matches_the_cpp_program():
+    p = plan_seed("bfloat16", 5120)
+    assert (p.vec_size, p.block) == (8, 640)
+    assert p.expression == "transformer::rms_norm_kernel<__nv_bfloat16, 8, 5120, 2, 640>"
+    assert plan_seed("bfloat16", 34).vec_size == 2  # gcd(8, 34), the seed's commented-out size
+    with pytest.raises(ValueError, match="16384 / 8 = 2048 threads, more than the 1024"):
+        plan_seed("bfloat16", 16384)

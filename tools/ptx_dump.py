@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Dump a pyrms kernel's PTX, CUBIN and SASS, and summarize the width of its global loads and stores.
+
+Needs no GPU: NVRTC compiles for the arch given (default $PYRMS_ARCH, else sm_90), with
+--ptxas-options=-v so that the log carries registers, stack and spills per kernel.
+
+    python tools/ptx_dump.py                          # pyrms::rms_norm_kernel, bfloat16, hidden 5120
+    python tools/ptx_dump.py --kernel seed            # the seed kernel, VEC and BLOCK as the seed picks
+    python tools/ptx_dump.py --variant cache=0,round_once --show-loads --context 2
+
+Writes <out>/<kernel>-<dtype>-h<hidden>-<arch>[-<variant>].ptx, .cubin and .ptxas.txt, and .sass
+when cuobjdump or nvdisasm is found. Another kernel family is one more entry in FAMILIES.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+if importlib.util.find_spec("pyrms") is None:  # run from a checkout without installing pyrms
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyrms import compiler, dtypes, plan, ptx_inspect  # noqa: E402
+from pyrms.errors import CompileError, PyrmsError  # noqa: E402
+from pyrms.ops.seed import plan_seed  # noqa: E402
+
+PTXAS_VERBOSE = "--ptxas-options=-v"
+_SASS_ARGS = {"cuobjdump": ["--dump-sass"], "nvdisasm": []}  # in order of preference
+
+
+def _flag(text: str | None) -> bool:
+    """A variant switch: bare ('gemma') means true."""
+    words = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+    value = True if text is None else words.get(text.lower())
+    if value is None:
+        raise ValueError(f"expected true or false (1 or 0), got {text!r}")
+    return value
+
+
+def _cache_vectors(text: str | None) -> int:
+    choices = [str(c) for c in (0, *plan.CACHE_CHOICES)]
+    if text not in choices:
+        raise ValueError(f"expected cache={'|'.join(choices)}, got {'no value' if text is None else repr(text)}")
+    return int(text)
+
+
+def _rms_norm_defaults(dt: dtypes.DType, hidden: int) -> dict:
+    planned = plan.plan_rms_norm(dt, hidden)
+    return {"cache": planned.cache, "gemma": planned.gemma, "round_once": planned.round_once}
+
+
+@dataclass(frozen=True)
+class Family:
+    """How to instantiate one kernel family: its source, and the name expression for a variant."""
+
+    source: str
+    about: str
+    expression: Callable[[dtypes.DType, int, dict], str]
+    defaults: Callable[[dtypes.DType, int], dict] = lambda dt, hidden: {}
+    variant_keys: dict[str, Callable[[str | None], object]] = field(default_factory=dict)
+
+
+FAMILIES = {
+    "rms_norm": Family(
+        "rms_norm.cu", "pyrms::rms_norm_kernel; the hidden size (a run-time argument) only picks the planned cache",
+        lambda dt, hidden, v: plan.kernel_expression(dt, v["cache"], v["gemma"], v["round_once"]),
+        _rms_norm_defaults, {"cache": _cache_vectors, "gemma": _flag, "round_once": _flag}),
+    "seed": Family(
+        "seed_rms_norm.cu", "transformer::rms_norm_kernel with VEC = gcd(16 / itemsize, hidden), BLOCK = hidden / VEC",
+        lambda dt, hidden, v: plan_seed(dt, hidden).expression),
+}
+
+
+def resolve_variant(family: Family, text: str | None, dt: dtypes.DType, hidden: int) -> dict:
+    """The family's defaults for (dtype, hidden), overridden by --variant's 'key=value,key'."""
+    variant = family.defaults(dt, hidden)
+    if not text:
+        return variant
+    if not family.variant_keys:
+        raise ValueError(f"--variant {text!r}: this kernel has no variants")
+    for item in text.split(","):
+        key, has_value, value = item.strip().partition("=")
+        parse = family.variant_keys.get(key)
+        if parse is None:
+            raise ValueError(f"--variant: unknown key {key!r}; allowed: {', '.join(family.variant_keys)}")
+        try:
+            variant[key] = parse(value if has_value else None)
+        except ValueError as e:
+            raise ValueError(f"--variant {key}: {e}") from None
+    return variant
+
+
+def output_stem(kernel: str, dt: dtypes.DType, hidden: int, arch: str, variant: dict) -> str:
+    """'rms_norm-bfloat16-h5120-sm_90-cache1-gemma': switches appear only when on."""
+    parts = [kernel, dt.name, f"h{hidden}", arch]
+    parts += [key if value is True else f"{key}{value}" for key, value in variant.items() if value is not False]
+    return "-".join(parts)
+
+
+def find_sass_tool(search_path: str | None = None) -> Path | None:
+    """cuobjdump, else nvdisasm: on PATH first, then in $CUDA_HOME/bin and /usr/local/cuda/bin."""
+    if search_path is None:
+        roots = [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+        search_path = os.pathsep.join([os.environ.get("PATH", ""), *(str(Path(r, "bin")) for r in roots if r)])
+    for name in _SASS_ARGS:
+        found = shutil.which(name, path=search_path)
+        if found:
+            return Path(found)
+    return None
+
+
+def write_sass(cubin: Path, tool: Path | None) -> str:
+    """Disassemble `cubin` into a .sass file beside it; returns one line saying what happened."""
+    if tool is None:
+        return "SASS skipped: neither cuobjdump nor nvdisasm found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"
+    try:
+        done = subprocess.run([str(tool), *_SASS_ARGS[tool.stem], str(cubin)],
+                              capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"SASS failed: {tool}: {e}"
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"SASS failed: {tool} exited with status {done.returncode}: {reason}"
+    sass = cubin.with_suffix(".sass")
+    sass.write_text(done.stdout)
+    return f"SASS:      {sass} (by {tool})"
+
+
+def dump(args, family: Family, variant: dict, expression: str) -> None:
+    """Compile, write the files, print the summary (and the listings with --show-loads)."""
+    shown = " ".join(f"{k}={v}" for k, v in variant.items())
+    print(f"{args.kernel}: {expression} from {family.source} ({args.dtype.name}, hidden {args.hidden}, "
+          f"{args.arch}{', ' + shown if shown else ''})")
+    program = compiler.compile_source(family.source, arch=args.arch, name_expressions=[expression],
+                                      options=[PTXAS_VERBOSE], use_cache=False if args.no_cache else None,
+                                      want_ptx=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out.resolve() / output_stem(args.kernel, args.dtype, args.hidden, args.arch, variant)
+    ptx, cubin, log = (Path(f"{stem}{suffix}") for suffix in (".ptx", ".cubin", ".ptxas.txt"))
+    ptx.write_text(program.ptx)
+    cubin.write_bytes(program.cubin)
+    log.write_text(program.log + "\n")
+    print(f"PTX:       {ptx}\nCUBIN:     {cubin}\nptxas log: {log}")
+    print(write_sass(cubin, find_sass_tool()))
+
+    labels = {lowered: expr for expr, lowered in program.lowered_names.items()}
+    resources = ptx_inspect.parse_ptxas_log(program.log)
+    print("\nstatic counts (instructions in the PTX, not executed ones):")
+    for fn in ptx_inspect.parse_functions(program.ptx):
+        print(ptx_inspect.format_summary(fn, resources.get(fn.name), labels.get(fn.name)))
+        if args.show_loads:
+            print(f"  global ld/st lines (±{args.context} lines of context):")
+            print(ptx_inspect.memory_listing(program.ptx, fn, args.context))
+
+
+class _Parser(argparse.ArgumentParser):
+    """Reports a bad argument as one line on stderr (no usage block), so it reads well in logs."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _checked(convert: Callable[[str], object]) -> Callable[[str], object]:
+    """An argparse type from a converter whose ValueError already says what is allowed."""
+    def parse(text: str):
+        try:
+            return convert(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    variants = "; ".join(f"{name}: {', '.join(f.variant_keys) or 'none'}" for name, f in FAMILIES.items())
+    kernels = "; ".join(f"{name} = {f.about}" for name, f in FAMILIES.items())
+    parser = _Parser(prog="ptx_dump.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernel", choices=list(FAMILIES), default="rms_norm",
+                        help=f"kernel family, default rms_norm: {kernels}")
+    parser.add_argument("--dtype", type=_checked(dtypes.get), default="bfloat16",
+                        help="storage dtype: bfloat16 (default), float16 or float32; bf16, fp16, fp32 also accepted")
+    parser.add_argument("--hidden", type=_at_least(1), default=5120,
+                        help="hidden size, elements per row (default 5120)")
+    parser.add_argument("--arch", type=_checked(compiler.normalize_arch),
+                        default=os.environ.get("PYRMS_ARCH") or "sm_90",
+                        help="target arch: sm_90, 90, compute_90, sm_90a, ... (default $PYRMS_ARCH, else sm_90); "
+                             "no GPU needed")
+    parser.add_argument("--variant", default=None,
+                        help="template variant as comma-separated key=value, a bare key meaning true, e.g. "
+                             "'cache=0,gemma,round_once=false'; unset keys follow pyrms.plan for --dtype and "
+                             f"--hidden (gemma and round_once: false). Keys per kernel: {variants}")
+    parser.add_argument("--out", type=Path, default=Path("ptx_out"),
+                        help="directory for the .ptx, .cubin, .ptxas.txt and .sass files (default ./ptx_out)")
+    parser.add_argument("--show-loads", action="store_true",
+                        help="also list each kernel's ld.global/st.global lines from the PTX, with line numbers")
+    parser.add_argument("--context", type=_at_least(0), default=0,
+                        help="lines of context around each line --show-loads lists (default 0)")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="do not write the CUBIN to pyrms's disk cache (PTX is always compiled afresh)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    family = FAMILIES[args.kernel]
+    try:
+        variant = resolve_variant(family, args.variant, args.dtype, args.hidden)
+        expression = family.expression(args.dtype, args.hidden, variant)
+    except ValueError as e:
+        parser.error(str(e))
+    try:
+        dump(args, family, variant, expression)
+    except CompileError as e:  # several lines on purpose: the NVRTC log and the numbered source
+        print(e, file=sys.stderr)
+        return 1
+    except (PyrmsError, OSError) as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
