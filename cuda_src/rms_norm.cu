@@ -53,8 +53,11 @@ __device__ __forceinline__ float add_squares(float acc, const Pack<T>& v) {
     return acc;
 }
 
+// Threads a block of a CACHE variant may have: registers for CACHE vectors must fit beside the rest.
+__host__ __device__ constexpr int max_threads(int cache) { return cache <= 2 ? 1024 : 2048 / cache; }
+
 template <typename T, int CACHE, bool GEMMA, bool ROUND_ONCE>
-__global__ void __launch_bounds__(1024) rms_norm_kernel(
+__global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_kernel(
     T* out, const T* input, const T* __restrict__ weight, float epsilon, int hidden,
     long long input_stride, long long out_stride) {
     constexpr int N = Vec<T>::N;

@@ -220,6 +220,12 @@ def set_device(ordinal: int) -> Device:
     return device
 
 
+def selected_device() -> Device:
+    """The calling thread's selected device, without touching the current context: for callers
+    that launch through a Kernel, which makes its own context current."""
+    return getattr(_selected, "device", None) or get_device(0)
+
+
 def current_device() -> Device:
     """The calling thread's selected device (see set_device), made current."""
     device = getattr(_selected, "device", None) or get_device(0)

@@ -11,9 +11,15 @@ from dataclasses import dataclass
 from . import dtypes
 
 MAX_BLOCK = 1024
-# Up to this many 16-byte input vectors per thread stay in registers between the two passes;
-# 8 would spill under the 64-register budget that 1024-thread blocks leave (ptxas -v).
+# How many 16-byte input vectors per thread a kernel variant keeps in registers between the
+# two passes (0: none, re-read in pass 2).
 CACHE_CHOICES = (1, 2, 4)
+
+
+def max_threads(cache: int) -> int:
+    """Threads per block a CACHE variant allows (max_threads in rms_norm.cu): the registers for
+    `cache` vectors must fit beside the rest without spilling."""
+    return MAX_BLOCK if cache <= 2 else 2 * MAX_BLOCK // cache
 
 
 @dataclass(frozen=True)
@@ -55,27 +61,40 @@ class RmsNormPlan:
         """NVRTC name expression of the kernel variant this plan launches."""
         return kernel_expression(self.dtype, self.cache, self.gemma, self.round_once)
 
+    @property
+    def group(self) -> tuple[str, ...]:
+        """The expressions compiled together with this one."""
+        return variant_group(self.dtype, self.gemma, self.round_once)
+
 
 def kernel_expression(dtype: dtypes.DType, cache: int, gemma: bool, round_once: bool) -> str:
     return f"pyrms::rms_norm_kernel<{dtype.ctype}, {cache}, {str(gemma).lower()}, {str(round_once).lower()}>"
 
 
-def all_expressions(dtype: dtypes.DType) -> list[str]:
-    """Every variant of one dtype: compiled together, so the first launch pays for all of them once."""
-    return [kernel_expression(dtype, c, g, r) for c in (0, *CACHE_CHOICES) for g in (False, True) for r in (False, True)]
+def variant_group(dtype: dtypes.DType, gemma: bool, round_once: bool) -> tuple[str, ...]:
+    """Every CACHE variant of one (dtype, options): compiled together in one NVRTC run and cache
+    entry, so a process pays one compile per option set whatever hidden sizes it meets."""
+    return tuple(kernel_expression(dtype, c, gemma, round_once) for c in (0, *CACHE_CHOICES))
 
 
 def block_and_cache(dtype: dtypes.DType, hidden: int) -> tuple[int, int]:
     """Threads per block and register-cached vectors per thread for a row of `hidden` elements.
 
-    The fewest vectors per thread that fit in one block of at most 1024 threads, so that each
-    thread has one or a few 16-byte loads in flight; past 4 per thread, re-read in pass 2.
+    Measured on the H200 (bench/results/2026-11-30/tune5.log, tools/tune_rms_norm.py): four
+    16-byte vectors per thread, held in registers, was the best or within 0.02 of the best at
+    every hidden size from 1024 to 16384 (bf16), e.g. 0.93 of the copy ceiling at 16384x5120
+    with 160 threads, against 0.85 with one vector per thread. Rows too short to give 32 threads
+    four vectors each use one warp and fewer vectors; rows too long to cache in 512 threads
+    re-read their input in pass 2 with 1024 threads (the best uncached shape at hidden 65536).
     """
     vectors = -(-hidden // dtype.vec_elems)
-    for cache in CACHE_CHOICES:
-        if vectors <= MAX_BLOCK * cache:
-            threads = -(-vectors // cache)
-            return max(32, -(-threads // 32) * 32), cache
+    for cache in CACHE_CHOICES:  # short rows: one warp, as few vectors per thread as cover the row
+        if vectors <= 32 * cache:
+            return 32, cache
+    cache = CACHE_CHOICES[-1]
+    threads = -(-vectors // cache)
+    if threads <= max_threads(cache):
+        return -(-threads // 32) * 32, cache
     return MAX_BLOCK, 0
 
 

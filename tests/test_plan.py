@@ -24,21 +24,25 @@ def test_row_split(address, hidden, itemsize, expected):
 @pytest.mark.parametrize("dtype, hidden, block, cache", [
     ("bfloat16", 1, 32, 1),
     ("bfloat16", 5, 32, 1),
-    ("bfloat16", 4096, 512, 1),
-    ("bfloat16", 5120, 640, 1),
-    ("bfloat16", 5125, 672, 1),     # 641 vectors -> 21 warps
-    ("bfloat16", 8192, 1024, 1),
-    ("bfloat16", 16384, 1024, 2),
-    ("bfloat16", 32768, 1024, 4),
-    ("bfloat16", 32776, 1024, 0),   # beyond 4 vectors a thread: re-read in pass 2
+    ("bfloat16", 256, 32, 1),       # 32 vectors: one each
+    ("bfloat16", 264, 32, 2),
+    ("bfloat16", 1024, 32, 4),
+    ("bfloat16", 1032, 64, 4),      # 129 vectors: past one warp
+    ("bfloat16", 4096, 128, 4),
+    ("bfloat16", 5120, 160, 4),     # the H200's best for 16384x5120
+    ("bfloat16", 5125, 192, 4),     # 641 vectors -> 161 threads -> 6 warps
+    ("bfloat16", 8192, 256, 4),
+    ("bfloat16", 16384, 512, 4),
+    ("bfloat16", 16392, 1024, 0),   # past 512 threads x 4: re-read in pass 2
     ("bfloat16", 262144, 1024, 0),
-    ("float32", 5120, 640, 2),
-    ("float16", 769, 128, 1),
+    ("float32", 5120, 320, 4),
+    ("float16", 769, 32, 4),
 ])
 def test_block_and_cache(dtype, hidden, block, cache):
     p = plan.plan_rms_norm(dtype, hidden)
     assert (p.block, p.cache) == (block, cache)
     assert p.block % 32 == 0 and 32 <= p.block <= 1024
+    assert p.block <= plan.max_threads(p.cache)
     if p.cache:  # every 16-byte vector of any alignment fits in the registers of the block
         assert p.block * p.cache >= -(-hidden // dtypes.get(dtype).vec_elems)
 
@@ -46,8 +50,9 @@ def test_block_and_cache(dtype, hidden, block, cache):
 def test_expression_names_every_option():
     p = plan.plan_rms_norm("float16", 100, gemma=True, round_once=False)
     assert p.expression == "pyrms::rms_norm_kernel<__half, 1, true, false>"
-    assert p.expression in plan.all_expressions(dtypes.FLOAT16)
-    assert len(set(plan.all_expressions(dtypes.FLOAT16))) == 16
+    assert p.expression in p.group == plan.variant_group(dtypes.FLOAT16, True, False)
+    assert len(set(p.group)) == 1 + len(plan.CACHE_CHOICES)
+    assert all(", true, false>" in e for e in p.group)
 
 
 def test_plan_does_not_depend_on_rows():

@@ -237,11 +237,11 @@ def test_cli_production_kernel_has_16_byte_loads_and_stores(tool, tmp_path, monk
     monkeypatch.delenv("PYRMS_ARCH", raising=False)
     assert tool.main(["--out", str(tmp_path / "dump"), "--no-cache"]) == 0
     out = capsys.readouterr().out
-    assert "= pyrms::rms_norm_kernel<__nv_bfloat16, 1, false, false>" in out  # the plan for hidden 5120
+    assert "= pyrms::rms_norm_kernel<__nv_bfloat16, 4, false, false>" in out  # the plan for hidden 5120
     assert re.search(r"global loads : .*16 B ×[1-9]", out), out
     assert re.search(r"global stores: .*16 B ×[1-9]", out), out
     assert re.search(r"st\.global\.v4\.u32 ×\d+ \(16 B\)", out)
-    assert (tmp_path / "dump" / "rms_norm-bfloat16-h5120-sm_90-cache1.ptx").is_file()
+    assert (tmp_path / "dump" / "rms_norm-bfloat16-h5120-sm_90-cache4.ptx").is_file()
     assert not (tmp_path / "cache").exists()  # --no-cache
 
 
@@ -279,8 +279,8 @@ def test_cli_bad_arguments_one_line(tmp_path, args, names):
 def test_resolve_variant_and_stem(tool):
     family = tool.FAMILIES["rms_norm"]
     planned = {"gemma": False, "round_once": False}
-    assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 5120) == {"cache": 1, **planned}
-    assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 16384) == {"cache": 2, **planned}
+    assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 5120) == {"cache": 4, **planned}
+    assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 65536) == {"cache": 0, **planned}
     variant = tool.resolve_variant(family, "cache=0, gemma,round_once=off", dtypes.FLOAT16, 5120)
     assert variant == {"cache": 0, "gemma": True, "round_once": False}
     stem = tool.output_stem("rms_norm", dtypes.FLOAT16, 5120, "sm_90", variant)

@@ -48,6 +48,26 @@ def operand(name: str, value, dtype_hint: dtypes.DType | None = None) -> Operand
     return Operand(name, array.ptr, array)
 
 
+def raw_pointers(names, pointers, dt: dtypes.DType) -> None:
+    """The checks raw int pointers get: non-null and aligned to one element."""
+    for name, ptr in zip(names, pointers):
+        if ptr <= 0 or ptr % dt.itemsize:
+            if ptr <= 0:
+                raise ValueError(f"{name} must be a non-null device pointer, got {ptr}")
+            raise ValueError(f"{name} pointer {ptr:#x} is not aligned to {dt.itemsize} bytes, "
+                             f"as {dt.name} elements must be")
+
+
+def stride_arg(name: str, value, hidden: int) -> int:
+    """A row stride argument: hidden when None, else an int >= hidden."""
+    if value is None:
+        return hidden
+    value = size(name, value, INT64_MAX)
+    if value < hidden:
+        raise ValueError(f"{name} must be >= hidden_size ({hidden}) so rows do not overlap, got {value}")
+    return value
+
+
 def size(name: str, value, limit: int = INT32_MAX) -> int:
     """A positive integer size no larger than `limit`."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -80,14 +100,9 @@ def resolve_dtype(explicit, operands: list[Operand]) -> dtypes.DType:
     return dt if dt is not None else dtypes.BFLOAT16
 
 
-def row_stride(op: Operand, stride_arg, stride_name: str, num_tokens: int, hidden: int) -> int:
+def row_stride(op: Operand, given, stride_name: str, num_tokens: int, hidden: int) -> int:
     """The row stride (elements) of a [num_tokens, hidden] operand, checked against its array if any."""
-    if stride_arg is not None:
-        stride = size(stride_name, stride_arg, INT64_MAX)
-        if stride < hidden:
-            raise ValueError(f"{stride_name} must be >= hidden_size ({hidden}) so rows do not overlap, got {stride}")
-    else:
-        stride = None
+    stride = None if given is None else stride_arg(stride_name, given, hidden)
     if op.array is not None:
         shape, strides = op.array.shape, op.array.strides
         if len(shape) == 1 and num_tokens == 1:
@@ -105,9 +120,14 @@ def row_stride(op: Operand, stride_arg, stride_name: str, num_tokens: int, hidde
         stride = array_stride
     if stride is None:
         stride = hidden
-    if (num_tokens - 1) * stride + hidden > INT64_MAX // 16:
-        raise ValueError(f"{op.name} spans {num_tokens} rows of stride {stride}: more than 2^59 elements")
+    extent(op.name, num_tokens, stride, hidden)
     return stride
+
+
+def extent(name: str, num_tokens: int, stride: int, hidden: int) -> None:
+    """Rows must span fewer than 2^59 elements, so byte offsets fit in 64 bits for every dtype."""
+    if (num_tokens - 1) * stride + hidden > INT64_MAX // 16:
+        raise ValueError(f"{name} spans {num_tokens} rows of stride {stride}: more than 2^59 elements")
 
 
 def vector(op: Operand, length: int) -> None:

@@ -1,18 +1,25 @@
 """``pyrms.rms_norm``: RMSNorm forward on device pointers or arrays (kernel: cuda_src/rms_norm.cu)."""
 from __future__ import annotations
 
-import functools
-
 from .. import driver, dtypes, kernels
 from .. import plan as planner
 from . import _operands as check
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
+_NAMES = ("out", "input", "weight")
+_DEFAULT_DTYPE = dtypes.BFLOAT16
+_launch_configs: dict[tuple, tuple] = {}
 
 
-@functools.lru_cache(maxsize=None)
-def _plan(dtype, hidden, gemma, round_once):
-    return planner.plan_rms_norm(dtype, hidden, gemma=gemma, round_once=round_once)
+def launch_config(device, dt, hidden: int, gemma: bool, round_once: bool):
+    """(kernel, threads per block) for one (device, dtype, hidden, options), cached."""
+    key = (device.ordinal, dt, hidden, gemma, round_once)
+    config = _launch_configs.get(key)
+    if config is None:
+        p = planner.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
+        kernel = kernels.get(p.source, p.expression, p.group, _SIGNATURE, device)
+        config = _launch_configs[key] = (kernel, p.block)
+    return config
 
 
 def rms_norm(out, input, weight, epsilon, num_tokens, hidden_size, *, dtype=None, input_stride=None,
@@ -39,24 +46,31 @@ def rms_norm(out, input, weight, epsilon, num_tokens, hidden_size, *, dtype=None
     num_tokens = check.size("num_tokens", num_tokens)
     hidden = check.size("hidden_size", hidden_size)
     eps = check.epsilon(epsilon)
-    hint = None if dtype is None else dtypes.get(dtype)
-    o = check.operand("out", out, hint)
-    x = check.operand("input", input, hint)
-    w = check.operand("weight", weight, hint)
-    dt = check.resolve_dtype(dtype, [o, x, w])
-    x_stride = check.row_stride(x, input_stride, "input_stride", num_tokens, hidden)
-    o_stride = check.row_stride(o, out_stride, "out_stride", num_tokens, hidden)
-    check.vector(w, hidden)
-    check.aligned([o, x, w], dt)
+    if type(out) is int and type(input) is int and type(weight) is int:
+        # Raw pointers, the hot path: nothing to infer, so only the checks that apply to them.
+        dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
+        x_stride = check.stride_arg("input_stride", input_stride, hidden)
+        o_stride = check.stride_arg("out_stride", out_stride, hidden)
+        check.raw_pointers(_NAMES, (out, input, weight), dt)
+        check.extent("input", num_tokens, x_stride, hidden)
+        check.extent("out", num_tokens, o_stride, hidden)
+        o, x, w = check.Operand("out", out), check.Operand("input", input), check.Operand("weight", weight)
+    else:
+        hint = None if dtype is None else dtypes.get(dtype)
+        o = check.operand("out", out, hint)
+        x = check.operand("input", input, hint)
+        w = check.operand("weight", weight, hint)
+        dt = check.resolve_dtype(dtype, [o, x, w])
+        x_stride = check.row_stride(x, input_stride, "input_stride", num_tokens, hidden)
+        o_stride = check.row_stride(o, out_stride, "out_stride", num_tokens, hidden)
+        check.vector(w, hidden)
+        check.aligned([o, x, w], dt)
     o_span = check.span(o.ptr, num_tokens, o_stride, hidden, dt.itemsize)
     x_span = check.span(x.ptr, num_tokens, x_stride, hidden, dt.itemsize)
-    w_span = check.span(w.ptr, 1, hidden, hidden, dt.itemsize)
     check.no_partial_overlap(o, o_span, x, x_span, may_alias=True)
-    check.no_partial_overlap(o, o_span, w, w_span, may_alias=False)
+    check.no_partial_overlap(o, o_span, w, check.span(w.ptr, 1, hidden, hidden, dt.itemsize), may_alias=False)
     handle = driver.stream_handle(stream)
-    device = driver.current_device()
+    device = driver.selected_device()
     check.same_device([o, x, w], device.ordinal)
-
-    p = _plan(dt, hidden, bool(gemma), bool(round_once))
-    kernel = kernels.get(p.source, p.expression, planner.all_expressions(dt), _SIGNATURE, device)
-    kernel.launch(num_tokens, p.block, (o.ptr, x.ptr, w.ptr, eps, hidden, x_stride, o_stride), handle)
+    kernel, block = launch_config(device, dt, hidden, bool(gemma), bool(round_once))
+    kernel.launch(num_tokens, block, (o.ptr, x.ptr, w.ptr, eps, hidden, x_stride, o_stride), handle)
