@@ -10,7 +10,7 @@
 //
 // Variants (template parameters): T in {float, __half, __nv_bfloat16}; CACHE = how many 16-byte
 // input vectors each thread keeps in registers between the two passes (0 = re-read them);
-// GEMMA; ROUND_ONCE. The planner (pyrms/plan.py) picks blockDim.x and CACHE from the hidden size
+// GEMMA; ROUND_ONCE; EARLY_WEIGHTS (below, a latency variant for few rows). The planner (pyrms/plan.py) picks blockDim.x and CACHE from the hidden size
 // only, never from the number of rows.
 //
 // Alignment: the sum-of-squares pass splits the row by the INPUT's 16-byte boundaries (scalar
@@ -56,7 +56,7 @@ __device__ __forceinline__ float add_squares(float acc, const Pack<T>& v) {
 // Threads a block of a CACHE variant may have: registers for CACHE vectors must fit beside the rest.
 __host__ __device__ constexpr int max_threads(int cache) { return cache <= 2 ? 1024 : 2048 / cache; }
 
-template <typename T, int CACHE, bool GEMMA, bool ROUND_ONCE>
+template <typename T, int CACHE, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS>
 __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_kernel(
     T* out, const T* input, const T* __restrict__ weight, float epsilon, int hidden,
     long long input_stride, long long out_stride) {
@@ -86,15 +86,27 @@ __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_kernel(
     for (int i = t + CACHE * B; i < nvec; i += B) acc = add_squares(acc, load_aligned(body + i * N));
     if (tail + t < hidden) acc = add_square(acc, to_float(in_row[tail + t]));
 
-    const float inv = inv_rms(block_sum(acc, scratch), hidden, epsilon);
-
-    // Pass 2: scale, split by the output's alignment so that body stores are 16 bytes wide.
+    // Pass 2 splits the row by the output's alignment so that body stores are 16 bytes wide.
     const int out_phase = vec_phase(out_row);
     const int rel_in = (vec_phase(in_row) - out_phase) & (N - 1);
     const int w_width = load_width<T>((vec_phase(weight) - out_phase) & (N - 1));
     const int opre = prefix_len(out_row, hidden);
     const int onvec = (hidden - opre) / N;
     const int otail = opre + onvec * N;
+    // EARLY_WEIGHTS: where pass 2's split is pass 1's (rel_in == 0), load the weights of this
+    // thread's cached vectors before the reduction, so that their latency overlaps the input's
+    // instead of following the barrier. It costs registers (occupancy), so the launcher picks it
+    // for few rows only, where latency, not bandwidth, sets the time. Results are identical.
+    Pack<T> early_w[EARLY_WEIGHTS && CACHE > 0 ? CACHE : 1];
+    if (EARLY_WEIGHTS && rel_in == 0) {
+#pragma unroll
+        for (int k = 0; k < CACHE; ++k) {
+            if (t + k * B < onvec) early_w[k] = load_pack(weight + opre + (t + k * B) * N, w_width);
+        }
+    }
+
+    const float inv = inv_rms(block_sum(acc, scratch), hidden, epsilon);
+
     if (t < opre) out_row[t] = rms_scale<T, GEMMA, ROUND_ONCE>(in_row[t], weight[t], inv);
     if (otail + t < hidden) {
         out_row[otail + t] = rms_scale<T, GEMMA, ROUND_ONCE>(in_row[otail + t], weight[otail + t], inv);
@@ -105,7 +117,7 @@ __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_kernel(
         for (int k = 0; k < CACHE; ++k) {
             const int i = t + k * B;
             if (i < onvec) {
-                const Pack<T> w = load_pack(weight + opre + i * N, w_width);
+                const Pack<T> w = EARLY_WEIGHTS ? early_w[k] : load_pack(weight + opre + i * N, w_width);
                 store_aligned(out_row + opre + i * N, rms_scale<T, GEMMA, ROUND_ONCE>(cached[k], w, inv));
             }
         }

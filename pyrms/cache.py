@@ -16,10 +16,13 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 _MAGIC = b"PYRMS-CUBIN-1\n"
 _DIGEST = 32
+# A temporary file this old belongs to a writer that was killed: no store takes a day.
+_STALE_SECONDS = 86400
 
 
 def enabled() -> bool:
@@ -84,4 +87,16 @@ def store(key: str, meta: dict, cubin: bytes) -> Path | None:
         except OSError:
             pass
         return None
+    _sweep_stale_temporaries(target.parent)
     return target
+
+
+def _sweep_stale_temporaries(folder: Path) -> None:
+    """Remove temporary files left by killed writers (stores are rare, so this costs nothing)."""
+    cutoff = time.time() - _STALE_SECONDS
+    for tmp in folder.glob(".*.tmp"):
+        try:
+            if tmp.stat().st_mtime < cutoff:
+                tmp.unlink()
+        except OSError:  # another process swept it first, or it is not ours to remove
+            pass

@@ -27,7 +27,7 @@ from cuda.bindings import nvrtc
 
 from . import cache, headers
 from ._version import __version__
-from .errors import CompileError, check, register_describer
+from .errors import CompileError, CudaError, check, register_describer
 
 register_describer(
     nvrtc.nvrtcResult,
@@ -227,7 +227,11 @@ def _nvrtc_compile(source_name, source, arch, options, include_options, name_exp
         log = _program_log(program)
         if status == nvrtc.nvrtcResult.NVRTC_ERROR_COMPILATION:
             raise CompileError(source_name, log, list(options), arch, source)
-        check((status,), "nvrtcCompileProgram")
+        try:
+            check((status,), "nvrtcCompileProgram")
+        except CudaError as exc:  # e.g. an unknown option: the log names it
+            raise CudaError(exc.call, exc.status, exc.name, f"{exc.description}; options: {' '.join(options)}; "
+                            f"log: {log or '(empty)'}") from None
         size = check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
         cubin = b" " * size
         check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")

@@ -8,6 +8,7 @@ line the C++ program does not print: the largest |GPU - CPU| difference.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -78,6 +79,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.tokens < 1 or args.hidden < 1:
         parser.error(f"--tokens and --hidden must be >= 1, got {args.tokens} and {args.hidden}")
+    if not math.isfinite(args.epsilon) or args.epsilon < 0:
+        parser.error(f"--epsilon must be finite and >= 0, got {args.epsilon}")
     seed = int(time.time()) if args.seed is None else args.seed
     from . import driver
 

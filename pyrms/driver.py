@@ -308,6 +308,8 @@ def _nbytes(value) -> int:
         nbytes = 0
     if isinstance(value, bool) or nbytes <= 0:
         raise ValueError(f"nbytes must be an int > 0, got {value!r}")
+    if nbytes >= 2**64:  # cuda.bindings would fail converting it to size_t, with no word of nbytes
+        raise ValueError(f"nbytes must be below 2**64, got {nbytes}")
     return nbytes
 
 
@@ -332,8 +334,8 @@ class Stream(_Owned):
         driver call is made."""
         if isinstance(handle, bool) or not isinstance(handle, int):
             raise TypeError(f"stream handle must be an int, got {type(handle).__name__} {handle!r}")
-        if handle < 0:
-            raise ValueError(f"stream handle must be >= 0, got {handle}")
+        if not 0 <= handle < 2**64:
+            raise ValueError(f"stream handle must be >= 0 and below 2**64, got {handle}")
         stream = cls.__new__(cls)
         stream._stream = _cu.CUstream(handle)
         if device is not None and not isinstance(device, Device):
@@ -368,8 +370,8 @@ def stream_handle(stream) -> int:
     if isinstance(stream, Stream):
         return stream.handle
     if isinstance(stream, int) and not isinstance(stream, bool):
-        if stream < 0:
-            raise ValueError(f"stream handle must be >= 0, got {stream}")
+        if not 0 <= stream < 2**64:
+            raise ValueError(f"stream handle must be >= 0 and below 2**64, got {stream}")
         return int(stream)
     if isinstance(stream, _cu.CUstream):
         return int(stream)

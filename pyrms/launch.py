@@ -24,6 +24,12 @@ ARG_KINDS = {
     "f32": ("f4x", "a float within float32 range"),
 }
 _SLOT_BYTES = 8
+# Errors a launch gets when another context than the kernel's is current on the thread.
+_WRONG_CONTEXT = frozenset({"CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_CONTEXT_IS_DESTROYED"})
+# The Device whose context this thread last made current for a launch. Trusting it saves a
+# cuCtxGetCurrent per launch; if another library switched contexts since, the launch fails
+# without side effects and is retried after a real make_current.
+_launch_context = threading.local()
 
 
 class KernelNotFoundError(errors.PyrmsError, KeyError):
@@ -149,9 +155,18 @@ class Kernel:
             pack._pack_into(pack._buffer, 0, *args)
         except (struct.error, TypeError, OverflowError):
             raise pack._explain(args) from None
-        if self.device is not None:
-            self.device.make_current()
-        driver.launch_kernel(self.handle, gx, gy, gz, bx, by, bz, shared_bytes, stream, pack.address)
+        device = self.device
+        if device is not None and getattr(_launch_context, "device", None) is not device:
+            device.make_current()
+            _launch_context.device = device
+        try:
+            driver.launch_kernel(self.handle, gx, gy, gz, bx, by, bz, shared_bytes, stream, pack.address)
+        except errors.CudaError as exc:
+            if device is None or exc.name not in _WRONG_CONTEXT:
+                raise
+            device.make_current()
+            _launch_context.device = device
+            driver.launch_kernel(self.handle, gx, gy, gz, bx, by, bz, shared_bytes, stream, pack.address)
 
     def set_max_dynamic_shared(self, nbytes: int) -> None:
         """Allow launches with up to ``nbytes`` of dynamic shared memory (needed above 48 KiB)."""

@@ -6,11 +6,14 @@ row's result independent of the batch it sits in (GUIDE.md §3).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import dtypes
 
 MAX_BLOCK = 1024
+# Up to this many rows, launches use the latency variant (rms_norm.cu's EARLY_WEIGHTS): one
+# resident wave or less, where the time is a chain of memory latencies, not bandwidth.
+FEW_ROWS = 256
 # How many 16-byte input vectors per thread a kernel variant keeps in registers between the
 # two passes (0: none, re-read in pass 2).
 CACHE_CHOICES = (1, 2, 4)
@@ -58,8 +61,13 @@ class RmsNormPlan:
 
     @property
     def expression(self) -> str:
-        """NVRTC name expression of the kernel variant this plan launches."""
+        """NVRTC name expression of the kernel variant this plan launches for many rows."""
         return kernel_expression(self.dtype, self.cache, self.gemma, self.round_once)
+
+    @property
+    def latency_expression(self) -> str:
+        """The variant for few rows (EARLY_WEIGHTS): same block, same arithmetic, same bits."""
+        return kernel_expression(self.dtype, self.cache, self.gemma, self.round_once, True)
 
     @property
     def group(self) -> tuple[str, ...]:
@@ -67,14 +75,16 @@ class RmsNormPlan:
         return variant_group(self.dtype, self.gemma, self.round_once)
 
 
-def kernel_expression(dtype: dtypes.DType, cache: int, gemma: bool, round_once: bool) -> str:
-    return f"pyrms::rms_norm_kernel<{dtype.ctype}, {cache}, {str(gemma).lower()}, {str(round_once).lower()}>"
+def kernel_expression(dtype: dtypes.DType, cache: int, gemma: bool, round_once: bool, early_weights: bool = False) -> str:
+    flags = ", ".join(str(f).lower() for f in (gemma, round_once, early_weights))
+    return f"pyrms::rms_norm_kernel<{dtype.ctype}, {cache}, {flags}>"
 
 
 def variant_group(dtype: dtypes.DType, gemma: bool, round_once: bool) -> tuple[str, ...]:
     """Every CACHE variant of one (dtype, options): compiled together in one NVRTC run and cache
     entry, so a process pays one compile per option set whatever hidden sizes it meets."""
-    return tuple(kernel_expression(dtype, c, gemma, round_once) for c in (0, *CACHE_CHOICES))
+    return tuple(kernel_expression(dtype, c, gemma, round_once, early)
+                 for c in (0, *CACHE_CHOICES) for early in (False, True))
 
 
 def block_and_cache(dtype: dtypes.DType, hidden: int) -> tuple[int, int]:
@@ -102,3 +112,168 @@ def plan_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool =
     dt = dtypes.get(dtype)
     block, cache = block_and_cache(dt, hidden)
     return RmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once))
+
+
+# --- The rest of the family: fused add, LayerNorm, the backward passes ----------------------------
+
+
+def fit_block(dtype: dtypes.DType, hidden: int, choices: tuple[int, ...], max_block: int) -> tuple[int, int]:
+    """Threads per block and 16-byte vectors per thread held in registers: the fewest vectors
+    per thread among `choices` that cover a row within `max_block` threads, else (max_block, 0)
+    (0: the kernel loops over the row and re-reads it)."""
+    vectors = -(-hidden // dtype.vec_elems)
+    for per_thread in choices:
+        if vectors <= max_block * per_thread:
+            threads = -(-vectors // per_thread)
+            return max(32, -(-threads // 32) * 32), per_thread
+    return max_block, 0
+
+
+def _bool(value: bool) -> str:
+    return str(bool(value)).lower()
+
+
+@dataclass(frozen=True)
+class FusedAddRmsNormPlan:
+    """For fused_add_rms_norm.cu: rms_norm.cu's kernel with the residual add in front, so rms_norm's
+    launch shape (block_and_cache) and launch bounds (max_threads)."""
+
+    dtype: dtypes.DType
+    hidden: int
+    block: int
+    cache: int
+    gemma: bool
+    round_once: bool
+
+    source = "fused_add_rms_norm.cu"
+
+    @property
+    def expression(self) -> str:
+        return f"pyrms::fused_add_rms_norm_kernel<{self.dtype.ctype}, {self.cache}, {_bool(self.gemma)}, {_bool(self.round_once)}>"
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        return tuple(replace(self, cache=c).expression for c in (0, *CACHE_CHOICES))
+
+
+def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool = False) -> FusedAddRmsNormPlan:
+    dt = dtypes.get(dtype)
+    block, cache = block_and_cache(dt, hidden)
+    return FusedAddRmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once))
+
+
+# The backward kernels are bounded to 512 threads (so 128 registers): they keep more live per
+# element than the forward (x, dy, weight, the row statistics and means), and at 1024 threads'
+# 64 registers ptxas spills. Up to two 16-byte vectors of x and dy per thread stay in registers.
+BACKWARD_MAX_BLOCK = 512
+BACKWARD_VECTORS = (1, 2)
+# dweight/dbias are summed over chunks of this many rows, then over chunks (norm_backward.cuh).
+# A constant, so the summation order depends on row indices only, never on the launch shape.
+GRAD_CHUNK_ROWS = 16
+# A chunk's column sums live in shared memory when they fit in this many bytes, else in the workspace.
+SHARED_SUMS_LIMIT = 96 * 1024
+
+
+@dataclass(frozen=True)
+class LayerNormPlan:
+    dtype: dtypes.DType
+    hidden: int
+    block: int
+    cache: int
+
+    source = "layer_norm.cu"
+
+    @property
+    def expression(self) -> str:
+        return f"pyrms::layer_norm_kernel<{self.dtype.ctype}, {self.cache}>"
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        return layer_norm_group(self.dtype)
+
+
+def plan_layer_norm(dtype, hidden: int) -> LayerNormPlan:
+    dt = dtypes.get(dtype)
+    return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden))
+
+
+def layer_norm_group(dtype: dtypes.DType) -> tuple[str, ...]:
+    """Every kernel of layer_norm.cu for one dtype, forward and backward: one NVRTC run."""
+    forward = [f"pyrms::layer_norm_kernel<{dtype.ctype}, {c}>" for c in (0, *CACHE_CHOICES)]
+    backward = [NormBackwardPlan(dtype, 0, 32, v, True, False, dtypes.FLOAT32).expression for v in (0, *BACKWARD_VECTORS)]
+    return tuple(forward + backward + list(_sum_partials(dtype)))
+
+
+def _sum_partials(dtype: dtypes.DType) -> dict[str, None]:
+    return dict.fromkeys(f"pyrms::sum_partials_kernel<{d.ctype}>" for d in (dtype, dtypes.FLOAT32))
+
+
+@dataclass(frozen=True)
+class NormBackwardPlan:
+    """The backward of RMSNorm (centered=False) or LayerNorm (centered=True): cuda_src/norm_backward.cuh."""
+
+    dtype: dtypes.DType
+    hidden: int
+    block: int
+    vectors: int  # 16-byte vectors of x and dy per thread kept in registers (0: re-read)
+    centered: bool
+    gemma: bool
+    grad_dtype: dtypes.DType  # of dweight (and dbias): dtype or float32
+    chunk_rows: int = GRAD_CHUNK_ROWS
+
+    @property
+    def source(self) -> str:
+        return "layer_norm.cu" if self.centered else "rms_norm_backward.cu"
+
+    @property
+    def expression(self) -> str:
+        if self.centered:
+            return f"pyrms::layer_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}>"
+        return f"pyrms::rms_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}, {_bool(self.gemma)}>"
+
+    @property
+    def sum_expression(self) -> str:
+        return f"pyrms::sum_partials_kernel<{self.grad_dtype.ctype}>"
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        if self.centered:
+            return layer_norm_group(self.dtype)
+        rows = [f"pyrms::rms_norm_backward_kernel<{self.dtype.ctype}, {v}, {_bool(g)}>"
+                for v in (0, *BACKWARD_VECTORS) for g in (False, True)]
+        return tuple(rows + list(_sum_partials(self.dtype)))
+
+    @property
+    def params(self) -> int:
+        """Parameter gradients summed over rows: dweight, and dbias for LayerNorm."""
+        return 2 if self.centered else 1
+
+    @property
+    def ws_stride(self) -> int:
+        """Floats per chunk row of the workspace: a multiple of 4 (16 bytes) >= hidden + 7, room for
+        the weight's phase in front (norm_backward.cuh)."""
+        return -(-(self.hidden + 7) // 4) * 4
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory of kernel 1: the chunk's column sums, or 0 to keep them in the workspace."""
+        nbytes = self.params * self.ws_stride * 4
+        return nbytes if nbytes <= SHARED_SUMS_LIMIT else 0
+
+    def chunks(self, rows: int) -> int:
+        return -(-rows // self.chunk_rows)
+
+    def workspace_bytes(self, rows: int) -> int:
+        return self.params * self.chunks(rows) * self.ws_stride * 4
+
+
+def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: bool = False,
+                       grad_dtype=None) -> NormBackwardPlan:
+    dt = dtypes.get(dtype)
+    gdt = dt if grad_dtype is None else dtypes.get(grad_dtype)
+    if gdt not in (dt, dtypes.FLOAT32):
+        raise ValueError(f"grad_dtype must be {dt.name} or float32, got {gdt.name}")
+    if layer_norm and gemma:
+        raise ValueError("gemma applies to RMSNorm only")
+    block, vectors = fit_block(dt, hidden, BACKWARD_VECTORS, BACKWARD_MAX_BLOCK)
+    return NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt)

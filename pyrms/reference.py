@@ -6,6 +6,10 @@
   correctly rounded fp32 operations (numpy's float32 ufuncs round to nearest and never fuse),
   and the same conversions (ml_dtypes and numpy round to nearest even, like __float2*_rn).
 - ``seed_rms_norm_cpu``: the seed program's own CPU loop (``rms_norm_cpu`` in the C++ source).
+- The rest of the family, each as a float64 reference and a bit-exact twin of its kernel:
+  ``fused_add_rms_norm_ref``/``_twin`` (fused_add_rms_norm.cu), ``layer_norm_ref``/``_twin``
+  (layer_norm.cu), ``rms_norm_backward_ref``, ``layer_norm_backward_ref`` and ``norm_backward_twin``
+  (norm_backward.cuh, both backward kernels and the fixed-order sum over rows).
 """
 from __future__ import annotations
 
@@ -51,19 +55,25 @@ def block_sum_twin(partials):
 
 def sum_squares_twin(xf, block, phase, vec_elems):
     """Per-row fp32 sums of squares in the kernel's order, for rows that all start at `phase`."""
-    rows, hidden = xf.shape
+    return thread_sums_twin(xf * xf, block, phase, vec_elems)
+
+
+def thread_sums_twin(terms, block, phase, vec_elems):
+    """Per-row block sums of fp32 `terms` (rows, hidden) in the kernels' per-thread order for a row
+    split at `phase` (elements past a 16-byte boundary): thread t adds its prefix element, its body
+    vectors t, t+block, ... element by element, its tail element; then pyrms::block_sum."""
+    rows, hidden = terms.shape
     split = row_split(phase * (16 // vec_elems), hidden, 16 // vec_elems)
-    sq = xf * xf
     acc = np.zeros((rows, block), dtype=F32)
     threads = np.arange(block)
-    acc[:, : split.prefix] = acc[:, : split.prefix] + sq[:, : split.prefix]
+    acc[:, : split.prefix] = acc[:, : split.prefix] + terms[:, : split.prefix]
     for k in range(-(-split.vectors // block)):
         vec = threads + k * block
         active = threads[vec < split.vectors]
         base = split.prefix + vec[active] * vec_elems
         for j in range(vec_elems):
-            acc[:, active] = acc[:, active] + sq[:, base + j]
-    acc[:, : split.tail] = acc[:, : split.tail] + sq[:, split.tail_start: split.tail_start + split.tail]
+            acc[:, active] = acc[:, active] + terms[:, base + j]
+    acc[:, : split.tail] = acc[:, : split.tail] + terms[:, split.tail_start: split.tail_start + split.tail]
     return block_sum_twin(acc)
 
 
@@ -95,14 +105,27 @@ def rms_norm_twin(x, weight, epsilon, *, block, row_phases=0, gemma=False, round
     """
     x = _as_2d(x)
     dt = dtypes.get(x.dtype)
-    rows, hidden = x.shape
-    phases = np.broadcast_to(np.asarray(row_phases, dtype=np.int64), (rows,))
     xf = x.astype(F32)
+    _, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems)
+    return scale_twin(xf, inv, weight, dt, gemma=gemma, round_once=round_once)
+
+
+def row_stats_twin(xf, epsilon, block, row_phases, vec_elems, *, centered=False):
+    """pyrms::row_stats per row of fp32 xf: (mean, inv), mean = 0 unless centered (LayerNorm).
+    row_phases: each row's position inside its 16-byte vector (an int for all rows, or one per row)."""
+    rows, hidden = xf.shape
+    phases = np.broadcast_to(np.asarray(row_phases, dtype=np.int64), (rows,))
+    mean = np.zeros(rows, dtype=F32)
     inv = np.empty(rows, dtype=F32)
     for phase in np.unique(phases):
         sel = phases == phase
-        inv[sel] = inv_rms_twin(sum_squares_twin(xf[sel], block, int(phase), dt.vec_elems), hidden, epsilon)
-    return scale_twin(xf, inv, weight, dt, gemma=gemma, round_once=round_once)
+        if centered:
+            mean[sel] = thread_sums_twin(xf[sel], block, int(phase), vec_elems) / F32(hidden)
+            dev = xf[sel] - mean[sel, None]
+            inv[sel] = inv_rms_twin(thread_sums_twin(dev * dev, block, int(phase), vec_elems), hidden, epsilon)
+        else:
+            inv[sel] = inv_rms_twin(sum_squares_twin(xf[sel], block, int(phase), vec_elems), hidden, epsilon)
+    return mean, inv
 
 
 def seed_rms_norm_cpu(x, weight, epsilon):
@@ -119,3 +142,124 @@ def seed_rms_norm_cpu(x, weight, epsilon):
     variance = np.add.accumulate(xf * xf, axis=1, dtype=F32)[:, -1]
     scale = (1.0 / np.sqrt((variance / F32(hidden) + F32(epsilon)).astype(np.float64))).astype(F32)
     return (xf * scale[:, None] * np.asarray(weight).astype(F32)).astype(dt.numpy)
+
+
+# --- fused residual add ---------------------------------------------------------------------------
+
+
+def fused_add_rms_norm_ref(x, residual, weight, epsilon, *, gemma=False):
+    """float64: (rms_norm(x + residual), x + residual), the sum not rounded."""
+    total = _as_2d(x).astype(np.float64) + _as_2d(residual).astype(np.float64)
+    return rms_norm_ref(total, weight, epsilon, gemma=gemma), total
+
+
+def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_phases=0, gemma=False,
+                            round_once=False):
+    """Bit-exact twin of fused_add_rms_norm.cu: (new input, new residual) in the storage dtype. The
+    rounded sum is what gets normalized, with the sum of squares split at the residual's phases."""
+    x, residual = _as_2d(x), _as_2d(residual)
+    total = (x.astype(F32) + residual.astype(F32)).astype(x.dtype)
+    out = rms_norm_twin(total, weight, epsilon, block=block, row_phases=residual_phases, gemma=gemma,
+                        round_once=round_once)
+    return out, total
+
+
+# --- LayerNorm ------------------------------------------------------------------------------------
+
+
+def layer_norm_ref(x, weight, bias, epsilon):
+    """float64 LayerNorm of the rows of x: (x - mean) / sqrt(var + eps) * w + b (population variance)."""
+    x64 = _as_2d(x).astype(np.float64)
+    centered = x64 - x64.mean(axis=1, keepdims=True)
+    inv = 1.0 / np.sqrt(np.mean(centered * centered, axis=1, keepdims=True) + float(epsilon))
+    return centered * inv * np.asarray(weight).astype(np.float64) + np.asarray(bias).astype(np.float64)
+
+
+def layer_norm_twin(x, weight, bias, epsilon, *, block, row_phases=0):
+    """Bit-exact twin of layer_norm_kernel: fp32 two-pass statistics, one rounding at the end."""
+    x = _as_2d(x)
+    dt = dtypes.get(x.dtype)
+    xf = x.astype(F32)
+    mean, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems, centered=True)
+    x_hat = (xf - mean[:, None]) * inv[:, None]
+    return (x_hat * np.asarray(weight).astype(F32) + np.asarray(bias).astype(F32)).astype(dt.numpy)
+
+
+# --- backward -------------------------------------------------------------------------------------
+
+
+def rms_norm_backward_ref(dy, x, weight, epsilon, *, gemma=False):
+    """float64 (dx, dweight) of RMSNorm: dx = r * (g - x_hat * mean(x_hat * g)), g = w * dy,
+    dweight = sum over rows of dy * x_hat (GUIDE.md §3)."""
+    dy64, x64 = _as_2d(dy).astype(np.float64), _as_2d(x).astype(np.float64)
+    w64 = np.asarray(weight).astype(np.float64) + (1.0 if gemma else 0.0)
+    inv = 1.0 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + float(epsilon))
+    x_hat, g = x64 * inv, w64 * dy64
+    dx = inv * (g - x_hat * np.mean(x_hat * g, axis=1, keepdims=True))
+    return dx, (dy64 * x_hat).sum(axis=0)
+
+
+def layer_norm_backward_ref(dy, x, weight, epsilon):
+    """float64 (dx, dweight, dbias) of LayerNorm: dx = r * (g - mean(g) - x_hat * mean(x_hat * g))."""
+    dy64, x64 = _as_2d(dy).astype(np.float64), _as_2d(x).astype(np.float64)
+    centered = x64 - x64.mean(axis=1, keepdims=True)
+    inv = 1.0 / np.sqrt(np.mean(centered * centered, axis=1, keepdims=True) + float(epsilon))
+    x_hat, g = centered * inv, np.asarray(weight).astype(np.float64) * dy64
+    dx = inv * (g - g.mean(axis=1, keepdims=True) - x_hat * np.mean(x_hat * g, axis=1, keepdims=True))
+    return dx, (dy64 * x_hat).sum(axis=0), dy64.sum(axis=0)
+
+
+def chunk_sums_twin(terms, chunk_rows):
+    """Per chunk of chunk_rows rows: ((0 + t[cC]) + t[cC+1]) + ... in fp32 (norm_backward.cuh)."""
+    rows, hidden = terms.shape
+    chunks = -(-rows // chunk_rows)
+    acc = np.zeros((chunks, hidden), dtype=F32)
+    for j in range(chunk_rows):
+        index = np.arange(chunks) * chunk_rows + j
+        ok = index < rows
+        acc[ok] = acc[ok] + terms[index[ok]]
+    return acc
+
+
+def sum_partials_twin(partials):
+    """sum_partials_kernel: lane y of 32 sums chunks y, y+32, ... in order; then the lanes in order."""
+    chunks, hidden = partials.shape
+    lanes = np.zeros((32, hidden), dtype=F32)
+    for k in range(-(-chunks // 32)):
+        index = k * 32 + np.arange(32)
+        ok = index < chunks
+        lanes[ok] = lanes[ok] + partials[index[ok]]
+    total = np.zeros(hidden, dtype=F32)
+    for lane in lanes:
+        total = total + lane
+    return total
+
+
+def norm_backward_twin(dy, x, weight, epsilon, *, block, x_phases=0, weight_phase=0, chunk_rows,
+                       layer_norm=False, gemma=False, grad_dtype=None):
+    """Bit-exact twin of rms_norm_backward.cu / layer_norm_backward_kernel and sum_partials_kernel.
+
+    Returns (dx, dweight) for RMSNorm, (dx, dweight, dbias) for LayerNorm; dx in the storage dtype,
+    the parameter gradients in grad_dtype (default: the storage dtype). block: the launch's threads per
+    block; x_phases: each input row's phase (the statistics' order); weight_phase: the weight's (the
+    order of the row sums of x_hat * g and g); chunk_rows: the plan's. dy's and dx's alignment and
+    rows_per_block change no arithmetic, so they are not arguments.
+    """
+    dy, x = _as_2d(dy), _as_2d(x)
+    dt = dtypes.get(x.dtype)
+    hidden = x.shape[1]
+    xf, dyf = x.astype(F32), dy.astype(F32)
+    wf = np.asarray(weight).astype(F32)
+    if gemma:
+        wf = F32(1.0) + wf
+    mean, inv = row_stats_twin(xf, epsilon, block, x_phases, dt.vec_elems, centered=layer_norm)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN rows propagate as on the GPU
+        x_hat = ((xf - mean[:, None]) if layer_norm else xf) * inv[:, None]
+        g = wf * dyf
+        dot_mean = thread_sums_twin(x_hat * g, block, weight_phase, dt.vec_elems) / F32(hidden)
+        if layer_norm:
+            g = g - thread_sums_twin(g, block, weight_phase, dt.vec_elems)[:, None] / F32(hidden)
+        dx = (inv[:, None] * (g - x_hat * dot_mean[:, None])).astype(dt.numpy)
+        terms = [dyf * x_hat] + ([dyf] if layer_norm else [])
+    out = dtypes.get(grad_dtype).numpy if grad_dtype is not None else dt.numpy
+    return (dx, *(sum_partials_twin(chunk_sums_twin(t, chunk_rows)).astype(out) for t in terms))

@@ -109,6 +109,11 @@ class Tensor:
             interface = obj.__cuda_array_interface__
         except AttributeError:
             raise TypeError(f"{type(obj).__name__} does not expose __cuda_array_interface__") from None
+        if not isinstance(interface, dict):
+            raise TypeError(f"__cuda_array_interface__ must be a dict, got {type(interface).__name__}")
+        missing = [key for key in ("shape", "typestr", "data") if key not in interface]
+        if missing:
+            raise ValueError(f"__cuda_array_interface__ lacks {', '.join(repr(k) for k in missing)}")
         if interface.get("mask") is not None:
             raise ValueError("masked arrays (__cuda_array_interface__ 'mask') are not supported")
         explicit = None if dtype is None else dtypes.get(dtype)

@@ -7,6 +7,7 @@ outside the rows both show up in a bytewise comparison of the whole allocation.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,41 +86,197 @@ def phases(operand: Rows) -> np.ndarray:
     return np.array([(operand.offset + r * operand.stride) % n for r in range(operand.rows)])
 
 
+def expected_whole(operand: Rows, rows_values: np.ndarray | None = None) -> np.ndarray:
+    """The whole allocation as it must be after a launch: as uploaded, with `rows_values` in its rows."""
+    whole = operand.host.copy()
+    if rows_values is not None:
+        for r in range(operand.rows):
+            whole[operand.index(r)] = rows_values[r]
+    return whole
+
+
+def _compare(label: str, name: str, operand: Rows, want: np.ndarray, *, guards_only: bool = False) -> None:
+    got = operand.download()
+    differs = bits(got) != bits(want)
+    if guards_only:  # scratch memory: only what lies outside its rows must be untouched
+        differs[operand.offset:operand.index(operand.rows - 1).stop] = False
+    mismatch = np.flatnonzero(differs)
+    if mismatch.size:
+        raise AssertionError(
+            f"{label}: {name}: {mismatch.size} elements differ, first at allocation index {mismatch[:5]} "
+            f"(rows start at {operand.offset}, stride {operand.stride}): got {got[mismatch[:5]]}, "
+            f"want {want[mismatch[:5]]}")
+
+
+def run_checked(label: str, launch, outputs: dict, inputs: dict, scratch: dict | None = None) -> None:
+    """Run ``launch()``, wait for the device, then compare whole allocations bit for bit.
+
+    outputs: name -> (Rows, expected [rows, hidden] values): the rows must hold them, the guards
+    and gaps what was there; inputs: name -> Rows, entirely unchanged; scratch: name -> Rows whose
+    rows the launch may use freely but whose guards must stay untouched. AssertionError names the
+    first operand that differs.
+    """
+    wants = {name: expected_whole(op, values) for name, (op, values) in outputs.items()}
+    wants.update((name, expected_whole(op)) for name, op in inputs.items())
+    launch()
+    driver.synchronize()
+    for name, (op, _) in outputs.items():
+        _compare(label, name, op, wants[name])
+    for name, op in inputs.items():
+        _compare(label, name, op, wants[name])
+    for name, op in (scratch or {}).items():
+        _compare(label, name, op, op.host, guards_only=True)
+
+
+@contextlib.contextmanager
+def _closing(*operands: Rows):
+    try:
+        yield
+    finally:
+        for operand in {id(o): o for o in operands}.values():
+            operand.close()
+
+
 def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in_stride=None, out_stride=None,
-                   gemma=False, round_once=False, in_place=False, epsilon=1e-5, stream=None):
+                   gemma=False, round_once=False, in_place=False, epsilon=1e-5, stream=None, variant=None):
     """One pyrms.rms_norm launch on guarded operands, compared bit for bit with the twin.
 
     Raises AssertionError on any difference: in the rows, the guards, the gaps between strided
-    rows, or the inputs. The offsets are element offsets past a 16-byte boundary.
+    rows, or the inputs. The offsets are element offsets past a 16-byte boundary. ``variant``
+    forces the kernel for "few" or "many" rows (plan.FEW_ROWS) whatever ``rows`` is.
     """
+    import sys
+
     from .ops.rms_norm import rms_norm
+
+    op_module = sys.modules["pyrms.ops.rms_norm"]  # the package re-exports the function under its name
+    saved_few_rows = op_module._FEW_ROWS
+    if variant is not None:
+        op_module._FEW_ROWS = {"few": 2**31, "many": 0}[variant]
 
     dt = dtypes.get(dtype)
     x = allocate(rng, dt, rows, hidden, misalign=in_off, stride=in_stride)
     w = allocate(rng, dt, 1, hidden, misalign=w_off, low=-1.0, high=1.0)
     out = x if in_place else allocate(rng, dt, rows, hidden, misalign=out_off, stride=out_stride, poison=True)
-    try:
-        x_before, w_before = x.host.copy(), w.host.copy()
-        rms_norm(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, dtype=dt, input_stride=x.stride,
-                 out_stride=out.stride, gemma=gemma, round_once=round_once, stream=stream)
-        driver.synchronize()
+    with _closing(x, w, out):
         p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
-        expected_rows = reference.rms_norm_twin(x.values(), w.values()[0], epsilon, block=p.block,
-                                                row_phases=phases(x), gemma=gemma, round_once=round_once)
-        expected = out.host.copy() if not in_place else x_before.copy()
-        for r in range(rows):
-            expected[out.index(r)] = expected_rows[r]
-        got = out.download()
-        mismatch = np.flatnonzero(bits(got) != bits(expected))
-        if mismatch.size:
-            raise AssertionError(
-                f"{dt.name} rows={rows} hidden={hidden} offsets={in_off},{w_off},{out_off} strides={x.stride},{out.stride}: "
-                f"{mismatch.size} elements differ, first at allocation index {mismatch[:5]} "
-                f"(rows start at {out.offset}, stride {out.stride}): got {got[mismatch[:5]]}, want {expected[mismatch[:5]]}")
-        if not in_place and not np.array_equal(bits(x.download()), bits(x_before)):
-            raise AssertionError("input was modified")
-        if not np.array_equal(bits(w.download()), bits(w_before)):
-            raise AssertionError("weight was modified")
-    finally:
-        for operand in {id(o): o for o in (x, w, out)}.values():
-            operand.close()
+        want = reference.rms_norm_twin(x.values(), w.values()[0], epsilon, block=p.block, row_phases=phases(x),
+                                       gemma=gemma, round_once=round_once)
+        run_checked(f"rms_norm {dt.name} rows={rows} hidden={hidden} offsets={in_off},{w_off},{out_off} "
+                    f"strides={x.stride},{out.stride}",
+                    lambda: rms_norm(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, dtype=dt, input_stride=x.stride,
+                                     out_stride=out.stride, gemma=gemma, round_once=round_once, stream=stream),
+                    outputs={"out": (out, want)}, inputs={"weight": w, **({} if in_place else {"input": x})})
+
+
+# --- the rest of the family: operands named as the ops name their arguments ------------------------
+
+_RANGES = {"weight": (-1.0, 1.0), "bias": (-1.0, 1.0), "grad_output": (-1.0, 1.0)}
+
+
+def _allocate(rng, dt, rows, hidden, names, offsets, strides, *, vectors=(), outputs=(), out_dtype=None):
+    """Guarded operands by name: [rows, hidden] ones, then [hidden] ones (`vectors`); `outputs` are
+    poisoned and, if vectors, in `out_dtype`. offsets/strides: name -> elements (default 0 / hidden)."""
+    offsets, strides = offsets or {}, strides or {}
+    unknown = (set(offsets) | set(strides)) - set(names) - set(vectors)
+    if unknown:
+        raise ValueError(f"unknown operands {sorted(unknown)}; these are {[*names, *vectors]}")
+    made = {}
+    for name in (*names, *vectors):
+        is_vector = name in vectors
+        low, high = _RANGES.get(name, (-2.0, 2.0))
+        made[name] = allocate(rng, out_dtype if is_vector and name in outputs and out_dtype else dt,
+                              1 if is_vector else rows, hidden, misalign=offsets.get(name, 0),
+                              stride=None if is_vector else strides.get(name), poison=name in outputs,
+                              low=low, high=high)
+    return made
+
+
+def _label(op: str, dt, rows, hidden, offsets, strides, **options) -> str:
+    extra = " ".join(f"{k}={v}" for k, v in options.items() if v not in (None, False))
+    return f"{op} {dt.name} rows={rows} hidden={hidden} offsets={offsets or {}} strides={strides or {}} {extra}"
+
+
+def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, gemma=False, round_once=False,
+                             epsilon=1e-5, stream=None):
+    """One pyrms.fused_add_rms_norm launch on guarded operands ('input', 'residual', 'weight'; offsets
+    and strides by name), both in-place outputs compared bit for bit with the twin."""
+    from .ops.fused_add_rms_norm import fused_add_rms_norm
+
+    dt = dtypes.get(dtype)
+    ops = _allocate(rng, dt, rows, hidden, ("input", "residual"), offsets, strides, vectors=("weight",))
+    x, res, w = ops["input"], ops["residual"], ops["weight"]
+    with _closing(*ops.values()):
+        p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
+        out, total = reference.fused_add_rms_norm_twin(x.values(), res.values(), w.values()[0], epsilon, block=p.block,
+                                                       residual_phases=phases(res), gemma=gemma, round_once=round_once)
+        run_checked(_label("fused_add_rms_norm", dt, rows, hidden, offsets, strides, gemma=gemma, round_once=round_once),
+                    lambda: fused_add_rms_norm(x.ptr, res.ptr, w.ptr, epsilon, rows, hidden, dtype=dt,
+                                               input_stride=x.stride, residual_stride=res.stride, gemma=gemma,
+                                               round_once=round_once, stream=stream),
+                    outputs={"input": (x, out), "residual": (res, total)}, inputs={"weight": w})
+
+
+def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in_place=False, epsilon=1e-5,
+                     stream=None):
+    """One pyrms.layer_norm launch on guarded operands ('input', 'out', 'weight', 'bias'), compared bit
+    for bit with the twin; in_place writes over the input (then 'out' takes no offset or stride)."""
+    from .ops.layer_norm import layer_norm
+
+    dt = dtypes.get(dtype)
+    names = ("input",) if in_place else ("input", "out")
+    ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=("weight", "bias"), outputs=("out",))
+    x, w, b = ops["input"], ops["weight"], ops["bias"]
+    out = x if in_place else ops["out"]
+    with _closing(*ops.values()):
+        p = plan.plan_layer_norm(dt, hidden)
+        want = reference.layer_norm_twin(x.values(), w.values()[0], b.values()[0], epsilon, block=p.block,
+                                         row_phases=phases(x))
+        run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place),
+                    lambda: layer_norm(out.ptr, x.ptr, w.ptr, b.ptr, epsilon, rows, hidden, dtype=dt,
+                                       input_stride=x.stride, out_stride=out.stride, stream=stream),
+                    outputs={"out": (out, want)}, inputs={"weight": w, "bias": b, **({} if in_place else {"input": x})})
+
+
+def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=None, strides=None, in_place=None,
+                        gemma=False, grad_dtype=None, rows_per_block=None, own_workspace=False, epsilon=1e-5,
+                        stream=None) -> dict[str, np.ndarray]:
+    """One pyrms.rms_norm_backward (or layer_norm_backward) launch on guarded operands ('grad_output',
+    'input', 'weight', 'grad_input', 'grad_weight', 'grad_bias'), every output compared bit for bit with
+    the twin. in_place: 'grad_output' or 'input', the operand grad_input overwrites. own_workspace:
+    pass a guarded workspace (its guards are checked) instead of the cached one. Returns the parameter
+    gradients as computed, by name, for comparisons between launches."""
+    from .ops.layer_norm import layer_norm_backward
+    from .ops.rms_norm_backward import rms_norm_backward
+
+    dt = dtypes.get(dtype)
+    p = plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype=grad_dtype)
+    params = ("grad_weight", "grad_bias") if layer_norm else ("grad_weight",)
+    names = ("grad_output", "input") if in_place else ("grad_output", "input", "grad_input")
+    ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=("weight", *params),
+                    outputs=("grad_input", *params), out_dtype=p.grad_dtype)
+    dy, x, w = ops["grad_output"], ops["input"], ops["weight"]
+    dx = ops[in_place] if in_place else ops["grad_input"]
+    ws = allocate(rng, "float32", 1, p.workspace_bytes(rows) // 4, poison=True) if own_workspace else None
+    with _closing(*ops.values(), *([ws] if ws else [])):
+        want = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], epsilon, block=p.block,
+                                            x_phases=phases(x), weight_phase=int(phases(w)[0]), chunk_rows=p.chunk_rows,
+                                            layer_norm=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype)
+        grads = dict(zip(params, (ops[name].ptr for name in params)))
+        common = dict(dtype=dt, grad_output_stride=dy.stride, input_stride=x.stride, grad_input_stride=dx.stride,
+                      grad_weight_dtype=p.grad_dtype, workspace=ws.ptr if ws else None,
+                      rows_per_block=rows_per_block, stream=stream)
+        if layer_norm:
+            launch = lambda: layer_norm_backward(dx.ptr, grads["grad_weight"], grads["grad_bias"], dy.ptr, x.ptr, w.ptr,
+                                                 epsilon, rows, hidden, **common)  # noqa: E731
+        else:
+            launch = lambda: rms_norm_backward(dx.ptr, grads["grad_weight"], dy.ptr, x.ptr, w.ptr, epsilon, rows,
+                                               hidden, gemma=gemma, **common)  # noqa: E731
+        inputs = {name: ops[name] for name in ("grad_output", "input", "weight") if name != in_place}
+        run_checked(_label("layer_norm_backward" if layer_norm else "rms_norm_backward", dt, rows, hidden, offsets,
+                           strides, in_place=in_place, gemma=gemma, grad_dtype=grad_dtype,
+                           rows_per_block=rows_per_block, own_workspace=own_workspace),
+                    launch, outputs={"grad_input": (dx, want[0]),
+                                     **{name: (ops[name], want[1 + k][None]) for k, name in enumerate(params)}},
+                    inputs=inputs, scratch={"workspace": ws} if ws else None)
+        return {name: ops[name].download()[ops[name].index(0)] for name in params}

@@ -87,9 +87,11 @@ def test_stream_handle_rejects_other_types_naming_what_is_allowed(bad):
         driver.stream_handle(bad)
 
 
-def test_stream_handle_rejects_negative_handles():
-    with pytest.raises(ValueError, match="stream handle must be >= 0, got -1"):
+def test_stream_handle_rejects_handles_outside_64_bits():
+    with pytest.raises(ValueError, match=r"stream handle must be >= 0 and below 2\*\*64, got -1"):
         driver.stream_handle(-1)
+    with pytest.raises(ValueError, match=r"got 18446744073709551616"):
+        driver.stream_handle(2**64)
 
 
 def test_a_closed_wrapped_stream_is_refused():

@@ -49,10 +49,11 @@ def test_block_and_cache(dtype, hidden, block, cache):
 
 def test_expression_names_every_option():
     p = plan.plan_rms_norm("float16", 100, gemma=True, round_once=False)
-    assert p.expression == "pyrms::rms_norm_kernel<__half, 1, true, false>"
+    assert p.expression == "pyrms::rms_norm_kernel<__half, 1, true, false, false>"
+    assert p.latency_expression == "pyrms::rms_norm_kernel<__half, 1, true, false, true>"
     assert p.expression in p.group == plan.variant_group(dtypes.FLOAT16, True, False)
-    assert len(set(p.group)) == 1 + len(plan.CACHE_CHOICES)
-    assert all(", true, false>" in e for e in p.group)
+    assert len(set(p.group)) == 2 * (1 + len(plan.CACHE_CHOICES))  # CACHE x EARLY_WEIGHTS
+    assert all(", true, false, " in e for e in p.group)
 
 
 def test_plan_does_not_depend_on_rows():

@@ -237,7 +237,7 @@ def test_cli_production_kernel_has_16_byte_loads_and_stores(tool, tmp_path, monk
     monkeypatch.delenv("PYRMS_ARCH", raising=False)
     assert tool.main(["--out", str(tmp_path / "dump"), "--no-cache"]) == 0
     out = capsys.readouterr().out
-    assert "= pyrms::rms_norm_kernel<__nv_bfloat16, 4, false, false>" in out  # the plan for hidden 5120
+    assert "= pyrms::rms_norm_kernel<__nv_bfloat16, 4, false, false, false>" in out  # the plan for hidden 5120
     assert re.search(r"global loads : .*16 B ×[1-9]", out), out
     assert re.search(r"global stores: .*16 B ×[1-9]", out), out
     assert re.search(r"st\.global\.v4\.u32 ×\d+ \(16 B\)", out)

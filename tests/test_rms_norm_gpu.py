@@ -30,12 +30,14 @@ def rng(request):
     return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
 
 
+@pytest.mark.parametrize("variant", ["few", "many"])  # the kernels for few and for many rows
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("which", ["input", "weight", "out"])
 @pytest.mark.parametrize("hidden", [7, 769, 5125])
-def test_each_pointer_misaligned_by_every_element_offset(rng, dtype, which, hidden):
+def test_each_pointer_misaligned_by_every_element_offset(rng, dtype, which, hidden, variant):
     for off in range(dtypes.get(dtype).vec_elems):
-        run_case(rng, dtype, 3, hidden, **{{"input": "in_off", "weight": "w_off", "out": "out_off"}[which]: off})
+        run_case(rng, dtype, 3, hidden, variant=variant,
+                 **{{"input": "in_off", "weight": "w_off", "out": "out_off"}[which]: off})
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -51,6 +53,8 @@ def test_all_three_pointers_misaligned_differently(rng, dtype):
 def test_hidden_sizes(rng, dtype, hidden):
     run_case(rng, dtype, 3, hidden)
     run_case(rng, dtype, 2, hidden, in_off=1, out_off=1, w_off=1)
+    run_case(rng, dtype, 3, hidden, variant="many")
+    run_case(rng, dtype, 2, hidden, in_off=1, out_off=1, w_off=1, variant="many")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -62,6 +66,7 @@ def test_hidden_262144(rng, dtype):
 @pytest.mark.parametrize("hidden, in_stride, out_stride", [(5120, 5123, 5131), (769, 1001, 771), (16, 17, 19), (4096, 4096 + 8, 4099)])
 def test_row_strides(rng, dtype, hidden, in_stride, out_stride):
     run_case(rng, dtype, 7, hidden, in_stride=in_stride, out_stride=out_stride)
+    run_case(rng, dtype, 300, hidden, in_stride=in_stride, out_stride=out_stride)  # past FEW_ROWS
     run_case(rng, dtype, 5, hidden, in_stride=in_stride, out_stride=out_stride, in_off=1, out_off=2, w_off=3)
 
 
@@ -74,13 +79,14 @@ def test_more_than_65535_rows(rng, dtype):
 @pytest.mark.parametrize("gemma, round_once", [(True, False), (False, True), (True, True)])
 def test_options(rng, dtype, gemma, round_once):
     run_case(rng, dtype, 4, 5125, gemma=gemma, round_once=round_once)
-    run_case(rng, dtype, 4, 4096, gemma=gemma, round_once=round_once, in_off=1)
+    run_case(rng, dtype, 4, 4096, gemma=gemma, round_once=round_once, in_off=1, variant="many")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("hidden, off", [(5120, 0), (5125, 3), (20000, 1)])
 def test_in_place(rng, dtype, hidden, off):
     run_case(rng, dtype, 3, hidden, in_off=off, in_place=True)
+    run_case(rng, dtype, 3, hidden, in_off=off, in_place=True, variant="many")
 
 
 def test_seed_worked_example():
@@ -121,7 +127,7 @@ def test_two_streams_at_once(rng):
         s1.synchronize()
         s2.synchronize()
     for src, out in zip((a, b), outs):
-        want = reference.rms_norm_twin(src.values(), w.values()[0], 1e-5, block=512)
+        want = reference.rms_norm_twin(src.values(), w.values()[0], 1e-5, block=plan.plan_rms_norm("bfloat16", 4096).block)
         got = out.download()[out.offset:out.offset + 4096 * 4096].reshape(4096, 4096)
         assert np.array_equal(bits(got), bits(want))
     for o in (a, b, w, *outs):
@@ -131,7 +137,7 @@ def test_two_streams_at_once(rng):
 def test_threads_each_with_a_stream(rng):
     x = allocate(rng, "float16", 256, 1000)
     w = allocate(rng, "float16", 1, 1000)
-    want = reference.rms_norm_twin(x.values(), w.values()[0], 1e-5, block=128)
+    want = reference.rms_norm_twin(x.values(), w.values()[0], 1e-5, block=plan.plan_rms_norm("float16", 1000).block)
     outs = [allocate(rng, "float16", 256, 1000, poison=True) for _ in range(4)]
     errors = []
 
@@ -191,7 +197,7 @@ def test_torch_stream_and_strided_slice():
     with torch.cuda.stream(s):
         pyrms.rms_norm(out, x, w, 1e-5, 16, 5120, stream=s)
     s.synchronize()
-    twin = reference.rms_norm_twin(x.cpu().numpy(), w.cpu().numpy(), 1e-5, block=640,
+    twin = reference.rms_norm_twin(x.cpu().numpy(), w.cpu().numpy(), 1e-5, block=plan.plan_rms_norm("float16", 5120).block,
                                    row_phases=[(3 + 5130 * r) % 8 for r in range(16)])
     assert np.array_equal(bits(out.cpu().numpy()), bits(twin))
 

@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -55,6 +55,31 @@ def _rms_norm_defaults(dt: dtypes.DType, hidden: int) -> dict:
     return {"cache": planned.cache, "gemma": planned.gemma, "round_once": planned.round_once}
 
 
+def _backward_vectors(text: str | None) -> int:
+    choices = [str(c) for c in (0, *plan.BACKWARD_VECTORS)]
+    if text not in choices:
+        raise ValueError(f"expected vectors={'|'.join(choices)}, got {'no value' if text is None else repr(text)}")
+    return int(text)
+
+
+def _grad_dtype(text: str | None):
+    if text is None:
+        raise ValueError("expected grad=<dtype> (the storage dtype or float32), got no value")
+    return dtypes.get(text).name
+
+
+def _backward_plan(dt: dtypes.DType, hidden: int, v: dict, layer_norm: bool) -> plan.NormBackwardPlan:
+    planned = plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=v.get("gemma", False),
+                                      grad_dtype=v.get("grad"))
+    return replace(planned, vectors=v.get("vectors", planned.vectors))
+
+
+def _backward_defaults(layer_norm: bool):
+    def defaults(dt: dtypes.DType, hidden: int) -> dict:
+        return {"vectors": _backward_plan(dt, hidden, {}, layer_norm).vectors, **({} if layer_norm else {"gemma": False})}
+    return defaults
+
+
 @dataclass(frozen=True)
 class Family:
     """How to instantiate one kernel family: its source, and the name expression for a variant."""
@@ -74,6 +99,27 @@ FAMILIES = {
     "seed": Family(
         "seed_rms_norm.cu", "transformer::rms_norm_kernel with VEC = gcd(16 / itemsize, hidden), BLOCK = hidden / VEC",
         lambda dt, hidden, v: plan_seed(dt, hidden).expression),
+    "fused_add_rms_norm": Family(
+        "fused_add_rms_norm.cu", "pyrms::fused_add_rms_norm_kernel, planned like rms_norm",
+        lambda dt, hidden, v: replace(plan.plan_fused_add_rms_norm(dt, hidden), **v).expression,
+        lambda dt, hidden: {"cache": plan.plan_fused_add_rms_norm(dt, hidden).cache, "gemma": False, "round_once": False},
+        {"cache": _cache_vectors, "gemma": _flag, "round_once": _flag}),
+    "layer_norm": Family(
+        "layer_norm.cu", "pyrms::layer_norm_kernel (forward); the hidden size only picks the planned cache",
+        lambda dt, hidden, v: replace(plan.plan_layer_norm(dt, hidden), **v).expression,
+        lambda dt, hidden: {"cache": plan.plan_layer_norm(dt, hidden).cache}, {"cache": _cache_vectors}),
+    "rms_norm_backward": Family(
+        "rms_norm_backward.cu", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums)",
+        lambda dt, hidden, v: _backward_plan(dt, hidden, v, False).expression,
+        _backward_defaults(False), {"vectors": _backward_vectors, "gemma": _flag}),
+    "layer_norm_backward": Family(
+        "layer_norm.cu", "pyrms::layer_norm_backward_kernel (dx and the per-chunk dweight, dbias sums)",
+        lambda dt, hidden, v: _backward_plan(dt, hidden, v, True).expression,
+        _backward_defaults(True), {"vectors": _backward_vectors}),
+    "sum_partials": Family(
+        "rms_norm_backward.cu", "pyrms::sum_partials_kernel<grad dtype>, the fixed-order sum over row chunks",
+        lambda dt, hidden, v: _backward_plan(dt, hidden, v, False).sum_expression,
+        lambda dt, hidden: {"grad": dt.name}, {"grad": _grad_dtype}),
 }
 
 

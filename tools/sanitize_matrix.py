@@ -2,7 +2,7 @@
 """The rms_norm kernel matrix, small enough to run under compute-sanitizer.
 
 Every dtype x every element misalignment of each pointer x hidden sizes with prefixes and
-tails x strided rows x options, each launch checked bit for bit against the twin (pyrms.testing).
+tails x strided rows x options x the kernels for few and for many rows, each launch checked bit for bit against the twin (pyrms.testing).
 Prints the number of launches; exit status 1 if any check failed. Run it under each tool:
 
     compute-sanitizer --tool memcheck --error-exitcode 3 python tools/sanitize_matrix.py
@@ -29,11 +29,12 @@ def cases(quick: bool):
     for dtype in dtypes.ALL:
         n = dtype.vec_elems
         for hidden in hiddens:
-            for which, off in itertools.product(("in_off", "w_off", "out_off"), range(n)):
-                yield dict(dtype=dtype, rows=2, hidden=hidden, **{which: off})
+            for which, off, variant in itertools.product(("in_off", "w_off", "out_off"), range(n), ("few", "many")):
+                yield dict(dtype=dtype, rows=2, hidden=hidden, variant=variant, **{which: off})
             yield dict(dtype=dtype, rows=3, hidden=hidden, in_stride=hidden + 3, out_stride=hidden + 5, in_off=1, out_off=2)
             yield dict(dtype=dtype, rows=2, hidden=hidden, gemma=True, round_once=True, w_off=n - 1)
             yield dict(dtype=dtype, rows=2, hidden=hidden, in_off=n - 1, in_place=True)
+            yield dict(dtype=dtype, rows=2, hidden=hidden, in_off=n - 1, in_place=True, variant="many")
 
 
 def main() -> int:

@@ -1,5 +1,11 @@
 """One module per kernel family: validation, planning and launch."""
+from ._backward import backward_workspace_bytes
+from ._workspace import release_workspaces
+from .fused_add_rms_norm import fused_add_rms_norm
+from .layer_norm import layer_norm, layer_norm_backward
 from .rms_norm import rms_norm
+from .rms_norm_backward import rms_norm_backward
 from .seed import seed_rms_norm
 
-__all__ = ["rms_norm", "seed_rms_norm"]
+__all__ = ["rms_norm", "seed_rms_norm", "fused_add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward",
+           "backward_workspace_bytes", "release_workspaces"]

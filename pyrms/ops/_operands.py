@@ -9,13 +9,16 @@ what is allowed.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from dataclasses import dataclass
 
 from .. import dtypes
-from ..tensor import Tensor
+from ..tensor import Tensor, contiguous_strides
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,10 @@ def operand(name: str, value, dtype_hint: dtypes.DType | None = None) -> Operand
     if isinstance(value, Tensor):
         array = value
     elif hasattr(value, "__cuda_array_interface__"):
-        array = Tensor.from_cuda_array(value, dtype=dtype_hint)
+        try:
+            array = Tensor.from_cuda_array(value, dtype=dtype_hint)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{name}: {exc}") from None
     elif isinstance(value, int):  # int subclasses (numpy ints are not int, but IntEnum etc. are)
         return operand(name, int(value), dtype_hint)
     else:
@@ -69,21 +75,25 @@ def stride_arg(name: str, value, hidden: int) -> int:
 
 
 def size(name: str, value, limit: int = INT32_MAX) -> int:
-    """A positive integer size no larger than `limit`."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """A positive integer size no larger than `limit` (Python or numpy integers, not bools)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = operator.index(value)
     if value <= 0 or value > limit:
         raise ValueError(f"{name} must be between 1 and {limit}, got {value}")
     return value
 
 
 def epsilon(value) -> float:
-    """A finite, non-negative epsilon (fp32 accumulation makes tiny values safe in fp16/bf16)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A finite, non-negative epsilon that float32 (the kernels' type) holds; fp32 accumulation makes
+    tiny values safe in fp16/bf16."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"epsilon must be a float, got {type(value).__name__} {value!r}")
     value = float(value)
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"epsilon must be finite and >= 0, got {value}")
+    if value > FLOAT32_MAX:
+        raise ValueError(f"epsilon must fit in float32 (at most {FLOAT32_MAX:.7g}), got {value}")
     return value
 
 
@@ -168,3 +178,112 @@ def same_device(ops: list[Operand], device_ordinal: int) -> None:
     for op in ops:
         if op.array is not None and op.array.device is not None and op.array.device != device_ordinal:
             raise ValueError(f"{op.name} is on device {op.array.device}, but the launch runs on device {device_ordinal}")
+
+
+# --- Launch layouts: the shared validation of the family's ops ------------------------------------
+
+
+@dataclass(frozen=True)
+class Region:
+    """A validated memory argument: its operand, row stride (elements) and byte span [start, end)."""
+
+    op: Operand
+    stride: int
+    span: tuple[int, int]
+
+    @property
+    def ptr(self) -> int:
+        return self.op.ptr
+
+
+def _param_hint(value, explicit: dtypes.DType | None, storage: dtypes.DType | None) -> dtypes.DType | None:
+    """How to read a parameter-gradient array: as `explicit`, else by its own typestr, except raw 2-byte
+    storage (PyTorch's bfloat16 exported as int16), which only the storage dtype can name."""
+    if explicit is not None or type(value) is int:
+        return explicit
+    typestr = getattr(value, "__cuda_array_interface__", {}).get("typestr", "") if not isinstance(value, Tensor) else ""
+    return storage if typestr[1:] in ("i2", "u2", "V2") else None
+
+
+def layout(num_tokens: int, hidden: int, dtype, rows: dict, vectors: dict, params: dict | None = None,
+           params_dtype=None) -> tuple[dtypes.DType, dtypes.DType | None, dict[str, Region]]:
+    """Validate the memory arguments of one launch, in one dtype (see resolve_dtype).
+
+    rows: name -> (value, stride, stride argument's name) for [num_tokens, hidden] operands;
+    vectors: name -> value for [hidden] operands; params: name -> value for [hidden] parameter
+    gradients, in `params_dtype` (default: their arrays' dtype, else the storage dtype), which must
+    be the storage dtype or float32. Returns (dtype, params dtype or None, regions by name).
+    """
+    hint = None if dtype is None else dtypes.get(dtype)
+    ops = {name: operand(name, value, hint) for name, (value, _, _) in rows.items()}
+    ops.update((name, operand(name, value, hint)) for name, value in vectors.items())
+    dt = resolve_dtype(dtype, list(ops.values()))
+    aligned(list(ops.values()), dt)
+    regions = {}
+    for name, (_, stride, stride_name) in rows.items():
+        stride = row_stride(ops[name], stride, stride_name, num_tokens, hidden)
+        regions[name] = Region(ops[name], stride, span(ops[name].ptr, num_tokens, stride, hidden, dt.itemsize))
+    for name in vectors:
+        vector(ops[name], hidden)
+        regions[name] = Region(ops[name], hidden, span(ops[name].ptr, 1, hidden, hidden, dt.itemsize))
+    pdt = None
+    if params:
+        explicit = None if params_dtype is None else dtypes.get(params_dtype)
+        param_ops = [operand(name, value, _param_hint(value, explicit, hint)) for name, value in params.items()]
+        pdt = resolve_dtype(explicit if explicit is not None else _first_dtype(param_ops, dt), param_ops)
+        if pdt not in (dt, dtypes.FLOAT32):
+            raise ValueError(f"{param_ops[0].name} dtype must be {dt.name} (the dtype) or float32, got {pdt.name}")
+        aligned(param_ops, pdt)
+        for op in param_ops:
+            vector(op, hidden)
+            regions[op.name] = Region(op, hidden, span(op.ptr, 1, hidden, hidden, pdt.itemsize))
+    return dt, pdt, regions
+
+
+def _first_dtype(ops: list[Operand], default: dtypes.DType) -> dtypes.DType:
+    return next((op.array.dtype for op in ops if op.array is not None), default)
+
+
+def disjoint(written: list[Region], others: list[Region], in_place=()) -> None:
+    """What a launch writes must not overlap anything else it touches, except exactly the same
+    memory for the (written, other) name pairs in `in_place`."""
+    for i, w in enumerate(written):
+        for other in written[i + 1:] + others:
+            may_alias = (w.op.name, other.op.name) in in_place
+            no_partial_overlap(w.op, w.span, other.op, other.span, may_alias=may_alias)
+
+
+def workspace(value, nbytes: int) -> Region:
+    """A caller's workspace: a device pointer (int, trusted to hold nbytes), a pyrms DeviceBuffer,
+    or a contiguous array (``__cuda_array_interface__``); 16-byte aligned, at least nbytes."""
+    size_ = None
+    if type(value) is int:
+        ptr = value
+    elif hasattr(value, "__cuda_array_interface__"):
+        cai = value.__cuda_array_interface__
+        ptr, itemsize = int(cai["data"][0]), int(cai["typestr"][2:])
+        shape, strides = tuple(cai["shape"]), cai.get("strides")
+        if strides is not None and tuple(strides) != tuple(s * itemsize for s in contiguous_strides(shape)):
+            raise ValueError(f"workspace must be contiguous, got strides {strides} for shape {shape}")
+        size_ = math.prod(shape) * itemsize
+    elif isinstance(getattr(value, "ptr", None), int) and isinstance(getattr(value, "nbytes", None), int):
+        ptr, size_ = value.ptr, value.nbytes
+    else:
+        raise TypeError("workspace must be a device pointer (int), a pyrms.DeviceBuffer or an array with "
+                        f"__cuda_array_interface__, got {type(value).__name__}")
+    if ptr <= 0 or ptr % 16:
+        raise ValueError(f"workspace pointer {ptr:#x} must be non-null and 16-byte aligned")
+    if size_ is not None and size_ < nbytes:
+        raise ValueError(f"workspace has {size_} bytes; this launch needs {nbytes} "
+                         "(pyrms.backward_workspace_bytes)")
+    return Region(Operand("workspace", ptr), 0, (ptr, ptr + nbytes))
+
+
+def multiple(name: str, value, unit: int, default: int) -> int:
+    """A positive int multiple of `unit` (at most INT32_MAX), or `default` for None."""
+    if value is None:
+        return default
+    value = size(name, value)
+    if value % unit:
+        raise ValueError(f"{name} must be a multiple of {unit}, got {value}")
+    return value

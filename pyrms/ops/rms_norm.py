@@ -1,24 +1,27 @@
 """``pyrms.rms_norm``: RMSNorm forward on device pointers or arrays (kernel: cuda_src/rms_norm.cu)."""
 from __future__ import annotations
 
-from .. import driver, dtypes, kernels
+from .. import driver, dtypes, errors, kernels
 from .. import plan as planner
 from . import _operands as check
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 _NAMES = ("out", "input", "weight")
 _DEFAULT_DTYPE = dtypes.BFLOAT16
+_FEW_ROWS = planner.FEW_ROWS
 _launch_configs: dict[tuple, tuple] = {}
 
 
 def launch_config(device, dt, hidden: int, gemma: bool, round_once: bool):
-    """(kernel, threads per block) for one (device, dtype, hidden, options), cached."""
+    """(kernel for many rows, kernel for few rows, threads per block) for one (device, dtype,
+    hidden, options), cached. The two kernels compute the same bits; see plan.FEW_ROWS."""
     key = (device.ordinal, dt, hidden, gemma, round_once)
     config = _launch_configs.get(key)
     if config is None:
         p = planner.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
-        kernel = kernels.get(p.source, p.expression, p.group, _SIGNATURE, device)
-        config = _launch_configs[key] = (kernel, p.block)
+        config = _launch_configs[key] = (kernels.get(p.source, p.expression, p.group, _SIGNATURE, device),
+                                         kernels.get(p.source, p.latency_expression, p.group, _SIGNATURE, device),
+                                         p.block)
     return config
 
 
@@ -43,11 +46,20 @@ def rms_norm(out, input, weight, epsilon, num_tokens, hidden_size, *, dtype=None
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
+    if (type(out) is int and type(input) is int and type(weight) is int and type(num_tokens) is int
+            and type(epsilon) is float and (stream is None or (type(stream) is int and 0 <= stream < 2**64))):
+        try:
+            fast = _fast_config(dtype, hidden_size, input_stride, out_stride, gemma, round_once)
+        except errors.NoDriverError:  # validate first, then report the missing driver
+            fast = None
+        if fast is not None and _launch_raw(fast, out, input, weight, epsilon, num_tokens, stream):
+            return
+    # The general path: arrays, or anything the fast path declined, which is then either valid
+    # after all or raises here with the message that names the bad argument.
     num_tokens = check.size("num_tokens", num_tokens)
     hidden = check.size("hidden_size", hidden_size)
     eps = check.epsilon(epsilon)
     if type(out) is int and type(input) is int and type(weight) is int:
-        # Raw pointers, the hot path: nothing to infer, so only the checks that apply to them.
         dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
@@ -72,5 +84,57 @@ def rms_norm(out, input, weight, epsilon, num_tokens, hidden_size, *, dtype=None
     handle = driver.stream_handle(stream)
     device = driver.selected_device()
     check.same_device([o, x, w], device.ordinal)
-    kernel, block = launch_config(device, dt, hidden, bool(gemma), bool(round_once))
+    many, few, block = launch_config(device, dt, hidden, bool(gemma), bool(round_once))
+    kernel = few if num_tokens <= _FEW_ROWS else many
     kernel.launch(num_tokens, block, (o.ptr, x.ptr, w.ptr, eps, hidden, x_stride, o_stride), handle)
+
+
+# The raw-pointer fast path. The arguments that do not change from call to call in a model
+# (dtype, sizes, strides, options) are validated once per device and remembered; each call then
+# checks only pointers, row count, epsilon, extents and overlaps, inline. Anything unusual is
+# declined (None / False) and handled by the general path above.
+_fast_configs: dict[tuple, tuple | None] = {}
+_FAST_CONFIGS_MAX = 4096
+
+
+def _fast_config(dtype, hidden, input_stride, out_stride, gemma, round_once):
+    device = driver.selected_device()
+    key = (device, dtype, hidden, input_stride, out_stride, gemma, round_once)
+    try:
+        return _fast_configs[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable argument: the general path will say what is wrong with it
+        return None
+    try:
+        hidden = check.size("hidden_size", hidden)
+        dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
+        x_stride = check.stride_arg("input_stride", input_stride, hidden)
+        o_stride = check.stride_arg("out_stride", out_stride, hidden)
+    except (TypeError, ValueError):
+        return None
+    many, few, block = launch_config(device, dt, hidden, bool(gemma), bool(round_once))
+    # Rows past this count could reach 2^59 elements (check.extent); the general path says so.
+    max_rows = (check.INT64_MAX // 16 - hidden) // max(x_stride, o_stride) + 1
+    if len(_fast_configs) >= _FAST_CONFIGS_MAX:  # bounded, whatever shapes a server meets
+        _fast_configs.clear()
+    config = _fast_configs[key] = (many, few, block, dt.itemsize, hidden, x_stride, o_stride,
+                                   min(max_rows, check.INT32_MAX))
+    return config
+
+
+def _launch_raw(config, out, input, weight, epsilon, num_tokens, stream) -> bool:
+    many, few, block, itemsize, hidden, x_stride, o_stride, max_rows = config
+    if not (0 < num_tokens <= max_rows and 0.0 <= epsilon <= check.FLOAT32_MAX):  # NaN fails both
+        return False
+    if out <= 0 or input <= 0 or weight <= 0 or (out | input | weight) % itemsize:
+        return False
+    o_end = out + ((num_tokens - 1) * o_stride + hidden) * itemsize
+    x_end = input + ((num_tokens - 1) * x_stride + hidden) * itemsize
+    if out < x_end and input < o_end and not (out == input and o_stride == x_stride):
+        return False
+    if out < weight + hidden * itemsize and weight < o_end:
+        return False
+    (few if num_tokens <= _FEW_ROWS else many).launch(
+        num_tokens, block, (out, input, weight, epsilon, hidden, x_stride, o_stride), 0 if stream is None else stream)
+    return True

@@ -1,0 +1,49 @@
+// LayerNorm, forward and backward (one file: both are built on the same row statistics).
+//
+//   mean = sum(x) / n,  var = sum((x - mean)^2) / n  (two passes, over registers),  inv = 1 / sqrt(var + eps)
+//   forward:   y  = round_T(((x - mean) * inv) * w + b)      all in fp32, rounded once at the end
+//   backward:  x_hat = (x - mean) * inv,  g = w * dy
+//              dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
+//              dw = sum over rows of dy * x_hat,  db = sum over rows of dy   (fp32, fixed order)
+// Every step is one explicitly rounded fp32 operation (__fsub_rn, __fmul_rn, ...: no FMA), so
+// pyrms.reference.layer_norm_twin and norm_backward_twin reproduce the kernels bit for bit.
+//
+// layer_norm_kernel<T, CACHE>: one block per row, like rms_norm.cu. Pass 1 (pyrms::row_stats) splits
+// the row at the input's 16-byte boundaries and keeps CACHE body vectors per thread in registers for
+// both statistics passes; pass 2 (pyrms::write_row) splits at the output's boundaries, so every body
+// store is 16 bytes wide, and loads input, weight and bias at the widest width their alignment
+// relative to the output allows. In place (out == input) is allowed. The planner picks blockDim.x and
+// CACHE from the hidden size only, so a row's result does not depend on its batch.
+//
+// layer_norm_backward_kernel<T, V> + sum_partials_kernel<OutT>: see norm_backward.cuh (dw and db are
+// two planes of the workspace, summed by two launches of sum_partials_kernel).
+#include "norm_backward.cuh"
+
+namespace pyrms {
+
+template <typename T, int CACHE>
+__global__ void __launch_bounds__(1024, 1) layer_norm_kernel(
+    T* out, const T* input, const T* __restrict__ weight, const T* __restrict__ bias, float epsilon, int hidden,
+    long long input_stride, long long out_stride) {
+    __shared__ float scratch[2][32];
+    const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
+    T* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
+    Pack<T> cached[CACHE > 0 ? CACHE : 1];
+    const RowStats st = row_stats<T, CACHE, true>(in_row, hidden, epsilon, cached, scratch[0], scratch[1]);
+    write_row<T, CACHE, true>(out_row, in_row, weight, bias, hidden, cached, [st](T x, T w, T b) {
+        const float x_hat = __fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv);
+        return from_float<T>(__fadd_rn(__fmul_rn(x_hat, to_float(w)), to_float(b)));
+    });
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(512, 1) layer_norm_backward_kernel(
+    T* grad_input, float* partials, const T* grad_output, const T* input, const T* __restrict__ weight,
+    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
+    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared) {
+    norm_backward_rows<T, V, true, false>(grad_input, partials, grad_output, input, weight, epsilon, rows, hidden,
+                                          grad_input_stride, grad_output_stride, input_stride, chunk_rows,
+                                          rows_per_block, ws_stride, sums_in_shared);
+}
+
+}  // namespace pyrms

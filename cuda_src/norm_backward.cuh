@@ -1,0 +1,255 @@
+// The backward pass of RMSNorm and LayerNorm, shared by rms_norm_backward.cu and layer_norm.cu.
+//
+// With x_hat = (x - mean) * inv (mean = 0 for RMSNorm), g = w * dy (w = 1 + weight for Gemma):
+//   RMSNorm:   dx = inv * (g - x_hat * mean(x_hat * g))
+//   LayerNorm: dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
+//   dweight = sum over rows of dy * x_hat;  dbias (LayerNorm) = sum over rows of dy.
+// Nothing is saved by the forward: each row's statistics are recomputed by pyrms::row_stats, in the
+// forward kernels' order, so with the same block size they equal the forward's bit for bit.
+//
+// Kernel 1 (norm_backward_rows, one block per rows_per_block rows, a multiple of chunk_rows):
+// per row, (1) row_stats, split at the input row's boundaries; (2) the row sums of x_hat*g (and g),
+// and (3) dx and the parameter-gradient terms, both split at the WEIGHT's boundaries: the weight is
+// the one operand whose split is the same in every row, so thread t owns the same columns in every
+// row, and only it ever touches their running sums (no atomics, no barrier). The sums live in
+// shared memory when they fit (sums_in_shared; copied to the chunk's workspace row at the end of
+// the chunk), else directly in that workspace row. x and dy are loaded, and dx stored, at the
+// widest width their alignment relative to the weight allows: 16 bytes when they share its phase,
+// as unpadded contiguous tensors of aligned bases do. V = how many body vectors of x and dy per
+// thread stay in registers between passes (0: re-read them).
+//
+// Kernel 2 (sum_partials_kernel): the sum over chunks, per column, in a fixed order.
+//
+// The dweight order is defined per ROW INDEX, never by the launch: per column, chunk c's partial is
+// ((0 + p[cC]) + p[cC+1]) + ... over its rows in order; then lane y of 32 sums chunks y, y+32, ...
+// in order, and the 32 lane sums are added in lane order. rows_per_block only decides which block
+// computes which chunks, so the result is bitwise the same for every rows_per_block, every run.
+// pyrms.reference.norm_backward_twin reproduces all of it bit for bit.
+//
+// Workspace: P planes (dweight; dbias) of [chunks][ws_stride] floats, 16-byte aligned, ws_stride a
+// multiple of 4 and >= hidden + 7. Column i lives at plane[chunk * ws_stride + phase(weight) + i],
+// which puts every owned body vector on a 16-byte boundary for float4 stores.
+//
+// In place: grad_input may be grad_output or input (exactly the same memory): passes (2) and (3)
+// read and write each element by the same thread, and pass (1)'s reads precede a barrier.
+// Consecutive block sums alternate two scratch buffers, so no barrier beyond block_sum's is needed.
+#pragma once
+#include "common.cuh"
+
+namespace pyrms {
+
+template <bool CENTERED> __device__ __forceinline__ float normalized(float x, const RowStats& st) {
+    return __fmul_rn(CENTERED ? __fsub_rn(x, st.mean) : x, st.inv);
+}
+
+template <bool GEMMA> __device__ __forceinline__ float weighted(float w, float dy) {
+    return __fmul_rn(GEMMA ? __fadd_rn(1.0f, w) : w, dy);
+}
+
+// One element's dx and its dweight term dy * x_hat (its dbias term is dy itself).
+struct ElementGrad {
+    float dx, dweight;
+};
+
+template <bool CENTERED, bool GEMMA>
+__device__ __forceinline__ ElementGrad element_grad(float x, float w, float dy, const RowStats& st,
+                                                    float g_mean, float dot_mean) {
+    const float x_hat = normalized<CENTERED>(x, st);
+    const float g = weighted<GEMMA>(w, dy);
+    const float centered = CENTERED ? __fsub_rn(g, g_mean) : g;
+    return {__fmul_rn(st.inv, __fsub_rn(centered, __fmul_rn(x_hat, dot_mean))), __fmul_rn(dy, x_hat)};
+}
+
+// The running sums of the columns thread t owns: a chunk's dweight (and dbias) partials, in
+// shared memory or directly in the workspace; float4 accesses for the 16-byte aligned body vectors.
+template <int P> struct ColumnSums {
+    float* at;  // column i of plane p at at[p * plane + i]
+    long long plane;
+
+    __device__ __forceinline__ void add(int i, const float (&terms)[P]) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) at[p * plane + i] = __fadd_rn(at[p * plane + i], terms[p]);
+    }
+    // Columns i .. i+3, i on a 16-byte boundary.
+    __device__ __forceinline__ void add4(int i, const float (&terms)[P][4]) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            float4* a = reinterpret_cast<float4*>(at + p * plane + i);
+            float4 v = *a;
+            v.x = __fadd_rn(v.x, terms[p][0]);
+            v.y = __fadd_rn(v.y, terms[p][1]);
+            v.z = __fadd_rn(v.z, terms[p][2]);
+            v.w = __fadd_rn(v.w, terms[p][3]);
+            *a = v;
+        }
+    }
+};
+
+// dst[p * dst_plane + q] = src ? src[p * src_plane + q] : 0 for q < count (1, or N on a 16-byte boundary).
+template <int P, int N>
+__device__ __forceinline__ void copy_columns(float* dst, long long dst_plane, const float* src, long long src_plane,
+                                             int count) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+        if (count == 1) {
+            dst[p * dst_plane] = src ? src[p * src_plane] : 0.0f;
+        } else {
+#pragma unroll
+            for (int q = 0; q < N; q += 4) {
+                *reinterpret_cast<float4*>(dst + p * dst_plane + q) =
+                    src ? *reinterpret_cast<const float4*>(src + p * src_plane + q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
+    }
+}
+
+template <typename T, int V, bool CENTERED, bool GEMMA>
+__device__ __forceinline__ void norm_backward_rows(
+    T* grad_input, float* partials, const T* grad_output, const T* input, const T* __restrict__ weight,
+    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
+    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared) {
+    constexpr int N = Vec<T>::N;
+    constexpr int P = CENTERED ? 2 : 1;  // parameter gradients: dweight (and dbias)
+    constexpr int VC = V > 0 ? V : 1;
+    __shared__ float scratch[2][32];
+    extern __shared__ __align__(16) float shared_sums[];  // P * ws_stride floats when sums_in_shared
+    const int t = threadIdx.x;
+    const int B = blockDim.x;
+    const RowSplit ws = split_row(weight, hidden);  // the columns thread t owns, in every row
+    const int w_phase = vec_phase(weight);
+    const long long plane = (static_cast<long long>(rows) + chunk_rows - 1) / chunk_rows * ws_stride;
+
+    // Every column thread t owns, as (first element, count): prefix, body vectors, tail.
+    auto for_owned = [&](auto&& f) {
+        if (t < ws.pre) f(t, 1);
+        for (int i = t; i < ws.vectors; i += B) f(ws.pre + i * N, N);
+        if (ws.tail + t < hidden) f(ws.tail + t, 1);
+    };
+
+    Pack<T> xc[VC], dyc[VC];
+    // Row indices fit in int (rows <= 2^31 - 1); nothing below computes past `rows`.
+    const int first = static_cast<int>(min(static_cast<long long>(blockIdx.x) * rows_per_block, static_cast<long long>(rows)));
+    const int end = rows - first < rows_per_block ? rows : first + rows_per_block;
+    for (int c0 = first, c1; c0 < end; c0 = c1) {
+        c1 = end - c0 < chunk_rows ? end : c0 + chunk_rows;  // never past end: no int overflow
+        float* part = partials + static_cast<long long>(c0 / chunk_rows) * ws_stride + w_phase;  // this chunk's column 0
+        ColumnSums<P> sums = sums_in_shared ? ColumnSums<P>{shared_sums + w_phase, ws_stride}
+                                               : ColumnSums<P>{part, plane};
+        for_owned([&](int at, int count) { copy_columns<P, N>(sums.at + at, sums.plane, nullptr, 0, count); });
+        for (int r = c0; r < c1; ++r) {
+            const T* x = input + static_cast<long long>(r) * input_stride;
+            const T* dy = grad_output + static_cast<long long>(r) * grad_output_stride;
+            T* dx = grad_input + static_cast<long long>(r) * grad_input_stride;
+
+            // (1) statistics; xc holds the thread's body vectors of x's own split.
+            const RowStats st = row_stats<T, V, CENTERED>(x, hidden, epsilon, xc, scratch[0], scratch[1]);
+
+            // (2) sum of x_hat * g (and of g), over the weight's split.
+            const int rel_x = (vec_phase(x) - w_phase) & (N - 1);
+            const int x_width = load_width<T>(rel_x);
+            const int dy_width = load_width<T>((vec_phase(dy) - w_phase) & (N - 1));
+            float dot = 0.0f, g_sum = 0.0f;
+            auto add = [&](float xv, float wv, float dyv) {
+                const float g = weighted<GEMMA>(wv, dyv);
+                dot = __fadd_rn(dot, __fmul_rn(normalized<CENTERED>(xv, st), g));
+                if (CENTERED) g_sum = __fadd_rn(g_sum, g);
+            };
+            if (t < ws.pre) add(to_float(x[t]), to_float(weight[t]), to_float(dy[t]));
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const int i = t + k * B;
+                if (i < ws.vectors) {
+                    const int at = ws.pre + i * N;
+                    if (rel_x != 0) xc[k] = load_pack(x + at, x_width);  // else xc[k] is already this vector
+                    dyc[k] = load_pack(dy + at, dy_width);
+                    const Pack<T> w = load_aligned(weight + at);
+#pragma unroll
+                    for (int j = 0; j < N; ++j) add(to_float(xc[k].e[j]), to_float(w.e[j]), to_float(dyc[k].e[j]));
+                }
+            }
+            for (int i = t + V * B; i < ws.vectors; i += B) {
+                const int at = ws.pre + i * N;
+                const Pack<T> xv = load_pack(x + at, x_width), dv = load_pack(dy + at, dy_width);
+                const Pack<T> w = load_aligned(weight + at);
+#pragma unroll
+                for (int j = 0; j < N; ++j) add(to_float(xv.e[j]), to_float(w.e[j]), to_float(dv.e[j]));
+            }
+            if (ws.tail + t < hidden) {
+                const int at = ws.tail + t;
+                add(to_float(x[at]), to_float(weight[at]), to_float(dy[at]));
+            }
+            // RMSNorm's stats used scratch[0], LayerNorm's scratch[0] then [1]: keep alternating.
+            const float dot_mean = __fdiv_rn(block_sum(dot, scratch[CENTERED ? 0 : 1]), static_cast<float>(hidden));
+            const float g_mean = CENTERED ? __fdiv_rn(block_sum(g_sum, scratch[1]), static_cast<float>(hidden)) : 0.0f;
+
+            // (3) dx, and the running parameter-gradient sums.
+            const int dx_width = load_width<T>((vec_phase(dx) - w_phase) & (N - 1));
+            auto scalar = [&](int at) {
+                const float dyv = to_float(dy[at]);
+                const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(x[at]), to_float(weight[at]), dyv, st,
+                                                                    g_mean, dot_mean);
+                dx[at] = from_float<T>(e.dx);
+                float terms[P];
+                terms[0] = e.dweight;
+                if constexpr (CENTERED) terms[1] = dyv;
+                sums.add(at, terms);
+            };
+            auto vector = [&](int at, const Pack<T>& xv, const Pack<T>& dv) {
+                const Pack<T> w = load_aligned(weight + at);
+                Pack<T> out;
+#pragma unroll
+                for (int q = 0; q < N; q += 4) {  // four columns at a time: fewer live registers
+                    float terms[P][4];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const float dyv = to_float(dv.e[q + j]);
+                        const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), to_float(w.e[q + j]),
+                                                                            dyv, st, g_mean, dot_mean);
+                        out.e[q + j] = from_float<T>(e.dx);
+                        terms[0][j] = e.dweight;
+                        if constexpr (CENTERED) terms[1][j] = dyv;
+                    }
+                    sums.add4(at + q, terms);
+                }
+                store_pack(dx + at, out, dx_width);
+            };
+            if (t < ws.pre) scalar(t);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                if (t + k * B < ws.vectors) vector(ws.pre + (t + k * B) * N, xc[k], dyc[k]);
+            }
+            for (int i = t + V * B; i < ws.vectors; i += B) {
+                const int at = ws.pre + i * N;
+                vector(at, load_pack(x + at, x_width), load_pack(dy + at, dy_width));
+            }
+            if (ws.tail + t < hidden) scalar(ws.tail + t);
+        }
+        if (sums_in_shared) {  // the chunk's sums of the columns this thread owns, to its workspace row
+            for_owned([&](int at, int count) { copy_columns<P, N>(part + at, plane, sums.at + at, ws_stride, count); });
+        }
+    }
+}
+
+// out[i] = sum over the `chunks` rows of one workspace plane of column i (at plane[c * ws_stride +
+// offset + i]), in the fixed order described above. blockDim = (32, 32): 32 columns per block, 32 lanes
+// per column; each warp reads 32 consecutive floats of one chunk row (coalesced).
+template <typename OutT>
+__global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const float* __restrict__ plane, int hidden,
+                                                            int chunks, long long ws_stride, int offset) {
+    __shared__ float lane_sums[32][32];  // [lane y][column]: a warp (one y) writes, thread y = 0 reads, one row each
+    const int col = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    if (col < hidden) {
+        for (int c = threadIdx.y; c < chunks; c += 32) s = __fadd_rn(s, plane[c * ws_stride + offset + col]);
+    }
+    lane_sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < hidden) {
+        float total = 0.0f;
+#pragma unroll
+        for (int y = 0; y < 32; ++y) total = __fadd_rn(total, lane_sums[y][threadIdx.x]);
+        out[col] = from_float<OutT>(total);
+    }
+}
+
+}  // namespace pyrms

@@ -1,0 +1,29 @@
+// RMSNorm backward, with nothing saved by the forward (GUIDE.md §3; the seed 003 gets it wrong):
+//
+//   inv = 1 / sqrt(mean(x^2) + eps),  x_hat = x * inv,  g = w * dy  (w = 1 + weight for GEMMA, in fp32)
+//   dx  = inv * (g - x_hat * mean(x_hat * g))               rounded once to T
+//   dw  = sum over all rows of dy * x_hat                  fp32, in a fixed order, then T or fp32
+//
+// Kernel 1, rms_norm_backward_kernel<T, V, GEMMA>, writes dx and per-chunk fp32 partial sums of dw;
+// kernel 2, sum_partials_kernel<OutT> (OutT = T, or float for an fp32 dw), sums the partials. Both,
+// the alignment handling and the fixed dw order are described in norm_backward.cuh.
+//
+// inv is recomputed per row by pyrms::row_stats, in rms_norm.cu's order: with the forward's block size
+// (the planner uses it) it is bit for bit the forward's. V = how many 16-byte vectors per thread stay in
+// registers (x, dy and their dw sums); 0 = re-read them, with the running sums in the workspace.
+// The planner picks blockDim.x and V from the hidden size only.
+#include "norm_backward.cuh"
+
+namespace pyrms {
+
+template <typename T, int V, bool GEMMA>
+__global__ void __launch_bounds__(512, 1) rms_norm_backward_kernel(
+    T* grad_input, float* partials, const T* grad_output, const T* input, const T* __restrict__ weight,
+    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
+    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared) {
+    norm_backward_rows<T, V, false, GEMMA>(grad_input, partials, grad_output, input, weight, epsilon, rows, hidden,
+                                           grad_input_stride, grad_output_stride, input_stride, chunk_rows,
+                                           rows_per_block, ws_stride, sums_in_shared);
+}
+
+}  // namespace pyrms

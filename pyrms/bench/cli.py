@@ -1,0 +1,156 @@
+"""The command line of ``python -m pyrms.bench`` and the order of a run's sections."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+from . import config as cfg
+
+PROG = "python -m pyrms.bench"
+EXTRA_OPS = ("fused_add_rms_norm", "rms_norm_backward")
+DEFAULT_EXTRA_OP_SHAPES = (cfg.Shape(16384, 5120),)  # where issue 6 sets their targets
+
+EPILOG = f"""
+sections: the copy ceiling; the shape sweep (each implementation validated, then timed); host time
+per call; CUDA graph capture and replay; the copy ceiling again; the targets of issue 6, each PASS,
+FAIL or N/A with its numbers. Progress goes to stderr, the report to stdout and to OUT/NAME.txt,
+all numbers to OUT/NAME.json, the plot to OUT/NAME.png (when matplotlib is importable).
+
+default shapes: tokens {','.join(map(str, cfg.TOKENS))} x hidden {','.join(map(str, cfg.HIDDEN))}; with
+--quick: tokens {','.join(map(str, cfg.QUICK_TOKENS))} x hidden {','.join(map(str, cfg.QUICK_HIDDEN))}, fewer
+repetitions, torch.compile only at the largest token count (each shape compiles for seconds).
+Without --ops, fused_add_rms_norm and rms_norm_backward run at 16384x5120 only, where their targets
+are, and only if pyrms has them; --ops runs the ops named at every selected shape.
+
+implementations: pyrms, seed (the seed kernel, compiled by NVRTC; hidden/VEC <= 1024 threads only),
+torch (F.rms_norm eager), compile (torch.compile of it), triton (pyrms/bench/triton_rms.py); those
+that cannot run are listed as skipped, with the reason. Exit status: 0 when the run completed, 1 if a
+pyrms output failed validation or the run broke off, 2 for bad arguments or no GPU.
+
+examples:
+  {PROG} --quick
+  {PROG} --shapes 16384x5120,4096x16384 --impls pyrms,triton --out "$OUT"
+  {PROG} --dtypes bf16,fp16,fp32 --tokens 1024,16384 --hidden 5120
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """One line on stderr and exit status 2 (argparse's default prints the whole usage first)."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _typed(parse, what=None):
+    def convert(text):
+        try:
+            return parse(text) if what is None else parse(text, what)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = what or parse.__name__
+    return convert
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="RMSNorm kernels against the device-to-device copy ceiling, the seed "
+                "kernel, PyTorch (eager and torch.compile) and Triton: device time, GB/s, host time, CUDA graphs.",
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a handful of shapes and fewer repetitions: under a minute")
+    g = p.add_argument_group("what to measure")
+    g.add_argument("--tokens", type=_typed(cfg.parse_ints, "--tokens"), metavar="LIST", help="e.g. 1,128,4096")
+    g.add_argument("--hidden", type=_typed(cfg.parse_ints, "--hidden"), metavar="LIST", help="e.g. 5120,8192")
+    g.add_argument("--shapes", type=_typed(cfg.parse_shapes), metavar="LIST",
+                   help="TOKENSxHIDDEN pairs instead of the grid, e.g. 16384x5120,4096x16384")
+    g.add_argument("--dtypes", type=_typed(cfg.parse_dtypes), metavar="LIST", default=("bfloat16",),
+                   help="bf16, fp16, fp32 or all (default bf16)")
+    g.add_argument("--ops", type=_typed(cfg.parse_ops), metavar="LIST",
+                   help="rms_norm, fused_add_rms_norm, rms_norm_backward or all")
+    g.add_argument("--impls", type=_typed(cfg.parse_impls), metavar="LIST", default=cfg.IMPLS,
+                   help="pyrms, seed, torch, compile, triton or all (default all)")
+    g.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
+    g.add_argument("--no-host", action="store_true", help="skip host time per call")
+    g.add_argument("--no-graphs", action="store_true", help="skip CUDA graph capture and replay")
+    t = p.add_argument_group("how to measure")
+    t.add_argument("--rounds", type=_typed(cfg.parse_count), metavar="N", help="passes over all implementations per shape "
+                   "(their spread is the run-to-run spread; default 3, --quick 2)")
+    t.add_argument("--reps", type=_typed(cfg.parse_count), metavar="N", help="samples per implementation per round (default 10, --quick 5)")
+    t.add_argument("--batch", type=_typed(cfg.parse_count), metavar="N", help="launches per sample (default: ~1 ms of work, 3 to 100)")
+    t.add_argument("--host-calls", type=_typed(cfg.parse_count), metavar="N", help="calls per variant in the host timing (default 20000, --quick 5000)")
+    t.add_argument("--copy-mib", type=_typed(cfg.parse_count), default=1024, metavar="MIB",
+                   help="size of the copy that measures the ceiling (default 1024)")
+    t.add_argument("--memory-cap", type=float, default=8.0, metavar="GIB",
+                   help="most device memory for one shape's rotation sets (default 8)")
+    t.add_argument("--epsilon", type=float, default=1e-6, help="default 1e-6")
+    t.add_argument("--seed", type=int, default=0, help="random inputs' seed (default 0)")
+    t.add_argument("--device", type=int, default=0, help="CUDA device ordinal (default 0)")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", type=Path, default=Path("bench/results"), metavar="DIR",
+                   help="directory for NAME.json, NAME.txt, NAME.png (default bench/results)")
+    o.add_argument("--name", metavar="NAME", help="file name stem (default bench-DATE-TIME, with -quick for --quick)")
+    o.add_argument("--no-plot", action="store_true", help="write no PNG")
+    return p
+
+
+def _available_extra_ops() -> tuple[str, ...]:
+    import pyrms
+
+    return tuple(op for op in EXTRA_OPS if hasattr(pyrms, op))
+
+
+def build_config(args, now: datetime.datetime | None = None) -> cfg.Config:
+    """The run an argparse namespace describes; ValueError for combinations argparse cannot check."""
+    if args.shapes and (args.tokens or args.hidden):
+        raise ValueError("--shapes replaces --tokens and --hidden: give one or the other")
+    if args.memory_cap <= 0:
+        raise ValueError(f"--memory-cap must be > 0, got {args.memory_cap}")
+    if not (args.epsilon >= 0 and args.epsilon != float("inf")):
+        raise ValueError(f"--epsilon must be finite and >= 0, got {args.epsilon}")
+    quick = args.quick
+    if args.shapes:
+        shapes = args.shapes
+    else:
+        shapes = cfg.grid(args.tokens or (cfg.QUICK_TOKENS if quick else cfg.TOKENS),
+                          args.hidden or (cfg.QUICK_HIDDEN if quick else cfg.HIDDEN))
+    notes = []
+    if args.ops:
+        ops, extra_shapes = args.ops, None
+    else:
+        available = _available_extra_ops()
+        ops, extra_shapes = ("rms_norm",) + available, DEFAULT_EXTRA_OP_SHAPES
+        missing = [op for op in EXTRA_OPS if op not in available]
+        if missing:
+            notes.append(f"not in this pyrms, so not measured: {', '.join(missing)}")
+    compile_tokens = None
+    if quick and "compile" in args.impls:
+        compile_tokens = max(s.tokens for s in shapes)
+        notes.append(f"--quick: torch.compile runs only for rms_norm at {compile_tokens} tokens (each shape "
+                     "compiles for seconds); run without --quick for every shape")
+    now = now or datetime.datetime.now()
+    stem = args.name or f"bench-{now:%Y%m%d-%H%M%S}" + ("-quick" if quick else "")
+    return cfg.Config(
+        shapes=shapes, dtypes=args.dtypes, ops=ops, impls=args.impls, quick=quick,
+        rounds=args.rounds or (2 if quick else 3), reps=args.reps or (5 if quick else 10), batch=args.batch,
+        sweep=not args.no_sweep, host=not args.no_host, graphs=not args.no_graphs,
+        host_calls=args.host_calls or (5000 if quick else 20000), memory_cap_gib=args.memory_cap, copy_mib=args.copy_mib,
+        epsilon=args.epsilon, seed=args.seed, device=args.device, out_dir=args.out, stem=stem,
+        plot=not args.no_plot, extra_op_shapes=extra_shapes, compile_tokens=compile_tokens, notes=notes)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = build_config(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    from .. import driver
+
+    reason = driver.unavailable_reason()
+    if reason is not None:
+        print(f"{PROG}: no CUDA GPU available: {reason}", file=sys.stderr)
+        return 2
+    from .run import run
+
+    return run(config, argv)

@@ -1,0 +1,158 @@
+"""Shape grids, implementation and dtype names, and parsing of the command line's lists (pure)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ops as ops_mod
+
+TOKENS = (1, 5, 32, 128, 1024, 4096, 16384, 32768)
+HIDDEN = (4096, 5120, 8192, 16384)
+QUICK_TOKENS = (1, 128, 4096, 16384)
+QUICK_HIDDEN = (5120, 8192)
+
+IMPLS = ("pyrms", "seed", "torch", "compile", "triton")
+OTHER_IMPLS = ("torch", "compile", "triton")  # "best other": the fastest of these
+IMPL_ALIASES = {"eager": "torch", "torch.compile": "compile", "torch_compile": "compile", "inductor": "compile"}
+IMPL_LABELS = {"pyrms": "pyrms", "seed": "seed", "torch": "torch eager", "compile": "torch.compile",
+               "triton": "Triton"}
+DTYPE_NAMES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
+               "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32"}
+DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+OP_ALIASES = {"forward": "rms_norm", "fused_add": "fused_add_rms_norm", "backward": "rms_norm_backward"}
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    tokens: int
+    hidden: int
+
+    def __str__(self) -> str:
+        return f"{self.tokens}x{self.hidden}"
+
+
+def grid(tokens, hidden) -> tuple[Shape, ...]:
+    return tuple(Shape(t, h) for h in hidden for t in tokens)
+
+
+def _positive(text: str, what: str) -> int:
+    text = text.strip()
+    if not re.fullmatch(r"\d+", text) or int(text) < 1:
+        raise ValueError(f"{what}: {text!r} is not a positive integer")
+    return int(text)
+
+
+def parse_ints(text: str, what: str) -> tuple[int, ...]:
+    """'1,5,32' -> (1, 5, 32); ValueError naming the bad item."""
+    items = [item for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"{what}: empty list")
+    values = tuple(_positive(item, what) for item in items)
+    return tuple(sorted(set(values)))
+
+
+def parse_shapes(text: str) -> tuple[Shape, ...]:
+    """'4096x5120,16384x8192' (x, X, × or * between tokens and hidden) -> Shapes."""
+    shapes = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        parts = re.split(r"[xX×*]", item)
+        if len(parts) != 2:
+            raise ValueError(f"--shapes: {item!r} is not TOKENSxHIDDEN (e.g. 4096x5120)")
+        shapes.append(Shape(_positive(parts[0], "--shapes tokens"), _positive(parts[1], "--shapes hidden")))
+    if not shapes:
+        raise ValueError("--shapes: empty list")
+    return tuple(sorted(set(shapes), key=lambda s: (s.hidden, s.tokens)))
+
+
+def parse_names(text: str, what: str, allowed, aliases=None) -> tuple[str, ...]:
+    """A comma list of names from ``allowed`` (or 'all'), aliases resolved, order of ``allowed`` kept."""
+    aliases = aliases or {}
+    chosen = set()
+    for item in (i.strip().lower() for i in text.split(",")):
+        if not item:
+            continue
+        if item == "all":
+            chosen.update(allowed)
+            continue
+        name = aliases.get(item, item)
+        if name not in allowed:
+            raise ValueError(f"{what}: {item!r} is not one of {', '.join(allowed)} (or 'all')")
+        chosen.add(name)
+    if not chosen:
+        raise ValueError(f"{what}: empty list")
+    return tuple(name for name in allowed if name in chosen)
+
+
+def parse_ops(text: str) -> tuple[str, ...]:
+    return parse_names(text, "--ops", tuple(ops_mod.OPS), OP_ALIASES)
+
+
+def parse_impls(text: str) -> tuple[str, ...]:
+    return parse_names(text, "--impls", IMPLS, IMPL_ALIASES)
+
+
+def parse_count(text: str) -> int:
+    """One positive integer (rounds, repetitions, batch sizes, calls)."""
+    return _positive(text, "count")
+
+
+def parse_dtypes(text: str) -> tuple[str, ...]:
+    names = parse_names(text, "--dtypes", tuple(DTYPE_NAMES), {})
+    return tuple(dict.fromkeys(DTYPE_NAMES[n] for n in names))
+
+
+@dataclass
+class Config:
+    """Everything one run does; built by cli.build_config from the command line."""
+
+    shapes: tuple[Shape, ...]
+    dtypes: tuple[str, ...] = ("bfloat16",)
+    ops: tuple[str, ...] = ("rms_norm",)
+    impls: tuple[str, ...] = IMPLS
+    quick: bool = False
+    rounds: int = 3
+    reps: int = 10
+    batch: int | None = None
+    sweep: bool = True
+    host: bool = True
+    graphs: bool = True
+    host_calls: int = 20000
+    copy_mib: int = 1024
+    memory_cap_gib: float = 8.0
+    l2_factor: float = 2.0
+    epsilon: float = 1e-6
+    seed: int = 0
+    device: int = 0
+    out_dir: Path = Path("bench/results")
+    stem: str = "bench"
+    plot: bool = True
+    extra_op_shapes: tuple[Shape, ...] | None = None  # fused add / backward shapes (None: same as shapes)
+    compile_tokens: int | None = None  # torch.compile only for rms_norm at this token count (None: everywhere)
+    notes: list[str] = field(default_factory=list)
+
+    def shapes_for(self, op: str) -> tuple[Shape, ...]:
+        if op != "rms_norm" and self.extra_op_shapes is not None:
+            return self.extra_op_shapes
+        return self.shapes
+
+    def impls_for(self, op: str) -> tuple[str, ...]:
+        return tuple(i for i in self.impls if i in ops_mod.get(op).impls)
+
+    def compile_at(self, op: str, shape: Shape) -> bool:
+        """Whether torch.compile runs for ``op`` at ``shape`` (--quick: rms_norm at one token count)."""
+        return self.compile_tokens is None or (op == "rms_norm" and shape.tokens == self.compile_tokens)
+
+    @property
+    def json_path(self) -> Path:
+        return self.out_dir / f"{self.stem}.json"
+
+    @property
+    def text_path(self) -> Path:
+        return self.out_dir / f"{self.stem}.txt"
+
+    @property
+    def plot_path(self) -> Path:
+        return self.out_dir / f"{self.stem}.png"

@@ -1,0 +1,206 @@
+"""Host cost per call, and CUDA graph capture of pyrms launches against the same launches made one by one.
+
+Host time: calls are made in batches of BATCH on a small shape (1 x 4096 bf16); each batch starts
+with an idle device and an empty launch queue (synchronized outside the timed region), so the
+device, which runs a small launch in a couple of microseconds, can never push back on the host.
+perf_counter around each batch / BATCH; median over batches, the variants interleaved batch by batch.
+
+The bare launch is the floor: ``cuda.bindings.driver.cuLaunchKernel`` called directly on the very
+kernel, grid, block and arguments that ``pyrms.rms_norm`` launched (recorded by wrapping
+``pyrms.launch.Kernel.launch`` for one call), packed once. This file imports cuda.bindings itself for
+that comparison only; pyrms's own code reaches the driver through pyrms.driver.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import operator
+import time
+
+import numpy as np
+
+import pyrms
+
+from .. import driver, dtypes, launch
+from ..tensor import Tensor
+from . import problem as problem_mod
+from . import stats
+
+BATCH = 200
+HOST_SHAPE = (1, 4096)
+GRAPH_LAUNCHES = 100
+GRAPH_SHAPES = ((1, 4096), (128, 5120))
+
+
+@contextlib.contextmanager
+def recorded_launches():
+    """Every pyrms Kernel.launch inside the block, as (kernel, grid, block, args, stream, shared_bytes)."""
+    calls = []
+    original = launch.Kernel.launch
+
+    def recording(self, grid, block, args, stream=None, shared_bytes=0):
+        calls.append((self, grid, block, tuple(args), stream, shared_bytes))
+        return original(self, grid, block, args, stream, shared_bytes)
+
+    launch.Kernel.launch = recording
+    try:
+        yield calls
+    finally:
+        launch.Kernel.launch = original
+
+
+def _dims3(value) -> tuple[int, int, int]:
+    dims = (operator.index(value),) if not isinstance(value, (tuple, list)) else tuple(map(operator.index, value))
+    return dims + (1,) * (3 - len(dims))
+
+
+def _cuda_bindings_driver():
+    """The raw binding: the comparison point, with nothing of pyrms in between (a function, so that
+    the CPU tests can put their stand-in driver here)."""
+    from cuda.bindings import driver as cu
+
+    return cu
+
+
+def bare_launcher(call):
+    """A function making ``call``'s launch through cuLaunchKernel with arguments packed once."""
+    cu = _cuda_bindings_driver()
+    kernel, grid, block, args, stream, shared = call
+    pack = launch.ArgPack(kernel.signature, kernel.name)
+    address = pack.pack(args)
+    gx, gy, gz = _dims3(grid)
+    bx, by, bz = _dims3(block)
+    handle, stream = kernel.handle, driver.stream_handle(stream)
+    cu_launch = cu.cuLaunchKernel
+
+    def bare():
+        result = cu_launch(handle, gx, gy, gz, bx, by, bz, shared, stream, address, 0)
+        if result[0]:
+            raise RuntimeError(f"cuLaunchKernel failed: {result[0]!r}")
+
+    bare.pack = pack  # keeps the packed arguments alive with the function
+    return bare
+
+
+def _time_batches(variants: dict, batches: int) -> dict[str, list[float]]:
+    """µs per call of each variant, one sample per batch, variants interleaved."""
+    samples = {name: [] for name in variants}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(batches):
+            for name, fn in variants.items():
+                driver.synchronize()
+                start = time.perf_counter()
+                for _ in range(BATCH):
+                    fn()
+                samples[name].append((time.perf_counter() - start) * 1e6 / BATCH)
+        driver.synchronize()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return samples
+
+
+def host_overhead(ctx, device, rng, calls: int, epsilon: float) -> dict:
+    """Host µs per call: bare cuLaunchKernel, pyrms's Kernel.launch, pyrms.rms_norm on raw ints, torch eager."""
+    tokens, hidden = HOST_SHAPE
+    dt = dtypes.BFLOAT16
+    nbytes = stats.pad(tokens * hidden * dt.itemsize)
+    out: dict = {"shape": [tokens, hidden], "dtype": dt.name, "calls_per_batch": BATCH}
+    with driver.DeviceBuffer(nbytes, device) as x, driver.DeviceBuffer(nbytes, device) as y, \
+            driver.DeviceBuffer(stats.pad(hidden * dt.itemsize), device) as w:
+        problem_mod.fill_random(x.ptr, nbytes, dt, rng)
+        problem_mod.fill_random(w.ptr, w.nbytes, dt, rng)
+        stream = ctx.stream
+
+        def pyrms_call():
+            pyrms.rms_norm(y.ptr, x.ptr, w.ptr, epsilon, tokens, hidden, dtype="bfloat16", stream=stream)
+
+        pyrms_call()  # compiles and loads (not timed)
+        driver.synchronize()
+        with recorded_launches() as calls_made:
+            pyrms_call()
+        driver.synchronize()
+        variants = {}
+        if len(calls_made) == 1:
+            kernel, grid, block, args, kstream, shared = calls_made[0]
+            variants["bare"] = bare_launcher(calls_made[0])
+            variants["kernel_launch"] = lambda: kernel.launch(grid, block, args, kstream, shared)
+        else:
+            out["bare_reason"] = f"pyrms.rms_norm made {len(calls_made)} Kernel.launch calls, expected 1"
+        variants["pyrms"] = pyrms_call
+        if ctx.torch is not None:
+            torch = ctx.torch
+            F = torch.nn.functional
+            as_torch = lambda ptr, shape: torch.as_tensor(Tensor(ptr, shape, dt, device=device.ordinal)).view(torch.bfloat16)
+            tx, tw = as_torch(x.ptr, (tokens, hidden)), as_torch(w.ptr, (hidden,))
+            variants["torch"] = lambda: F.rms_norm(tx, (hidden,), tw, epsilon)
+        else:
+            out["torch_reason"] = ctx.torch_reason
+        _time_batches(variants, 2)  # warm-up
+        batches = max(5, calls // BATCH)
+        samples = _time_batches(variants, batches)
+        variants.clear()  # the torch views must not outlive the buffers under them
+    out["batches"] = batches
+    out["samples_us"] = samples
+    out["per_call_us"] = {name: float(np.median(v)) for name, v in samples.items()}
+    out["spread"] = {name: float((np.percentile(v, 90) - np.percentile(v, 10)) / np.median(v))
+                     for name, v in samples.items()}
+    return out
+
+
+def graphs(ctx, device, rng, reps: int, epsilon: float) -> dict:
+    """GRAPH_LAUNCHES pyrms.rms_norm launches (one per rotation set) captured on a pyrms Stream and
+    replayed, against the same launches made one by one on that stream; outputs compared bit for bit."""
+    results = []
+    dt = dtypes.BFLOAT16
+    with driver.Stream(device) as stream, driver.Event(device=device) as e0, driver.Event(device=device) as e1:
+        for tokens, hidden in GRAPH_SHAPES:
+            row_bytes = tokens * hidden * dt.itemsize
+            stride = stats.pad(row_bytes)
+            n = GRAPH_LAUNCHES
+            with driver.DeviceBuffer(n * stride, device) as xs, driver.DeviceBuffer(n * stride, device) as ys, \
+                    driver.DeviceBuffer(stats.pad(hidden * dt.itemsize), device) as w:
+                problem_mod.fill_random(xs.ptr, xs.nbytes, dt, rng)
+                problem_mod.fill_random(w.ptr, w.nbytes, dt, rng)
+
+                def all_launches():
+                    for i in range(n):
+                        pyrms.rms_norm(ys.ptr + i * stride, xs.ptr + i * stride, w.ptr, epsilon, tokens, hidden,
+                                       dtype="bfloat16", stream=stream)
+
+                all_launches()  # compile, load, warm
+                stream.synchronize()
+                one_by_one = np.empty(ys.nbytes, np.uint8)
+                driver.memcpy_dtoh(one_by_one, ys.ptr)
+                with driver.capture(stream) as graph:
+                    all_launches()
+                try:
+                    driver.memset_d8(ys.ptr, problem_mod.POISON, ys.nbytes)
+                    graph.launch(stream)  # instantiates
+                    stream.synchronize()
+                    replayed = np.empty(ys.nbytes, np.uint8)
+                    driver.memcpy_dtoh(replayed, ys.ptr)
+                    same = bool(np.array_equal(one_by_one, replayed))
+                    modes = {"one_by_one": all_launches, "graph": lambda: graph.launch(stream)}
+                    timings = {m: {"host_us": [], "device_us": [], "end_to_end_us": []} for m in modes}
+                    for _ in range(reps):
+                        for mode, fn in modes.items():
+                            stream.synchronize()
+                            t0 = time.perf_counter()
+                            e0.record(stream)
+                            fn()
+                            e1.record(stream)
+                            t1 = time.perf_counter()
+                            stream.synchronize()
+                            t2 = time.perf_counter()
+                            timings[mode]["host_us"].append((t1 - t0) * 1e6)
+                            timings[mode]["device_us"].append(e1.elapsed_ms(e0) * 1e3)
+                            timings[mode]["end_to_end_us"].append((t2 - t0) * 1e6)
+                finally:
+                    graph.close()
+            medians = {m: {k: float(np.median(v)) for k, v in t.items()} for m, t in timings.items()}
+            results.append({"tokens": tokens, "hidden": hidden, "dtype": dt.name, "launches": n,
+                            "graph_output_matches": same, "median": medians, "samples": timings})
+    return {"shapes": results}

@@ -1,0 +1,300 @@
+"""What a run prints and writes: the header that explains the columns, the tables, the host and
+graph sections, the targets, the JSON and the plot. Pure functions of the results, but for the files."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from . import ops as ops_mod
+from . import targets as targets_mod
+from .config import DTYPE_SHORT, IMPL_LABELS, OTHER_IMPLS
+from .results import FAILED, OK, SKIPPED, best_of, find
+
+DASH = "-"
+SHORT_LABELS = {"pyrms": "pyrms", "seed": "seed", "torch": "eager", "compile": "compile", "triton": "triton"}
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.0f} MiB"
+
+
+def header(info: dict, ceiling, ops_run) -> str:
+    d, v = info["device"], info["versions"]
+    cc = "".join(map(str, d["compute_capability"]))
+    versions = ", ".join(f"{k} {v[k]}" for k in ("cuda_driver", "nvrtc", "cuda-bindings", "torch", "triton") if v.get(k))
+    lines = [
+        "pyrms.bench: RMSNorm against the copy ceiling and against other implementations",
+        f"device:  {d['name']} (sm_{cc}, {d['multiprocessors']} SMs, L2 {_mib(d['l2_bytes'])}, "
+        f"{d['memory_bytes'] / 1e9:.0f} GB); {versions}",
+        f"command: {info['command']}",
+    ]
+    if ceiling is not None:
+        s = ceiling.summary
+        lines.append(f"copy ceiling: {ceiling.gbps:.0f} GB/s = (read + write) bytes of a {_mib(ceiling.copy_bytes)} "
+                     f"device-to-device copy / its median time ({s.median:.1f} us, p10-p90 {s.p10:.1f}-{s.p90:.1f} us)")
+    lines += [
+        "",
+        "How to read the tables. RMSNorm is memory-bound: its floor is the bytes a call must move over the copy",
+        "ceiling. Bytes per call (T tokens, H hidden, in the storage dtype):",
+    ]
+    for name in ops_run:
+        lines.append(f"  {name}: {ops_mod.get(name).formula}")
+    lines += [
+        "  floor us  the bytes / copy ceiling: no kernel runs much faster",
+        "  us        device time per launch, median: CUDA events around batches of back-to-back launches queued",
+        "            behind a spin kernel (so host time is excluded), inputs rotated over > 2x L2 (so none is cached)",
+        "  GB/s      bytes / median time;  %ceil: GB/s / copy ceiling",
+        "  +-%       run-to-run spread: (max - min of the per-round medians) / median; rounds are whole passes",
+        "            over all implementations, so a difference smaller than this is noise",
+        "  xbest     (fastest of torch eager, torch.compile, Triton) time / pyrms time: > 1 means pyrms is faster",
+        "  xseed     seed kernel time / pyrms time: > 1 means pyrms is faster",
+        f"  {DASH}         not run (reason under the table); FAIL: output failed validation, never timed",
+        "Every implementation's output was checked against a float64 reference before it was timed.",
+    ]
+    return "\n".join(lines)
+
+
+def _cell(rec, fmt, value) -> str:
+    if rec is None:
+        return DASH
+    if rec.status == FAILED:
+        return "FAIL"
+    if rec.status != OK or rec.median_us is None:
+        return DASH
+    return fmt.format(value(rec))
+
+
+def _shapes(records, op, dtype):
+    return sorted({(r.hidden, r.tokens) for r in records if r.op == op and r.dtype == dtype})
+
+
+def _impls(records, op, dtype, order):
+    present = {r.impl for r in records if r.op == op and r.dtype == dtype}
+    return [i for i in order if i in present]
+
+
+def table(records, op: str, dtype: str, ceiling_gbps: float, impl_order) -> str:
+    """Bandwidth table: pyrms in detail, the others' GB/s, and the ratios."""
+    impls = _impls(records, op, dtype, impl_order)
+    others = [i for i in impls if i != "pyrms"]
+    with_best = any(i in OTHER_IMPLS for i in others)
+    with_seed = "seed" in others
+    title = f"{op} {dtype}: GB/s per implementation (copy ceiling {ceiling_gbps:.0f} GB/s)"
+    head = (f"{'tokens':>6} {'hidden':>6} {'MB':>8} {'floor us':>9} | {'pyrms us':>9} {'GB/s':>6} {'%ceil':>5} {'+-%':>5} |"
+            + "".join(f" {SHORT_LABELS[i]:>7}" for i in others) + " |"
+            + (f" {'xbest':>6}" if with_best else "") + (f" {'xseed':>6}" if with_seed else ""))
+    lines = [title, head, "-" * len(head)]
+    for hidden, tokens in _shapes(records, op, dtype):
+        mine = find(records, op, dtype, tokens, hidden, "pyrms", ok_only=False)
+        any_rec = next(r for r in records if (r.op, r.dtype, r.tokens, r.hidden) == (op, dtype, tokens, hidden))
+        nbytes = any_rec.bytes
+        row = f"{tokens:>6} {hidden:>6} {nbytes / 1e6:>8.2f} {nbytes / ceiling_gbps / 1e3:>9.2f} |"
+        row += f" {_cell(mine, '{:9.2f}', lambda r: r.median_us):>9}"
+        timed = mine is not None and mine.status == OK
+        row += f" {_cell(mine, '{:6.0f}', lambda r: r.gbps) if timed else DASH:>6}"
+        row += f" {_cell(mine, '{:5.0%}', lambda r: r.gbps / ceiling_gbps) if timed else DASH:>5}"
+        row += f" {_cell(mine, '{:5.1%}', lambda r: r.summary.spread) if timed else DASH:>5} |"
+        for i in others:
+            rec = find(records, op, dtype, tokens, hidden, i, ok_only=False)
+            row += f" {_cell(rec, '{:7.0f}', lambda r: r.gbps):>7}"
+        ok_mine = find(records, op, dtype, tokens, hidden, "pyrms")
+        best = best_of(records, op, dtype, tokens, hidden, OTHER_IMPLS)
+        seed = find(records, op, dtype, tokens, hidden, "seed")
+        xbest = f"{best.median_us / ok_mine.median_us:.2f}" if ok_mine and best else DASH
+        xseed = f"{seed.median_us / ok_mine.median_us:.2f}" if ok_mine and seed else DASH
+        lines.append(row + " |" + (f" {xbest:>6}" if with_best else "") + (f" {xseed:>6}" if with_seed else ""))
+    return "\n".join(lines + _reasons(records, op, dtype))
+
+
+def latency_table(records, op: str, dtype: str, impl_order) -> str:
+    """Device time per launch (median µs) of every implementation, with its spread."""
+    impls = _impls(records, op, dtype, impl_order)
+    head = f"{'tokens':>6} {'hidden':>6} |" + "".join(f" {IMPL_LABELS[i]:>15}" for i in impls)
+    lines = [f"{op} {dtype}: device time per launch, us (median +- run-to-run spread)", head, "-" * len(head)]
+    for hidden, tokens in _shapes(records, op, dtype):
+        row = f"{tokens:>6} {hidden:>6} |"
+        for i in impls:
+            rec = find(records, op, dtype, tokens, hidden, i, ok_only=False)
+            cell = _cell(rec, "{}", lambda r: f"{r.median_us:.2f} +-{r.summary.spread:.0%}")
+            row += f" {cell:>15}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def _reasons(records, op, dtype) -> list[str]:
+    """One line per distinct (implementation, status, reason), with the shapes it applies to."""
+    groups: dict = {}
+    for r in records:
+        if r.op == op and r.dtype == dtype and r.status in (SKIPPED, FAILED):
+            groups.setdefault((r.impl, r.status, r.reason), []).append(f"{r.tokens}x{r.hidden}")
+    lines = []
+    for (impl, status, reason), shapes in groups.items():
+        where = ", ".join(shapes) if len(shapes) <= 6 else f"{len(shapes)} shapes"
+        lines.append(f"  {IMPL_LABELS[impl]} {status} at {where}: {reason}")
+    notes = sorted({n for r in records if r.op == op and r.dtype == dtype for n in r.notes
+                    if n.startswith("dγ not validated")})
+    redone = sum(r.host_bound for r in records if r.op == op and r.dtype == dtype)
+    if redone:
+        notes.append(f"{redone} samples were redone with a longer spin: the host had not queued the batch in time")
+    return lines + [f"  note: {n}" for n in notes]
+
+
+def host_section(host: dict | None) -> str:
+    if not host:
+        return ""
+    if "per_call_us" not in host:
+        return f"Host time per call: not measured ({host.get('reason', 'unknown')})"
+    us, spread = host["per_call_us"], host["spread"]
+    t, h = host["shape"]
+    labels = {"bare": "bare cuLaunchKernel, arguments packed once (the floor)",
+              "kernel_launch": "pyrms Kernel.launch (the launch layer alone)",
+              "pyrms": "pyrms.rms_norm on raw ints (validation + plan + launch)",
+              "torch": "torch eager F.rms_norm"}
+    lines = [f"Host time per call ({t}x{h} {host['dtype']}; {host['batches']} batches of {host['calls_per_batch']} calls, "
+             "each batch starting on an idle device so the GPU never holds the host back; median, p10-p90 spread):"]
+    base = us.get("bare")
+    for name, value in us.items():
+        ratio = f"  {value / base:5.2f} x bare" if base else ""
+        lines.append(f"  {labels.get(name, name):<58} {value:7.2f} us +-{spread[name]:.0%}{ratio}")
+    for key in ("bare_reason", "torch_reason"):
+        if key in host:
+            lines.append(f"  ({host[key]})")
+    return "\n".join(lines)
+
+
+def graph_section(graphs: dict | None) -> str:
+    if not graphs:
+        return ""
+    if "shapes" not in graphs:
+        return f"CUDA graphs: not measured ({graphs.get('reason', 'unknown')})"
+    lines = ["CUDA graphs: N pyrms.rms_norm launches captured on a pyrms Stream (pyrms.driver.capture) and replayed,",
+             "against the same N launches made one by one on that stream (medians; host = time to queue them,",
+             "device span = first to last event on the GPU, end to end = queue + wait for completion):",
+             f"  {'shape':>10} {'N':>4} {'mode':>11} {'host us':>9} {'device us':>10} {'end-to-end us':>14} {'per launch':>11}"]
+    for s in graphs["shapes"]:
+        shape = f"{s['tokens']}x{s['hidden']}"
+        for mode, label in (("one_by_one", "one by one"), ("graph", "graph")):
+            m = s["median"][mode]
+            lines.append(f"  {shape:>10} {s['launches']:>4} {label:>11} {m['host_us']:9.1f} {m['device_us']:10.1f} "
+                         f"{m['end_to_end_us']:14.1f} {m['end_to_end_us'] / s['launches']:9.2f}us")
+            shape = ""
+        speed = s["median"]["one_by_one"]["end_to_end_us"] / s["median"]["graph"]["end_to_end_us"]
+        same = "identical" if s["graph_output_matches"] else "DIFFERENT (a bug)"
+        lines.append(f"  {'':>10} graph replay {speed:.2f}x faster end to end; its output is {same} to one-by-one's")
+    return "\n".join(lines)
+
+
+def targets_section(targets) -> str:
+    counts = targets_mod.tally(targets)
+    lines = [f"Targets of issue 6: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['N/A']} N/A (not measured here)"]
+    for t in targets:
+        lines.append(f"  {t.status:<4}  {t.text}: {t.detail}")
+    return "\n".join(lines)
+
+
+def full_text(info, ceiling, ceiling_end, records, host, graphs, targets, config, elapsed_s, files) -> str:
+    from .config import IMPLS
+
+    parts = [header(info, ceiling, config.ops)]
+    parts += [f"note: {n}" for n in config.notes]
+    if ceiling is not None:
+        for op in dict.fromkeys(r.op for r in records):
+            for dtype in dict.fromkeys(r.dtype for r in records if r.op == op):
+                parts.append(latency_table(records, op, dtype, IMPLS))
+                parts.append(table(records, op, dtype, ceiling.gbps, IMPLS))
+    parts += [host_section(host), graph_section(graphs)]
+    if ceiling is not None and ceiling_end is not None:
+        drift = ceiling_end.gbps / ceiling.gbps - 1
+        parts.append(f"copy ceiling again at the end: {ceiling_end.gbps:.0f} GB/s ({drift:+.1%} from the start)")
+    parts.append(targets_section(targets))
+    if files:
+        parts.append("wrote: " + ", ".join(str(f) for f in files))
+    parts.append(f"finished in {elapsed_s:.1f} s")
+    return "\n\n".join(p for p in parts if p)
+
+
+def to_json(info, config, ceiling, ceiling_end, records, host, graphs, targets, elapsed_s, partial) -> dict:
+    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()}
+    cfg["shapes"] = [str(s) for s in config.shapes]
+    if config.extra_op_shapes is not None:
+        cfg["extra_op_shapes"] = [str(s) for s in config.extra_op_shapes]
+    gbps = ceiling.gbps if ceiling is not None else None
+    return {
+        "schema": 1, "partial": partial, **info, "config": cfg, "elapsed_s": elapsed_s,
+        "copy_ceiling": ceiling.to_dict() if ceiling is not None else None,
+        "copy_ceiling_end": ceiling_end.to_dict() if ceiling_end is not None else None,
+        "results": [r.to_dict(gbps) for r in records],
+        "host_overhead": host, "graphs": graphs,
+        "targets": [t.to_dict() for t in targets],
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Atomically: a partial file is never left half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def write_plot(path: Path, records, ceiling_gbps: float, title: str) -> str | None:
+    """GB/s against tokens, one panel per (op, dtype, hidden) that has timed results, one line per
+    implementation, the copy ceiling as a dashed line. Returns None when written, else why not."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:
+        return f"no plot: matplotlib is not importable ({type(exc).__name__})"
+    import textwrap
+
+    from .config import IMPLS
+
+    timed = [r for r in records if r.status == OK and r.gbps]
+    panels: dict = {}
+    for r in timed:
+        panels.setdefault((r.op, r.dtype), set()).add(r.hidden)
+    if not panels:
+        return "no plot: nothing was timed"
+    groups = list(panels)
+    cols = max(len(h) for h in panels.values())
+    fig, axes = plt.subplots(len(groups), cols, figsize=(4.2 * cols, 3.4 * len(groups)), squeeze=False, sharey="row")
+    markers = {"pyrms": "o", "seed": "s", "torch": "^", "compile": "v", "triton": "D"}
+    legend: dict = {}
+    for row, (op, dtype) in enumerate(groups):
+        hiddens = sorted(panels[(op, dtype)])
+        for col in range(cols):
+            ax = axes[row][col]
+            if col >= len(hiddens):
+                ax.set_visible(False)
+                continue
+            hidden = hiddens[col]
+            tokens = set()
+            for impl in IMPLS:
+                points = sorted((r.tokens, r.gbps) for r in timed if (r.op, r.dtype, r.hidden, r.impl) == (op, dtype, hidden, impl))
+                if points:
+                    tokens.update(t for t, _ in points)
+                    line, = ax.plot(*zip(*points), marker=markers[impl], linewidth=2.2 if impl == "pyrms" else 1.2,
+                                    markersize=5, zorder=3 if impl == "pyrms" else 2)
+                    legend.setdefault(IMPL_LABELS[impl], line)
+            ceiling = ax.axhline(ceiling_gbps, color="black", linestyle="--", linewidth=1)
+            legend.setdefault(f"copy ceiling ({ceiling_gbps:.0f} GB/s)", ceiling)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sorted(tokens), [str(t) for t in sorted(tokens)], fontsize=7)
+            ax.minorticks_off()
+            ax.set_ylim(0, ceiling_gbps * 1.08)
+            ax.set_title(f"{op} {DTYPE_SHORT[dtype]}, hidden {hidden}", fontsize=9)
+            ax.set_xlabel("tokens", fontsize=8)
+            if col == 0:
+                ax.set_ylabel("GB/s (bytes moved / device time)", fontsize=8)
+            ax.grid(True, alpha=0.3)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=len(legend), fontsize=8, frameon=False)
+    fig.suptitle("\n".join(textwrap.wrap(title, 140)), fontsize=9)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None

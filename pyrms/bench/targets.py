@@ -1,0 +1,148 @@
+"""Issue 6's targets, checked against one run's numbers: PASS, FAIL or N/A (not measured), each with
+the numbers that decided it (pure)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import DTYPE_SHORT, IMPL_LABELS, OTHER_IMPLS
+from .results import best_of, find
+
+# bf16 forward, fraction of the copy ceiling, by (tokens, hidden)
+FORWARD_CEILING = {(16384, 5120): 0.95, (32768, 8192): 0.95, (4096, 16384): 0.95,
+                   (4096, 5120): 0.85, (4096, 8192): 0.85}
+VS_OTHERS_MIN_TOKENS = 1024
+SLOW_OTHER_FRACTION = 0.85   # where the best other reaches less than this fraction of the ceiling...
+SLOW_OTHER_SPEEDUP = 1.10    # ...pyrms must be this much faster
+LATENCY_MAX_TOKENS = 128
+LATENCY_VS_SEED = 0.7        # pyrms device time per launch <= 0.7 x the seed kernel's
+EXTRA_OP_SHAPE = (16384, 5120)
+EXTRA_OP_CEILING = {"fused_add_rms_norm": 0.90, "rms_norm_backward": 0.80}
+HOST_VS_BARE = 1.3
+
+PASS, FAIL, NA = "PASS", "FAIL", "N/A"
+
+
+@dataclass(frozen=True)
+class Target:
+    group: str
+    text: str     # the target, in words
+    status: str   # PASS | FAIL | N/A
+    detail: str   # the numbers
+
+    def to_dict(self) -> dict:
+        return {"group": self.group, "target": self.text, "status": self.status, "detail": self.detail}
+
+
+def _shape(t: int, h: int) -> str:
+    return f"{t}x{h}"
+
+
+def _ceiling_targets(records, ceiling: float) -> list[Target]:
+    out = []
+    for (t, h), frac in FORWARD_CEILING.items():
+        text = f"bf16 rms_norm {_shape(t, h)}: pyrms >= {frac:.2f} x copy ceiling"
+        r = find(records, "rms_norm", "bfloat16", t, h, "pyrms")
+        if r is None:
+            out.append(Target("ceiling", text, NA, "not measured in this run"))
+            continue
+        ratio = r.gbps / ceiling
+        out.append(Target("ceiling", text, PASS if ratio >= frac else FAIL,
+                          f"{r.gbps:.0f} GB/s = {ratio:.3f} x {ceiling:.0f} GB/s"))
+    for op, frac in EXTRA_OP_CEILING.items():
+        t, h = EXTRA_OP_SHAPE
+        text = f"bf16 {op} {_shape(t, h)}: pyrms >= {frac:.2f} x copy ceiling (its own bytes)"
+        r = find(records, op, "bfloat16", t, h, "pyrms")
+        if r is None:
+            failed = find(records, op, "bfloat16", t, h, "pyrms", ok_only=False)
+            why = f"{failed.status}: {failed.reason}" if failed is not None else "not measured in this run"
+            out.append(Target("ceiling", text, NA if failed is None or failed.status == "skipped" else FAIL, why))
+            continue
+        ratio = r.gbps / ceiling
+        out.append(Target("ceiling", text, PASS if ratio >= frac else FAIL,
+                          f"{r.gbps:.0f} GB/s = {ratio:.3f} x {ceiling:.0f} GB/s"))
+    return out
+
+
+def _vs_others_targets(records, ceiling: float) -> list[Target]:
+    out = []
+    shapes = sorted({(r.dtype, r.tokens, r.hidden) for r in records
+                     if r.op == "rms_norm" and r.tokens >= VS_OTHERS_MIN_TOKENS})
+    for dtype, t, h in shapes:
+        text = f"{DTYPE_SHORT[dtype]} rms_norm {_shape(t, h)}: pyrms no slower than the fastest other"
+        mine = find(records, "rms_norm", dtype, t, h, "pyrms")
+        best = best_of(records, "rms_norm", dtype, t, h, OTHER_IMPLS)
+        if mine is None or best is None:
+            missing = "pyrms" if mine is None else "no other implementation"
+            out.append(Target("vs others", text, NA, f"{missing} timed at this shape"))
+            continue
+        tolerance = max(mine.summary.spread, best.summary.spread)
+        speedup = best.median_us / mine.median_us
+        best_frac = best.gbps / ceiling
+        detail = (f"pyrms {mine.median_us:.2f} us vs {IMPL_LABELS[best.impl]} {best.median_us:.2f} us "
+                  f"({best_frac:.2f} x ceiling): {speedup:.3f}x, spread +-{tolerance * 100:.1f}%")
+        ok = mine.median_us <= best.median_us * (1 + tolerance)
+        if best_frac < SLOW_OTHER_FRACTION:
+            text += f", and >= {SLOW_OTHER_SPEEDUP:.2f}x it (it is under {SLOW_OTHER_FRACTION} x ceiling)"
+            ok = ok and speedup >= SLOW_OTHER_SPEEDUP
+        out.append(Target("vs others", text, PASS if ok else FAIL, detail))
+    return out
+
+
+def _latency_targets(records) -> list[Target]:
+    out = []
+    shapes = sorted({(r.dtype, r.tokens, r.hidden) for r in records
+                     if r.op == "rms_norm" and r.tokens <= LATENCY_MAX_TOKENS})
+    for dtype, t, h in shapes:
+        text = f"{DTYPE_SHORT[dtype]} rms_norm {_shape(t, h)}: pyrms device time per launch <= {LATENCY_VS_SEED} x seed's"
+        mine = find(records, "rms_norm", dtype, t, h, "pyrms")
+        seed = find(records, "rms_norm", dtype, t, h, "seed")
+        if mine is None or seed is None:
+            raw = find(records, "rms_norm", dtype, t, h, "seed" if mine is not None else "pyrms", ok_only=False)
+            why = f"{raw.impl} {raw.status}: {raw.reason}" if raw is not None and raw.reason else "not timed"
+            out.append(Target("latency", text, NA, why))
+            continue
+        ratio = mine.median_us / seed.median_us
+        out.append(Target("latency", text, PASS if ratio <= LATENCY_VS_SEED else FAIL,
+                          f"pyrms {mine.median_us:.2f} us / seed {seed.median_us:.2f} us = {ratio:.3f}"))
+    return out
+
+
+def _host_targets(host: dict | None) -> list[Target]:
+    text_bare = f"host: pyrms.rms_norm (raw ints) <= {HOST_VS_BARE} x bare cuLaunchKernel per call"
+    text_torch = "host: pyrms.rms_norm (raw ints) < torch eager F.rms_norm per call"
+    if not host or "per_call_us" not in host:
+        reason = (host or {}).get("reason", "not measured in this run")
+        return [Target("host", text_bare, NA, reason), Target("host", text_torch, NA, reason)]
+    us = host["per_call_us"]
+    out = []
+    if "pyrms" in us and "bare" in us:
+        ratio = us["pyrms"] / us["bare"]
+        out.append(Target("host", text_bare, PASS if ratio <= HOST_VS_BARE else FAIL,
+                          f"{us['pyrms']:.2f} us / {us['bare']:.2f} us = {ratio:.2f}"))
+    else:
+        out.append(Target("host", text_bare, NA, host.get("bare_reason", "bare launch not measured")))
+    if "pyrms" in us and "torch" in us:
+        ratio = us["pyrms"] / us["torch"]
+        out.append(Target("host", text_torch, PASS if us["pyrms"] < us["torch"] else FAIL,
+                          f"{us['pyrms']:.2f} us vs {us['torch']:.2f} us ({ratio:.2f})"))
+    else:
+        out.append(Target("host", text_torch, NA, host.get("torch_reason", "PyTorch not measured")))
+    return out
+
+
+def evaluate(records, ceiling_gbps: float | None, host: dict | None = None) -> list[Target]:
+    """Every target of issue 6 that this run can speak to."""
+    out = []
+    if ceiling_gbps:
+        out += _ceiling_targets(records, ceiling_gbps)
+        out += _vs_others_targets(records, ceiling_gbps)
+    out += _latency_targets(records)
+    out += _host_targets(host)
+    return out
+
+
+def tally(targets) -> dict[str, int]:
+    counts = {PASS: 0, FAIL: 0, NA: 0}
+    for t in targets:
+        counts[t.status] += 1
+    return counts

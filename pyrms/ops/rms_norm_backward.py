@@ -1,0 +1,44 @@
+"""``pyrms.rms_norm_backward``: dx and dweight of RMSNorm (kernels: cuda_src/rms_norm_backward.cu)."""
+from __future__ import annotations
+
+from ._backward import norm_backward
+
+
+def rms_norm_backward(grad_input, grad_weight, grad_output, input, weight, epsilon, num_tokens, hidden_size, *,
+                      dtype=None, grad_output_stride=None, input_stride=None, grad_input_stride=None, gemma=False,
+                      grad_weight_dtype=None, workspace=None, rows_per_block=None, stream=None):
+    """The gradients of ``y = rms_norm(input, weight)`` for the upstream gradient ``grad_output``:
+
+        r = 1 / sqrt(mean(x^2) + epsilon),  x_hat = x * r,  g = weight * dy   (1 + weight with gemma)
+        grad_input  = r * (g - x_hat * mean(x_hat * g))        per row, fp32, rounded once to the dtype
+        grad_weight = sum over all rows of dy * x_hat          fp32, in a fixed order, rounded once
+
+    Nothing from the forward is needed: r is recomputed per row. grad_weight is summed over chunks of
+    16 rows, then over chunks, in an order fixed by the row indices alone, so it is bitwise the same
+    from run to run and for every ``rows_per_block`` (a multiple of 16; only the launch shape, for
+    tuning and tests). The rounding options of the forward do not apply: this is the gradient of the
+    exact function.
+
+    Memory arguments: raw device pointers (int), pyrms Tensors, or ``__cuda_array_interface__``
+    objects. grad_input, grad_output, input: [num_tokens, hidden_size], contiguous along the hidden
+    dimension, each with its own row stride (``*_stride``, default: the array's, or hidden_size);
+    weight, grad_weight: [hidden_size]. Any element alignment of any pointer. grad_input may be
+    grad_output or input (in place); everything else must be disjoint. grad_weight is written in the
+    dtype, or in float32 with ``grad_weight_dtype='float32'`` (or a float32 array). ``dtype``,
+    ``stream``, ``epsilon``: as in ``pyrms.rms_norm``.
+
+    Workspace: ``pyrms.backward_workspace_bytes(num_tokens, hidden_size)`` bytes of fp32 scratch. By
+    default pyrms keeps one per (device, stream handle), grown as needed and reused, freed by
+    ``pyrms.release_workspaces()``; pass ``workspace=`` (a 16-byte aligned pointer, DeviceBuffer or
+    array you own) to manage it yourself, as CUDA graph capture requires, and as does destroying a
+    stream before its backward passes finish (a new stream may get the old one's handle).
+
+    Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
+    the argument. Two launches are queued on ``stream``, asynchronously.
+    """
+    norm_backward(layer_norm=False, grad_input=grad_input, grad_weight=grad_weight, grad_bias=None,
+                  grad_output=grad_output, input=input, weight=weight, epsilon=epsilon, num_tokens=num_tokens,
+                  hidden_size=hidden_size, dtype=dtype, grad_output_stride=grad_output_stride,
+                  input_stride=input_stride, grad_input_stride=grad_input_stride, gemma=gemma,
+                  grad_weight_dtype=grad_weight_dtype, workspace=workspace, rows_per_block=rows_per_block,
+                  stream=stream)

@@ -1,0 +1,624 @@
+"""Hostile inputs across pyrms's public API: each one, the exception it must raise and its message.
+
+One list, two users: tests/test_hostile_inputs.py runs every case as a test, and tools/hostile_table.py
+runs them all and writes docs/hostile_inputs.md.
+
+Every case runs with a launch sentinel armed: ``pyrms.driver.launch_kernel`` (the only way to
+``cuLaunchKernel``) is replaced by a function that counts the attempt and raises LaunchAttempted, so
+an input that gets past validation fails its case on any machine, with or without a GPU, instead of
+launching on made-up pointers. A case needs one of three environments:
+
+- "nothing": the machine as it is. These inputs are refused before the driver is touched, so on a
+  machine without a driver they raise their error, not NoDriverError.
+- "device": a device. On the CPU a FakeDriver stands in (one sm_90 device with 64 MiB, host memory as
+  device memory; nothing is compiled: pyrms.kernels.get hands out kernels whose launches hit the
+  sentinel); ``run_case(real_device=True)`` uses the real driver instead (tests marked gpu).
+- "no-driver": a cuda.bindings whose every call fails as it does where libcuda is missing.
+
+A case with ``bug`` set shows a defect: ``exc``/``message`` say what pyrms should raise, ``actual``
+what it raises today; its test is an expected failure until the defect is fixed.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import math
+import shutil
+import sys
+import tempfile
+import threading
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from cuda.bindings import driver as real_cu
+
+import pyrms
+from pyrms import compiler, driver, errors, headers, kernels, launch
+from pyrms.tensor import Tensor
+
+A, B, W = 1 << 20, 2 << 20, 3 << 20  # made-up, 16-byte aligned device addresses: never dereferenced
+G = 4 << 20  # another made-up address, far from the others (gradients, biases)
+OK = real_cu.CUresult.CUDA_SUCCESS
+
+
+class LaunchAttempted(Exception):
+    """A hostile input got as far as cuLaunchKernel."""
+
+
+class CliExit(Exception):
+    """A command line's main() ended: its exit status and the last line it wrote to stderr."""
+
+    def __init__(self, code, stderr: str):
+        self.code = code
+        lines = stderr.strip().splitlines()
+        super().__init__(f"exit status {code}: {lines[-1] if lines else ''}")
+
+
+# --- stand-ins for the driver ---------------------------------------------------------------------
+
+
+class FakeDriver:
+    """Enough of cuda.bindings.driver for the cases that need a device: one sm_90 device with 64 MiB
+    (free memory counts what is allocated), host memory as device memory, streams and events as numbered handles. Statuses, handle
+    types and enums are the real ones, and so are the argument conversions that matter here: a size
+    of 2**64 or more does not fit cuMemAlloc's size_t (OverflowError, as in cuda.bindings)."""
+
+    def __init__(self):
+        self.free, self.total = 64 << 20, 80 << 20
+        self.blocks: dict[int, ctypes.Array] = {}
+        self.handles = 0x100
+        self.current = threading.local()
+
+    def __getattr__(self, name):
+        if name.startswith("cu"):
+            raise AttributeError(f"FakeDriver has no {name}")
+        return getattr(real_cu, name)
+
+    def _handle(self, kind):
+        self.handles += 0x10
+        return kind(self.handles)
+
+    def cuInit(self, flags): return (OK,)
+    def cuDeviceGetCount(self): return (OK, 1)
+    def cuDeviceGet(self, ordinal): return (OK, real_cu.CUdevice(ordinal))
+    def cuDeviceGetName(self, length, dev): return (OK, b"Fake H200\0")
+    def cuDeviceTotalMem(self, dev): return (OK, self.total)
+
+    def cuDeviceGetAttribute(self, attribute, dev):
+        a = real_cu.CUdevice_attribute
+        return (OK, {a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
+                     a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0}.get(attribute, 1024))
+
+    def cuDevicePrimaryCtxRetain(self, dev): return (OK, real_cu.CUcontext(0xC000))
+    def cuCtxGetCurrent(self): return (OK, real_cu.CUcontext(getattr(self.current, "ctx", 0)))
+
+    def cuCtxSetCurrent(self, ctx):
+        self.current.ctx = int(ctx)
+        return (OK,)
+
+    def cuCtxPushCurrent(self, ctx):
+        self.current.saved = getattr(self.current, "ctx", 0)
+        self.current.ctx = int(ctx)
+        return (OK,)
+
+    def cuCtxPopCurrent(self):
+        ctx, self.current.ctx = getattr(self.current, "ctx", 0), getattr(self.current, "saved", 0)
+        return (OK, real_cu.CUcontext(ctx))
+
+    def cuCtxSynchronize(self): return (OK,)
+    def cuMemGetInfo(self): return (OK, self.free - sum(len(b) for b in self.blocks.values()), self.total)
+
+    def cuMemAlloc(self, nbytes):
+        if not 0 <= nbytes < 2**64:
+            raise OverflowError("Python int too large to convert to C unsigned long")  # cuda.bindings' size_t
+        if nbytes > self.cuMemGetInfo()[1]:
+            return (real_cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY, real_cu.CUdeviceptr(0))
+        block = (ctypes.c_char * nbytes)()
+        self.blocks[ctypes.addressof(block)] = block
+        return (OK, real_cu.CUdeviceptr(ctypes.addressof(block)))
+
+    def cuMemFree(self, ptr):
+        self.blocks.pop(int(ptr), None)
+        return (OK,)
+
+    def cuPointerGetAttribute(self, attribute, ptr):
+        for start, block in self.blocks.items():
+            if start <= int(ptr) < start + len(block):
+                return (OK, 0)
+        return (real_cu.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+
+    def cuStreamCreate(self, flags): return (OK, self._handle(real_cu.CUstream))
+    def cuStreamDestroy(self, stream): return (OK,)
+    def cuStreamSynchronize(self, stream): return (OK,)
+    def cuEventCreate(self, flags): return (OK, self._handle(real_cu.CUevent))
+    def cuEventDestroy(self, event): return (OK,)
+    def cuEventRecord(self, event, stream): return (OK,)
+    def cuEventSynchronize(self, event): return (OK,)
+    def cuEventElapsedTime(self, start, end): return (OK, 0.5)
+    def cuFuncSetAttribute(self, function, attribute, value): return (OK,)
+    def cuGetErrorName(self, status): return (OK, status.name.encode())
+    def cuGetErrorString(self, status): return (OK, b"out of memory" if "MEMORY" in status.name else b"error")
+
+
+class MissingDriver:
+    """cuda.bindings where libcuda cannot be loaded: every driver call raises, as the real one does."""
+
+    def __getattr__(self, name):
+        if name.startswith("cu"):
+            def missing(*args, **kwargs):
+                raise RuntimeError('"cuda" is an NVIDIA driver library and can only be found via system search '
+                                   "(simulated: libcuda.so.1 not found)")
+            return missing
+        return getattr(real_cu, name)
+
+
+class _Saved:
+    """Module attributes replaced for a while and put back, whatever happens in between."""
+
+    def __init__(self):
+        self.saved = []
+
+    def set(self, obj, name, value):
+        self.saved.append((obj, name, getattr(obj, name)))
+        setattr(obj, name, value)
+
+    def restore(self):
+        for obj, name, value in reversed(self.saved):
+            setattr(obj, name, value)
+        self.saved.clear()
+
+
+def _fresh_driver_state(saved: _Saved, cu) -> None:
+    """A driver module talking to `cu`, with no device, kernel or workspace cached from before."""
+    from pyrms.ops import _backward, _workspace
+
+    rms = sys.modules["pyrms.ops.rms_norm"]  # the package re-exports the function under the same name
+    saved.set(driver, "_cu", cu)
+    saved.set(driver, "_initialized", False)
+    saved.set(driver, "_init_failure", None)
+    saved.set(driver, "_devices", {})
+    saved.set(driver, "_selected", threading.local())
+    saved.set(launch, "_modules", {})
+    saved.set(launch, "_launch_context", threading.local())
+    saved.set(kernels, "_kernels", {})
+    saved.set(rms, "_fast_configs", {})
+    saved.set(rms, "_launch_configs", {})
+    saved.set(_backward, "_opted_in", set())
+    saved.set(_workspace, "_slots", {})
+
+
+@dataclass
+class Outcome:
+    raised: str | None  # exception class name, None if the call returned
+    message: str
+    launches: int  # attempts to reach cuLaunchKernel (must be 0)
+    exception: BaseException | None = None
+
+
+@contextlib.contextmanager
+def environment(needs: str, real_device: bool = False):
+    """The environment a case needs (see the module docstring), the launch sentinel armed; yields
+    the list that collects launch attempts."""
+    attempts: list[tuple] = []
+
+    def sentinel(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params_address):
+        attempts.append((gx, bx, stream))
+        raise LaunchAttempted(f"a launch of grid {gx} x block {bx} reached cuLaunchKernel")
+
+    saved = _Saved()
+    fake_owned: list[weakref.ref] = []
+    try:
+        saved.set(driver, "launch_kernel", sentinel)
+        if needs == "no-driver":
+            _fresh_driver_state(saved, MissingDriver())
+        elif needs == "device" and not real_device:
+            _fresh_driver_state(saved, FakeDriver())
+            saved.set(kernels, "get", lambda source, expression, group, signature, device=None:
+                      launch.Kernel(0xF00D, expression, signature, None))
+            own = driver._Owned._own
+
+            def own_and_track(obj, device, resources):
+                own(obj, device, resources)
+                fake_owned.append(weakref.ref(obj))
+
+            saved.set(driver._Owned, "_own", own_and_track)
+        elif needs not in ("nothing", "device"):
+            raise ValueError(f"unknown environment {needs!r}")
+        yield attempts
+    finally:
+        # Streams, events and buffers of the fake device must never be released through the real
+        # driver: their finalizers go before the real driver comes back.
+        for ref in fake_owned:
+            obj = ref()
+            if obj is not None:
+                obj._finalizer.detach()
+                obj._closed = True
+        saved.restore()
+
+
+def run_case(case: "Case", real_device: bool = False) -> Outcome:
+    """Run one case in its environment; never raises (the outcome says what happened)."""
+    with environment(case.needs, real_device) as attempts:
+        try:
+            case.call()
+        except BaseException as exc:  # noqa: BLE001 - the outcome is the point
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return Outcome(type(exc).__name__, str(exc), len(attempts), exc)
+        return Outcome(None, "returned without an exception", len(attempts))
+
+
+# --- helpers for building hostile calls -----------------------------------------------------------
+
+
+class FakeArray:
+    """A minimal __cuda_array_interface__ producer (what PyTorch or CuPy expose); made-up memory."""
+
+    def __init__(self, ptr, shape, typestr="<f2", strides=None, **extra):
+        self.__cuda_array_interface__ = dict(shape=shape, typestr=typestr, data=(ptr, False), strides=strides,
+                                             version=3, **extra)
+
+
+class RawInterface:
+    """An object whose __cuda_array_interface__ is whatever it is given, however malformed."""
+
+    def __init__(self, interface):
+        self.__cuda_array_interface__ = interface
+
+
+def rms(**overrides):
+    """pyrms.rms_norm on made-up pointers, 4 rows of 64, with some arguments replaced."""
+    args = dict(out=A, input=B, weight=W, epsilon=1e-6, num_tokens=4, hidden_size=64)
+    args.update(overrides)
+    positional = [args.pop(k) for k in ("out", "input", "weight", "epsilon", "num_tokens", "hidden_size")]
+    return pyrms.rms_norm(*positional, **args)
+
+
+def rms_arrays(**overrides):
+    """pyrms.rms_norm on float16 arrays (made-up memory), with some arguments replaced."""
+    args = dict(out=FakeArray(A, (4, 64)), input=FakeArray(B, (4, 64)), weight=FakeArray(W, (64,)))
+    args.update(overrides)
+    return rms(**args)
+
+
+def backward(**overrides):
+    """pyrms.rms_norm_backward on made-up pointers, 4 rows of 64."""
+    args = dict(grad_input=A, grad_weight=G, grad_output=B, input=B + 65536, weight=W, epsilon=1e-6,
+                num_tokens=4, hidden_size=64)
+    args.update(overrides)
+    names = ("grad_input", "grad_weight", "grad_output", "input", "weight", "epsilon", "num_tokens", "hidden_size")
+    return pyrms.rms_norm_backward(*[args.pop(k) for k in names], **args)
+
+
+def closed(obj):
+    obj.close()
+    return obj
+
+
+def view_of_freed():
+    tensor = Tensor.empty((4, 64), "bfloat16")
+    view = tensor.view(0)
+    tensor.close()
+    rms(input=view)
+
+
+def cli(main, argv):
+    """Run a command line's main(argv) in this process; always raises CliExit with what it ended with."""
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    raise CliExit(code, err.getvalue())
+
+
+def bench(*argv):
+    from pyrms.bench.cli import main
+    return cli(main, list(argv))
+
+
+def demo(*argv):
+    from pyrms.demo import main
+    return cli(main, list(argv))
+
+
+@contextlib.contextmanager
+def _no_headers():
+    """Nowhere to find CUDA headers: pathfinder finds nothing, the only toolkit root is empty."""
+    empty = Path(tempfile.mkdtemp(prefix="pyrms-no-cuda-"))
+    saved = _Saved()
+    try:
+        saved.set(headers, "_pathfinder_dir", lambda name: None)
+        saved.set(headers, "_toolkit_roots", lambda: [str(empty)])
+        headers.find.cache_clear()
+        compiler._header_fingerprint.cache_clear()
+        yield empty
+    finally:
+        saved.restore()
+        headers.find.cache_clear()
+        compiler._header_fingerprint.cache_clear()
+        shutil.rmtree(empty, ignore_errors=True)
+
+
+def compile_without_headers():
+    with _no_headers():
+        compiler.compile_source("rms_norm.cu", arch="sm_90", name_expressions=["pyrms::rms_norm_kernel<float, 0, false, false, false>"])
+
+
+# --- the cases ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    api: str  # the public entry point
+    input: str  # what is hostile about the input, in words
+    call: Callable[[], object]
+    exc: type[BaseException]
+    message: str  # a substring of the message
+    needs: str = "nothing"  # "nothing", "device" or "no-driver"
+    bug: str | None = None  # what is wrong today, where exc/message describe what should happen
+    actual: str | None = None  # with bug: the exception raised today and a substring of its message
+
+
+
+CASES = [
+    # --- pyrms.rms_norm: pointers -------------------------------------------------------------------
+    Case("null-out", "pyrms.rms_norm", "out = 0 (null pointer)", lambda: rms(out=0), ValueError,
+         "out must be a non-null device pointer, got 0"),
+    Case("negative-pointer", "pyrms.rms_norm", "input = -16", lambda: rms(input=-16), ValueError,
+         "input must be a non-null device pointer, got -16"),
+    Case("none-weight", "pyrms.rms_norm", "weight = None", lambda: rms(weight=None), TypeError,
+         "weight must be a device pointer (int), a pyrms.Tensor or an object with __cuda_array_interface__, got None"),
+    Case("float-pointer", "pyrms.rms_norm", "out = 3.5", lambda: rms(out=3.5), TypeError,
+         "out must be a device pointer (int), a pyrms.Tensor or an object with __cuda_array_interface__, got float"),
+    Case("odd-weight", "pyrms.rms_norm", "weight at an odd address (not element aligned)", lambda: rms(weight=W + 1),
+         ValueError, "weight pointer 0x300001 is not aligned to 2 bytes, as bfloat16 elements must be"),
+    Case("host-array", "pyrms.rms_norm", "input is a numpy array in host memory",
+         lambda: rms(input=np.zeros((4, 64), np.float16)), TypeError,
+         "input must be a device pointer (int), a pyrms.Tensor or an object with __cuda_array_interface__, got ndarray"),
+    Case("partial-overlap", "pyrms.rms_norm", "out starts one element into input (partial overlap)", lambda: rms(out=B + 2),
+         ValueError, "out and input overlap; they must be disjoint or exactly the same memory (in place)"),
+    Case("out-over-weight", "pyrms.rms_norm", "out overlaps weight", lambda: rms(weight=A + 64), ValueError,
+         "out and weight overlap; they must be disjoint"),
+    # --- sizes -------------------------------------------------------------------------------------
+    Case("zero-tokens", "pyrms.rms_norm", "num_tokens = 0", lambda: rms(num_tokens=0), ValueError,
+         "num_tokens must be between 1 and 2147483647, got 0"),
+    Case("negative-tokens", "pyrms.rms_norm", "num_tokens = -3", lambda: rms(num_tokens=-3), ValueError,
+         "num_tokens must be between 1 and 2147483647, got -3"),
+    Case("zero-hidden", "pyrms.rms_norm", "hidden_size = 0", lambda: rms(hidden_size=0), ValueError,
+         "hidden_size must be between 1 and 2147483647, got 0"),
+    Case("negative-hidden", "pyrms.rms_norm", "hidden_size = -64", lambda: rms(hidden_size=-64), ValueError,
+         "hidden_size must be between 1 and 2147483647, got -64"),
+    Case("tokens-over-int32", "pyrms.rms_norm", "num_tokens = 2**31", lambda: rms(num_tokens=2**31), ValueError,
+         "num_tokens must be between 1 and 2147483647, got 2147483648"),
+    Case("bool-hidden", "pyrms.rms_norm", "hidden_size = True", lambda: rms(hidden_size=True), TypeError,
+         "hidden_size must be an int, got bool True"),
+    Case("str-hidden", "pyrms.rms_norm", "hidden_size = '64'", lambda: rms(hidden_size="64"), TypeError,
+         "hidden_size must be an int, got str '64'"),
+    Case("product-overflow", "pyrms.rms_norm", "(2**31-1) x (2**31-1) elements: 2^62, byte offsets overflow int64",
+         lambda: rms(num_tokens=2**31 - 1, hidden_size=2**31 - 1), ValueError,
+         "input spans 2147483647 rows of stride 2147483647: more than 2^59 elements"),
+    Case("stride-overflow", "pyrms.layer_norm", "input_stride = 2**62 (4 rows: 2^64 elements)",
+         lambda: pyrms.layer_norm(A, B, W, G, 1e-6, 4, 64, input_stride=2**62), ValueError,
+         "input spans 4 rows of stride 4611686018427387904: more than 2^59 elements"),
+    Case("stride-over-int64", "pyrms.rms_norm", "out_stride = 2**64", lambda: rms(out_stride=2**64), ValueError,
+         "out_stride must be between 1 and 9223372036854775807, got 18446744073709551616"),
+    Case("stride-below-hidden", "pyrms.rms_norm", "input_stride = 63 < hidden_size 64", lambda: rms(input_stride=63),
+         ValueError, "input_stride must be >= hidden_size (64) so rows do not overlap, got 63"),
+    Case("residual-stride-below-hidden", "pyrms.fused_add_rms_norm", "residual_stride = 10 < hidden_size 64",
+         lambda: pyrms.fused_add_rms_norm(A, B, W, 1e-6, 4, 64, residual_stride=10), ValueError,
+         "residual_stride must be >= hidden_size (64) so rows do not overlap, got 10"),
+    Case("grad-input-stride", "pyrms.rms_norm_backward", "grad_input_stride = 1 < hidden_size 64",
+         lambda: backward(grad_input_stride=1), ValueError,
+         "grad_input_stride must be >= hidden_size (64) so rows do not overlap, got 1"),
+    # --- dtypes ------------------------------------------------------------------------------------
+    Case("dtype-int8", "pyrms.rms_norm", "dtype = 'int8'", lambda: rms(dtype="int8"), ValueError,
+         "dtype 'int8' is not supported; allowed: bfloat16, float16, float32"),
+    Case("dtype-float64", "pyrms.rms_norm", "dtype = numpy.float64", lambda: rms(dtype=np.float64), ValueError,
+         "dtype float64 is not supported; allowed: bfloat16, float16, float32"),
+    Case("dtype-object", "pyrms.rms_norm", "dtype = object()", lambda: rms(dtype=object()), TypeError,
+         "dtype must be a string, numpy dtype or pyrms DType, got <object object"),
+    Case("grad-weight-dtype", "pyrms.rms_norm_backward", "grad_weight_dtype = 'float16' for bfloat16 data",
+         lambda: backward(grad_weight_dtype="float16"), ValueError,
+         "grad_weight dtype must be bfloat16 (the dtype) or float32, got float16"),
+    # --- arrays that disagree with the arguments ---------------------------------------------------
+    Case("array-shape", "pyrms.rms_norm", "input array of shape (4, 65) for hidden_size 64",
+         lambda: rms_arrays(input=FakeArray(B, (4, 65))), ValueError, "input has shape (4, 65), expected (4, 64)"),
+    Case("array-3d", "pyrms.rms_norm", "input array of shape (2, 2, 64)",
+         lambda: rms_arrays(input=FakeArray(B, (2, 2, 64))), ValueError, "input has shape (2, 2, 64), expected (4, 64)"),
+    Case("array-dtype", "pyrms.rms_norm", "input float32 while out and weight are float16",
+         lambda: rms_arrays(input=FakeArray(B, (4, 64), typestr="<f4")), ValueError,
+         "input has dtype float32, but the dtype is float16"),
+    Case("array-dtype-argument", "pyrms.rms_norm", "float16 arrays with dtype='bfloat16'",
+         lambda: rms_arrays(dtype="bfloat16"), ValueError, "out: array typestr '<f2' is float16, but dtype='bfloat16' was given"),
+    Case("array-typestr-f8", "pyrms.rms_norm", "input typestr '<f8'",
+         lambda: rms_arrays(input=FakeArray(B, (4, 64), typestr="<f8")), ValueError,
+         "input: array typestr '<f8' is not supported"),
+    Case("array-raw-2-byte", "pyrms.rms_norm", "input typestr '<i2' without dtype='bfloat16'",
+         lambda: rms_arrays(input=FakeArray(B, (4, 64), typestr="<i2")), ValueError,
+         "input: typestr '<i2' is raw 2-byte data: pass dtype='bfloat16'"),
+    Case("array-strides-unaligned", "pyrms.rms_norm", "input row stride of 129 bytes (not whole elements)",
+         lambda: rms_arrays(input=FakeArray(B, (4, 64), strides=(129, 2))), ValueError,
+         "input: stride 129 bytes of dimension 0 is not a multiple of the 2-byte float16 element"),
+    Case("array-non-contiguous", "pyrms.rms_norm", "input with stride 2 elements along hidden",
+         lambda: rms_arrays(input=FakeArray(B, (4, 64), strides=(256, 4))), ValueError,
+         "input must be contiguous along the hidden dimension (stride 1)"),
+    Case("array-rows-overlap", "pyrms.rms_norm", "input rows 32 elements apart for hidden_size 64",
+         lambda: rms_arrays(input=FakeArray(B, (4, 64), strides=(64, 2))), ValueError,
+         "input has row stride 32 < hidden_size 64: rows overlap"),
+    Case("array-broadcast-out", "pyrms.rms_norm", "out broadcast over rows (row stride 0)",
+         lambda: rms_arrays(out=FakeArray(A, (4, 64), strides=(0, 2))), ValueError,
+         "out has row stride 0 < hidden_size 64: rows overlap"),
+    Case("array-negative-strides", "pyrms.rms_norm", "input with a negative row stride",
+         lambda: rms_arrays(input=FakeArray(B, (4, 64), strides=(-128, 2))), ValueError,
+         "input: strides entries must be >= 0, got (-64, 1)"),
+    Case("array-stride-disagrees", "pyrms.rms_norm", "input_stride=100 for an array whose rows are 128 apart",
+         lambda: rms_arrays(input=FakeArray(B, (4, 64), strides=(256, 2)), input_stride=100), ValueError,
+         "input_stride=100 disagrees with input's row stride 128"),
+    Case("array-weight-shape", "pyrms.rms_norm", "weight of shape (64, 1)",
+         lambda: rms_arrays(weight=FakeArray(W, (64, 1))), ValueError, "weight has shape (64, 1), expected (64,)"),
+    Case("array-null", "pyrms.rms_norm", "input array with a null data pointer",
+         lambda: rms_arrays(input=FakeArray(0, (4, 64))), ValueError, "input has a null data pointer"),
+    Case("array-masked", "pyrms.rms_norm", "input with a __cuda_array_interface__ mask",
+         lambda: rms_arrays(input=FakeArray(B, (4, 64), mask=object())), ValueError,
+         "input: masked arrays (__cuda_array_interface__ 'mask') are not supported"),
+    Case("array-data-not-int", "pyrms.rms_norm", "input whose data pointer is the string 'x'",
+         lambda: rms_arrays(input=RawInterface(dict(shape=(4, 64), typestr="<f2", data=("x", False), version=3))),
+         TypeError, "input: data pointer must be an int, got str 'x'"),
+    Case("array-no-typestr", "pyrms.rms_norm", "input whose __cuda_array_interface__ has no 'typestr'",
+         lambda: rms_arrays(input=RawInterface(dict(shape=(4, 64), data=(B, False), version=3))), ValueError,
+         "input: __cuda_array_interface__"),
+    Case("array-interface-not-dict", "pyrms.rms_norm", "input whose __cuda_array_interface__ is None",
+         lambda: rms_arrays(input=RawInterface(None)), TypeError, "input: __cuda_array_interface__"),
+    Case("array-other-device", "pyrms.rms_norm", "input array on device 1, launch on device 0",
+         lambda: rms(input=Tensor(B, (4, 64), "bfloat16", device=1)), ValueError,
+         "input is on device 1, but the launch runs on device 0", needs="device"),
+    # --- epsilon -----------------------------------------------------------------------------------
+    Case("epsilon-nan", "pyrms.rms_norm", "epsilon = NaN", lambda: rms(epsilon=math.nan), ValueError,
+         "epsilon must be finite and >= 0, got nan"),
+    Case("epsilon-inf", "pyrms.rms_norm", "epsilon = inf", lambda: rms(epsilon=math.inf), ValueError,
+         "epsilon must be finite and >= 0, got inf"),
+    Case("epsilon-negative", "pyrms.rms_norm", "epsilon = -1e-6", lambda: rms(epsilon=-1e-6), ValueError,
+         "epsilon must be finite and >= 0, got -1e-06"),
+    Case("epsilon-str", "pyrms.rms_norm", "epsilon = '1e-6'", lambda: rms(epsilon="1e-6"), TypeError,
+         "epsilon must be a float, got str '1e-6'"),
+    Case("epsilon-nan-layer-norm", "pyrms.layer_norm", "epsilon = NaN",
+         lambda: pyrms.layer_norm(A, B, W, G, math.nan, 4, 64), ValueError, "epsilon must be finite and >= 0, got nan"),
+    Case("epsilon-beyond-float32", "pyrms.rms_norm", "epsilon = 1e300 (finite, but no float32 holds it)",
+         lambda: rms(epsilon=1e300), ValueError, "epsilon", needs="device"),
+    # --- the rest of the family ---------------------------------------------------------------------
+    Case("fused-aliased", "pyrms.fused_add_rms_norm", "input and residual the same memory",
+         lambda: pyrms.fused_add_rms_norm(A, A, W, 1e-6, 4, 64), ValueError, "input and residual overlap; they must be disjoint"),
+    Case("layer-norm-no-bias", "pyrms.layer_norm", "bias = None", lambda: pyrms.layer_norm(A, B, W, None, 1e-6, 4, 64),
+         TypeError, "bias must be a device pointer (int), a pyrms.Tensor or an object with __cuda_array_interface__, got None"),
+    Case("backward-rows-per-block", "pyrms.rms_norm_backward", "rows_per_block = 17 (not a multiple of 16)",
+         lambda: backward(rows_per_block=17), ValueError, "rows_per_block must be a multiple of 16, got 17"),
+    Case("backward-grad-weight-overlap", "pyrms.rms_norm_backward", "grad_weight overlaps weight",
+         lambda: backward(grad_weight=W + 2), ValueError, "grad_weight and weight overlap; they must be disjoint"),
+    Case("backward-workspace-misaligned", "pyrms.rms_norm_backward", "workspace pointer 8 bytes past a 16-byte boundary",
+         lambda: backward(workspace=(5 << 20) + 8), ValueError, "workspace pointer 0x500008 must be non-null and 16-byte aligned"),
+    Case("backward-workspace-small", "pyrms.rms_norm_backward", "a 16-byte workspace buffer",
+         lambda: backward(workspace=type("Buf", (), {"ptr": 5 << 20, "nbytes": 16})()), ValueError,
+         "workspace has 16 bytes; this launch needs 288 (pyrms.backward_workspace_bytes)"),
+    Case("backward-workspace-type", "pyrms.rms_norm_backward", "workspace = 'big'", lambda: backward(workspace="big"),
+         TypeError, "workspace must be a device pointer (int), a pyrms.DeviceBuffer or an array with __cuda_array_interface__"),
+    Case("backward-workspace-closed", "pyrms.rms_norm_backward", "a closed DeviceBuffer as workspace",
+         lambda: backward(workspace=closed(pyrms.DeviceBuffer(4096))), ValueError, "buffer is closed", needs="device"),
+    Case("layer-norm-backward-aliased-grads", "pyrms.layer_norm_backward", "grad_bias is grad_weight",
+         lambda: pyrms.layer_norm_backward(A, G, G, B, B + 65536, W, 1e-6, 4, 64), ValueError,
+         "grad_weight and grad_bias overlap; they must be disjoint"),
+    Case("workspace-bytes-zero", "pyrms.backward_workspace_bytes", "num_tokens = 0",
+         lambda: pyrms.backward_workspace_bytes(0, 64), ValueError, "num_tokens must be between 1 and 2147483647, got 0"),
+    Case("seed-too-wide", "pyrms.seed_rms_norm", "hidden_size 16384 (2048 threads: the seed's limit)",
+         lambda: pyrms.seed_rms_norm(A, B, W, 1e-6, 4, 16384), ValueError,
+         "the seed kernel launches hidden_size / VEC_SIZE = 16384 / 8 = 2048 threads, more than the 1024 a block allows"),
+    Case("seed-misaligned", "pyrms.seed_rms_norm", "out 2 bytes past a 16-byte boundary",
+         lambda: pyrms.seed_rms_norm(A + 2, B, W, 1e-6, 4, 5120), ValueError,
+         "the seed kernel needs 16-byte aligned pointers (a seed defect); out is 0x100002"),
+    # --- streams, events, tensors, buffers ----------------------------------------------------------
+    Case("stream-str", "pyrms.rms_norm", "stream = 'default'", lambda: rms(stream="default"), TypeError,
+         "stream must be a pyrms Stream, a raw CUstream handle (int), an object with an int .cuda_stream"),
+    Case("stream-negative", "pyrms.rms_norm", "stream = -1", lambda: rms(stream=-1), ValueError,
+         "stream handle must be >= 0 and below 2**64, got -1"),
+    Case("stream-over-64-bits", "pyrms.rms_norm", "stream = 2**64", lambda: rms(stream=2**64), ValueError,
+         "stream handle", needs="device"),
+    Case("stream-closed", "pyrms.rms_norm", "a closed pyrms.Stream", lambda: rms(stream=closed(pyrms.Stream.wrap(0x5678))),
+         ValueError, "stream is closed"),
+    Case("stream-closed-synchronize", "pyrms.Stream.synchronize", "synchronize() after close()",
+         lambda: closed(pyrms.Stream()).synchronize(), ValueError, "stream is closed", needs="device"),
+    Case("event-closed-record", "pyrms.Event.record", "record() after close()",
+         lambda: closed(pyrms.Event()).record(), ValueError, "event is closed", needs="device"),
+    Case("event-closed-elapsed", "pyrms.Event.elapsed_ms", "elapsed_ms() since a closed event",
+         lambda: pyrms.Event().elapsed_ms(closed(pyrms.Event())), ValueError, "event is closed", needs="device"),
+    Case("event-no-timing", "pyrms.Event.elapsed_ms", "elapsed_ms() of events created with timing=False",
+         lambda: pyrms.Event(timing=False).elapsed_ms(pyrms.Event(timing=False)), ValueError,
+         "elapsed_ms needs two events created with timing=True", needs="device"),
+    Case("stream-wrap-negative", "pyrms.Stream.wrap", "handle -1", lambda: pyrms.Stream.wrap(-1), ValueError,
+         "stream handle must be >= 0 and below 2**64, got -1"),
+    Case("tensor-closed", "pyrms.rms_norm", "a closed pyrms.Tensor as out",
+         lambda: rms(out=closed(Tensor(A, (4, 64), "bfloat16"))), ValueError, "tensor is closed"),
+    Case("tensor-view-of-freed", "pyrms.rms_norm", "a view of a Tensor whose memory was freed",
+         lambda: view_of_freed(), ValueError, "tensor is closed", needs="device"),
+    Case("tensor-negative-ptr", "pyrms.Tensor", "ptr = -1", lambda: Tensor(-1, (4, 64), "bfloat16"), ValueError,
+         "ptr must be in [0, 2**64), got -1"),
+    Case("tensor-negative-shape", "pyrms.Tensor", "shape (4, -1)", lambda: Tensor(A, (4, -1), "bfloat16"), ValueError,
+         "shape entries must be >= 0, got (4, -1)"),
+    Case("tensor-strides-rank", "pyrms.Tensor", "strides (1,) for a 2-D shape",
+         lambda: Tensor(A, (4, 64), "bfloat16", strides=(1,)), ValueError,
+         "strides (1,) must have one entry per dimension of shape (4, 64)"),
+    Case("tensor-view-outside", "pyrms.Tensor.view", "a view past the end of the tensor",
+         lambda: Tensor(A, (4, 64), "bfloat16").view(200, (1, 64)), ValueError,
+         "covers elements [200, 264), outside the 256 elements this tensor spans"),
+    Case("tensor-no-interface", "pyrms.Tensor.from_cuda_array", "an object without __cuda_array_interface__",
+         lambda: Tensor.from_cuda_array(object()), TypeError, "object does not expose __cuda_array_interface__"),
+    Case("tensor-empty-overflow", "pyrms.Tensor.empty", "shape (2**32, 2**32) float32: 2^66 bytes",
+         lambda: Tensor.empty((2**32, 2**32), "float32"), ValueError, "nbytes", needs="device"),
+    Case("buffer-zero", "pyrms.DeviceBuffer", "nbytes = 0", lambda: pyrms.DeviceBuffer(0), ValueError,
+         "nbytes must be an int > 0, got 0"),
+    Case("buffer-float", "pyrms.DeviceBuffer", "nbytes = 1.5", lambda: pyrms.DeviceBuffer(1.5), ValueError,
+         "nbytes must be an int > 0, got 1.5"),
+    Case("buffer-2-64", "pyrms.DeviceBuffer", "nbytes = 2**64", lambda: pyrms.DeviceBuffer(2**64), ValueError, "nbytes",
+         needs="device"),
+    Case("buffer-out-of-memory", "pyrms.DeviceBuffer", "more bytes than the device has free (fake: 64 MiB free)",
+         lambda: pyrms.DeviceBuffer(pyrms.get_device(0).mem_info()[0] + (1 << 30)), errors.OutOfMemoryError,
+         "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY", needs="device"),
+    Case("buffer-closed", "pyrms.DeviceBuffer.ptr", "ptr of a closed buffer", lambda: closed(pyrms.DeviceBuffer(64)).ptr,
+         ValueError, "buffer is closed", needs="device"),
+    Case("pinned-negative", "pyrms.PinnedBuffer", "nbytes = -1", lambda: pyrms.PinnedBuffer(-1), ValueError,
+         "nbytes must be an int > 0, got -1"),
+    Case("device-out-of-range", "pyrms.get_device", "ordinal 5 on a machine with one device",
+         lambda: pyrms.get_device(5), ValueError, "device ordinal 5 is out of range", needs="device"),
+    Case("device-str", "pyrms.get_device", "ordinal '0'", lambda: pyrms.get_device("0"), TypeError,
+         "device ordinal must be an int, got str '0'"),
+    Case("capture-legacy-stream", "pyrms.driver.capture", "capture of the legacy default stream",
+         lambda: driver.capture(None).__enter__(), ValueError, "cannot capture the legacy default stream (handle 0)"),
+    # --- compiling -----------------------------------------------------------------------------------
+    Case("arch-garbage", "pyrms.compiler.compile_source", "arch = 'sm_1'",
+         lambda: compiler.compile_source("rms_norm.cu", arch="sm_1"), ValueError, "arch 'sm_1' is not a CUDA arch"),
+    Case("arch-unsupported", "pyrms.compiler.compile_source", "arch = 'sm_37' (dropped by NVRTC 13)",
+         lambda: compiler.compile_source("rms_norm.cu", arch="sm_37"), ValueError,
+         "arch 'sm_37' is not supported by NVRTC"),
+    Case("source-missing", "pyrms.compiler.compile_source", "a source that does not exist",
+         lambda: compiler.compile_source("nope.cu", arch="sm_90"), ValueError, "kernel source 'nope.cu' not found"),
+    Case("nvrtc-option", "pyrms.compiler.compile_source", "an option NVRTC does not know",
+         lambda: compiler.compile_source("seed_rms_norm.cu", arch="sm_90", options=["--no-such-option"], use_cache=False),
+         errors.CudaError, "--no-such-option"),
+    Case("headers-missing", "pyrms.compiler.compile_source", "no CUDA headers anywhere (no wheel, empty CUDA_HOME)",
+         compile_without_headers, errors.HeaderNotFoundError,
+         "CUDA headers 'cccl' (cub/block/block_reduce.cuh) not found; looked in: cuda.pathfinder (found nothing)"),
+    # --- no driver -------------------------------------------------------------------------------------
+    Case("no-driver-rms-norm", "pyrms.rms_norm", "valid arguments, no CUDA driver", lambda: rms(), errors.NoDriverError,
+         "no CUDA driver found: ", needs="no-driver"),
+    Case("no-driver-stream", "pyrms.Stream", "a stream, no CUDA driver", lambda: pyrms.Stream(), errors.NoDriverError,
+         "no CUDA driver found: ", needs="no-driver"),
+    Case("no-driver-tensor", "pyrms.Tensor.from_numpy", "a host array to upload, no CUDA driver",
+         lambda: Tensor.from_numpy(np.zeros(4, np.float32)), errors.NoDriverError, "no CUDA driver found: ",
+         needs="no-driver"),
+    Case("no-driver-demo", "python -m pyrms.demo", "the demo, no CUDA driver", lambda: demo("--seed", "1"), CliExit,
+         "exit status 2: pyrms.demo: no CUDA GPU available: no CUDA driver found: ", needs="no-driver"),
+    # --- command lines ---------------------------------------------------------------------------------
+    Case("bench-tokens-zero", "python -m pyrms.bench", "--tokens 0", lambda: bench("--tokens", "0"), CliExit,
+         "exit status 2: python -m pyrms.bench: error: argument --tokens: --tokens: '0' is not a positive integer"),
+    Case("bench-shapes", "python -m pyrms.bench", "--shapes 4096", lambda: bench("--shapes", "4096"), CliExit,
+         "exit status 2: python -m pyrms.bench: error: argument --shapes: --shapes: '4096' is not TOKENSxHIDDEN"),
+    Case("bench-impls", "python -m pyrms.bench", "--impls nope", lambda: bench("--impls", "nope"), CliExit,
+         "exit status 2: python -m pyrms.bench: error: argument --impls: --impls: 'nope' is not one of"),
+    Case("bench-epsilon", "python -m pyrms.bench", "--epsilon nan", lambda: bench("--epsilon", "nan"), CliExit,
+         "exit status 2: python -m pyrms.bench: error: --epsilon must be finite and >= 0, got nan"),
+    Case("bench-shapes-and-tokens", "python -m pyrms.bench", "--shapes 1x1 --tokens 4",
+         lambda: bench("--shapes", "1x1", "--tokens", "4"), CliExit,
+         "exit status 2: python -m pyrms.bench: error: --shapes replaces --tokens and --hidden"),
+    Case("demo-tokens-zero", "python -m pyrms.demo", "--tokens 0", lambda: demo("--tokens", "0"), CliExit,
+         "exit status 2: python -m pyrms.demo: error: --tokens and --hidden must be >= 1, got 0 and 5120"),
+    Case("demo-dtype", "python -m pyrms.demo", "--dtype int8", lambda: demo("--dtype", "int8"), CliExit,
+         "exit status 2: python -m pyrms.demo: error: argument --dtype: invalid choice: 'int8'"),
+]
+
+_ids = [case.id for case in CASES]
+assert len(_ids) == len(set(_ids)), "case ids must be unique"

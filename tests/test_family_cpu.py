@@ -1,0 +1,261 @@
+"""The rest of the family without a GPU: plans, argument validation (before any launch), the cached
+workspace's bookkeeping, and what NVRTC makes of every kernel variant for sm_90 (no spills, 16-byte
+loads and stores on the aligned path)."""
+import re
+import threading
+
+import pytest
+
+import pyrms
+from pyrms import compiler, dtypes, plan, ptx_inspect
+from pyrms.ops import _workspace
+from pyrms.tensor import Tensor
+
+DTYPES = ["bfloat16", "float16", "float32"]
+A, B, C, D, E, F = (0x10000 * k for k in range(1, 7))  # fake, 64 KiB apart: disjoint for the sizes used
+
+
+# --- plans ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, hidden, choices, max_block, expected", [
+    ("bfloat16", 1, (1, 2), 512, (32, 1)),
+    ("bfloat16", 4096, (1, 2), 512, (512, 1)),
+    ("bfloat16", 5120, (1, 2), 512, (320, 2)),
+    ("bfloat16", 8192, (1, 2), 512, (512, 2)),
+    ("bfloat16", 8200, (1, 2), 512, (512, 0)),   # beyond two vectors per thread: loop and re-read
+    ("float32", 4100, (1, 2), 512, (512, 0)),
+    ("float16", 769, (1, 2, 4), 1024, (128, 1)),
+])
+def test_fit_block(dtype, hidden, choices, max_block, expected):
+    assert plan.fit_block(dtypes.get(dtype), hidden, choices, max_block) == expected
+
+
+@pytest.mark.parametrize("hidden", [1, 7, 769, 5120, 5125, 16384, 65537])
+def test_forward_plans_follow_rms_norm(hidden):
+    for dt in dtypes.ALL:
+        shape = (plan.plan_rms_norm(dt, hidden).block, plan.plan_rms_norm(dt, hidden).cache)
+        fused = plan.plan_fused_add_rms_norm(dt, hidden, gemma=True, round_once=True)
+        assert (fused.block, fused.cache) == shape
+        assert fused.expression == f"pyrms::fused_add_rms_norm_kernel<{dt.ctype}, {fused.cache}, true, true>"
+        assert fused.expression in fused.group and fused.source == "fused_add_rms_norm.cu"
+        ln = plan.plan_layer_norm(dt, hidden)
+        assert (ln.block, ln.cache) == shape and ln.expression in ln.group
+
+
+@pytest.mark.parametrize("hidden", [1, 7, 769, 5120, 5125, 8192, 16384, 65537])
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_backward_plan(hidden, layer_norm):
+    for dt in dtypes.ALL:
+        p = plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, grad_dtype="float32")
+        assert p.block % 32 == 0 and 32 <= p.block <= plan.BACKWARD_MAX_BLOCK
+        assert p.vectors in (0, *plan.BACKWARD_VECTORS)
+        if p.vectors:  # every body vector of any alignment fits in the block's registers
+            assert p.block * p.vectors >= -(-hidden // dt.vec_elems)
+        assert p.expression in p.group and p.sum_expression == "pyrms::sum_partials_kernel<float>" in p.group
+        assert p.ws_stride % 4 == 0 and p.ws_stride >= hidden + 7
+        assert p.shared_bytes in (0, p.params * p.ws_stride * 4) and p.shared_bytes <= plan.SHARED_SUMS_LIMIT
+        assert p.workspace_bytes(70001) == p.params * -(-70001 // plan.GRAD_CHUNK_ROWS) * p.ws_stride * 4
+        assert pyrms.backward_workspace_bytes(70001, hidden, layer_norm=layer_norm) == p.workspace_bytes(70001)
+
+
+def test_backward_plan_names_and_errors():
+    p = plan.plan_norm_backward("float16", 5120, gemma=True)
+    assert p.expression == "pyrms::rms_norm_backward_kernel<__half, 2, true>" and p.source == "rms_norm_backward.cu"
+    assert p.sum_expression == "pyrms::sum_partials_kernel<__half>"
+    assert plan.plan_norm_backward("float16", 5120, layer_norm=True).expression == \
+        "pyrms::layer_norm_backward_kernel<__half, 2>"
+    with pytest.raises(ValueError, match="grad_dtype must be bfloat16 or float32, got float16"):
+        plan.plan_norm_backward("bfloat16", 64, grad_dtype="float16")
+    with pytest.raises(ValueError, match="gemma applies to RMSNorm only"):
+        plan.plan_norm_backward("bfloat16", 64, layer_norm=True, gemma=True)
+
+
+# --- validation: raised before any driver call, so these run anywhere ---------------------------------
+
+def fused(**kw):
+    args = dict(input=A, residual=B, weight=C, epsilon=1e-5, num_tokens=4, hidden_size=64, dtype="float32")
+    args.update(kw)
+    pyrms.fused_add_rms_norm(**args)
+
+
+def ln(**kw):
+    args = dict(out=A, input=B, weight=C, bias=D, epsilon=1e-5, num_tokens=4, hidden_size=64, dtype="float32")
+    args.update(kw)
+    pyrms.layer_norm(**args)
+
+
+def bwd(layer_norm=False, **kw):
+    args = dict(grad_input=A, grad_weight=B, grad_output=C, input=D, weight=E, epsilon=1e-5, num_tokens=4,
+                hidden_size=64, dtype="bfloat16")
+    if layer_norm:
+        args["grad_bias"] = F
+    args.update(kw)
+    (pyrms.layer_norm_backward if layer_norm else pyrms.rms_norm_backward)(**args)
+
+
+@pytest.mark.parametrize("call, kwargs, error, message", [
+    (fused, dict(num_tokens=0), ValueError, "num_tokens must be between 1 and 2147483647, got 0"),
+    (fused, dict(input=A + 2), ValueError, f"input pointer {A + 2:#x} is not aligned to 4 bytes"),
+    (fused, dict(residual_stride=63), ValueError, "residual_stride must be >= hidden_size \\(64\\)"),
+    (fused, dict(residual=A + 64), ValueError, "input and residual overlap"),
+    (fused, dict(weight=B + 4), ValueError, "residual and weight overlap"),
+    (fused, dict(weight=None), TypeError, "weight must be a device pointer"),
+    (ln, dict(epsilon=-1), ValueError, "epsilon must be finite and >= 0, got -1.0"),
+    (ln, dict(bias="x"), TypeError, "bias must be a device pointer"),
+    (ln, dict(bias=A + 8), ValueError, "out and bias overlap; they must be disjoint$"),
+    (ln, dict(out=B + 4), ValueError, "out and input overlap; they must be disjoint or exactly the same memory"),
+    (ln, dict(out=Tensor(A, (3, 64), "float32")), ValueError, "out has shape \\(3, 64\\), expected \\(4, 64\\)"),
+    (ln, dict(weight=Tensor(C, (64,), "float16")), ValueError, "weight has dtype float16, but the dtype is float32"),
+    (bwd, dict(rows_per_block=20), ValueError, "rows_per_block must be a multiple of 16, got 20"),
+    (bwd, dict(grad_weight_dtype="float16"), ValueError, "grad_weight dtype must be bfloat16 \\(the dtype\\) or float32"),
+    (bwd, dict(grad_weight=Tensor(B, (64,), "float16")), ValueError, "grad_weight dtype must be bfloat16"),
+    (bwd, dict(grad_weight=B + 2, grad_weight_dtype="float32"), ValueError, "grad_weight pointer .* not aligned to 4"),
+    (bwd, dict(workspace=F + 8), ValueError, f"workspace pointer {F + 8:#x} must be non-null and 16-byte aligned"),
+    (bwd, dict(workspace=A + 16), ValueError, "grad_input and workspace overlap"),
+    (bwd, dict(workspace=1.5), TypeError, "workspace must be a device pointer"),
+    (bwd, dict(grad_weight=E + 2), ValueError, "grad_weight and weight overlap"),
+    (bwd, dict(grad_input=E), ValueError, "grad_input and weight overlap"),
+    (bwd, dict(grad_input_stride=65, grad_input=Tensor(A, (4, 64), "bfloat16")), ValueError,
+     "grad_input_stride=65 disagrees with grad_input's row stride 64"),
+    (bwd, dict(layer_norm=True, grad_bias=B + 64), ValueError, "grad_weight and grad_bias overlap"),
+    (bwd, dict(layer_norm=True, grad_bias=None), TypeError, "grad_bias must be a device pointer"),
+])
+def test_validation_names_the_argument(call, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        call(**kwargs)
+
+
+def test_backward_in_place_is_allowed_by_validation():
+    from pyrms import driver
+
+    if driver.unavailable_reason() is None:
+        pytest.skip("a driver exists here: valid arguments would launch on fake pointers")
+    for kwargs in (dict(grad_input=C), dict(grad_input=D), dict(grad_input=C, layer_norm=True)):
+        with pytest.raises(pyrms.NoDriverError):  # validation passed; the launch needs the device
+            bwd(**kwargs)
+
+
+def test_workspace_from_arrays_is_sized():
+    from pyrms.ops import _operands
+
+    class Array:  # a contiguous uint8 array, as torch.empty(n, dtype=torch.uint8) exports it
+        def __init__(self, n, strides=None):
+            self.__cuda_array_interface__ = {"data": (F, False), "shape": (n,), "typestr": "|u1", "strides": strides,
+                                             "version": 3}
+
+    assert _operands.workspace(Array(4096), 4096).span == (F, F + 4096)
+    with pytest.raises(ValueError, match="workspace has 4095 bytes; this launch needs 4096"):
+        _operands.workspace(Array(4095), 4096)
+    with pytest.raises(ValueError, match="workspace must be contiguous"):
+        _operands.workspace(Array(8192, strides=(2,)), 4096)
+
+
+# --- the cached workspace ------------------------------------------------------------------------------
+
+class FakeBuffer:
+    made = []
+
+    def __init__(self, nbytes, device=None):
+        self.nbytes, self.ptr, self.closed = nbytes, 0x1000 * (len(self.made) + 1), False
+        self.made.append(self)
+
+    def close(self):
+        self.closed = True
+
+
+def test_workspace_cache_is_per_device_and_stream_and_grows(monkeypatch):
+    synced = []
+    monkeypatch.setattr(_workspace.driver, "DeviceBuffer", FakeBuffer)
+    monkeypatch.setattr(_workspace, "_slots", {})
+    FakeBuffer.made.clear()
+    dev = type("Dev", (), {"ordinal": 0, "synchronize": lambda self: synced.append(len(FakeBuffer.made))})()
+    with _workspace.borrowed(dev, 7, 100) as a:
+        pass
+    with _workspace.borrowed(dev, 7, 5000) as b:
+        assert b == a and FakeBuffer.made[0].nbytes == 2 << 20  # rounded up: no new allocation
+    with _workspace.borrowed(dev, 8, 100) as c:
+        assert c != a  # another stream, another buffer
+    with _workspace.borrowed(dev, 7, (2 << 20) + 1) as d:
+        assert d != a and FakeBuffer.made[0].closed and synced == [2]  # waited for the device, then freed
+    seen, both_alive = [], threading.Barrier(2)  # live threads have distinct idents
+
+    def borrow_on_the_per_thread_stream():
+        both_alive.wait()
+        with _workspace.borrowed(dev, 2, 10) as ptr:
+            seen.append(ptr)
+        both_alive.wait()
+
+    threads = [threading.Thread(target=borrow_on_the_per_thread_stream) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(seen)) == 2  # the per-thread default stream: one slot per thread
+    _workspace.release_workspaces()
+    assert all(buf.closed for buf in FakeBuffer.made) and _workspace.cached_bytes() == 0
+
+
+# --- what NVRTC makes of every variant ------------------------------------------------------------------
+
+def _all_variants(source):
+    exprs = []
+    for dt in dtypes.ALL:
+        if source == "fused_add_rms_norm.cu":
+            exprs += [e for g in (False, True) for r in (False, True)
+                      for e in plan.plan_fused_add_rms_norm(dt, 64, gemma=g, round_once=r).group]
+        elif source == "layer_norm.cu":
+            exprs += plan.plan_layer_norm(dt, 64).group
+        else:
+            exprs += plan.plan_norm_backward(dt, 64).group
+    return list(dict.fromkeys(exprs))
+
+
+@pytest.fixture(scope="module", params=["fused_add_rms_norm.cu", "layer_norm.cu", "rms_norm_backward.cu"])
+def program(request, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYRMS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        prog = compiler.compile_source(request.param, arch="sm_90", name_expressions=_all_variants(request.param),
+                                       options=["--ptxas-options=-v"], use_cache=False, want_ptx=True)
+    return prog
+
+
+def test_every_variant_compiles_without_spills_and_aligned_paths_are_16_bytes_wide(program):
+    resources = ptx_inspect.parse_ptxas_log(program.log)
+    functions = {fn.name: fn for fn in ptx_inspect.parse_functions(program.ptx)}
+    assert set(program.lowered_names) == set(_all_variants(program.source_name))
+    for expression, lowered in program.lowered_names.items():
+        r = resources[lowered]
+        assert (r.spill_stores, r.spill_loads, r.stack) == (0, 0, 0), (expression, r)
+        if "sum_partials" in expression:
+            continue
+        widths_in, widths_out = functions[lowered].widths(True), functions[lowered].widths(False)
+        assert widths_in.get(16, 0) > 0 and widths_out.get(16, 0) > 0, expression
+    assert re.search(r"ld\.global(\.nc)?\.v4\.", program.ptx) and re.search(r"st\.global\.v4\.", program.ptx)
+
+
+def test_ptx_dump_knows_the_family():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "ptx_dump.py"
+    spec = importlib.util.spec_from_file_location("ptx_dump_family", path)
+    tool = importlib.util.module_from_spec(spec)
+    sys.modules["ptx_dump_family"] = tool  # its dataclasses look themselves up
+    try:
+        spec.loader.exec_module(tool)
+        bf16 = dtypes.BFLOAT16
+
+        def expression(kernel, variant=None, hidden=5120):
+            family = tool.FAMILIES[kernel]
+            return family.expression(bf16, hidden, tool.resolve_variant(family, variant, bf16, hidden))
+
+        assert expression("fused_add_rms_norm", "gemma") == plan.plan_fused_add_rms_norm(bf16, 5120, gemma=True).expression
+        assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0>"
+        assert expression("rms_norm_backward", "gemma") == "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 2, true>"
+        assert expression("layer_norm_backward", hidden=65537) == "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0>"
+        assert expression("sum_partials", "grad=fp32") == "pyrms::sum_partials_kernel<float>"
+        with pytest.raises(ValueError, match="vectors=0\\|1\\|2"):
+            tool.resolve_variant(tool.FAMILIES["rms_norm_backward"], "vectors=3", bf16, 64)
+    finally:
+        del sys.modules["ptx_dump_family"]

@@ -1,0 +1,215 @@
+"""pyrms.rms_norm_backward and pyrms.layer_norm_backward on the GPU.
+
+Bitwise equality with the twin (pyrms.reference.norm_backward_twin) on every alignment, size and
+stride (GUIDE.md §4), through pyrms.testing's guarded, poisoned operands; dweight/dbias bitwise
+identical across runs and rows_per_block settings; the cached and caller-owned workspaces; and the
+gradients against PyTorch autograd in float64 on the GPU.
+"""
+import threading
+
+import numpy as np
+import pytest
+
+import pyrms
+from pyrms import dtypes, plan, reference
+from pyrms.testing import allocate, bits, check_norm_backward as run_case
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ["bfloat16", "float16", "float32"]
+OPS = {"rms_norm": False, "layer_norm": True}
+HIDDEN = [1, 5, 7, 8, 9, 31, 769, 4096, 5120, 5125, 8192, 16384, 65536, 65537]
+
+
+def names(layer_norm):
+    return ("grad_output", "input", "weight", "grad_input", "grad_weight", *(("grad_bias",) if layer_norm else ()))
+
+
+@pytest.fixture
+def rng(request):
+    # A fresh stream of random inputs for every test, varied per test id.
+    return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [7, 769, 5125])
+def test_each_pointer_misaligned_by_every_element_offset(rng, op, dtype, hidden):
+    for name in names(OPS[op]):
+        for off in range(dtypes.get(dtype).vec_elems):
+            run_case(rng, dtype, 18, hidden, layer_norm=OPS[op], offsets={name: off})  # two chunks of rows
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_pointers_misaligned_differently(rng, op, dtype):
+    n = dtypes.get(dtype).vec_elems
+    for shift in (1, 2, 3, n - 1):
+        offsets = {name: (shift * (k + 1)) % n for k, name in enumerate(names(OPS[op]))}
+        for hidden in (8, 9, 4096, 5120):
+            run_case(rng, dtype, 5, hidden, layer_norm=OPS[op], offsets=offsets)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", HIDDEN)
+def test_hidden_sizes(rng, op, dtype, hidden):
+    run_case(rng, dtype, 3, hidden, layer_norm=OPS[op])
+    run_case(rng, dtype, 2, hidden, layer_norm=OPS[op], offsets={name: 1 for name in names(OPS[op])})
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden, strides", [(5120, (5123, 5131, 5127)), (769, (1001, 771, 800)), (16, (17, 19, 23)),
+                                             (4096, (4104, 4099, 4096))])
+def test_row_strides(rng, op, dtype, hidden, strides):
+    strides = dict(zip(("grad_output", "input", "grad_input"), strides))
+    run_case(rng, dtype, 37, hidden, layer_norm=OPS[op], strides=strides)
+    run_case(rng, dtype, 5, hidden, layer_norm=OPS[op], strides=strides,
+             offsets={name: k + 1 for k, name in enumerate(names(OPS[op]))})
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_more_than_65535_rows(rng, op, dtype):
+    run_case(rng, dtype, 70001, 9, layer_norm=OPS[op], strides={"input": 11, "grad_output": 10},
+             offsets={"input": 1})
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [9, 5125, 16384])
+def test_options(rng, dtype, hidden):
+    run_case(rng, dtype, 20, hidden, gemma=True)
+    run_case(rng, dtype, 20, hidden, grad_dtype="float32", offsets={"grad_weight": 1})
+    run_case(rng, dtype, 20, hidden, gemma=True, grad_dtype="float32", offsets={"input": 1, "weight": 2})
+    run_case(rng, dtype, 20, hidden, layer_norm=True, grad_dtype="float32", offsets={"grad_bias": 3, "weight": 1})
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("over", ["grad_output", "input"])
+def test_in_place(rng, op, dtype, over):
+    for hidden, off in ((5120, 0), (5125, 3), (20000, 1)):
+        run_case(rng, dtype, 17, hidden, layer_norm=OPS[op], in_place=over, offsets={over: off})
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("hidden", [7, 5125, 16384])
+def test_parameter_gradients_bitwise_identical_across_runs_and_rows_per_block(op, dtype, hidden):
+    rows = 150  # 10 chunks, the last one partial
+    layout = dict(layer_norm=OPS[op], offsets={"input": 1, "grad_weight": 2}, strides={"grad_output": hidden + 3})
+    results = []
+    for rows_per_block in (None, 16, 32, 48, 64, 160, 1600, None):  # None: the planned launch shape
+        # The same seed each time: the same inputs; every launch is also checked against the twin.
+        results.append(run_case(np.random.default_rng(7), dtype, rows, hidden, rows_per_block=rows_per_block,
+                                **layout))
+    for other in results[1:]:
+        for name, got in other.items():
+            assert np.array_equal(bits(got), bits(results[0][name])), name
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_own_workspace_guards_stay_untouched(rng, op):
+    for hidden, rows in ((5125, 40), (16384, 33), (65537, 3)):
+        run_case(rng, "bfloat16", rows, hidden, layer_norm=OPS[op], own_workspace=True)
+
+
+def test_cached_workspace_grows_and_is_released(rng):
+    for rows, hidden in ((3, 64), (500, 4096), (7, 64), (2000, 5125)):
+        run_case(rng, "float16", rows, hidden)
+    assert pyrms.ops._workspace.cached_bytes() >= pyrms.backward_workspace_bytes(2000, 5125)
+    pyrms.release_workspaces()
+    assert pyrms.ops._workspace.cached_bytes() == 0
+    run_case(rng, "float16", 40, 5125, layer_norm=True)
+
+
+def test_threads_each_with_a_stream_share_nothing(rng):
+    rows, hidden = 300, 2000
+    dy = allocate(rng, "bfloat16", rows, hidden)
+    x = allocate(rng, "bfloat16", rows, hidden)
+    w = allocate(rng, "bfloat16", 1, hidden)
+    p = plan.plan_norm_backward("bfloat16", hidden)
+    want_dx, want_dw = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], 1e-5, block=p.block,
+                                                    chunk_rows=p.chunk_rows)
+    outs = [(allocate(rng, "bfloat16", rows, hidden, poison=True), allocate(rng, "bfloat16", 1, hidden, poison=True))
+            for _ in range(4)]
+    errors = []
+
+    def work(dx, dw):
+        try:
+            with pyrms.Stream() as s:
+                for _ in range(20):
+                    pyrms.rms_norm_backward(dx.ptr, dw.ptr, dy.ptr, x.ptr, w.ptr, 1e-5, rows, hidden, stream=s)
+                s.synchronize()
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=out) for out in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for dx, dw in outs:
+        got = dx.download()[dx.offset:dx.offset + rows * hidden].reshape(rows, hidden)
+        assert np.array_equal(bits(got), bits(want_dx))
+        assert np.array_equal(bits(dw.download()[dw.index(0)]), bits(want_dw))
+    for o in (dy, x, w, *(a for out in outs for a in out)):
+        o.close()
+
+
+def _torch_case(torch, op, torch_dtype, name, rows, hidden, gemma, gen):
+    """Strided, misaligned torch operands; pyrms's gradients and autograd's in float64 on the GPU."""
+    def rand(*shape, scale=2.0, shift=-1.0):
+        return (torch.rand(shape, device="cuda", generator=gen) * scale + shift).to(torch_dtype)
+
+    def nans(dtype):
+        return torch.full((hidden,), float("nan"), device="cuda", dtype=dtype)
+
+    view = (lambda t: t.view(torch.int16)) if name == "bfloat16" else (lambda t: t)  # bf16 crosses as int16
+    x = rand(rows, hidden + 9, scale=4, shift=-2)[:, 3:3 + hidden]  # row stride hidden + 9, base 3 elements in
+    dy = rand(rows, hidden + 4)[:, 1:1 + hidden]
+    w = rand(hidden + 1)[1:]
+    dx = torch.full((rows, hidden), float("nan"), device="cuda", dtype=torch_dtype)
+    params = 2 if op == "layer_norm" else 1
+    grads32 = [nans(torch.float32) for _ in range(params)]  # fp32 parameter gradients
+    grads = [nans(torch_dtype) for _ in range(params)]  # ... and in the dtype
+    for out in (grads32, [view(g) for g in grads]):
+        if op == "rms_norm":
+            pyrms.rms_norm_backward(view(dx), out[0], view(dy), view(x), view(w), 1e-6, rows, hidden, dtype=name,
+                                    gemma=gemma)
+        else:
+            pyrms.layer_norm_backward(view(dx), out[0], out[1], view(dy), view(x), view(w), 1e-6, rows, hidden,
+                                      dtype=name)
+    torch.cuda.synchronize()
+    x64 = x.double().requires_grad_()
+    w64 = w.double().requires_grad_()
+    if op == "rms_norm":
+        y = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * ((1 + w64) if gemma else w64)
+    else:
+        b64 = torch.zeros(hidden, dtype=torch.float64, device="cuda", requires_grad=True)
+        y = torch.nn.functional.layer_norm(x64, (hidden,), w64, b64, eps=1e-6)
+    y.backward(dy.double())
+    got = {"dx": dx, "dw32": grads32[0], "dw": grads[0]}
+    want = {"dx": x64.grad, "dw32": w64.grad, "dw": w64.grad}
+    if op == "layer_norm":
+        got.update(db32=grads32[1], db=grads[1])
+        want.update(db32=b64.grad, db=b64.grad)
+    return got, want
+
+
+@pytest.mark.parametrize("op, gemma", [("rms_norm", False), ("rms_norm", True), ("layer_norm", False)])
+@pytest.mark.parametrize("rows, hidden", [(64, 4097), (3, 8192), (70, 16384)])
+def test_against_torch_autograd_in_float64(op, gemma, rows, hidden):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    gen = torch.Generator(device="cuda").manual_seed(rows + hidden)
+    for torch_dtype, name in ((torch.float16, "float16"), (torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
+        got, want = _torch_case(torch, op, torch_dtype, name, rows, hidden, gemma, gen)
+        dtype_tol = {"float16": 1e-3, "bfloat16": 8e-3, "float32": 2e-5}[name]
+        # dx and dweight in the dtype carry its rounding; fp32 dweight/dbias only fp32 arithmetic
+        # (the inputs are exact in float64).
+        tolerance = {"dx": dtype_tol, "dw": dtype_tol, "db": dtype_tol, "dw32": 2e-5, "db32": 2e-5}
+        for key, value in got.items():
+            err = ((value.double() - want[key]).norm() / want[key].norm()).item()
+            assert err < tolerance[key], (op, name, key, err)

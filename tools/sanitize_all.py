@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Every kernel of pyrms, checked launch by launch, small enough to run under compute-sanitizer.
+
+The matrices of tools/sanitize_matrix.py (rms_norm) and tools/sanitize_family.py (fused_add_rms_norm,
+layer_norm and both backward passes), a few more layouts (strided LayerNorm, strided and in-place
+backward passes) and the seed kernel on the inputs it accepts (16-byte aligned, contiguous rows,
+hidden / VEC_SIZE <= 1024). Every dtype x every element misalignment of every pointer x hidden sizes
+1, 7, 9, 769, 5125, 16384 and 65537 x strided rows. Each pyrms launch is compared bit for bit with its
+numpy twin over whole guarded allocations (pyrms.testing); the seed kernel, which uses rsqrtf, with a
+float64 reference under a tolerance, its guards bit for bit.
+
+--quick keeps every hidden size, dtype, layout and kernel variant but only the misalignments 0, 1 and
+VEC-1 (elements) of each pointer: half of the launches, for the slower tools. --precompile compiles
+every kernel the selection needs in parallel processes, into the disk cache (PYRMS_CACHE_DIR), and
+exits: run it once before the sanitizers so that no compile happens under them.
+
+    python tools/sanitize_all.py --precompile
+    compute-sanitizer --tool memcheck --error-exitcode 3 python tools/sanitize_all.py
+    compute-sanitizer --tool racecheck --error-exitcode 3 python tools/sanitize_all.py --quick
+
+Prints "<op>: N launches checked, M failed" per op, then the total on the last line; exit status 1
+if any check failed. tools/run_sanitizers.sh runs all four tools.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import multiprocessing
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+TOOLS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TOOLS.parent))
+sys.path.insert(0, str(TOOLS))
+
+import numpy as np  # noqa: E402
+
+import sanitize_family  # noqa: E402
+import sanitize_matrix  # noqa: E402
+from pyrms import dtypes, errors, plan, reference  # noqa: E402
+from pyrms.ops.seed import plan_seed  # noqa: E402
+from pyrms.testing import (allocate, check_layer_norm, check_norm_backward, check_rms_norm,  # noqa: E402
+                           run_checked)
+
+OPS = ("rms_norm", "fused_add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward", "seed")
+# Kernel launches behind one checked op call: the backward passes are a rows kernel, then one column-sum
+# kernel per parameter gradient.
+KERNELS_PER_CALL = {"rms_norm": 1, "fused_add_rms_norm": 1, "rms_norm_backward": 2, "layer_norm": 1,
+                    "layer_norm_backward": 3, "seed": 1}
+HIDDENS = (1, 7, 9, 769, 5125, 16384, 65537)
+SEED_HIDDENS = (769, 4096)  # VEC_SIZE 1 (769 threads) and 8/8/4 (512/512/1024 threads)
+SEED_TOLERANCE = {"bfloat16": (1.6e-2, 1e-3), "float16": (2e-3, 1e-4), "float32": (1e-5, 1e-6)}  # (rtol, atol)
+
+
+# --- the cases: (op, check function, keyword arguments) --------------------------------------------
+
+
+def _op_of(check, case) -> str:
+    if check is check_norm_backward:
+        return "layer_norm_backward" if case.get("layer_norm") else "rms_norm_backward"
+    return {"check_fused_add_rms_norm": "fused_add_rms_norm", "check_layer_norm": "layer_norm"}[check.__name__]
+
+
+def check_seed(rng, dtype, rows, hidden, epsilon=1e-5):
+    """One seed_rms_norm launch on guarded operands: inputs and the output's guards bit for bit, the
+    output's rows within SEED_TOLERANCE of the float64 reference (the seed uses rsqrtf)."""
+    from pyrms.ops.seed import seed_rms_norm
+
+    dt = dtypes.get(dtype)
+    x = allocate(rng, dt, rows, hidden, low=0.2, high=1.0)  # the seed program's input ranges
+    w = allocate(rng, dt, 1, hidden, low=-0.02, high=0.5)
+    out = allocate(rng, dt, rows, hidden, poison=True)
+    try:
+        label = f"seed {dt.name} rows={rows} hidden={hidden}"
+        run_checked(label, lambda: seed_rms_norm(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, dtype=dt),
+                    outputs={}, inputs={"input": x, "weight": w}, scratch={"out": out})
+        whole = out.download()
+        got = np.stack([whole[out.index(r)] for r in range(rows)]).astype(np.float64)
+        want = reference.rms_norm_ref(x.values(), w.values()[0], epsilon)
+        rtol, atol = SEED_TOLERANCE[dt.name]
+        bad = np.flatnonzero(~(np.abs(got - want) <= rtol * np.abs(want) + atol))
+        if bad.size:
+            raise AssertionError(f"{label}: {bad.size} outputs outside rtol={rtol} atol={atol}, first at flat "
+                                 f"index {bad[:5]}: got {got.ravel()[bad[:5]]}, want {want.ravel()[bad[:5]]}")
+    finally:
+        for operand in (x, w, out):
+            operand.close()
+
+
+def extra_cases():
+    """Layouts the two matrices do not cover: strided LayerNorm rows, strided and in-place backward
+    passes with a partial last chunk of rows, LayerNorm's float32 parameter gradients."""
+    for dtype in dtypes.ALL:
+        n = dtype.vec_elems
+        for hidden in HIDDENS:
+            yield "layer_norm", check_layer_norm, dict(
+                dtype=dtype, rows=3, hidden=hidden, offsets={"input": 1, "out": n - 1},
+                strides={"input": hidden + 3, "out": hidden + 5})
+            for layer_norm in (False, True):
+                op = "layer_norm_backward" if layer_norm else "rms_norm_backward"
+                yield op, check_norm_backward, dict(
+                    dtype=dtype, rows=33, hidden=hidden, layer_norm=layer_norm, offsets={"grad_input": n - 1},
+                    strides={"grad_input": hidden + 5, "grad_output": hidden + 2, "input": hidden + 1})
+                yield op, check_norm_backward, dict(
+                    dtype=dtype, rows=17, hidden=hidden, layer_norm=layer_norm, in_place="input",
+                    offsets={"input": n - 1}, strides={"input": hidden + 3},
+                    grad_dtype="float32" if layer_norm else None)
+
+
+def seed_cases():
+    for dtype in dtypes.ALL:
+        for hidden in SEED_HIDDENS:
+            yield "seed", check_seed, dict(dtype=dtype, rows=3, hidden=hidden)
+
+
+def all_cases():
+    """Every case of the full matrix, as (op, check, kwargs)."""
+    for case in sanitize_matrix.cases(quick=False):
+        yield "rms_norm", check_rms_norm, case
+    for check, case in sanitize_family.cases(quick=False):
+        yield _op_of(check, case), check, case
+    yield from extra_cases()
+    yield from seed_cases()
+
+
+def _offsets(op: str, case: dict) -> list[int]:
+    if op == "rms_norm":
+        return [case.get(k, 0) for k in ("in_off", "w_off", "out_off")]
+    return list((case.get("offsets") or {}).values())
+
+
+def select(ops, quick: bool, shard: tuple[int, int] = (0, 1)):
+    """The cases of `ops`; with quick, only misalignments 0, 1 and VEC-1 of each pointer; of those,
+    every shard[1]-th starting at shard[0] (interleaved, so shards mix ops and sizes alike)."""
+    index = 0
+    for op, check, case in all_cases():
+        if op not in ops:
+            continue
+        if quick:
+            n = dtypes.get(case["dtype"]).vec_elems
+            if any(off not in (0, 1, n - 1) for off in _offsets(op, case)):
+                continue
+        if index % shard[1] == shard[0]:
+            yield op, check, case
+        index += 1
+
+
+# --- compiling ahead ----------------------------------------------------------------------------------
+
+
+def compile_unit(op: str, case: dict) -> tuple[str, tuple[str, ...]]:
+    """(source, name expressions compiled together) of the kernels a case launches: what
+    pyrms.kernels.get compiles, so the disk cache entry is the one the launch will look up."""
+    dt, hidden = dtypes.get(case["dtype"]), case["hidden"]
+    if op == "rms_norm":
+        p = plan.plan_rms_norm(dt, hidden, gemma=case.get("gemma", False), round_once=case.get("round_once", False))
+    elif op == "fused_add_rms_norm":
+        p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=case.get("gemma", False),
+                                         round_once=case.get("round_once", False))
+    elif op == "layer_norm":
+        p = plan.plan_layer_norm(dt, hidden)
+    elif op == "seed":
+        p = plan_seed(dt, hidden)
+        return p.source, (p.expression,)
+    else:
+        p = plan.plan_norm_backward(dt, hidden, layer_norm=op == "layer_norm_backward",
+                                    gemma=case.get("gemma", False), grad_dtype=case.get("grad_dtype"))
+    return p.source, tuple(p.group)
+
+
+def _compile(unit, arch):
+    from pyrms import compiler
+
+    source, group = unit
+    start = time.perf_counter()
+    program = compiler.compile_source(source, arch=arch, name_expressions=group)
+    return source, len(group), program.from_cache, time.perf_counter() - start
+
+
+def precompile(ops, quick: bool, arch: str | None, jobs: int) -> int:
+    """Compile every (source, group) the selection needs, `jobs` NVRTC processes at a time."""
+    from pyrms import cache, compiler
+
+    if not cache.enabled():
+        print("precompile: PYRMS_DISABLE_CACHE is set, so compiling ahead would be lost", file=sys.stderr)
+        return 2
+    arch = compiler.resolve_arch(arch)  # without --arch or PYRMS_ARCH: the GPU's, asked once, here
+    units = sorted({compile_unit(op, case) for op, _, case in select(ops, quick)})
+    start = time.time()
+    # spawn: the workers only run NVRTC and must not inherit a CUDA context.
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, min(jobs, len(units))), mp_context=context) as pool:
+        results = list(pool.map(_compile, units, [arch] * len(units)))
+    fresh = sum(1 for r in results if r[2] == "none")
+    print(f"precompile: {len(units)} compile units for {arch} ({fresh} compiled, {len(units) - fresh} already "
+          f"cached) in {time.time() - start:.1f} s with {jobs} processes; cache {cache.directory()}")
+    return 0
+
+
+# --- running ------------------------------------------------------------------------------------------
+
+
+def run(ops, quick: bool, verbose: bool, shard: tuple[int, int] = (0, 1)) -> int:
+    from pyrms import release_workspaces
+
+    rng = np.random.default_rng(2026)
+    checked, failed, seconds = Counter(), Counter(), Counter()
+    aborted = None
+    start = time.time()
+    for op, check, case in select(ops, quick, shard):
+        checked[op] += 1
+        t0 = time.perf_counter()
+        try:
+            check(rng, **case)
+        except AssertionError as exc:
+            failed[op] += 1
+            print(f"FAIL {op} {case}: {exc}", flush=True)
+        except (errors.CudaError, errors.NoDriverError) as exc:  # a sticky error, or no GPU: later launches would all fail
+            failed[op] += 1
+            aborted = f"{op} {case}: {type(exc).__name__}: {exc}"
+            print(f"ABORT {aborted}", flush=True)
+            break
+        except Exception as exc:  # a bug in the case or the op: count it, keep going
+            failed[op] += 1
+            print(f"ERROR {op} {case}: {type(exc).__name__}: {exc}", flush=True)
+        seconds[op] += time.perf_counter() - t0
+        if verbose and checked[op] % 200 == 0:
+            print(f"  {op}: {checked[op]} ...", flush=True)
+    if aborted is None:
+        release_workspaces()
+    for op in ops:
+        if checked[op]:
+            print(f"{op}: {checked[op]} launches checked, {failed[op]} failed "
+                  f"({checked[op] * KERNELS_PER_CALL[op]} kernel launches, {seconds[op]:.1f} s)")
+    total, total_failed = sum(checked.values()), sum(failed.values())
+    kernels = sum(checked[op] * KERNELS_PER_CALL[op] for op in checked)
+    if aborted:
+        print(f"sanitize_all: aborted after a CUDA error at {aborted}")
+    where = f", shard {shard[0]}/{shard[1]}" if shard[1] > 1 else ""
+    print(f"sanitize_all: {total} launches checked, {total_failed} failed ({kernels} kernel launches, "
+          f"{'quick' if quick else 'full'} matrix{where}, ops {','.join(ops)}, {time.time() - start:.1f} s)", flush=True)
+    return 1 if total_failed or aborted else 0
+
+
+def parse_ops(text: str) -> tuple[str, ...]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if names == ["all"]:
+        return OPS
+    unknown = [n for n in names if n not in OPS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown op(s) {unknown or text!r}; allowed: {', '.join(OPS)} or all")
+    return tuple(op for op in OPS if op in names)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard must be K/N (e.g. 0/3), got {text!r}") from None
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"--shard K/N needs 0 <= K < N, got {text!r}")
+    return index, count
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[1:]))
+    parser.add_argument("--ops", type=parse_ops, default=OPS, help=f"comma list of {', '.join(OPS)} (default all)")
+    parser.add_argument("--quick", action="store_true", help="misalignments 0, 1 and VEC-1 only (half of the launches)")
+    parser.add_argument("--shard", type=parse_shard, default=(0, 1), metavar="K/N",
+                        help="run only every N-th case starting at the K-th (0-based), to split a run over processes")
+    parser.add_argument("--count", action="store_true", help="print the number of cases per op and exit (no GPU)")
+    parser.add_argument("--precompile", action="store_true", help="compile every kernel needed into the disk cache, exit")
+    parser.add_argument("--arch", help="arch for --precompile (default: $PYRMS_ARCH, else the GPU's)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="NVRTC processes for --precompile")
+    parser.add_argument("--verbose", action="store_true", help="progress every 200 launches")
+    args = parser.parse_args(argv)
+    if args.count:
+        counts = Counter(op for op, _, _ in select(args.ops, args.quick, args.shard))
+        units = {compile_unit(op, case) for op, _, case in select(args.ops, args.quick, args.shard)}
+        for op in args.ops:
+            print(f"{op}: {counts[op]} launches ({counts[op] * KERNELS_PER_CALL[op]} kernel launches)")
+        print(f"total: {sum(counts.values())} launches, {len(units)} compile units")
+        return 0
+    if args.precompile:
+        return precompile(args.ops, args.quick, args.arch, args.jobs)
+    return run(args.ops, args.quick, args.verbose, args.shard)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

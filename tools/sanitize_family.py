@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""The fused-add, LayerNorm and backward kernel matrix, small enough to run under compute-sanitizer.
+
+Every dtype x every element misalignment of each pointer x hidden sizes with prefixes and tails
+(both the shared-memory and the workspace homes of the backward's column sums) x strided rows x
+in-place x options, each launch checked bit for bit against its twin (pyrms.testing). Prints the
+number of launches; exit status 1 if any check failed. Run it under each tool:
+
+    compute-sanitizer --tool memcheck --error-exitcode 3 python tools/sanitize_family.py
+    compute-sanitizer --tool racecheck --error-exitcode 3 python tools/sanitize_family.py --quick
+    compute-sanitizer --tool initcheck --error-exitcode 3 python tools/sanitize_family.py --quick
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from pyrms import dtypes  # noqa: E402
+from pyrms.testing import check_fused_add_rms_norm, check_layer_norm, check_norm_backward  # noqa: E402
+
+BACKWARD = ("grad_output", "input", "weight", "grad_input", "grad_weight")
+
+
+def cases(quick: bool):
+    hiddens = (1, 7, 769, 5125) if quick else (1, 7, 9, 769, 5125, 16384, 65537)
+    for dtype in dtypes.ALL:
+        n = dtype.vec_elems
+        for hidden in hiddens:
+            for name in ("input", "residual", "weight"):
+                for off in range(n):
+                    yield check_fused_add_rms_norm, dict(dtype=dtype, rows=2, hidden=hidden, offsets={name: off})
+            for name in ("input", "out", "weight", "bias"):
+                for off in range(n):
+                    yield check_layer_norm, dict(dtype=dtype, rows=2, hidden=hidden, offsets={name: off})
+            for layer_norm in (False, True):
+                for name in BACKWARD + (("grad_bias",) if layer_norm else ()):
+                    for off in range(n):
+                        yield check_norm_backward, dict(dtype=dtype, rows=18, hidden=hidden, layer_norm=layer_norm,
+                                                        offsets={name: off})
+                yield check_norm_backward, dict(dtype=dtype, rows=20, hidden=hidden, layer_norm=layer_norm,
+                                                strides={"input": hidden + 3, "grad_output": hidden + 1},
+                                                in_place="grad_output", rows_per_block=32, own_workspace=True)
+            yield check_fused_add_rms_norm, dict(dtype=dtype, rows=3, hidden=hidden, gemma=True, round_once=True,
+                                                 strides={"input": hidden + 3, "residual": hidden + 5})
+            yield check_layer_norm, dict(dtype=dtype, rows=3, hidden=hidden, in_place=True, offsets={"input": n - 1})
+            yield check_norm_backward, dict(dtype=dtype, rows=5, hidden=hidden, gemma=True, grad_dtype="float32")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer hidden sizes (for the slower racecheck)")
+    args = parser.parse_args()
+    rng = np.random.default_rng(2026)
+    launches = failures = 0
+    start = time.time()
+    for check, case in cases(args.quick):
+        launches += 1
+        try:
+            check(rng, **case)
+        except AssertionError as exc:
+            failures += 1
+            print(f"FAIL {check.__name__} {case}: {exc}")
+    print(f"sanitize_family: {launches} checks, {failures} failed, {time.time() - start:.1f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
