@@ -103,6 +103,17 @@ __device__ __forceinline__ void copy_columns(float* dst, long long dst_plane, co
     }
 }
 
+// Calls f(first element, count) for every column the calling thread owns: its prefix element,
+// its body vectors, its tail element. (A function template, not a generic lambda: NVRTC 13.0
+// rejects generic lambdas in device code.)
+template <int N, typename F>
+__device__ __forceinline__ void for_owned_columns(const RowSplit& ws, int hidden, F&& f) {
+    const int t = threadIdx.x;
+    if (t < ws.pre) f(t, 1);
+    for (int i = t; i < ws.vectors; i += blockDim.x) f(ws.pre + i * N, N);
+    if (ws.tail + t < hidden) f(ws.tail + t, 1);
+}
+
 template <typename T, int V, bool CENTERED, bool GEMMA>
 __device__ __forceinline__ void norm_backward_rows(
     T* grad_input, float* partials, const T* grad_output, const T* input, const T* __restrict__ weight,
@@ -119,12 +130,6 @@ __device__ __forceinline__ void norm_backward_rows(
     const int w_phase = vec_phase(weight);
     const long long plane = (static_cast<long long>(rows) + chunk_rows - 1) / chunk_rows * ws_stride;
 
-    // Every column thread t owns, as (first element, count): prefix, body vectors, tail.
-    auto for_owned = [&](auto&& f) {
-        if (t < ws.pre) f(t, 1);
-        for (int i = t; i < ws.vectors; i += B) f(ws.pre + i * N, N);
-        if (ws.tail + t < hidden) f(ws.tail + t, 1);
-    };
 
     Pack<T> xc[VC], dyc[VC];
     // Row indices fit in int (rows <= 2^31 - 1); nothing below computes past `rows`.
@@ -135,7 +140,7 @@ __device__ __forceinline__ void norm_backward_rows(
         float* part = partials + static_cast<long long>(c0 / chunk_rows) * ws_stride + w_phase;  // this chunk's column 0
         ColumnSums<P> sums = sums_in_shared ? ColumnSums<P>{shared_sums + w_phase, ws_stride}
                                                : ColumnSums<P>{part, plane};
-        for_owned([&](int at, int count) { copy_columns<P, N>(sums.at + at, sums.plane, nullptr, 0, count); });
+        for_owned_columns<N>(ws, hidden, [&](int at, int count) { copy_columns<P, N>(sums.at + at, sums.plane, nullptr, 0, count); });
         for (int r = c0; r < c1; ++r) {
             const T* x = input + static_cast<long long>(r) * input_stride;
             const T* dy = grad_output + static_cast<long long>(r) * grad_output_stride;
@@ -225,7 +230,7 @@ __device__ __forceinline__ void norm_backward_rows(
             if (ws.tail + t < hidden) scalar(ws.tail + t);
         }
         if (sums_in_shared) {  // the chunk's sums of the columns this thread owns, to its workspace row
-            for_owned([&](int at, int count) { copy_columns<P, N>(part + at, plane, sums.at + at, ws_stride, count); });
+            for_owned_columns<N>(ws, hidden, [&](int at, int count) { copy_columns<P, N>(part + at, plane, sums.at + at, ws_stride, count); });
         }
     }
 }
