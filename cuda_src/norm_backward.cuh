@@ -103,6 +103,10 @@ __device__ __forceinline__ void copy_columns(float* dst, long long dst_plane, co
     }
 }
 
+// Threads a block of the backward kernels may have, by V: two cached vectors per thread (x and dy)
+// need up to 128 registers (512 threads); one or none fit in the 64 that 1024 threads leave.
+__host__ __device__ constexpr int backward_max_threads(int v) { return v >= 2 ? 512 : 1024; }
+
 // Calls f(first element, count) for every column the calling thread owns: its prefix element,
 // its body vectors, its tail element. (A function template, not a generic lambda: NVRTC 13.0
 // rejects generic lambdas in device code.)

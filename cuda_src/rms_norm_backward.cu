@@ -17,7 +17,7 @@
 namespace pyrms {
 
 template <typename T, int V, bool GEMMA>
-__global__ void __launch_bounds__(512, 1) rms_norm_backward_kernel(
+__global__ void __launch_bounds__(backward_max_threads(V), 1) rms_norm_backward_kernel(
     T* grad_input, float* partials, const T* grad_output, const T* input, const T* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared) {

@@ -167,6 +167,18 @@ def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_on
 # 64 registers ptxas spills. Up to two 16-byte vectors of x and dy per thread stay in registers.
 BACKWARD_MAX_BLOCK = 512
 BACKWARD_VECTORS = (1, 2)
+# Backward rows re-read per pass (V = 0), about this many 16-byte vectors per thread: measured on
+# the H200 at 16384x5120 bf16 (bench/results/2026-11-30/tune_backward*.log, tools/tune_backward.py),
+# 128 threads x 5 vectors took 222 us, against 480 us for the register-cached 320 x 2 (111
+# registers: one block per multiprocessor) and 252 us for 256 x 2.5 or 306 us for 64 x 10.
+BACKWARD_VECTORS_PER_THREAD = 5
+
+
+def backward_block(dtype: dtypes.DType, hidden: int) -> int:
+    """Threads per block of the backward kernels (which then loop over their row, V = 0)."""
+    vectors = -(-hidden // dtype.vec_elems)
+    threads = -(-vectors // BACKWARD_VECTORS_PER_THREAD)
+    return min(BACKWARD_MAX_BLOCK, max(32, -(-threads // 32) * 32))
 # dweight/dbias are summed over chunks of this many rows, then over chunks (norm_backward.cuh).
 # A constant, so the summation order depends on row indices only, never on the launch shape.
 GRAD_CHUNK_ROWS = 16
@@ -275,5 +287,5 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
         raise ValueError(f"grad_dtype must be {dt.name} or float32, got {gdt.name}")
     if layer_norm and gemma:
         raise ValueError("gemma applies to RMSNorm only")
-    block, vectors = fit_block(dt, hidden, BACKWARD_VECTORS, BACKWARD_MAX_BLOCK)
+    block, vectors = backward_block(dt, hidden), 0
     return NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt)

@@ -60,10 +60,12 @@ def test_backward_plan(hidden, layer_norm):
 
 def test_backward_plan_names_and_errors():
     p = plan.plan_norm_backward("float16", 5120, gemma=True)
-    assert p.expression == "pyrms::rms_norm_backward_kernel<__half, 2, true>" and p.source == "rms_norm_backward.cu"
+    # The H200's best at 16384x5120: 128 threads re-reading 5 vectors each (plan.backward_block).
+    assert (p.block, p.vectors) == (128, 0)
+    assert p.expression == "pyrms::rms_norm_backward_kernel<__half, 0, true>" and p.source == "rms_norm_backward.cu"
     assert p.sum_expression == "pyrms::sum_partials_kernel<__half>"
     assert plan.plan_norm_backward("float16", 5120, layer_norm=True).expression == \
-        "pyrms::layer_norm_backward_kernel<__half, 2>"
+        "pyrms::layer_norm_backward_kernel<__half, 0>"
     with pytest.raises(ValueError, match="grad_dtype must be bfloat16 or float32, got float16"):
         plan.plan_norm_backward("bfloat16", 64, grad_dtype="float16")
     with pytest.raises(ValueError, match="gemma applies to RMSNorm only"):
@@ -252,7 +254,7 @@ def test_ptx_dump_knows_the_family():
 
         assert expression("fused_add_rms_norm", "gemma") == plan.plan_fused_add_rms_norm(bf16, 5120, gemma=True).expression
         assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0>"
-        assert expression("rms_norm_backward", "gemma") == "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 2, true>"
+        assert expression("rms_norm_backward", "gemma") == "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 0, true>"
         assert expression("layer_norm_backward", hidden=65537) == "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0>"
         assert expression("sum_partials", "grad=fp32") == "pyrms::sum_partials_kernel<float>"
         with pytest.raises(ValueError, match="vectors=0\\|1\\|2"):
