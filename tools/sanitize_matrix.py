@@ -37,22 +37,27 @@ def cases(quick: bool):
             yield dict(dtype=dtype, rows=2, hidden=hidden, in_off=n - 1, in_place=True, variant="many")
 
 
+def run(label: str, checks) -> int:
+    """Run (check, case) pairs, print each failure and a summary line; the exit status."""
+    rng = np.random.default_rng(2026)
+    launches = failures = 0
+    start = time.time()
+    for check, case in checks:
+        launches += 1
+        try:
+            check(rng, **case)
+        except AssertionError as exc:
+            failures += 1
+            print(f"FAIL {check.__name__} {case}: {exc}")
+    print(f"{label}: {launches} launches checked, {failures} failed, {time.time() - start:.1f} s")
+    return 1 if failures else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer hidden sizes (for the slower racecheck)")
     args = parser.parse_args()
-    rng = np.random.default_rng(2026)
-    launches = failures = 0
-    start = time.time()
-    for case in cases(args.quick):
-        launches += 1
-        try:
-            check_rms_norm(rng, **case)
-        except AssertionError as exc:
-            failures += 1
-            print(f"FAIL {case}: {exc}")
-    print(f"sanitize_matrix: {launches} launches checked, {failures} failed, {time.time() - start:.1f} s")
-    return 1 if failures else 0
+    return run("sanitize_matrix", ((check_rms_norm, case) for case in cases(args.quick)))
 
 
 if __name__ == "__main__":
