@@ -117,18 +117,6 @@ def plan_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool =
 # --- The rest of the family: fused add, LayerNorm, the backward passes ----------------------------
 
 
-def fit_block(dtype: dtypes.DType, hidden: int, choices: tuple[int, ...], max_block: int) -> tuple[int, int]:
-    """Threads per block and 16-byte vectors per thread held in registers: the fewest vectors
-    per thread among `choices` that cover a row within `max_block` threads, else (max_block, 0)
-    (0: the kernel loops over the row and re-reads it)."""
-    vectors = -(-hidden // dtype.vec_elems)
-    for per_thread in choices:
-        if vectors <= max_block * per_thread:
-            threads = -(-vectors // per_thread)
-            return max(32, -(-threads // 32) * 32), per_thread
-    return max_block, 0
-
-
 def _bool(value: bool) -> str:
     return str(bool(value)).lower()
 
@@ -162,9 +150,9 @@ def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_on
     return FusedAddRmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once))
 
 
-# The backward kernels are bounded to 512 threads (so 128 registers): they keep more live per
-# element than the forward (x, dy, weight, the row statistics and means), and at 1024 threads'
-# 64 registers ptxas spills. Up to two 16-byte vectors of x and dy per thread stay in registers.
+# The backward kernels launch at most 512 threads (rms_norm_backward's V = 2 variant needs 128
+# registers). The planner uses V = 0 (rows re-read); the register-cached V = 1, 2 variants are
+# compiled too, as candidates for tools/tune_backward.py, which measured them slower (below).
 BACKWARD_MAX_BLOCK = 512
 BACKWARD_VECTORS = (1, 2)
 # Backward rows re-read per pass (V = 0), about this many 16-byte vectors per thread: measured on
@@ -179,6 +167,8 @@ def backward_block(dtype: dtypes.DType, hidden: int) -> int:
     vectors = -(-hidden // dtype.vec_elems)
     threads = -(-vectors // BACKWARD_VECTORS_PER_THREAD)
     return min(BACKWARD_MAX_BLOCK, max(32, -(-threads // 32) * 32))
+
+
 # dweight/dbias are summed over chunks of this many rows, then over chunks (norm_backward.cuh).
 # A constant, so the summation order depends on row indices only, never on the launch shape.
 GRAD_CHUNK_ROWS = 16
