@@ -116,8 +116,8 @@ class TorchForward(Impl):
         self.ring = []
 
 
-class CompiledForward(TorchForward):
-    """torch.compile of the same F.rms_norm call (inductor generates one Triton kernel)."""
+class _Compiled:
+    """Mixin for a torch implementation: torch.compile its function (compile time is not timed)."""
 
     name = "compile"
 
@@ -127,6 +127,10 @@ class CompiledForward(TorchForward):
     def close(self):
         super().close()
         _release_compile(self.ctx)
+
+
+class CompiledForward(_Compiled, TorchForward):
+    """torch.compile of the same F.rms_norm call (inductor generates one Triton kernel)."""
 
 
 class TritonForward(Impl):
@@ -187,15 +191,8 @@ class TorchFusedAdd(Impl):
         self.ring = []
 
 
-class CompiledFusedAdd(TorchFusedAdd):
-    name = "compile"
-
-    def wrap(self, fn, example_args):
-        return compile_function(self.ctx, fn, example_args, self.notes)
-
-    def close(self):
-        super().close()
-        _release_compile(self.ctx)
+class CompiledFusedAdd(_Compiled, TorchFusedAdd):
+    """torch.compile of the PyTorch fused add."""
 
 
 class TorchBackward(Impl):
