@@ -3,6 +3,8 @@ import functools
 
 import pytest
 
+from small_sources import BAD_CU, SMALL_CU, X_CUH
+
 
 @functools.lru_cache(maxsize=None)
 def _no_gpu_reason():
@@ -21,3 +23,23 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=f"no usable CUDA GPU: {reason}")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def small(tmp_path, monkeypatch):
+    """A source directory holding small.cu (which includes x.cuh) and bad.cu, used as cuda_src/;
+    an empty cache directory; no pyrms environment switches; an empty in-memory compile cache."""
+    from pyrms import compiler
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "small.cu").write_text(SMALL_CU)
+    (src / "x.cuh").write_text(X_CUH)
+    (src / "bad.cu").write_text(BAD_CU)
+    monkeypatch.setattr(compiler, "source_dir", lambda: src)
+    monkeypatch.setenv("PYRMS_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("PYRMS_DISABLE_CACHE", "PYRMS_QUIET", "PYRMS_ARCH"):
+        monkeypatch.delenv(name, raising=False)
+    compiler.clear_memory_cache()
+    yield src
+    compiler.clear_memory_cache()

@@ -18,7 +18,6 @@ import pytest
 from pyrms import cache, compiler
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL_CU = '#include "x.cuh"\ntemplate <int N> __global__ void k(int* out) { out[threadIdx.x] = N + kValue; }\n'
 EXPRESSIONS = ["k<3>"]
 
 _CHILD = r"""
@@ -65,22 +64,6 @@ elif moment == "after-replace":
 compiler.compile_source("small.cu", arch="sm_90", name_expressions=["k<3>"])
 print("not killed")
 """
-
-
-@pytest.fixture
-def small(tmp_path, monkeypatch):
-    """small.cu (including x.cuh) in a temporary source directory, and an empty cache directory."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "small.cu").write_text(SMALL_CU)
-    (src / "x.cuh").write_text("#pragma once\nconstexpr int kValue = 7;\n")
-    monkeypatch.setattr(compiler, "source_dir", lambda: src)
-    monkeypatch.setenv("PYRMS_CACHE_DIR", str(tmp_path / "cache"))
-    for name in ("PYRMS_DISABLE_CACHE", "PYRMS_QUIET", "PYRMS_ARCH"):
-        monkeypatch.delenv(name, raising=False)
-    compiler.clear_memory_cache()
-    yield src
-    compiler.clear_memory_cache()
 
 
 def _compile(**kwargs):

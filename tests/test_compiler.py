@@ -17,13 +17,12 @@ import pytest
 
 from pyrms import cache, compiler, dtypes, headers, plan
 from pyrms.errors import CompileError, HeaderNotFoundError
+from small_sources import BAD_CU, SMALL_CU, X_CUH
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED_EXPR = "transformer::rms_norm_kernel<__nv_bfloat16, 8, 5120, 2, 640>"
 SEED_LOWERED = "_ZN11transformer15rms_norm_kernelI13__nv_bfloat16Li8ELi5120ELi2ELi640EEEvPT_PKS2_S5_f"
-SMALL_CU = '#include "x.cuh"\ntemplate <int N> __global__ void k(int* out) { out[threadIdx.x] = N + kValue; }\n'
 SMALL_LOWERED = {"k<3>": "_Z1kILi3EEvPi"}
-BAD_CU = "__global__ void k(int* out) {\n  int a = 1;\n  out[0] = undefined_name + a;\n}\n"
 
 
 def _entry_body(ptx: str, lowered: str) -> str:
@@ -63,17 +62,6 @@ def rms_program(shared_cache):
     return _compile_with_cache(shared_cache, "rms_norm.cu", plan.variant_group(dtypes.BFLOAT16, False, False))
 
 
-@pytest.fixture
-def small(tmp_path, monkeypatch):
-    """A source directory holding small.cu (which includes x.cuh) and bad.cu, and a fresh cache dir."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "small.cu").write_text(SMALL_CU)
-    (src / "x.cuh").write_text("#pragma once\nconstexpr int kValue = 7;\n")
-    (src / "bad.cu").write_text(BAD_CU)
-    monkeypatch.setattr(compiler, "source_dir", lambda: src)
-    monkeypatch.setenv("PYRMS_CACHE_DIR", str(tmp_path / "cache"))
-    return src
 
 
 def _compile_small(**kwargs):
@@ -145,7 +133,7 @@ def test_source_change_is_a_miss(small):
 
 
 def test_project_header_change_is_a_miss(small):
-    assert compiler.project_headers(SMALL_CU) == {"x.cuh": "#pragma once\nconstexpr int kValue = 7;\n"}
+    assert compiler.project_headers(SMALL_CU) == {"x.cuh": X_CUH}
     first = _compile_small()
     (small / "x.cuh").write_text("#pragma once\nconstexpr int kValue = 4321;\n")
     second = _compile_small()
