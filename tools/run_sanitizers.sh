@@ -71,7 +71,7 @@ run_shard() {  # TOOL K N QUICK_FLAG PORT
     # timeout signals the whole process group: the sanitizer and the Python process under it.
     # shellcheck disable=SC2046 # the options are words or nothing
     timeout --kill-after=15 "$TIMEOUT" "$SAN" --tool "$tool" --error-exitcode 3 $(port_option "$port") $timeout_option \
-        "$PY" tools/sanitize_all.py --ops "$OPS" $flag --shard "$k/$n" > "$OUT/$tool.$k.log" 2>&1
+        "$PY" tools/sanitize_all.py --ops "$OPS" $flag --verbose --shard "$k/$n" > "$OUT/$tool.$k.log" 2>&1
     echo $? > "$OUT/$tool.$k.rc"
     echo $(( $(date +%s) - t0 )) > "$OUT/$tool.$k.seconds"
 }

@@ -51,6 +51,7 @@ OPS = ("rms_norm", "fused_add_rms_norm", "rms_norm_backward", "layer_norm", "lay
 KERNELS_PER_CALL = {"rms_norm": 1, "fused_add_rms_norm": 1, "rms_norm_backward": 2, "layer_norm": 1,
                     "layer_norm_backward": 3, "seed": 1}
 HIDDENS = (1, 7, 9, 769, 5125, 16384, 65537)
+SLOW_SECONDS = 2.0  # --verbose names every case that takes longer
 SEED_HIDDENS = (769, 4096)  # VEC_SIZE 1 (769 threads) and 8/8/4 (512/512/1024 threads)
 SEED_TOLERANCE = {"bfloat16": (1.6e-2, 1e-3), "float16": (2e-3, 1e-4), "float32": (1e-5, 1e-6)}  # (rtol, atol)
 
@@ -226,9 +227,14 @@ def run(ops, quick: bool, verbose: bool, shard: tuple[int, int] = (0, 1)) -> int
         except Exception as exc:  # a bug in the case or the op: count it, keep going
             failed[op] += 1
             print(f"ERROR {op} {case}: {type(exc).__name__}: {exc}", flush=True)
-        seconds[op] += time.perf_counter() - t0
-        if verbose and checked[op] % 200 == 0:
-            print(f"  {op}: {checked[op]} ...", flush=True)
+        took = time.perf_counter() - t0
+        seconds[op] += took
+        if verbose:  # under a sanitizer that may be stopped by a timeout, this is all the log will say
+            if took >= SLOW_SECONDS:
+                print(f"  slow: {took:.1f} s {op} {case}", flush=True)
+            if sum(checked.values()) % 25 == 0:
+                done = ", ".join(f"{o} {checked[o]}" for o in ops if checked[o])
+                print(f"  [{time.time() - start:.0f} s] {sum(checked.values())} launches: {done}", flush=True)
     if aborted is None:
         release_workspaces()
     for op in ops:
@@ -277,7 +283,7 @@ def main(argv=None) -> int:
     parser.add_argument("--precompile", action="store_true", help="compile every kernel needed into the disk cache, exit")
     parser.add_argument("--arch", help="arch for --precompile (default: $PYRMS_ARCH, else the GPU's)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="NVRTC processes for --precompile")
-    parser.add_argument("--verbose", action="store_true", help="progress every 200 launches")
+    parser.add_argument("--verbose", action="store_true", help=f"progress every 25 launches, and every case slower than {SLOW_SECONDS:g} s")
     args = parser.parse_args(argv)
     if args.count:
         counts = Counter(op for op, _, _ in select(args.ops, args.quick, args.shard))

@@ -18,6 +18,7 @@ from pathlib import Path
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 MATRIX_RE = re.compile(r"^sanitize_all: (\d+) launches checked, (\d+) failed \((\d+) kernel launches", re.M)
 ERROR_RE = re.compile(r"^=+ ERROR SUMMARY: (\d+) errors?", re.M)
+PROGRESS_RE = re.compile(r"^  \[(\d+) s\] (\d+) launches: (.*)$", re.M)  # sanitize_all.py --verbose
 RACE_RE = re.compile(r"^=+ RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)", re.M)
 
 
@@ -43,7 +44,9 @@ def shard_result(log_path: Path) -> dict:
         launches, failed, kernels = (int(v) for v in matrix[-1])
         result.update(launches=launches, failed=failed, kernel_launches=kernels)
     else:
-        result["problems"].append("no 'sanitize_all: ... launches checked' line (crashed, aborted or timed out)")
+        progress = PROGRESS_RE.findall(text)
+        reached = f"; its last progress line: {progress[-1][1]} launches after {progress[-1][0]} s ({progress[-1][2]})" if progress else ""
+        result["problems"].append("no 'sanitize_all: ... launches checked' line (crashed, aborted or timed out)" + reached)
     race = RACE_RE.findall(text)
     errors = ERROR_RE.findall(text)
     if race:
