@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Sweep rms_norm_backward's launch shape (threads per block x cached vectors x rows per block).
 
-Each configuration is checked against the float64 reference, then timed with CUDA events over
-batches of launches on rotated inputs. Needs a GPU. Used to choose pyrms.plan's backward table.
+Each configuration is checked against the float64 reference, then timed like the benchmark
+(pyrms.bench.timing: CUDA events around batches queued behind a spin kernel) on rotated inputs. Needs a GPU. Used to choose pyrms.plan's backward table.
 
     python tools/tune_backward.py --shape 16384x5120
 """
@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 
 import pyrms  # noqa: E402
 from pyrms import driver, dtypes, plan, reference  # noqa: E402
+from pyrms.bench import timing  # noqa: E402
 
 
 def main() -> int:
@@ -41,7 +42,7 @@ def main() -> int:
     ref_dx = reference.rms_norm_backward_ref(dy[:64], x[:64], w, 1e-6)[0]
     nbytes = (3 * tokens * hidden + 2 * hidden) * dt.itemsize
     original = plan.plan_norm_backward
-    start, stop = driver.Event(), driver.Event()
+    timer = timing.EventTimer(driver.current_device(), 0)  # the op launches on the legacy default stream
     for config in args.configs.split(","):
         block, vectors, rows_per_block = map(int, config.split("/"))
         plan.plan_norm_backward = lambda d, h, **kw: plan.NormBackwardPlan(dtypes.get(d), h, block, vectors, False,
@@ -58,17 +59,10 @@ def main() -> int:
             continue
         got = dxs[0].to_numpy()[:64].astype(np.float64)
         err = np.linalg.norm(got - ref_dx) / np.linalg.norm(ref_dx)
-        samples = []
-        for rep in range(8):
-            start.record()
-            for j in range(6):
-                launch((rep * 6 + j) % sets)
-            stop.record()
-            stop.synchronize()
-            samples.append(stop.elapsed_ms(start) / 6)
-        ms = float(np.median(samples))
-        print(f"{config}: {ms * 1e3:.1f} us, {nbytes / ms / 1e6:.0f} GB/s, dx rel err {err:.2e}", flush=True)
+        us = timing.median_us(timer, launch, sets, 8, batch=6)
+        print(f"{config}: {us:.1f} us, {nbytes / us / 1e3:.0f} GB/s, dx rel err {err:.2e}", flush=True)
     plan.plan_norm_backward = original
+    timer.close()
     return 0
 
 

@@ -130,3 +130,13 @@ class EventTimer:
 def initial_spin_us(host_us_per_call: float, batch: int) -> float:
     """A spin long enough for the host to queue ``batch`` calls, with room to spare."""
     return min(MAX_SPIN_US, max(100.0, 2.0 * host_us_per_call * batch + 50.0))
+
+
+def median_us(timer: EventTimer, run, sets: int, reps: int, batch: int = 20) -> float:
+    """Median device µs per ``run(i)`` call: a warm-up over every rotation set, then ``reps``
+    samples of ``batch`` calls behind the spin. For tools that time one kernel variant at a time
+    (tools/tune_*.py); the benchmark itself interleaves implementations in rounds instead."""
+    host_us = timer.warm_up(run, sets, 3)
+    state = Cursor(sets=sets, batch=batch, spin_us=initial_spin_us(host_us, batch))
+    samples = sorted(timer.samples(run, state, reps))
+    return samples[len(samples) // 2]
