@@ -13,6 +13,8 @@
 // GEMMA; ROUND_ONCE; EARLY_WEIGHTS (below, a latency variant for few rows). The planner (pyrms/plan.py) picks blockDim.x and CACHE from the hidden size
 // only, never from the number of rows.
 //
+// Cache hints: the cached input vectors and the body stores are streaming accesses (load_streaming).
+//
 // Alignment: the sum-of-squares pass splits the row by the INPUT's 16-byte boundaries (scalar
 // prefix, 16-byte body, scalar tail); the write pass splits it by the OUTPUT's boundaries, so
 // every body store is 16 bytes wide, and loads input and weight at the widest width their
@@ -46,6 +48,22 @@ __device__ __forceinline__ Pack<T> rms_scale(const Pack<T>& x, const Pack<T>& w,
     return y;
 }
 
+// The row's cached input vectors and its 16-byte output stores pass through once: load and store
+// them with the cache-streaming hint (ld/st.global.cs, evict first). Measured on the H200 at the
+// planner's launch shapes (bench/results/2026-11-30/session2/hints1.log): 4096x5120 0.780 -> 0.815
+// of the copy ceiling, 4096x8192 0.837 -> 0.864, 16384x5120 0.936 -> 0.942, no change at 32768x8192
+// and 4096x16384; either hint alone was slower. The weights keep the default policy (every block
+// re-reads them). The same hints made fused_add_rms_norm.cu 11% slower (hints2.log), so they live here.
+template <typename T> __device__ __forceinline__ Pack<T> load_streaming(const T* p) {
+    Pack<T> r;
+    *reinterpret_cast<uint4*>(&r) = __ldcs(reinterpret_cast<const uint4*>(p));
+    return r;
+}
+
+template <typename T> __device__ __forceinline__ void store_streaming(T* p, const Pack<T>& v) {
+    __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&v));
+}
+
 template <typename T>
 __device__ __forceinline__ float add_squares(float acc, const Pack<T>& v) {
 #pragma unroll
@@ -77,7 +95,7 @@ __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_kernel(
     Pack<T> cached[CACHE > 0 ? CACHE : 1];
 #pragma unroll
     for (int k = 0; k < CACHE; ++k) {  // all loads first, so they are in flight together
-        if (t + k * B < nvec) cached[k] = load_aligned(body + (t + k * B) * N);
+        if (t + k * B < nvec) cached[k] = load_streaming(body + (t + k * B) * N);
     }
 #pragma unroll
     for (int k = 0; k < CACHE; ++k) {
@@ -118,7 +136,7 @@ __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_kernel(
             const int i = t + k * B;
             if (i < onvec) {
                 const Pack<T> w = EARLY_WEIGHTS ? early_w[k] : load_pack(weight + opre + i * N, w_width);
-                store_aligned(out_row + opre + i * N, rms_scale<T, GEMMA, ROUND_ONCE>(cached[k], w, inv));
+                store_streaming(out_row + opre + i * N, rms_scale<T, GEMMA, ROUND_ONCE>(cached[k], w, inv));
             }
         }
         first_uncached = t + CACHE * B;
@@ -127,7 +145,7 @@ __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_kernel(
     for (int i = first_uncached; i < onvec; i += B) {
         const Pack<T> x = load_pack(in_row + opre + i * N, in_width);
         const Pack<T> w = load_pack(weight + opre + i * N, w_width);
-        store_aligned(out_row + opre + i * N, rms_scale<T, GEMMA, ROUND_ONCE>(x, w, inv));
+        store_streaming(out_row + opre + i * N, rms_scale<T, GEMMA, ROUND_ONCE>(x, w, inv));
     }
 }
 

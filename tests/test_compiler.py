@@ -97,11 +97,14 @@ def test_rms_norm_compiles_every_variant(rms_program):
 
 
 def test_rms_norm_aligned_path_is_16_bytes_wide(rms_program):
-    # Every variant has the aligned body: 16-byte loads of input (and weight) and 16-byte stores.
+    # Every variant has the aligned body: 16-byte loads of input (and weight) and 16-byte stores,
+    # the row's own with the cache-streaming hint (.cs).
     for expression, lowered in rms_program.lowered_names.items():
         body = _entry_body(rms_program.ptx, lowered)
-        assert re.search(r"\bld\.global(\.nc)?\.v4\.(u32|b32|f32)\s", body), expression
-        assert re.search(r"\bst\.global\.v4\.(u32|b32|f32)\s", body), expression
+        assert re.search(r"\bld\.global(\.nc|\.cs)?\.v4\.(u32|b32|f32)\s", body), expression
+        assert re.search(r"\bst\.global\.cs\.v4\.(u32|b32|f32)\s", body), expression
+        if ", 0," not in expression:  # the register-cached variants load their vectors with .cs too
+            assert re.search(r"\bld\.global\.cs\.v4\.(u32|b32|f32)\s", body), expression
 
 
 def test_memory_then_disk_hit(seed_program):
