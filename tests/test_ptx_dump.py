@@ -96,6 +96,8 @@ ptxas info    : Used 12 registers
     ("ld.global.nc.L1::no_allocate.L2::128B.v4.f32", 4, 16),
     ("ld.relaxed.gpu.global.u64", 1, 8),
     ("st.global.v4.u32", 4, 16),
+    ("ld.global.cs.v4.u32", 4, 16),
+    ("st.global.cs.v4.u32", 4, 16),
     ("st.global.b16", 1, 2),
     ("st.global.u8", 1, 1),
 ])
@@ -240,7 +242,8 @@ def test_cli_production_kernel_has_16_byte_loads_and_stores(tool, tmp_path, monk
     assert "= pyrms::rms_norm_kernel<__nv_bfloat16, 4, false, false, false>" in out  # the plan for hidden 5120
     assert re.search(r"global loads : .*16 B ×[1-9]", out), out
     assert re.search(r"global stores: .*16 B ×[1-9]", out), out
-    assert re.search(r"st\.global\.v4\.u32 ×\d+ \(16 B\)", out)
+    assert re.search(r"st\.global\.cs\.v4\.u32 ×\d+ \(16 B\)", out), out  # streaming stores (rms_norm.cu)
+    assert re.search(r"ld\.global\.cs\.v4\.u32 ×\d+ \(16 B\)", out), out  # and the cached input vectors
     assert (tmp_path / "dump" / "rms_norm-bfloat16-h5120-sm_90-cache4.ptx").is_file()
     assert not (tmp_path / "cache").exists()  # --no-cache
 
