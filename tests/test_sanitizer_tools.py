@@ -1,0 +1,95 @@
+"""tools/sanitizer_summary.py and the CPU side of tools/sanitize_all.py: how a run directory is read
+(passed, failed, stopped part-way), and the matrix's selection and sharding. No GPU needed."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+
+
+def _load(name):
+    sys.path.insert(0, str(TOOLS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(TOOLS))
+
+
+@pytest.fixture(scope="module")
+def summary():
+    return _load("sanitizer_summary")
+
+
+@pytest.fixture(scope="module")
+def sanitize_all():
+    return _load("sanitize_all")
+
+
+def _shard(directory: Path, name: str, log: str, rc: int, seconds: int = 10):
+    (directory / f"{name}.log").write_text(log)
+    (directory / f"{name}.rc").write_text(f"{rc}\n")
+    (directory / f"{name}.seconds").write_text(f"{seconds}\n")
+
+
+PASSED_MEMCHECK = ("sanitize_all: 10 launches checked, 0 failed (14 kernel launches, full matrix, shard 0/2, ops x, 1.0 s)\n"
+                   "========= ERROR SUMMARY: 0 errors\n")
+PASSED_RACECHECK = ("sanitize_all: 7 launches checked, 0 failed (9 kernel launches, full matrix, shard 0/1, ops x, 1.0 s)\n"
+                    "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
+
+
+def test_passing_run_is_summed_over_shards(summary, tmp_path):
+    _shard(tmp_path, "memcheck.0", PASSED_MEMCHECK, 0, 30)
+    _shard(tmp_path, "memcheck.1", PASSED_MEMCHECK, 0, 40)
+    _shard(tmp_path, "racecheck.0", PASSED_RACECHECK, 0)
+    lines, tools, ok = summary.summarize(tmp_path)
+    assert ok
+    assert tools["memcheck"]["launches"] == 20 and tools["memcheck"]["kernel_launches"] == 28
+    assert tools["memcheck"]["seconds"] == 40
+    assert tools["racecheck"]["launches"] == 7 and tools["racecheck"]["errors"] == 0
+    assert lines[-1] == "TOTAL: 2 tools, 27 launches checked, 0 failed, 0 sanitizer errors -> PASS"
+
+
+def test_stopped_shard_fails_and_says_how_far_it_got(summary, tmp_path):
+    _shard(tmp_path, "racecheck.0", PASSED_RACECHECK, 0)
+    progress = ("  [12 s] 25 launches: rms_norm 20, layer_norm 5\n  slow: 4.9 s layer_norm_backward {}\n"
+                "  [40 s] 50 launches: rms_norm 40, layer_norm 10\n")
+    _shard(tmp_path, "racecheck.1", progress, 124, 170)
+    lines, tools, ok = summary.summarize(tmp_path)
+    assert not ok and not tools["racecheck"]["pass"]
+    assert tools["racecheck"]["launches"] is None  # one shard never said how many it checked
+    stopped = next(line for line in lines if line.startswith("  racecheck.1:"))
+    assert "its last progress line: 50 launches after 40 s (rms_norm 40, layer_norm 10)" in stopped
+    assert "timed out (exit 124)" in stopped
+    assert lines[-1].endswith("-> FAIL")
+
+
+def test_sanitizer_errors_and_failed_checks_fail(summary, tmp_path):
+    _shard(tmp_path, "memcheck.0", PASSED_MEMCHECK.replace("0 errors", "2 errors"), 3)
+    _shard(tmp_path, "initcheck.0", "FAIL rms_norm {...}: 3 elements differ\n" + PASSED_MEMCHECK.replace("0 failed", "1 failed"), 1)
+    lines, tools, ok = summary.summarize(tmp_path)
+    assert not ok
+    assert tools["memcheck"]["errors"] == 2 and tools["initcheck"]["failed"] == 1
+    text = "\n".join(lines)
+    assert "2 sanitizer errors" in text and "exit status 3" in text
+    assert "1 checks failed" in text and "FAIL rms_norm {...}: 3 elements differ" in text
+
+
+def test_empty_directory_fails(summary, tmp_path):
+    lines, tools, ok = summary.summarize(tmp_path)
+    assert not ok and tools == {} and "no TOOL.K.log files" in lines[0]
+
+
+def test_shards_partition_the_matrix(sanitize_all):
+    everything = [(op, repr(case)) for op, _, case in sanitize_all.select(sanitize_all.OPS, quick=False)]
+    shards = [[(op, repr(case)) for op, _, case in sanitize_all.select(sanitize_all.OPS, quick=False, shard=(k, 11))]
+              for k in range(11)]
+    assert sorted(sum(shards, [])) == sorted(everything)
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    assert len(everything) == 3660
+    for shard in shards:  # interleaved: every process gets some of each family op, not one op's slow cases
+        assert {op for op, _ in shard} >= set(sanitize_all.OPS) - {"seed"}
