@@ -457,6 +457,72 @@ class DeviceBuffer(_Owned):
         return f"<pyrms DeviceBuffer {self.nbytes} bytes on device {self.device.ordinal}, {where}>"
 
 
+class MemoryPool(_Owned):
+    """A stream-ordered memory pool of ``device`` (cuMemPoolCreate), for scratch memory whose life is
+    a span of one stream's work: ``allocate(nbytes, stream)`` returns memory that work queued on
+    ``stream`` after the call may use, ``free(ptr, stream)`` returns it once the work queued before
+    the free has finished. The stream orders both, so nothing waits on the host, and memory freed on
+    one stream is never handed to another stream's work that could still overlap it. Freed memory
+    stays reserved for reuse up to ``keep_bytes`` across synchronizations (the release threshold);
+    ``trim()`` returns what is not in use to the device. Under graph capture, ``allocate`` and
+    ``free`` become the graph's memory nodes."""
+
+    _ATTR = _cu.CUmemPool_attribute
+
+    def __init__(self, device=None, keep_bytes: int = 0):
+        device = resolve_device(device)
+        device.make_current()
+        props = _cu.CUmemPoolProps()
+        props.allocType = _cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.handleTypes = _cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+        props.location.type = _cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = device.ordinal
+        pool = check(_cu.cuMemPoolCreate(props), "cuMemPoolCreate")
+        # Destroying a pool with allocations outstanding is allowed: the driver frees it after them.
+        self._own(device, [(_cu.cuMemPoolDestroy, pool, "cuMemPoolDestroy")])
+        self._pool = pool
+        check(_cu.cuMemPoolSetAttribute(pool, self._ATTR.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                        _cu.cuuint64_t(max(0, int(keep_bytes)))), "cuMemPoolSetAttribute")
+
+    def _live(self):
+        if self._closed:
+            raise ValueError("memory pool is closed")
+        return self._pool
+
+    def allocate(self, nbytes: int, stream=None) -> int:
+        """``nbytes`` from the pool, ordered on ``stream``: the address, for work queued after this."""
+        nbytes = _nbytes(nbytes)
+        pool = self._live()
+        self.device.make_current()
+        try:
+            return int(check(_cu.cuMemAllocFromPoolAsync(nbytes, pool, _stream_arg(stream)), "cuMemAllocFromPoolAsync"))
+        except errors.OutOfMemoryError as exc:
+            raise _out_of_memory(exc, nbytes, self.device) from None
+
+    def free(self, ptr: int, stream=None) -> None:
+        """Return ``ptr`` (from ``allocate``) to the pool once the work queued on ``stream`` so far is done."""
+        self._live()
+        self.device.make_current()
+        check(_cu.cuMemFreeAsync(ptr, _stream_arg(stream)), "cuMemFreeAsync")
+
+    def trim(self, keep_bytes: int = 0) -> None:
+        """Return reserved memory that no allocation uses to the device, down to ``keep_bytes``."""
+        check(_cu.cuMemPoolTrimTo(self._live(), max(0, int(keep_bytes))), "cuMemPoolTrimTo")
+
+    def _bytes(self, attribute) -> int:
+        return int(check(_cu.cuMemPoolGetAttribute(self._live(), attribute), "cuMemPoolGetAttribute"))
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Device memory the pool holds now, in use or kept for reuse."""
+        return self._bytes(self._ATTR.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+
+    @property
+    def used_bytes(self) -> int:
+        """Device memory of the pool's allocations not yet freed (stream order counted)."""
+        return self._bytes(self._ATTR.CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+
+
 def _out_of_memory(exc: errors.OutOfMemoryError, nbytes: int, device: Device) -> errors.OutOfMemoryError:
     try:
         free, total = device.mem_info()

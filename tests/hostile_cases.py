@@ -70,8 +70,11 @@ class FakeDriver:
     def __init__(self):
         self.free, self.total = 64 << 20, 80 << 20
         self.blocks: dict[int, ctypes.Array] = {}
+        self.pools: dict[int, set[int]] = {}  # pool handle -> addresses allocated from it
         self.handles = 0x100
         self.current = threading.local()
+
+    cuuint64_t = real_cu.cuuint64_t  # a value type, not a call
 
     def __getattr__(self, name):
         if name.startswith("cu"):
@@ -125,6 +128,36 @@ class FakeDriver:
         self.blocks.pop(int(ptr), None)
         return (OK,)
 
+    # Stream-ordered pools: the fake runs no work, so an asynchronous free takes effect at once and
+    # freed memory goes straight back to the device (the pool keeps nothing for reuse).
+    def cuMemPoolCreate(self, props):
+        pool = self._handle(real_cu.CUmemoryPool)
+        self.pools[int(pool)] = set()
+        return (OK, pool)
+
+    def cuMemPoolDestroy(self, pool):
+        for ptr in self.pools.pop(int(pool)):
+            self.cuMemFree(ptr)
+        return (OK,)
+
+    def cuMemPoolSetAttribute(self, pool, attribute, value): return (OK,)
+
+    def cuMemPoolGetAttribute(self, pool, attribute):
+        return (OK, real_cu.cuuint64_t(sum(len(self.blocks[p]) for p in self.pools[int(pool)])))
+
+    def cuMemPoolTrimTo(self, pool, keep): return (OK,)
+
+    def cuMemAllocFromPoolAsync(self, nbytes, pool, stream):
+        status, ptr = self.cuMemAlloc(nbytes)
+        if status == OK:
+            self.pools[int(pool)].add(int(ptr))
+        return (status, ptr)
+
+    def cuMemFreeAsync(self, ptr, stream):
+        for owned in self.pools.values():
+            owned.discard(int(ptr))
+        return self.cuMemFree(ptr)
+
     def cuPointerGetAttribute(self, attribute, ptr):
         for start, block in self.blocks.items():
             if start <= int(ptr) < start + len(block):
@@ -146,6 +179,8 @@ class FakeDriver:
 
 class MissingDriver:
     """cuda.bindings where libcuda cannot be loaded: every driver call raises, as the real one does."""
+
+    cuuint64_t = real_cu.cuuint64_t  # a value type, not a call
 
     def __getattr__(self, name):
         if name.startswith("cu"):
@@ -188,7 +223,7 @@ def _fresh_driver_state(saved: _Saved, cu) -> None:
     saved.set(rms, "_fast_configs", {})
     saved.set(rms, "_launch_configs", {})
     saved.set(_backward, "_opted_in", set())
-    saved.set(_workspace, "_slots", {})
+    saved.set(_workspace, "_pools", {})
 
 
 @dataclass

@@ -2,7 +2,6 @@
 workspace's bookkeeping, and what NVRTC makes of every kernel variant for sm_90 (no spills, 16-byte
 loads and stores on the aligned path)."""
 import re
-import threading
 
 import pytest
 
@@ -150,49 +149,59 @@ def test_workspace_from_arrays_is_sized():
         _operands.workspace(Array(8192, strides=(2,)), 4096)
 
 
-# --- the cached workspace ------------------------------------------------------------------------------
+# --- the stream-ordered workspace -----------------------------------------------------------------------
 
-class FakeBuffer:
+class FakePool:
+    """driver.MemoryPool's interface, recording the calls in order."""
+
     made = []
 
-    def __init__(self, nbytes, device=None):
-        self.nbytes, self.ptr, self.closed = nbytes, 0x1000 * (len(self.made) + 1), False
+    def __init__(self, device, keep_bytes=0):
+        self.device, self.keep_bytes, self.calls, self.live = device, keep_bytes, [], set()
         self.made.append(self)
 
-    def close(self):
-        self.closed = True
+    def allocate(self, nbytes, stream=None):
+        ptr = 0x1000 * (len(self.calls) + 1)
+        self.calls.append(("allocate", nbytes, stream))
+        self.live.add(ptr)
+        return ptr
+
+    def free(self, ptr, stream=None):
+        self.calls.append(("free", ptr, stream))
+        self.live.remove(ptr)
+
+    def trim(self, keep_bytes=0):
+        self.calls.append(("trim", keep_bytes))
+
+    @property
+    def reserved_bytes(self):
+        return 4096 * len(self.live)
 
 
-def test_workspace_cache_is_per_device_and_stream_and_grows(monkeypatch):
+def test_workspace_is_allocated_and_freed_on_the_calls_stream(monkeypatch):
+    monkeypatch.setattr(_workspace.driver, "MemoryPool", FakePool)
+    monkeypatch.setattr(_workspace, "_pools", {})
+    FakePool.made.clear()
     synced = []
-    monkeypatch.setattr(_workspace.driver, "DeviceBuffer", FakeBuffer)
-    monkeypatch.setattr(_workspace, "_slots", {})
-    FakeBuffer.made.clear()
-    dev = type("Dev", (), {"ordinal": 0, "synchronize": lambda self: synced.append(len(FakeBuffer.made))})()
-    with _workspace.borrowed(dev, 7, 100) as a:
+
+    def device(ordinal):
+        return type("Dev", (), {"ordinal": ordinal, "synchronize": lambda self: synced.append(ordinal)})()
+
+    dev0, dev1 = device(0), device(1)
+    with _workspace.borrowed(dev0, 7, 100) as a:
+        assert FakePool.made[0].calls == [("allocate", 100, 7)] and _workspace.cached_bytes() == 4096
+    assert FakePool.made[0].calls[-1] == ("free", a, 7)  # freed on the same stream, after the block
+    with pytest.raises(RuntimeError, match="launch failed"):
+        with _workspace.borrowed(dev0, 8, 5000) as b:
+            raise RuntimeError("launch failed")
+    assert FakePool.made[0].calls[-1] == ("free", b, 8)  # also when the block raises
+    with _workspace.borrowed(dev1, 7, 100):
         pass
-    with _workspace.borrowed(dev, 7, 5000) as b:
-        assert b == a and FakeBuffer.made[0].nbytes == 2 << 20  # rounded up: no new allocation
-    with _workspace.borrowed(dev, 8, 100) as c:
-        assert c != a  # another stream, another buffer
-    with _workspace.borrowed(dev, 7, (2 << 20) + 1) as d:
-        assert d != a and FakeBuffer.made[0].closed and synced == [2]  # waited for the device, then freed
-    seen, both_alive = [], threading.Barrier(2)  # live threads have distinct idents
-
-    def borrow_on_the_per_thread_stream():
-        both_alive.wait()
-        with _workspace.borrowed(dev, 2, 10) as ptr:
-            seen.append(ptr)
-        both_alive.wait()
-
-    threads = [threading.Thread(target=borrow_on_the_per_thread_stream) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(set(seen)) == 2  # the per-thread default stream: one slot per thread
+    assert len(FakePool.made) == 2 and FakePool.made[0].device is dev0 and FakePool.made[1].device is dev1
+    assert FakePool.made[0].keep_bytes == _workspace.KEEP_BYTES
+    assert _workspace.cached_bytes() == 0  # nothing outlives its call
     _workspace.release_workspaces()
-    assert all(buf.closed for buf in FakeBuffer.made) and _workspace.cached_bytes() == 0
+    assert synced == [0, 1] and all(pool.calls[-1] == ("trim", 0) for pool in FakePool.made)
 
 
 # --- what NVRTC makes of every variant ------------------------------------------------------------------

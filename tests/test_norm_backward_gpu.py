@@ -2,7 +2,8 @@
 
 Bitwise equality with the twin (pyrms.reference.norm_backward_twin) on every alignment, size and
 stride (GUIDE.md §4), through pyrms.testing's guarded, poisoned operands; dweight/dbias bitwise
-identical across runs and rows_per_block settings; the cached and caller-owned workspaces; and the
+identical across runs and rows_per_block settings; the pooled (stream-ordered) and caller-owned
+workspaces, also under graph capture; and the
 gradients against PyTorch autograd in float64 on the GPU.
 """
 import threading
@@ -115,13 +116,65 @@ def test_own_workspace_guards_stay_untouched(rng, op):
         run_case(rng, "bfloat16", rows, hidden, layer_norm=OPS[op], own_workspace=True)
 
 
-def test_cached_workspace_grows_and_is_released(rng):
+def test_pooled_workspace_is_kept_for_reuse_and_released(rng):
     for rows, hidden in ((3, 64), (500, 4096), (7, 64), (2000, 5125)):
         run_case(rng, "float16", rows, hidden)
+    # Freed on its stream after each call, but kept by the pool for reuse (below KEEP_BYTES).
     assert pyrms.ops._workspace.cached_bytes() >= pyrms.backward_workspace_bytes(2000, 5125)
     pyrms.release_workspaces()
     assert pyrms.ops._workspace.cached_bytes() == 0
     run_case(rng, "float16", 40, 5125, layer_norm=True)
+
+
+def test_streams_closed_after_use_leave_no_workspace():
+    # A stream per request, as a server does: nothing outlives the streams (the first design kept a
+    # workspace per stream handle).
+    rng = np.random.default_rng(3)
+    rows, hidden = 40, 5125
+    ops = [allocate(rng, "bfloat16", r, hidden) for r in (rows, rows, rows, 1, 1)]
+    pyrms.release_workspaces()
+    for _ in range(50):
+        with pyrms.Stream() as s:
+            pyrms.rms_norm_backward(ops[0].ptr, ops[3].ptr, ops[1].ptr, ops[2].ptr, ops[4].ptr, 1e-5, rows, hidden,
+                                    stream=s)
+            s.synchronize()
+    pyrms.release_workspaces()
+    assert pyrms.ops._workspace.cached_bytes() == 0
+    assert pyrms.ops._workspace.KEEP_BYTES > 0 and len(pyrms.ops._workspace._pools) == 1
+    for o in ops:
+        o.close()
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_captured_backward_owns_its_workspace(rng, op):
+    # No workspace=: the allocation and the free become the graph's memory nodes.
+    layer_norm = OPS[op]
+    rows, hidden = 40, 5125
+    dy, x, w = allocate(rng, "bfloat16", rows, hidden), allocate(rng, "bfloat16", rows, hidden), allocate(rng, "bfloat16", 1, hidden)
+    p = plan.plan_norm_backward("bfloat16", hidden, layer_norm=layer_norm)
+    want = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], 1e-5, block=p.block,
+                                        chunk_rows=p.chunk_rows, layer_norm=layer_norm)
+    dx = allocate(rng, "bfloat16", rows, hidden, poison=True)
+    params = [allocate(rng, "bfloat16", 1, hidden, poison=True) for _ in range(2 if layer_norm else 1)]
+    with pyrms.Stream() as s:
+        with pyrms.driver.capture(s) as graph:
+            if layer_norm:
+                pyrms.layer_norm_backward(dx.ptr, params[0].ptr, params[1].ptr, dy.ptr, x.ptr, w.ptr, 1e-5, rows,
+                                          hidden, dtype="bfloat16", stream=s)
+            else:
+                pyrms.rms_norm_backward(dx.ptr, params[0].ptr, dy.ptr, x.ptr, w.ptr, 1e-5, rows, hidden,
+                                        dtype="bfloat16", stream=s)
+        for replay in range(3):
+            for out in (dx, *params):
+                out.upload(s)  # poison again: each replay must write every output
+            graph.launch(s)
+            s.synchronize()
+            assert np.array_equal(bits(np.stack([dx.download()[dx.index(r)] for r in range(rows)])), bits(want[0])), replay
+            for out, expected in zip(params, want[1:]):
+                assert np.array_equal(bits(out.download()[out.index(0)]), bits(expected)), replay
+        graph.close()
+    for o in (dy, x, w, dx, *params):
+        o.close()
 
 
 def test_threads_each_with_a_stream_share_nothing(rng):

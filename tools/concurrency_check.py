@@ -12,9 +12,9 @@ compared with the numpy twin, its slot whole (rows bit for bit, the rest still p
                      Gemma/round-once; even threads call with raw stream handles (the raw-pointer fast
                      path), odd threads with the Stream object (the general path).
   rms_norm_backward  the same with the backward pass (1-33 rows: one to three 16-row chunks of the
-                     dweight sum), each thread on its own stream and so its own cached workspace.
-  shared stream      rms_norm_backward again, all threads queueing on ONE stream: the workspace cache's
-                     per-stream slot is shared, and its lock must keep each launch pair together.
+                     dweight sum), each thread on its own stream, each call with its own stream-ordered workspace.
+  shared stream      rms_norm_backward again, all threads queueing on ONE stream: each launch pair must
+                     stay with its own workspace while the threads' calls interleave on the stream.
 
     python tools/concurrency_check.py [--quick] [--threads 8] [--launches 1000] [--out FILE.json]
 
@@ -233,12 +233,8 @@ def run_threads(works, outputs, shared_stream: bool) -> tuple[float, list[str]]:
 
 
 def close_streams(streams) -> None:
-    """Free the cached workspaces first: the cache keys them by stream handle and synchronizes that
-    stream when it frees one, which must not happen to a destroyed stream."""
     for stream in streams:
         stream.synchronize()
-    pyrms.release_workspaces()
-    for stream in streams:
         stream.close()
 
 

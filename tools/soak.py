@@ -9,7 +9,7 @@ as a clear exception that leaves the runtime usable.
                as a context manager with a memset, Tensor.empty + close(), DeviceBuffer dropped without
                close() (freed by its finalizer), PinnedBuffer written through numpy + close().
   short-lived streams  STREAMS times: a new pyrms.Stream, one rms_norm_backward on it, the stream closed
-               (a server's stream per request); the backward's cached workspace must not outlive its stream.
+               (a server's stream per request); the backward's workspace must not outlive its stream.
   out of memory  an allocation of (free device memory + 1 GiB) must raise pyrms.OutOfMemoryError
                naming the size and the free memory, and so must Tensor.empty of that size; then a
                normal allocation and launch must work. Then (unless --no-exhaust) device memory is
@@ -221,7 +221,6 @@ def streams_phase(device, count: int, rng) -> dict:
     result = meter.finish("short-lived streams")
     for t in (x, dy, w, gi, gw):
         t.close()
-    # Not pyrms.release_workspaces(): it would synchronize the destroyed streams the cache still names.
     result.update(requests=count, seconds=round(seconds, 3), ok=result["within_bounds"])
     print(f"short-lived streams: {count} x (new Stream, rms_norm_backward, close) in {seconds:.2f} s; device free "
           f"memory {mib(-result['device_drop'])} (bound {mib(-DEVICE_BOUND)}; "

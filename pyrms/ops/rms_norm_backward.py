@@ -28,10 +28,11 @@ def rms_norm_backward(grad_input, grad_weight, grad_output, input, weight, epsil
     ``stream``, ``epsilon``: as in ``pyrms.rms_norm``.
 
     Workspace: ``pyrms.backward_workspace_bytes(num_tokens, hidden_size)`` bytes of fp32 scratch. By
-    default pyrms keeps one per (device, stream handle), grown as needed and reused, freed by
-    ``pyrms.release_workspaces()``; pass ``workspace=`` (a 16-byte aligned pointer, DeviceBuffer or
-    array you own) to manage it yourself, as CUDA graph capture requires, and as does destroying a
-    stream before its backward passes finish (a new stream may get the old one's handle).
+    default each call takes it from pyrms's stream-ordered memory pool on ``stream`` and frees it there
+    after its kernels, so it is safe with any stream use (closing the stream right after, many
+    threads, CUDA graph capture: the graph then owns it); the pool keeps freed memory for reuse until
+    ``pyrms.release_workspaces()``. Or pass ``workspace=`` (a 16-byte aligned pointer, DeviceBuffer or
+    array you own).
 
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. Two launches are queued on ``stream``, asynchronously.
