@@ -2,13 +2,14 @@
 //
 //   mean = sum(x) / n,  var = sum((x - mean)^2) / n  (two passes, over registers),  inv = 1 / sqrt(var + eps)
 //   forward:   y  = round_T(((x - mean) * inv) * w + b)      all in fp32, rounded once at the end
+//              (BIAS = false: y = round_T(((x - mean) * inv) * w), no addition, so -0 stays -0 as in PyTorch)
 //   backward:  x_hat = (x - mean) * inv,  g = w * dy
 //              dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
 //              dw = sum over rows of dy * x_hat,  db = sum over rows of dy   (fp32, fixed order)
 // Every step is one explicitly rounded fp32 operation (__fsub_rn, __fmul_rn, ...: no FMA), so
 // pyrms.reference.layer_norm_twin and norm_backward_twin reproduce the kernels bit for bit.
 //
-// layer_norm_kernel<T, CACHE>: one block per row, like rms_norm.cu. Pass 1 (pyrms::row_stats) splits
+// layer_norm_kernel<T, CACHE, BIAS>: one block per row, like rms_norm.cu. Pass 1 (pyrms::row_stats) splits
 // the row at the input's 16-byte boundaries and keeps CACHE body vectors per thread in registers for
 // both statistics passes; pass 2 (pyrms::write_row) splits at the output's boundaries, so every body
 // store is 16 bytes wide, and loads input, weight and bias at the widest width their alignment
@@ -21,7 +22,8 @@
 
 namespace pyrms {
 
-template <typename T, int CACHE>
+// bias is not read when BIAS is false (it may be null).
+template <typename T, int CACHE, bool BIAS>
 __global__ void __launch_bounds__(1024, 1) layer_norm_kernel(
     T* out, const T* input, const T* __restrict__ weight, const T* __restrict__ bias, float epsilon, int hidden,
     long long input_stride, long long out_stride) {
@@ -30,9 +32,9 @@ __global__ void __launch_bounds__(1024, 1) layer_norm_kernel(
     T* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
     Pack<T> cached[CACHE > 0 ? CACHE : 1];
     const RowStats st = row_stats<T, CACHE, true>(in_row, hidden, epsilon, cached, scratch[0], scratch[1]);
-    write_row<T, CACHE, true>(out_row, in_row, weight, bias, hidden, cached, [st](T x, T w, T b) {
-        const float x_hat = __fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv);
-        return from_float<T>(__fadd_rn(__fmul_rn(x_hat, to_float(w)), to_float(b)));
+    write_row<T, CACHE, BIAS>(out_row, in_row, weight, bias, hidden, cached, [st](T x, T w, T b) {
+        const float scaled = __fmul_rn(__fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv), to_float(w));
+        return from_float<T>(BIAS ? __fadd_rn(scaled, to_float(b)) : scaled);
     });
 }
 

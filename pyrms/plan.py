@@ -182,26 +182,27 @@ class LayerNormPlan:
     hidden: int
     block: int
     cache: int
+    bias: bool = True  # False: y = x_hat * w, no bias term
 
     source = "layer_norm.cu"
 
     @property
     def expression(self) -> str:
-        return f"pyrms::layer_norm_kernel<{self.dtype.ctype}, {self.cache}>"
+        return f"pyrms::layer_norm_kernel<{self.dtype.ctype}, {self.cache}, {_bool(self.bias)}>"
 
     @property
     def group(self) -> tuple[str, ...]:
         return layer_norm_group(self.dtype)
 
 
-def plan_layer_norm(dtype, hidden: int) -> LayerNormPlan:
+def plan_layer_norm(dtype, hidden: int, *, bias: bool = True) -> LayerNormPlan:
     dt = dtypes.get(dtype)
-    return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden))
+    return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden), bool(bias))
 
 
 def layer_norm_group(dtype: dtypes.DType) -> tuple[str, ...]:
     """Every kernel of layer_norm.cu for one dtype, forward and backward: one NVRTC run."""
-    forward = [f"pyrms::layer_norm_kernel<{dtype.ctype}, {c}>" for c in (0, *CACHE_CHOICES)]
+    forward = [f"pyrms::layer_norm_kernel<{dtype.ctype}, {c}, {_bool(b)}>" for c in (0, *CACHE_CHOICES) for b in (True, False)]
     backward = [NormBackwardPlan(dtype, 0, 32, v, True, False, dtypes.FLOAT32).expression for v in (0, *BACKWARD_VECTORS)]
     return tuple(forward + backward + list(_sum_partials(dtype)))
 

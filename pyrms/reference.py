@@ -176,13 +176,16 @@ def layer_norm_ref(x, weight, bias, epsilon):
 
 
 def layer_norm_twin(x, weight, bias, epsilon, *, block, row_phases=0):
-    """Bit-exact twin of layer_norm_kernel: fp32 two-pass statistics, one rounding at the end."""
+    """Bit-exact twin of layer_norm_kernel: fp32 two-pass statistics, one rounding at the end.
+    bias None: no bias term (no addition of 0, which would turn -0 into +0)."""
     x = _as_2d(x)
     dt = dtypes.get(x.dtype)
     xf = x.astype(F32)
     mean, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems, centered=True)
-    x_hat = (xf - mean[:, None]) * inv[:, None]
-    return (x_hat * np.asarray(weight).astype(F32) + np.asarray(bias).astype(F32)).astype(dt.numpy)
+    y = (xf - mean[:, None]) * inv[:, None] * np.asarray(weight).astype(F32)
+    if bias is not None:
+        y = y + np.asarray(bias).astype(F32)
+    return y.astype(dt.numpy)
 
 
 # --- backward -------------------------------------------------------------------------------------

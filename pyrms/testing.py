@@ -217,41 +217,45 @@ def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=
                     outputs={"input": (x, out), "residual": (res, total)}, inputs={"weight": w})
 
 
-def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in_place=False, epsilon=1e-5,
-                     stream=None):
+def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in_place=False, bias=True,
+                     epsilon=1e-5, stream=None):
     """One pyrms.layer_norm launch on guarded operands ('input', 'out', 'weight', 'bias'), compared bit
-    for bit with the twin; in_place writes over the input (then 'out' takes no offset or stride)."""
+    for bit with the twin; in_place writes over the input (then 'out' takes no offset or stride);
+    bias=False passes bias=None (a LayerNorm without bias)."""
     from .ops.layer_norm import layer_norm
 
     dt = dtypes.get(dtype)
     names = ("input",) if in_place else ("input", "out")
-    ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=("weight", "bias"), outputs=("out",))
-    x, w, b = ops["input"], ops["weight"], ops["bias"]
+    vectors = ("weight", "bias") if bias else ("weight",)
+    ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=vectors, outputs=("out",))
+    x, w, b = ops["input"], ops["weight"], ops.get("bias")
     out = x if in_place else ops["out"]
     with _closing(*ops.values()):
-        p = plan.plan_layer_norm(dt, hidden)
-        want = reference.layer_norm_twin(x.values(), w.values()[0], b.values()[0], epsilon, block=p.block,
-                                         row_phases=phases(x))
-        run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place),
-                    lambda: layer_norm(out.ptr, x.ptr, w.ptr, b.ptr, epsilon, rows, hidden, dtype=dt,
+        p = plan.plan_layer_norm(dt, hidden, bias=bias)
+        want = reference.layer_norm_twin(x.values(), w.values()[0], b.values()[0] if b else None, epsilon,
+                                         block=p.block, row_phases=phases(x))
+        run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place, no_bias=not bias),
+                    lambda: layer_norm(out.ptr, x.ptr, w.ptr, b.ptr if b else None, epsilon, rows, hidden, dtype=dt,
                                        input_stride=x.stride, out_stride=out.stride, stream=stream),
-                    outputs={"out": (out, want)}, inputs={"weight": w, "bias": b, **({} if in_place else {"input": x})})
+                    outputs={"out": (out, want)},
+                    inputs={name: ops[name] for name in (*vectors, *(() if in_place else ("input",)))})
 
 
 def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=None, strides=None, in_place=None,
-                        gemma=False, grad_dtype=None, rows_per_block=None, own_workspace=False, epsilon=1e-5,
-                        stream=None) -> dict[str, np.ndarray]:
+                        gemma=False, grad_dtype=None, rows_per_block=None, own_workspace=False, grad_bias=True,
+                        epsilon=1e-5, stream=None) -> dict[str, np.ndarray]:
     """One pyrms.rms_norm_backward (or layer_norm_backward) launch on guarded operands ('grad_output',
     'input', 'weight', 'grad_input', 'grad_weight', 'grad_bias'), every output compared bit for bit with
     the twin. in_place: 'grad_output' or 'input', the operand grad_input overwrites. own_workspace:
-    pass a guarded workspace (its guards are checked) instead of the cached one. Returns the parameter
-    gradients as computed, by name, for comparisons between launches."""
+    pass a guarded workspace (its guards are checked) instead of the pooled one. grad_bias=False: a
+    LayerNorm without bias (grad_bias=None). Returns the parameter gradients as computed, by name, for
+    comparisons between launches."""
     from .ops.layer_norm import layer_norm_backward
     from .ops.rms_norm_backward import rms_norm_backward
 
     dt = dtypes.get(dtype)
     p = plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype=grad_dtype)
-    params = ("grad_weight", "grad_bias") if layer_norm else ("grad_weight",)
+    params = ("grad_weight", "grad_bias") if layer_norm and grad_bias else ("grad_weight",)
     names = ("grad_output", "input") if in_place else ("grad_output", "input", "grad_input")
     ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=("weight", *params),
                     outputs=("grad_input", *params), out_dtype=p.grad_dtype)
@@ -262,7 +266,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
         want = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], epsilon, block=p.block,
                                             x_phases=phases(x), weight_phase=int(phases(w)[0]), chunk_rows=p.chunk_rows,
                                             layer_norm=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype)
-        grads = dict(zip(params, (ops[name].ptr for name in params)))
+        grads = {"grad_bias": None, **{name: ops[name].ptr for name in params}}
         common = dict(dtype=dt, grad_output_stride=dy.stride, input_stride=x.stride, grad_input_stride=dx.stride,
                       grad_weight_dtype=p.grad_dtype, workspace=ws.ptr if ws else None,
                       rows_per_block=rows_per_block, stream=stream)
@@ -275,7 +279,8 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
         inputs = {name: ops[name] for name in ("grad_output", "input", "weight") if name != in_place}
         run_checked(_label("layer_norm_backward" if layer_norm else "rms_norm_backward", dt, rows, hidden, offsets,
                            strides, in_place=in_place, gemma=gemma, grad_dtype=grad_dtype,
-                           rows_per_block=rows_per_block, own_workspace=own_workspace),
+                           rows_per_block=rows_per_block, own_workspace=own_workspace,
+                           no_grad_bias=layer_norm and not grad_bias),
                     launch, outputs={"grad_input": (dx, want[0]),
                                      **{name: (ops[name], want[1 + k][None]) for k, name in enumerate(params)}},
                     inputs=inputs, scratch={"workspace": ws} if ws else None)

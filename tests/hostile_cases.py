@@ -530,8 +530,9 @@ CASES = [
     # --- the rest of the family ---------------------------------------------------------------------
     Case("fused-aliased", "pyrms.fused_add_rms_norm", "input and residual the same memory",
          lambda: pyrms.fused_add_rms_norm(A, A, W, 1e-6, 4, 64), ValueError, "input and residual overlap; they must be disjoint"),
-    Case("layer-norm-no-bias", "pyrms.layer_norm", "bias = None", lambda: pyrms.layer_norm(A, B, W, None, 1e-6, 4, 64),
-         TypeError, "bias must be a device pointer (int), a pyrms.Tensor or an object with __cuda_array_interface__, got None"),
+    Case("layer-norm-float-bias", "pyrms.layer_norm", "bias = 0.0 (a number, not a pointer; None means no bias)",
+         lambda: pyrms.layer_norm(A, B, W, 0.0, 1e-6, 4, 64),
+         TypeError, "bias must be a device pointer (int), a pyrms.Tensor or an object with __cuda_array_interface__, got float"),
     Case("backward-rows-per-block", "pyrms.rms_norm_backward", "rows_per_block = 17 (not a multiple of 16)",
          lambda: backward(rows_per_block=17), ValueError, "rows_per_block must be a multiple of 16, got 17"),
     Case("backward-grad-weight-overlap", "pyrms.rms_norm_backward", "grad_weight overlaps weight",

@@ -117,7 +117,8 @@ def bwd(layer_norm=False, **kw):
     (bwd, dict(grad_input_stride=65, grad_input=Tensor(A, (4, 64), "bfloat16")), ValueError,
      "grad_input_stride=65 disagrees with grad_input's row stride 64"),
     (bwd, dict(layer_norm=True, grad_bias=B + 64), ValueError, "grad_weight and grad_bias overlap"),
-    (bwd, dict(layer_norm=True, grad_bias=None), TypeError, "grad_bias must be a device pointer"),
+    (bwd, dict(layer_norm=True, grad_bias=1.5), TypeError, "grad_bias must be a device pointer"),
+    (ln, dict(bias=None, weight=A + 64), ValueError, "out and weight overlap"),  # no bias: weight still checked
 ])
 def test_validation_names_the_argument(call, kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -129,9 +130,12 @@ def test_backward_in_place_is_allowed_by_validation():
 
     if driver.unavailable_reason() is None:
         pytest.skip("a driver exists here: valid arguments would launch on fake pointers")
-    for kwargs in (dict(grad_input=C), dict(grad_input=D), dict(grad_input=C, layer_norm=True)):
+    for kwargs in (dict(grad_input=C), dict(grad_input=D), dict(grad_input=C, layer_norm=True),
+                   dict(layer_norm=True, grad_bias=None)):  # a LayerNorm without bias has no grad_bias
         with pytest.raises(pyrms.NoDriverError):  # validation passed; the launch needs the device
             bwd(**kwargs)
+    with pytest.raises(pyrms.NoDriverError):
+        ln(bias=None)
 
 
 def test_workspace_from_arrays_is_sized():
@@ -260,7 +264,8 @@ def test_ptx_dump_knows_the_family():
             return family.expression(bf16, hidden, tool.resolve_variant(family, variant, bf16, hidden))
 
         assert expression("fused_add_rms_norm", "gemma") == plan.plan_fused_add_rms_norm(bf16, 5120, gemma=True).expression
-        assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0>"
+        assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0, true>"
+        assert expression("layer_norm", "bias=false") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, false>"
         assert expression("rms_norm_backward", "gemma") == "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 0, true>"
         assert expression("layer_norm_backward", hidden=65537) == "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0>"
         assert expression("sum_partials", "grad=fp32") == "pyrms::sum_partials_kernel<float>"

@@ -5,6 +5,8 @@ Every check draws fresh random inputs and compares whole allocations bit for bit
 against the twin, everything else (guards, gaps between strided rows, the inputs) against what was
 there before.
 """
+import functools
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,8 @@ pytestmark = pytest.mark.gpu
 DTYPES = ["bfloat16", "float16", "float32"]
 HIDDEN = [1, 5, 7, 8, 9, 31, 769, 4096, 5120, 5125, 8192, 16384, 65536, 65537]
 CHECKS = {"fused_add": (check_fused_add_rms_norm, ("input", "residual", "weight")),
-          "layer_norm": (check_layer_norm, ("input", "out", "weight", "bias"))}
+          "layer_norm": (check_layer_norm, ("input", "out", "weight", "bias")),
+          "layer_norm_no_bias": (functools.partial(check_layer_norm, bias=False), ("input", "out", "weight"))}
 
 
 @pytest.fixture
@@ -119,6 +122,12 @@ def test_layer_norm_against_torch():
         ref = torch.nn.functional.layer_norm(x.double(), (4097,), w.double(), b.double(), eps=1e-5)
         err = ((out.double() - ref).norm() / ref.norm()).item()
         assert err < {"float16": 1e-3, "bfloat16": 8e-3, "float32": 2e-6}[name], (name, err)
+        out.fill_(float("nan"))
+        pyrms.layer_norm(view(out), view(x), view(w), None, 1e-5, 17, 4097, dtype=name)  # no bias
+        torch.cuda.synchronize()
+        ref = torch.nn.functional.layer_norm(x.double(), (4097,), w.double(), None, eps=1e-5)
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        assert err < {"float16": 1e-3, "bfloat16": 8e-3, "float32": 2e-6}[name], (name, "no bias", err)
 
 
 def test_streams_and_validation_before_launch(rng):

@@ -110,6 +110,18 @@ def test_parameter_gradients_bitwise_identical_across_runs_and_rows_per_block(op
             assert np.array_equal(bits(got), bits(results[0][name])), name
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [7, 769, 5125, 65537])
+def test_layer_norm_without_bias_gives_the_same_grad_input_and_grad_weight(dtype, hidden):
+    # grad_bias=None: its column sum is skipped; grad_input and grad_weight are the twin's, bit for bit.
+    for offsets in ({}, {"grad_output": 1}, {"grad_weight": 1}):
+        with_bias = run_case(np.random.default_rng(hidden), dtype, 33, hidden, layer_norm=True, offsets=offsets)
+        without = run_case(np.random.default_rng(hidden), dtype, 33, hidden, layer_norm=True, offsets=offsets,
+                           grad_bias=False)
+        assert set(without) == {"grad_weight"}
+        assert np.array_equal(bits(without["grad_weight"]), bits(with_bias["grad_weight"]))
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_own_workspace_guards_stay_untouched(rng, op):
     for hidden, rows in ((5125, 40), (16384, 33), (65537, 3)):

@@ -107,7 +107,8 @@ FAMILIES = {
     "layer_norm": Family(
         "layer_norm.cu", "pyrms::layer_norm_kernel (forward); the hidden size only picks the planned cache",
         lambda dt, hidden, v: replace(plan.plan_layer_norm(dt, hidden), **v).expression,
-        lambda dt, hidden: {"cache": plan.plan_layer_norm(dt, hidden).cache}, {"cache": _cache_vectors}),
+        lambda dt, hidden: {"cache": plan.plan_layer_norm(dt, hidden).cache, "bias": True},
+        {"cache": _cache_vectors, "bias": _flag}),
     "rms_norm_backward": Family(
         "rms_norm_backward.cu", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums)",
         lambda dt, hidden, v: _backward_plan(dt, hidden, v, False).expression,

@@ -46,10 +46,16 @@ from pyrms.testing import (allocate, check_layer_norm, check_norm_backward, chec
                            run_checked)
 
 OPS = ("rms_norm", "fused_add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward", "seed")
-# Kernel launches behind one checked op call: the backward passes are a rows kernel, then one column-sum
-# kernel per parameter gradient.
-KERNELS_PER_CALL = {"rms_norm": 1, "fused_add_rms_norm": 1, "rms_norm_backward": 2, "layer_norm": 1,
-                    "layer_norm_backward": 3, "seed": 1}
+def kernels_per_call(op: str, case: dict) -> int:
+    """Kernel launches behind one checked op call: the backward passes are a rows kernel, then one
+    column-sum kernel per parameter gradient (LayerNorm: dweight and dbias, unless grad_bias=False)."""
+    if op == "rms_norm_backward":
+        return 2
+    if op == "layer_norm_backward":
+        return 3 if case.get("grad_bias", True) else 2
+    return 1
+
+
 HIDDENS = (1, 7, 9, 769, 5125, 16384, 65537)
 SLOW_SECONDS = 2.0  # --verbose names every case that takes longer
 SEED_HIDDENS = (769, 4096)  # VEC_SIZE 1 (769 threads) and 8/8/4 (512/512/1024 threads)
@@ -93,13 +99,20 @@ def check_seed(rng, dtype, rows, hidden, epsilon=1e-5):
 
 def extra_cases():
     """Layouts the two matrices do not cover: strided LayerNorm rows, strided and in-place backward
-    passes with a partial last chunk of rows, LayerNorm's float32 parameter gradients."""
+    passes with a partial last chunk of rows, LayerNorm's float32 parameter gradients, LayerNorm
+    without bias (forward, and backward without grad_bias)."""
     for dtype in dtypes.ALL:
         n = dtype.vec_elems
         for hidden in HIDDENS:
             yield "layer_norm", check_layer_norm, dict(
                 dtype=dtype, rows=3, hidden=hidden, offsets={"input": 1, "out": n - 1},
                 strides={"input": hidden + 3, "out": hidden + 5})
+            yield "layer_norm", check_layer_norm, dict(
+                dtype=dtype, rows=3, hidden=hidden, bias=False, offsets={"input": n - 1, "weight": 1},
+                strides={"out": hidden + 1})
+            yield "layer_norm_backward", check_norm_backward, dict(
+                dtype=dtype, rows=17, hidden=hidden, layer_norm=True, grad_bias=False,
+                offsets={"grad_weight": 1, "input": n - 1})
             for layer_norm in (False, True):
                 op = "layer_norm_backward" if layer_norm else "rms_norm_backward"
                 yield op, check_norm_backward, dict(
@@ -162,7 +175,7 @@ def compile_unit(op: str, case: dict) -> tuple[str, tuple[str, ...]]:
         p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=case.get("gemma", False),
                                          round_once=case.get("round_once", False))
     elif op == "layer_norm":
-        p = plan.plan_layer_norm(dt, hidden)
+        p = plan.plan_layer_norm(dt, hidden, bias=case.get("bias", True))
     elif op == "seed":
         p = plan_seed(dt, hidden)
         return p.source, (p.expression,)
@@ -208,11 +221,12 @@ def run(ops, quick: bool, verbose: bool, shard: tuple[int, int] = (0, 1)) -> int
     from pyrms import release_workspaces
 
     rng = np.random.default_rng(2026)
-    checked, failed, seconds = Counter(), Counter(), Counter()
+    checked, failed, seconds, kernel_launches = Counter(), Counter(), Counter(), Counter()
     aborted = None
     start = time.time()
     for op, check, case in select(ops, quick, shard):
         checked[op] += 1
+        kernel_launches[op] += kernels_per_call(op, case)
         t0 = time.perf_counter()
         try:
             check(rng, **case)
@@ -240,9 +254,9 @@ def run(ops, quick: bool, verbose: bool, shard: tuple[int, int] = (0, 1)) -> int
     for op in ops:
         if checked[op]:
             print(f"{op}: {checked[op]} launches checked, {failed[op]} failed "
-                  f"({checked[op] * KERNELS_PER_CALL[op]} kernel launches, {seconds[op]:.1f} s)")
+                  f"({kernel_launches[op]} kernel launches, {seconds[op]:.1f} s)")
     total, total_failed = sum(checked.values()), sum(failed.values())
-    kernels = sum(checked[op] * KERNELS_PER_CALL[op] for op in checked)
+    kernels = sum(kernel_launches.values())
     if aborted:
         print(f"sanitize_all: aborted after a CUDA error at {aborted}")
     where = f", shard {shard[0]}/{shard[1]}" if shard[1] > 1 else ""
@@ -286,11 +300,15 @@ def main(argv=None) -> int:
     parser.add_argument("--verbose", action="store_true", help=f"progress every 25 launches, and every case slower than {SLOW_SECONDS:g} s")
     args = parser.parse_args(argv)
     if args.count:
-        counts = Counter(op for op, _, _ in select(args.ops, args.quick, args.shard))
+        counts, kernel_counts = Counter(), Counter()
+        for op, _, case in select(args.ops, args.quick, args.shard):
+            counts[op] += 1
+            kernel_counts[op] += kernels_per_call(op, case)
         units = {compile_unit(op, case) for op, _, case in select(args.ops, args.quick, args.shard)}
         for op in args.ops:
-            print(f"{op}: {counts[op]} launches ({counts[op] * KERNELS_PER_CALL[op]} kernel launches)")
-        print(f"total: {sum(counts.values())} launches, {len(units)} compile units")
+            print(f"{op}: {counts[op]} launches ({kernel_counts[op]} kernel launches)")
+        print(f"total: {sum(counts.values())} launches ({sum(kernel_counts.values())} kernel launches), "
+              f"{len(units)} compile units")
         return 0
     if args.precompile:
         return precompile(args.ops, args.quick, args.arch, args.jobs)

@@ -27,7 +27,8 @@ def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output
     num_tokens = check.size("num_tokens", num_tokens)
     hidden = check.size("hidden_size", hidden_size)
     eps = check.epsilon(epsilon)
-    params = {"grad_weight": grad_weight, **({"grad_bias": grad_bias} if layer_norm else {})}
+    # grad_bias None (a LayerNorm without bias): its plane of the workspace is filled but not summed.
+    params = {"grad_weight": grad_weight, **({"grad_bias": grad_bias} if layer_norm and grad_bias is not None else {})}
     dt, pdt, r = check.layout(num_tokens, hidden, dtype,
                               rows={"grad_input": (grad_input, grad_input_stride, "grad_input_stride"),
                                     "grad_output": (grad_output, grad_output_stride, "grad_output_stride"),

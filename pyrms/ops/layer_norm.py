@@ -12,7 +12,8 @@ _SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 def layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size, *, dtype=None, input_stride=None,
                out_stride=None, stream=None):
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
-    ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance.
+    ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
+    ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``).
 
     Statistics in fp32 in two passes (the mean, then the squared deviations from it, over values held
     in registers: no E[x^2] - mean^2 cancellation); the whole expression in fp32, rounded once to the
@@ -27,17 +28,18 @@ def layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size, *, dt
     num_tokens = check.size("num_tokens", num_tokens)
     hidden = check.size("hidden_size", hidden_size)
     eps = check.epsilon(epsilon)
+    vectors = {"weight": weight} if bias is None else {"weight": weight, "bias": bias}
     dt, _, r = check.layout(num_tokens, hidden, dtype,
                             rows={"out": (out, out_stride, "out_stride"), "input": (input, input_stride, "input_stride")},
-                            vectors={"weight": weight, "bias": bias})
-    check.disjoint([r["out"]], [r["input"], r["weight"], r["bias"]], in_place={("out", "input")})
+                            vectors=vectors)
+    check.disjoint([r["out"]], [r[name] for name in ("input", *vectors)], in_place={("out", "input")})
     handle = driver.stream_handle(stream)
     device = driver.selected_device()
     check.same_device([region.op for region in r.values()], device.ordinal)
-    p = planner.plan_layer_norm(dt, hidden)
+    p = planner.plan_layer_norm(dt, hidden, bias=bias is not None)
     kernel = kernels.get(p.source, p.expression, p.group, _SIGNATURE, device)
-    kernel.launch(num_tokens, p.block, (r["out"].ptr, r["input"].ptr, r["weight"].ptr, r["bias"].ptr, eps, hidden,
-                                        r["input"].stride, r["out"].stride), handle)
+    kernel.launch(num_tokens, p.block, (r["out"].ptr, r["input"].ptr, r["weight"].ptr, r["bias"].ptr if p.bias else 0,
+                                        eps, hidden, r["input"].stride, r["out"].stride), handle)
 
 
 def layer_norm_backward(grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon, num_tokens,
@@ -48,6 +50,8 @@ def layer_norm_backward(grad_input, grad_weight, grad_bias, grad_output, input, 
         x_hat = (x - mean) * r,  g = weight * dy
         grad_input  = r * ((g - mean(g)) - x_hat * mean(x_hat * g))      per row, fp32, rounded once
         grad_weight = sum over rows of dy * x_hat,  grad_bias = sum over rows of dy
+
+    ``grad_bias=None`` skips grad_bias (a LayerNorm without bias); grad_input and grad_weight are the same.
 
     mean and r recomputed per row exactly as ``layer_norm`` computes them. grad_weight and grad_bias
     are summed in fp32 in a fixed order (bitwise reproducible for every ``rows_per_block``), written in
