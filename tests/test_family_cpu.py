@@ -182,6 +182,23 @@ class FakePool:
         return 4096 * len(self.live)
 
 
+def test_a_device_without_memory_pools_says_to_pass_a_workspace(monkeypatch):
+    from cuda.bindings import driver as cu
+
+    def refuse(device, keep_bytes=0):
+        raise pyrms.CudaError("cuMemPoolCreate", cu.CUresult.CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED",
+                              "operation not supported")
+
+    monkeypatch.setattr(_workspace.driver, "MemoryPool", refuse)
+    monkeypatch.setattr(_workspace, "_pools", {})
+    dev = type("Dev", (), {"ordinal": 3})()
+    with pytest.raises(pyrms.CudaError, match=r"cuMemPoolCreate failed: CUDA_ERROR_NOT_SUPPORTED: operation not "
+                                              r"supported \(the backward's workspace pool on device 3; pass workspace="):
+        with _workspace.borrowed(dev, 0, 64):
+            pass
+    assert _workspace._pools == {}  # nothing half-made is kept
+
+
 def test_workspace_is_allocated_and_freed_on_the_calls_stream(monkeypatch):
     monkeypatch.setattr(_workspace.driver, "MemoryPool", FakePool)
     monkeypatch.setattr(_workspace, "_pools", {})

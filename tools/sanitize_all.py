@@ -297,7 +297,8 @@ def main(argv=None) -> int:
     parser.add_argument("--precompile", action="store_true", help="compile every kernel needed into the disk cache, exit")
     parser.add_argument("--arch", help="arch for --precompile (default: $PYRMS_ARCH, else the GPU's)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="NVRTC processes for --precompile")
-    parser.add_argument("--verbose", action="store_true", help=f"progress every 25 launches, and every case slower than {SLOW_SECONDS:g} s")
+    parser.add_argument("--verbose", action="store_true",
+                        help=f"progress every 25 launches, and every case slower than {SLOW_SECONDS:g} s")
     args = parser.parse_args(argv)
     if args.count:
         counts, kernel_counts = Counter(), Counter()

@@ -20,7 +20,7 @@ import contextlib
 import threading
 from typing import Iterator
 
-from .. import driver
+from .. import driver, errors
 
 # Freed workspace memory the pool keeps for reuse across synchronizations (its release threshold):
 # the largest common workspace, LayerNorm's at 32768 x 8192, is 134 MB.
@@ -36,7 +36,13 @@ def _pool(device: driver.Device) -> driver.MemoryPool:
         with _pools_lock:
             pool = _pools.get(device.ordinal)
             if pool is None:
-                pool = _pools[device.ordinal] = driver.MemoryPool(device, keep_bytes=KEEP_BYTES)
+                try:
+                    pool = driver.MemoryPool(device, keep_bytes=KEEP_BYTES)
+                except errors.CudaError as exc:  # e.g. a virtual GPU without memory pools
+                    raise type(exc)(exc.call, exc.status, exc.name,
+                                    f"{exc.description} (the backward's workspace pool on device {device.ordinal}; "
+                                    "pass workspace=, of pyrms.backward_workspace_bytes(...) bytes, instead)") from None
+                _pools[device.ordinal] = pool
     return pool
 
 
