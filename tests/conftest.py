@@ -1,6 +1,9 @@
-"""Shared test setup: the ``gpu`` marker skips, with the reason, where no CUDA driver or device exists."""
+"""Shared test setup: the ``gpu`` marker skips, with the reason, where no CUDA driver or device exists;
+the ``rng`` fixture (reproducible per test) and the ``small`` source directory."""
 import functools
+import zlib
 
+import numpy as np
 import pytest
 
 from small_sources import BAD_CU, SMALL_CU, X_CUH
@@ -23,6 +26,13 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=f"no usable CUDA GPU: {reason}")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def rng(request):
+    """A fresh stream of random inputs for every test, varied per test id and the same in every run
+    (crc32, not hash(), which Python salts per process), so a failure can be reproduced."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 @pytest.fixture

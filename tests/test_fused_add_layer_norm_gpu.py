@@ -23,12 +23,6 @@ CHECKS = {"fused_add": (check_fused_add_rms_norm, ("input", "residual", "weight"
           "layer_norm_no_bias": (functools.partial(check_layer_norm, bias=False), ("input", "out", "weight"))}
 
 
-@pytest.fixture
-def rng(request):
-    # A fresh stream of random inputs for every test, varied per test id.
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
-
-
 @pytest.mark.parametrize("op", CHECKS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("hidden", [7, 769, 5125])

@@ -26,12 +26,6 @@ def names(layer_norm):
     return ("grad_output", "input", "weight", "grad_input", "grad_weight", *(("grad_bias",) if layer_norm else ()))
 
 
-@pytest.fixture
-def rng(request):
-    # A fresh stream of random inputs for every test, varied per test id.
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
-
-
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("hidden", [7, 769, 5125])

@@ -24,12 +24,6 @@ DTYPES = ["bfloat16", "float16", "float32"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture
-def rng(request):
-    # A fresh stream of random inputs for every test, varied per test id.
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
-
-
 @pytest.mark.parametrize("variant", ["few", "many"])  # the kernels for few and for many rows
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("which", ["input", "weight", "out"])
