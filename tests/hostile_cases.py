@@ -10,7 +10,7 @@ launching on made-up pointers. A case needs one of three environments:
 
 - "nothing": the machine as it is. These inputs are refused before the driver is touched, so on a
   machine without a driver they raise their error, not NoDriverError.
-- "device": a device. On the CPU a FakeDriver stands in (one sm_90 device with 64 MiB, host memory as
+- "device": a device. On the CPU a fake_driver.FakeDriver stands in (one sm_90 device with 64 MiB, host memory as
   device memory; nothing is compiled: pyrms.kernels.get hands out kernels whose launches hit the
   sentinel); ``run_case(real_device=True)`` uses the real driver instead (tests marked gpu).
 - "no-driver": a cuda.bindings whose every call fails as it does where libcuda is missing.
@@ -21,7 +21,6 @@ what it raises today; its test is an expected failure until the defect is fixed.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import io
 import math
 import shutil
@@ -37,12 +36,12 @@ import numpy as np
 from cuda.bindings import driver as real_cu
 
 import pyrms
+from fake_driver import FakeDriver
 from pyrms import compiler, driver, errors, headers, kernels, launch
 from pyrms.tensor import Tensor
 
 A, B, W = 1 << 20, 2 << 20, 3 << 20  # made-up, 16-byte aligned device addresses: never dereferenced
 G = 4 << 20  # another made-up address, far from the others (gradients, biases)
-OK = real_cu.CUresult.CUDA_SUCCESS
 
 
 class LaunchAttempted(Exception):
@@ -59,122 +58,6 @@ class CliExit(Exception):
 
 
 # --- stand-ins for the driver ---------------------------------------------------------------------
-
-
-class FakeDriver:
-    """Enough of cuda.bindings.driver for the cases that need a device: one sm_90 device with 64 MiB
-    (free memory counts what is allocated), host memory as device memory, streams and events as numbered handles. Statuses, handle
-    types and enums are the real ones, and so are the argument conversions that matter here: a size
-    of 2**64 or more does not fit cuMemAlloc's size_t (OverflowError, as in cuda.bindings)."""
-
-    def __init__(self):
-        self.free, self.total = 64 << 20, 80 << 20
-        self.blocks: dict[int, ctypes.Array] = {}
-        self.pools: dict[int, set[int]] = {}  # pool handle -> addresses allocated from it
-        self.handles = 0x100
-        self.current = threading.local()
-
-    cuuint64_t = real_cu.cuuint64_t  # a value type, not a call
-
-    def __getattr__(self, name):
-        if name.startswith("cu"):
-            raise AttributeError(f"FakeDriver has no {name}")
-        return getattr(real_cu, name)
-
-    def _handle(self, kind):
-        self.handles += 0x10
-        return kind(self.handles)
-
-    def cuInit(self, flags): return (OK,)
-    def cuDeviceGetCount(self): return (OK, 1)
-    def cuDeviceGet(self, ordinal): return (OK, real_cu.CUdevice(ordinal))
-    def cuDeviceGetName(self, length, dev): return (OK, b"Fake H200\0")
-    def cuDeviceTotalMem(self, dev): return (OK, self.total)
-
-    def cuDeviceGetAttribute(self, attribute, dev):
-        a = real_cu.CUdevice_attribute
-        return (OK, {a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
-                     a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0}.get(attribute, 1024))
-
-    def cuDevicePrimaryCtxRetain(self, dev): return (OK, real_cu.CUcontext(0xC000))
-    def cuCtxGetCurrent(self): return (OK, real_cu.CUcontext(getattr(self.current, "ctx", 0)))
-
-    def cuCtxSetCurrent(self, ctx):
-        self.current.ctx = int(ctx)
-        return (OK,)
-
-    def cuCtxPushCurrent(self, ctx):
-        self.current.saved = getattr(self.current, "ctx", 0)
-        self.current.ctx = int(ctx)
-        return (OK,)
-
-    def cuCtxPopCurrent(self):
-        ctx, self.current.ctx = getattr(self.current, "ctx", 0), getattr(self.current, "saved", 0)
-        return (OK, real_cu.CUcontext(ctx))
-
-    def cuCtxSynchronize(self): return (OK,)
-    def cuMemGetInfo(self): return (OK, self.free - sum(len(b) for b in self.blocks.values()), self.total)
-
-    def cuMemAlloc(self, nbytes):
-        if not 0 <= nbytes < 2**64:
-            raise OverflowError("Python int too large to convert to C unsigned long")  # cuda.bindings' size_t
-        if nbytes > self.cuMemGetInfo()[1]:
-            return (real_cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY, real_cu.CUdeviceptr(0))
-        block = (ctypes.c_char * nbytes)()
-        self.blocks[ctypes.addressof(block)] = block
-        return (OK, real_cu.CUdeviceptr(ctypes.addressof(block)))
-
-    def cuMemFree(self, ptr):
-        self.blocks.pop(int(ptr), None)
-        return (OK,)
-
-    # Stream-ordered pools: the fake runs no work, so an asynchronous free takes effect at once and
-    # freed memory goes straight back to the device (the pool keeps nothing for reuse).
-    def cuMemPoolCreate(self, props):
-        pool = self._handle(real_cu.CUmemoryPool)
-        self.pools[int(pool)] = set()
-        return (OK, pool)
-
-    def cuMemPoolDestroy(self, pool):
-        for ptr in self.pools.pop(int(pool)):
-            self.cuMemFree(ptr)
-        return (OK,)
-
-    def cuMemPoolSetAttribute(self, pool, attribute, value): return (OK,)
-
-    def cuMemPoolGetAttribute(self, pool, attribute):
-        return (OK, real_cu.cuuint64_t(sum(len(self.blocks[p]) for p in self.pools[int(pool)])))
-
-    def cuMemPoolTrimTo(self, pool, keep): return (OK,)
-
-    def cuMemAllocFromPoolAsync(self, nbytes, pool, stream):
-        status, ptr = self.cuMemAlloc(nbytes)
-        if status == OK:
-            self.pools[int(pool)].add(int(ptr))
-        return (status, ptr)
-
-    def cuMemFreeAsync(self, ptr, stream):
-        for owned in self.pools.values():
-            owned.discard(int(ptr))
-        return self.cuMemFree(ptr)
-
-    def cuPointerGetAttribute(self, attribute, ptr):
-        for start, block in self.blocks.items():
-            if start <= int(ptr) < start + len(block):
-                return (OK, 0)
-        return (real_cu.CUresult.CUDA_ERROR_INVALID_VALUE, None)
-
-    def cuStreamCreate(self, flags): return (OK, self._handle(real_cu.CUstream))
-    def cuStreamDestroy(self, stream): return (OK,)
-    def cuStreamSynchronize(self, stream): return (OK,)
-    def cuEventCreate(self, flags): return (OK, self._handle(real_cu.CUevent))
-    def cuEventDestroy(self, event): return (OK,)
-    def cuEventRecord(self, event, stream): return (OK,)
-    def cuEventSynchronize(self, event): return (OK,)
-    def cuEventElapsedTime(self, start, end): return (OK, 0.5)
-    def cuFuncSetAttribute(self, function, attribute, value): return (OK,)
-    def cuGetErrorName(self, status): return (OK, status.name.encode())
-    def cuGetErrorString(self, status): return (OK, b"out of memory" if "MEMORY" in status.name else b"error")
 
 
 class MissingDriver:
@@ -251,7 +134,7 @@ def environment(needs: str, real_device: bool = False):
         if needs == "no-driver":
             _fresh_driver_state(saved, MissingDriver())
         elif needs == "device" and not real_device:
-            _fresh_driver_state(saved, FakeDriver())
+            _fresh_driver_state(saved, FakeDriver(free_bytes=64 << 20, total_bytes=80 << 20))
             saved.set(kernels, "get", lambda source, expression, group, signature, device=None:
                       launch.Kernel(0xF00D, expression, signature, None))
             own = driver._Owned._own

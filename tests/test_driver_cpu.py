@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from cuda.bindings import driver as real_cu
 
+from fake_driver import FakeDriver, read_params
 from pyrms import driver, dtypes, errors, launch
 from pyrms.tensor import Tensor
 
@@ -140,16 +141,8 @@ def test_host_arrays_must_be_c_contiguous():
 # -- launch: argument packing ----------------------------------------------------------------------
 
 
-def _read_params(signature, address: int) -> list:
-    """Follow the void* array at ``address`` as cuLaunchKernel does, reading each slot by its kind."""
-    pointers = ctypes.cast(address, ctypes.POINTER(ctypes.c_void_p))
-    kinds = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
-             "u32": ctypes.c_uint32, "f32": ctypes.c_float}
-    return [kinds[kind].from_address(pointers[i]).value for i, kind in enumerate(signature)]
-
-
 def _slot_values(pack: launch.ArgPack) -> list:
-    return _read_params(pack.signature, pack.address)
+    return read_params(pack.signature, pack.address)
 
 
 def test_packed_values_are_where_the_pointers_say():
@@ -202,7 +195,7 @@ class FakeLaunches:
         self.lock = threading.Lock()
 
     def __call__(self, function, gx, gy, gz, bx, by, bz, shared, stream, params_address):
-        record = ((gx, gy, gz), (bx, by, bz), shared, stream, tuple(_read_params(self.signature, params_address)))
+        record = ((gx, gy, gz), (bx, by, bz), shared, stream, tuple(read_params(self.signature, params_address)))
         with self.lock:
             self.calls.append((threading.get_ident(), record))
 
@@ -273,250 +266,12 @@ def test_load_module_validates_the_image_before_any_driver_call():
         launch.load_module(b"")
 
 
-# -- the whole driver layer over a fake cuda.bindings.driver ---------------------------------------
-#
-# driver.py reaches the driver only through its module attribute ``_cu``, so a stand-in that keeps
-# cuda.bindings' calling conventions ((status, *values) tuples, the real handle and enum types) runs
-# every code path here: device memory is host memory, so tensors and copies really move bytes.
-
-OK = real_cu.CUresult.CUDA_SUCCESS
-
-
-class FakeCu:
-    def __init__(self, free_bytes=1 << 24):
-        self.total = 1 << 25
-        self.free = free_bytes
-        self.calls = []
-        self.blocks = {}  # address -> ctypes buffer standing for device (or pinned) memory
-        self.threads = threading.local()
-        self.next_handle = 0x100
-        self.live = set()
-
-    def __getattr__(self, name):  # enums, handle types and constants come from the real module
-        if name.startswith("cu"):
-            raise AttributeError(f"FakeCu has no {name}")
-        return getattr(real_cu, name)
-
-    def _log(self, name, *args):
-        self.calls.append((name, args))
-
-    def _handle(self, kind):
-        self.next_handle += 0x10
-        self.live.add(self.next_handle)
-        return kind(self.next_handle)
-
-    def _destroy(self, name, handle):
-        self._log(name, int(handle))
-        if int(handle) not in self.live:
-            return (real_cu.CUresult.CUDA_ERROR_INVALID_HANDLE,)
-        self.live.remove(int(handle))
-        return (OK,)
-
-    def _stack(self):
-        if not hasattr(self.threads, "stack"):
-            self.threads.stack = []
-        return self.threads.stack
-
-    def _check_range(self, address, nbytes):
-        for start, block in self.blocks.items():
-            if start <= address and address + nbytes <= start + len(block):
-                return True
-        raise AssertionError(f"access to [{address:#x}, +{nbytes}) outside every allocation")
-
-    def cuInit(self, flags):
-        return (OK,)
-
-    def cuDeviceGetCount(self):
-        return (OK, 1)
-
-    def cuDeviceGet(self, ordinal):
-        return (OK, real_cu.CUdevice(ordinal))
-
-    def cuDeviceGetName(self, length, dev):
-        return (OK, b"Fake H200\0".ljust(length, b"\0"))
-
-    def cuDeviceGetAttribute(self, attribute, dev):
-        a = real_cu.CUdevice_attribute
-        values = {a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9, a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0,
-                  a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132, a.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: 50 << 20,
-                  a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024,
-                  a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 232448}
-        return (OK, values[attribute])
-
-    def cuDeviceTotalMem(self, dev):
-        return (OK, self.total)
-
-    def cuMemGetInfo(self):
-        return (OK, self.free, self.total)
-
-    def cuDevicePrimaryCtxRetain(self, dev):
-        self._log("cuDevicePrimaryCtxRetain", int(dev))
-        return (OK, real_cu.CUcontext(0xC000 + int(dev)))
-
-    def cuCtxGetCurrent(self):
-        stack = self._stack()
-        return (OK, real_cu.CUcontext(stack[-1] if stack else 0))
-
-    def cuCtxSetCurrent(self, ctx):
-        self._log("cuCtxSetCurrent", int(ctx))
-        stack = self._stack()
-        if stack:
-            stack[-1] = int(ctx)
-        else:
-            stack.append(int(ctx))
-        return (OK,)
-
-    def cuCtxPushCurrent(self, ctx):
-        self._stack().append(int(ctx))
-        return (OK,)
-
-    def cuCtxPopCurrent(self):
-        return (OK, real_cu.CUcontext(self._stack().pop()))
-
-    def cuCtxSynchronize(self):
-        return (OK,)
-
-    def cuStreamCreate(self, flags):
-        return (OK, self._handle(real_cu.CUstream))
-
-    def cuStreamDestroy(self, stream):
-        return self._destroy("cuStreamDestroy", stream)
-
-    def cuStreamSynchronize(self, stream):
-        return (OK,)
-
-    def cuEventCreate(self, flags):
-        return (OK, self._handle(real_cu.CUevent))
-
-    def cuEventRecord(self, event, stream):
-        self._log("cuEventRecord", int(event), int(stream))
-        return (OK,)
-
-    def cuEventSynchronize(self, event):
-        return (OK,)
-
-    def cuEventElapsedTime(self, start, end):
-        return (OK, 0.25)
-
-    def cuEventDestroy(self, event):
-        return self._destroy("cuEventDestroy", event)
-
-    def _allocate(self, nbytes):
-        block = (ctypes.c_char * nbytes)()
-        self.blocks[ctypes.addressof(block)] = block
-        self.live.add(ctypes.addressof(block))
-        return ctypes.addressof(block)
-
-    def cuMemAlloc(self, nbytes):
-        if nbytes > self.free:
-            return (real_cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY, real_cu.CUdeviceptr(0))
-        return (OK, real_cu.CUdeviceptr(self._allocate(nbytes)))
-
-    def cuMemFree(self, ptr):
-        self.blocks.pop(int(ptr), None)
-        return self._destroy("cuMemFree", ptr)
-
-    def cuMemHostAlloc(self, nbytes, flags):
-        return (OK, self._allocate(nbytes))
-
-    def cuMemFreeHost(self, ptr):
-        self.blocks.pop(int(ptr), None)
-        return self._destroy("cuMemFreeHost", ptr)
-
-    def cuMemcpyHtoD(self, dst, src, nbytes):
-        self._check_range(int(dst), nbytes)
-        ctypes.memmove(int(dst), src, nbytes)
-        return (OK,)
-
-    def cuMemcpyDtoH(self, dst, src, nbytes):
-        self._check_range(int(src), nbytes)
-        ctypes.memmove(dst, int(src), nbytes)
-        return (OK,)
-
-    def cuMemcpyDtoD(self, dst, src, nbytes):
-        self._check_range(int(dst), nbytes)
-        self._check_range(int(src), nbytes)
-        ctypes.memmove(int(dst), int(src), nbytes)
-        return (OK,)
-
-    def cuMemsetD8(self, ptr, byte, nbytes):
-        self._check_range(int(ptr), nbytes)
-        ctypes.memset(int(ptr), byte, nbytes)
-        return (OK,)
-
-    def cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
-        return self.cuMemcpyHtoD(dst, src, nbytes)
-
-    def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
-        return self.cuMemcpyDtoH(dst, src, nbytes)
-
-    def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
-        return self.cuMemcpyDtoD(dst, src, nbytes)
-
-    def cuMemsetD8Async(self, ptr, byte, nbytes, stream):
-        self._log("cuMemsetD8Async", int(ptr), byte, nbytes, int(stream))
-        return self.cuMemsetD8(ptr, byte, nbytes)
-
-    def cuPointerGetAttribute(self, attribute, ptr):
-        for start, block in self.blocks.items():
-            if start <= int(ptr) < start + len(block):
-                return (OK, 0)
-        return (real_cu.CUresult.CUDA_ERROR_INVALID_VALUE, None)
-
-    def cuModuleLoadData(self, image):
-        self._log("cuModuleLoadData", bytes(image))
-        return (OK, self._handle(real_cu.CUmodule))
-
-    def cuModuleGetFunction(self, module, name):
-        if name != b"present":
-            return (real_cu.CUresult.CUDA_ERROR_NOT_FOUND, None)
-        return (OK, self._handle(real_cu.CUfunction))
-
-    def cuFuncSetAttribute(self, function, attribute, value):
-        self._log("cuFuncSetAttribute", int(function), attribute, value)
-        return (OK,)
-
-    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        current = self._stack()[-1] if self._stack() else 0
-        self._log("cuLaunchKernel", int(f), (gx, gy, gz), (bx, by, bz), shared, int(stream), current,
-                  tuple(_read_params(("ptr", "i32"), params)))
-        return (OK,)
-
-    def cuStreamBeginCapture(self, stream, mode):
-        self._log("cuStreamBeginCapture", int(stream), mode)
-        return (OK,)
-
-    def cuStreamEndCapture(self, stream):
-        self._log("cuStreamEndCapture", int(stream))
-        return (OK, self._handle(real_cu.CUgraph))
-
-    def cuGraphInstantiate(self, graph, flags):
-        self._log("cuGraphInstantiate", int(graph))
-        return (OK, self._handle(real_cu.CUgraphExec))
-
-    def cuGraphLaunch(self, graph_exec, stream):
-        self._log("cuGraphLaunch", int(graph_exec), int(stream))
-        return (OK,)
-
-    def cuGraphExecDestroy(self, graph_exec):
-        return self._destroy("cuGraphExecDestroy", graph_exec)
-
-    def cuGraphDestroy(self, graph):
-        return self._destroy("cuGraphDestroy", graph)
-
-    def cuGetErrorName(self, status):
-        return (OK, status.name.encode())
-
-    def cuGetErrorString(self, status):
-        return (OK, b"fake description")
-
-    def names(self):
-        return [name for name, _ in self.calls]
+# -- the whole driver layer over a fake cuda.bindings.driver (tests/fake_driver.py) ----------------
 
 
 @pytest.fixture
 def fake(monkeypatch):
-    fake_cu = FakeCu()
+    fake_cu = FakeDriver()
     monkeypatch.setattr(driver, "_cu", fake_cu)
     monkeypatch.setattr(driver, "_initialized", False)
     monkeypatch.setattr(driver, "_init_failure", None)
@@ -565,8 +320,8 @@ def test_fake_buffers_free_once_and_restore_the_callers_context(fake):
 
 
 def test_fake_out_of_memory_message_and_recovery(fake):
-    with pytest.raises(errors.OutOfMemoryError, match=r"cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY: fake "
-                                                      r"description: asked for 20000000 bytes on device 0, "
+    with pytest.raises(errors.OutOfMemoryError, match=r"cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY: out of "
+                                                      r"memory: asked for 20000000 bytes on device 0, "
                                                       r"16777216 of 33554432 bytes are free"):
         driver.DeviceBuffer(20_000_000)
     with driver.DeviceBuffer(1000) as buffer:

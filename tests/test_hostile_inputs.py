@@ -1,7 +1,7 @@
 """Hostile inputs are refused with the exception and message tests/hostile_cases.py names, and none of
 them reaches cuLaunchKernel (a sentinel stands in for it) or brings the process down.
 
-Runs without a GPU: inputs that need a device get a fake one (hostile_cases.FakeDriver); the gpu-marked
+Runs without a GPU: inputs that need a device get a fake one (fake_driver.FakeDriver); the gpu-marked
 test runs those again on the real driver. Cases marked with a known defect are expected failures
 (strict: fixing the defect makes them pass and the mark must go). docs/hostile_inputs.md is the table
 of all of them (tools/hostile_table.py).

@@ -1,5 +1,5 @@
 """The backward's workspaces and short-lived streams (a server's stream per request), on the CPU over
-hostile_cases.FakeDriver: the kernels are not run, the workspace bookkeeping is."""
+fake_driver.FakeDriver: the kernels are not run, the workspace bookkeeping is."""
 import pytest
 
 import pyrms

@@ -103,7 +103,7 @@ sentinel in its place, so an input that got past validation shows YES here ({lau
 
 Environment: "as is" runs on the machine as it is (these inputs are refused before the driver is touched,
 so a machine without a GPU raises the same error); "device" needs a device: a fake one on machines
-without a GPU (`hostile_cases.FakeDriver`: one sm_90 device, 64 MiB free, nothing compiled), the real one
+without a GPU (`fake_driver.FakeDriver`: one sm_90 device, 64 MiB free, nothing compiled), the real one
 with `--real-device` or in the `gpu`-marked test; "no driver" runs with a `cuda.bindings` whose every
 driver call fails as it does where `libcuda` is missing.
 

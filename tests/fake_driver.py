@@ -1,0 +1,305 @@
+"""One stand-in for cuda.bindings.driver on the CPU, for the driver tests (tests/test_driver_cpu.py)
+and the hostile-input cases that need a device (tests/hostile_cases.py).
+
+pyrms.driver reaches the driver only through its module attribute ``_cu``, so a stand-in that keeps
+cuda.bindings' calling conventions ((status, *values) tuples, the real handle and enum types) runs
+every code path of the driver layer without a GPU."""
+import ctypes
+import threading
+
+from cuda.bindings import driver as real_cu
+
+OK = real_cu.CUresult.CUDA_SUCCESS
+
+
+def read_params(signature, address: int) -> list:
+    """Follow the void* array at ``address`` as cuLaunchKernel does, reading each slot by its kind."""
+    pointers = ctypes.cast(address, ctypes.POINTER(ctypes.c_void_p))
+    kinds = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
+             "u32": ctypes.c_uint32, "f32": ctypes.c_float}
+    return [kinds[kind].from_address(pointers[i]).value for i, kind in enumerate(signature)]
+
+
+
+class FakeDriver:
+    """cuda.bindings.driver on the CPU: one sm_90 device ("Fake H200") whose memory is host memory, so
+    copies and memsets really move bytes (and accesses outside every allocation fail the test);
+    streams, events, modules, graphs and memory pools as numbered handles that must be alive when
+    destroyed; every call's name and arguments logged in ``calls``. Statuses, handle types and enums
+    are the real ones, and so are the argument conversions that matter: a size of 2**64 or more does
+    not fit cuMemAlloc's size_t (OverflowError, as in cuda.bindings). Free memory counts the device
+    allocations; memory-pool frees take effect at once (no work runs). Modules have one function,
+    b"present"."""
+
+    cuuint64_t = real_cu.cuuint64_t  # a value type, not a call
+
+    def __init__(self, free_bytes=1 << 24, total_bytes=1 << 25):
+        self.total = total_bytes
+        self.free = free_bytes
+        self.device_blocks = set()  # addresses of device (not pinned host) allocations
+        self.pools = {}  # pool handle -> addresses allocated from it
+        self.calls = []
+        self.blocks = {}  # address -> ctypes buffer standing for device (or pinned) memory
+        self.threads = threading.local()
+        self.next_handle = 0x100
+        self.live = set()
+
+    def __getattr__(self, name):  # enums, handle types and constants come from the real module
+        if name.startswith("cu"):
+            raise AttributeError(f"FakeDriver has no {name}")
+        return getattr(real_cu, name)
+
+    def _log(self, name, *args):
+        self.calls.append((name, args))
+
+    def _handle(self, kind):
+        self.next_handle += 0x10
+        self.live.add(self.next_handle)
+        return kind(self.next_handle)
+
+    def _destroy(self, name, handle):
+        self._log(name, int(handle))
+        if int(handle) not in self.live:
+            return (real_cu.CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        self.live.remove(int(handle))
+        return (OK,)
+
+    def _stack(self):
+        if not hasattr(self.threads, "stack"):
+            self.threads.stack = []
+        return self.threads.stack
+
+    def _check_range(self, address, nbytes):
+        for start, block in self.blocks.items():
+            if start <= address and address + nbytes <= start + len(block):
+                return True
+        raise AssertionError(f"access to [{address:#x}, +{nbytes}) outside every allocation")
+
+    def cuInit(self, flags):
+        return (OK,)
+
+    def cuDeviceGetCount(self):
+        return (OK, 1)
+
+    def cuDeviceGet(self, ordinal):
+        return (OK, real_cu.CUdevice(ordinal))
+
+    def cuDeviceGetName(self, length, dev):
+        return (OK, b"Fake H200\0".ljust(length, b"\0"))
+
+    def cuDeviceGetAttribute(self, attribute, dev):
+        a = real_cu.CUdevice_attribute
+        values = {a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9, a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0,
+                  a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132, a.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: 50 << 20,
+                  a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024,
+                  a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 232448}
+        return (OK, values.get(attribute, 1024))
+
+    def cuDeviceTotalMem(self, dev):
+        return (OK, self.total)
+
+    def cuMemGetInfo(self):
+        return (OK, self.free - sum(len(self.blocks[p]) for p in self.device_blocks), self.total)
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        self._log("cuDevicePrimaryCtxRetain", int(dev))
+        return (OK, real_cu.CUcontext(0xC000 + int(dev)))
+
+    def cuCtxGetCurrent(self):
+        stack = self._stack()
+        return (OK, real_cu.CUcontext(stack[-1] if stack else 0))
+
+    def cuCtxSetCurrent(self, ctx):
+        self._log("cuCtxSetCurrent", int(ctx))
+        stack = self._stack()
+        if stack:
+            stack[-1] = int(ctx)
+        else:
+            stack.append(int(ctx))
+        return (OK,)
+
+    def cuCtxPushCurrent(self, ctx):
+        self._stack().append(int(ctx))
+        return (OK,)
+
+    def cuCtxPopCurrent(self):
+        return (OK, real_cu.CUcontext(self._stack().pop()))
+
+    def cuCtxSynchronize(self):
+        return (OK,)
+
+    def cuStreamCreate(self, flags):
+        return (OK, self._handle(real_cu.CUstream))
+
+    def cuStreamDestroy(self, stream):
+        return self._destroy("cuStreamDestroy", stream)
+
+    def cuStreamSynchronize(self, stream):
+        return (OK,)
+
+    def cuEventCreate(self, flags):
+        return (OK, self._handle(real_cu.CUevent))
+
+    def cuEventRecord(self, event, stream):
+        self._log("cuEventRecord", int(event), int(stream))
+        return (OK,)
+
+    def cuEventSynchronize(self, event):
+        return (OK,)
+
+    def cuEventElapsedTime(self, start, end):
+        return (OK, 0.25)
+
+    def cuEventDestroy(self, event):
+        return self._destroy("cuEventDestroy", event)
+
+    def _allocate(self, nbytes):
+        block = (ctypes.c_char * nbytes)()
+        self.blocks[ctypes.addressof(block)] = block
+        self.live.add(ctypes.addressof(block))
+        return ctypes.addressof(block)
+
+    def cuMemAlloc(self, nbytes):
+        if not 0 <= nbytes < 2**64:
+            raise OverflowError("Python int too large to convert to C unsigned long")  # cuda.bindings' size_t
+        if nbytes > self.cuMemGetInfo()[1]:
+            return (real_cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY, real_cu.CUdeviceptr(0))
+        ptr = self._allocate(nbytes)
+        self.device_blocks.add(ptr)
+        return (OK, real_cu.CUdeviceptr(ptr))
+
+    def cuMemFree(self, ptr):
+        self.blocks.pop(int(ptr), None)
+        self.device_blocks.discard(int(ptr))
+        return self._destroy("cuMemFree", ptr)
+
+    def cuMemPoolCreate(self, props):
+        pool = self._handle(real_cu.CUmemoryPool)
+        self.pools[int(pool)] = set()
+        return (OK, pool)
+
+    def cuMemPoolDestroy(self, pool):
+        for ptr in self.pools.pop(int(pool), ()):
+            self.cuMemFree(ptr)
+        return self._destroy("cuMemPoolDestroy", pool)
+
+    def cuMemPoolSetAttribute(self, pool, attribute, value):
+        self._log("cuMemPoolSetAttribute", int(pool), attribute, int(value))
+        return (OK,)
+
+    def cuMemPoolGetAttribute(self, pool, attribute):  # reserved = used: nothing is kept for reuse
+        return (OK, real_cu.cuuint64_t(sum(len(self.blocks[p]) for p in self.pools[int(pool)])))
+
+    def cuMemPoolTrimTo(self, pool, keep):
+        self._log("cuMemPoolTrimTo", int(pool), keep)
+        return (OK,)
+
+    def cuMemAllocFromPoolAsync(self, nbytes, pool, stream):
+        self._log("cuMemAllocFromPoolAsync", nbytes, int(pool), int(stream))
+        status, ptr = self.cuMemAlloc(nbytes)
+        if status == OK:
+            self.pools[int(pool)].add(int(ptr))
+        return (status, ptr)
+
+    def cuMemFreeAsync(self, ptr, stream):
+        self._log("cuMemFreeAsync", int(ptr), int(stream))
+        for owned in self.pools.values():
+            owned.discard(int(ptr))
+        return self.cuMemFree(ptr)
+
+    def cuMemHostAlloc(self, nbytes, flags):
+        return (OK, self._allocate(nbytes))
+
+    def cuMemFreeHost(self, ptr):
+        self.blocks.pop(int(ptr), None)
+        return self._destroy("cuMemFreeHost", ptr)
+
+    def cuMemcpyHtoD(self, dst, src, nbytes):
+        self._check_range(int(dst), nbytes)
+        ctypes.memmove(int(dst), src, nbytes)
+        return (OK,)
+
+    def cuMemcpyDtoH(self, dst, src, nbytes):
+        self._check_range(int(src), nbytes)
+        ctypes.memmove(dst, int(src), nbytes)
+        return (OK,)
+
+    def cuMemcpyDtoD(self, dst, src, nbytes):
+        self._check_range(int(dst), nbytes)
+        self._check_range(int(src), nbytes)
+        ctypes.memmove(int(dst), int(src), nbytes)
+        return (OK,)
+
+    def cuMemsetD8(self, ptr, byte, nbytes):
+        self._check_range(int(ptr), nbytes)
+        ctypes.memset(int(ptr), byte, nbytes)
+        return (OK,)
+
+    def cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
+        return self.cuMemcpyHtoD(dst, src, nbytes)
+
+    def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
+        return self.cuMemcpyDtoH(dst, src, nbytes)
+
+    def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
+        return self.cuMemcpyDtoD(dst, src, nbytes)
+
+    def cuMemsetD8Async(self, ptr, byte, nbytes, stream):
+        self._log("cuMemsetD8Async", int(ptr), byte, nbytes, int(stream))
+        return self.cuMemsetD8(ptr, byte, nbytes)
+
+    def cuPointerGetAttribute(self, attribute, ptr):
+        for start, block in self.blocks.items():
+            if start <= int(ptr) < start + len(block):
+                return (OK, 0)
+        return (real_cu.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+
+    def cuModuleLoadData(self, image):
+        self._log("cuModuleLoadData", bytes(image))
+        return (OK, self._handle(real_cu.CUmodule))
+
+    def cuModuleGetFunction(self, module, name):
+        if name != b"present":
+            return (real_cu.CUresult.CUDA_ERROR_NOT_FOUND, None)
+        return (OK, self._handle(real_cu.CUfunction))
+
+    def cuFuncSetAttribute(self, function, attribute, value):
+        self._log("cuFuncSetAttribute", int(function), attribute, value)
+        return (OK,)
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        current = self._stack()[-1] if self._stack() else 0
+        self._log("cuLaunchKernel", int(f), (gx, gy, gz), (bx, by, bz), shared, int(stream), current,
+                  tuple(read_params(("ptr", "i32"), params)))
+        return (OK,)
+
+    def cuStreamBeginCapture(self, stream, mode):
+        self._log("cuStreamBeginCapture", int(stream), mode)
+        return (OK,)
+
+    def cuStreamEndCapture(self, stream):
+        self._log("cuStreamEndCapture", int(stream))
+        return (OK, self._handle(real_cu.CUgraph))
+
+    def cuGraphInstantiate(self, graph, flags):
+        self._log("cuGraphInstantiate", int(graph))
+        return (OK, self._handle(real_cu.CUgraphExec))
+
+    def cuGraphLaunch(self, graph_exec, stream):
+        self._log("cuGraphLaunch", int(graph_exec), int(stream))
+        return (OK,)
+
+    def cuGraphExecDestroy(self, graph_exec):
+        return self._destroy("cuGraphExecDestroy", graph_exec)
+
+    def cuGraphDestroy(self, graph):
+        return self._destroy("cuGraphDestroy", graph)
+
+    def cuGetErrorName(self, status):
+        return (OK, status.name.encode())
+
+    def cuGetErrorString(self, status):
+        return (OK, b"out of memory" if "MEMORY" in status.name else b"fake description")
+
+    def names(self):
+        return [name for name, _ in self.calls]
