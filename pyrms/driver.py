@@ -185,7 +185,15 @@ class Device:
 
 _devices: dict[int, Device] = {}
 _devices_lock = threading.Lock()
-_selected = threading.local()  # per thread, like cudaSetDevice and torch.cuda.set_device
+class _Selected(threading.local):
+    """The calling thread's selected device (see set_device), like cudaSetDevice and
+    torch.cuda.set_device. The class default makes an unset one a plain read: getattr with a default
+    on a thread-local raises and catches AttributeError inside, about 1 µs on every launch."""
+
+    device: "Device | None" = None
+
+
+_selected = _Selected()
 
 
 def get_device(ordinal: int = 0) -> Device:
@@ -223,12 +231,15 @@ def set_device(ordinal: int) -> Device:
 def selected_device() -> Device:
     """The calling thread's selected device, without touching the current context: for callers
     that launch through a Kernel, which makes its own context current."""
-    return getattr(_selected, "device", None) or get_device(0)
+    device = _selected.device
+    if device is None:  # nothing selected on this thread: device 0, remembered (set_device overrides)
+        device = _selected.device = get_device(0)
+    return device
 
 
 def current_device() -> Device:
     """The calling thread's selected device (see set_device), made current."""
-    device = getattr(_selected, "device", None) or get_device(0)
+    device = selected_device()
     device.make_current()
     return device
 

@@ -22,7 +22,7 @@ def read_params(signature, address: int) -> list:
 
 
 class FakeDriver:
-    """cuda.bindings.driver on the CPU: one sm_90 device ("Fake H200") whose memory is host memory, so
+    """cuda.bindings.driver on the CPU: sm_90 devices ("Fake H200", one by default) whose memory is host memory, so
     copies and memsets really move bytes (and accesses outside every allocation fail the test);
     streams, events, modules, graphs and memory pools as numbered handles that must be alive when
     destroyed; every call's name and arguments logged in ``calls``. Statuses, handle types and enums
@@ -33,7 +33,8 @@ class FakeDriver:
 
     cuuint64_t = real_cu.cuuint64_t  # a value type, not a call
 
-    def __init__(self, free_bytes=1 << 24, total_bytes=1 << 25):
+    def __init__(self, free_bytes=1 << 24, total_bytes=1 << 25, device_count=1):
+        self.device_count = device_count
         self.total = total_bytes
         self.free = free_bytes
         self.device_blocks = set()  # addresses of device (not pinned host) allocations
@@ -79,7 +80,7 @@ class FakeDriver:
         return (OK,)
 
     def cuDeviceGetCount(self):
-        return (OK, 1)
+        return (OK, self.device_count)
 
     def cuDeviceGet(self, ordinal):
         return (OK, real_cu.CUdevice(ordinal))

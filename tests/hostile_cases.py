@@ -99,7 +99,7 @@ def _fresh_driver_state(saved: _Saved, cu) -> None:
     saved.set(driver, "_initialized", False)
     saved.set(driver, "_init_failure", None)
     saved.set(driver, "_devices", {})
-    saved.set(driver, "_selected", threading.local())
+    saved.set(driver, "_selected", driver._Selected())
     saved.set(launch, "_modules", {})
     saved.set(launch, "_launch_context", threading.local())
     saved.set(kernels, "_kernels", {})

@@ -597,7 +597,7 @@ def sim(monkeypatch):
     monkeypatch.setattr(driver, "_initialized", False)
     monkeypatch.setattr(driver, "_init_failure", None)
     monkeypatch.setattr(driver, "_devices", {})
-    monkeypatch.setattr(driver, "_selected", threading.local())
+    monkeypatch.setattr(driver, "_selected", driver._Selected())
     monkeypatch.setattr(launch, "_modules", {})
     monkeypatch.setattr(kernels, "_kernels", {})
     if hasattr(rms_norm_module, "_launch_configs"):

@@ -276,7 +276,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(driver, "_initialized", False)
     monkeypatch.setattr(driver, "_init_failure", None)
     monkeypatch.setattr(driver, "_devices", {})
-    monkeypatch.setattr(driver, "_selected", threading.local())
+    monkeypatch.setattr(driver, "_selected", driver._Selected())
     monkeypatch.setattr(launch, "_modules", {})
     yield fake_cu
     gc.collect()  # run the finalizers of whatever the test left open while the fake is still in place
@@ -299,6 +299,25 @@ def test_fake_device_properties_and_primary_context(fake):
     device.make_current()
     assert fake.names().count("cuCtxSetCurrent") == 3
     assert int(fake.cuCtxGetCurrent()[1]) == 0xC000
+
+
+def test_each_thread_selects_its_own_device(fake):
+    fake.device_count = 2
+    assert driver.selected_device() is driver.get_device(0)  # nothing selected: device 0
+    seen = {}
+
+    def other_thread():
+        seen["before"] = driver.selected_device()
+        driver.set_device(1)
+        seen["after"] = driver.selected_device()
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    assert seen == {"before": driver.get_device(0), "after": driver.get_device(1)}
+    assert driver.selected_device() is driver.get_device(0)  # this thread's choice is its own
+    assert driver.set_device(1) is driver.selected_device() is driver.current_device() is driver.get_device(1)
+    assert int(fake.cuCtxGetCurrent()[1]) == 0xC001  # set_device made device 1's context current
 
 
 def test_fake_buffers_free_once_and_restore_the_callers_context(fake):
