@@ -35,6 +35,8 @@ def _int(value, what: str) -> int:
 
 def _dims(values, what: str) -> tuple[int, ...]:
     """Non-negative ints, from an int or a sequence."""
+    if type(values) is tuple and all(type(v) is int and v >= 0 for v in values):  # the common case, fast
+        return values
     if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
         values = (values,)
     dims = tuple(_int(v, f"{what} entry") for v in values)
