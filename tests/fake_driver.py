@@ -5,6 +5,7 @@ pyrms.driver reaches the driver only through its module attribute ``_cu``, so a 
 cuda.bindings' calling conventions ((status, *values) tuples, the real handle and enum types) runs
 every code path of the driver layer without a GPU."""
 import ctypes
+import sys
 import threading
 
 from cuda.bindings import driver as real_cu
@@ -304,3 +305,26 @@ class FakeDriver:
 
     def names(self):
         return [name for name, _ in self.calls]
+
+
+def fresh_driver_state(set_attr, cu) -> None:
+    """Point pyrms's driver layer at ``cu`` (a FakeDriver, or any stand-in for cuda.bindings.driver)
+    with nothing cached from before: no device, context, module, kernel, launch configuration or
+    workspace pool. ``set_attr(obj, name, value)`` does the replacing, so the caller decides how it
+    is undone (``monkeypatch.setattr`` in a fixture, hostile_cases' saved-attribute list)."""
+    from pyrms import driver, kernels, launch
+    from pyrms.ops import _backward, _workspace
+
+    rms = sys.modules["pyrms.ops.rms_norm"]  # the package re-exports the function under the same name
+    set_attr(driver, "_cu", cu)
+    set_attr(driver, "_initialized", False)
+    set_attr(driver, "_init_failure", None)
+    set_attr(driver, "_devices", {})
+    set_attr(driver, "_selected", driver._Selected())
+    set_attr(launch, "_modules", {})
+    set_attr(launch, "_launch_context", threading.local())
+    set_attr(kernels, "_kernels", {})
+    set_attr(rms, "_fast_configs", {})
+    set_attr(rms, "_launch_configs", {})
+    set_attr(_backward, "_opted_in", set())
+    set_attr(_workspace, "_pools", {})

@@ -24,9 +24,7 @@ import contextlib
 import io
 import math
 import shutil
-import sys
 import tempfile
-import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +34,7 @@ import numpy as np
 from cuda.bindings import driver as real_cu
 
 import pyrms
-from fake_driver import FakeDriver
+from fake_driver import FakeDriver, fresh_driver_state
 from pyrms import compiler, driver, errors, headers, kernels, launch
 from pyrms.tensor import Tensor
 
@@ -90,25 +88,6 @@ class _Saved:
         self.saved.clear()
 
 
-def _fresh_driver_state(saved: _Saved, cu) -> None:
-    """A driver module talking to `cu`, with no device, kernel or workspace cached from before."""
-    from pyrms.ops import _backward, _workspace
-
-    rms = sys.modules["pyrms.ops.rms_norm"]  # the package re-exports the function under the same name
-    saved.set(driver, "_cu", cu)
-    saved.set(driver, "_initialized", False)
-    saved.set(driver, "_init_failure", None)
-    saved.set(driver, "_devices", {})
-    saved.set(driver, "_selected", driver._Selected())
-    saved.set(launch, "_modules", {})
-    saved.set(launch, "_launch_context", threading.local())
-    saved.set(kernels, "_kernels", {})
-    saved.set(rms, "_fast_configs", {})
-    saved.set(rms, "_launch_configs", {})
-    saved.set(_backward, "_opted_in", set())
-    saved.set(_workspace, "_pools", {})
-
-
 @dataclass
 class Outcome:
     raised: str | None  # exception class name, None if the call returned
@@ -132,9 +111,9 @@ def environment(needs: str, real_device: bool = False):
     try:
         saved.set(driver, "launch_kernel", sentinel)
         if needs == "no-driver":
-            _fresh_driver_state(saved, MissingDriver())
+            fresh_driver_state(saved.set, MissingDriver())
         elif needs == "device" and not real_device:
-            _fresh_driver_state(saved, FakeDriver(free_bytes=64 << 20, total_bytes=80 << 20))
+            fresh_driver_state(saved.set, FakeDriver(free_bytes=64 << 20, total_bytes=80 << 20))
             saved.set(kernels, "get", lambda source, expression, group, signature, device=None:
                       launch.Kernel(0xF00D, expression, signature, None))
             own = driver._Owned._own

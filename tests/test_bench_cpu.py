@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 from cuda.bindings import driver as real_cu
 
-from pyrms import dtypes, driver, kernels, launch
+from fake_driver import fresh_driver_state
+from pyrms import dtypes, driver
 from pyrms.bench import cli, config, host, ops, report, stats, targets, timing, validate
 from pyrms.bench.results import FAILED, OK, SKIPPED, Record
 from pyrms.reference import rms_norm_ref
@@ -590,18 +591,8 @@ def sim(monkeypatch):
     from pyrms import compiler
     from pyrms.bench import run as run_module
 
-    rms_norm_module = RMS_NORM_MODULE
-
     gpu = SimGpu()
-    monkeypatch.setattr(driver, "_cu", gpu)
-    monkeypatch.setattr(driver, "_initialized", False)
-    monkeypatch.setattr(driver, "_init_failure", None)
-    monkeypatch.setattr(driver, "_devices", {})
-    monkeypatch.setattr(driver, "_selected", driver._Selected())
-    monkeypatch.setattr(launch, "_modules", {})
-    monkeypatch.setattr(kernels, "_kernels", {})
-    if hasattr(rms_norm_module, "_launch_configs"):
-        monkeypatch.setattr(rms_norm_module, "_launch_configs", {})
+    fresh_driver_state(monkeypatch.setattr, gpu)
 
     def compile_source(source, *, arch=None, name_expressions=(), **_):  # no NVRTC: names say what to run
         lowered = {e: f"{source}::{e}" for e in name_expressions}

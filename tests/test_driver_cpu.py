@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from cuda.bindings import driver as real_cu
 
-from fake_driver import FakeDriver, read_params
+from fake_driver import FakeDriver, fresh_driver_state, read_params
 from pyrms import driver, dtypes, errors, launch
 from pyrms.tensor import Tensor
 
@@ -272,12 +272,7 @@ def test_load_module_validates_the_image_before_any_driver_call():
 @pytest.fixture
 def fake(monkeypatch):
     fake_cu = FakeDriver()
-    monkeypatch.setattr(driver, "_cu", fake_cu)
-    monkeypatch.setattr(driver, "_initialized", False)
-    monkeypatch.setattr(driver, "_init_failure", None)
-    monkeypatch.setattr(driver, "_devices", {})
-    monkeypatch.setattr(driver, "_selected", driver._Selected())
-    monkeypatch.setattr(launch, "_modules", {})
+    fresh_driver_state(monkeypatch.setattr, fake_cu)
     yield fake_cu
     gc.collect()  # run the finalizers of whatever the test left open while the fake is still in place
 
