@@ -178,8 +178,23 @@ def compile_source(
     ``use_cache`` defaults to the disk cache unless ``PYRMS_DISABLE_CACHE=1``; the
     in-memory cache is always used. ``want_ptx`` also returns the PTX (never cached).
     """
+    return compile_text(source_name, read_source(source_name), arch=arch, name_expressions=name_expressions,
+                        options=options, use_cache=use_cache, want_ptx=want_ptx)
+
+
+def compile_text(
+    source_name: str,
+    source: str,
+    *,
+    arch: str | int | None = None,
+    name_expressions=(),
+    options=(),
+    use_cache: bool | None = None,
+    want_ptx: bool = False,
+) -> CompiledProgram:
+    """Compile CUDA C++ ``source`` (called ``source_name`` in messages; it may include the headers of
+    ``cuda_src/``) as ``compile_source`` does, with the same caches."""
     arch = resolve_arch(arch)
-    source = read_source(source_name)
     include_options, headers_digest = _header_fingerprint()
     all_options = (*_BASE_OPTIONS, f"-arch={arch}", *options)
     name_expressions = tuple(name_expressions)
@@ -232,29 +247,36 @@ def _nvrtc_compile(source_name, source, arch, options, include_options, name_exp
         except CudaError as exc:  # e.g. an unknown option: the log names it
             raise CudaError(exc.call, exc.status, exc.name, f"{exc.description}; options: {' '.join(options)}; "
                             f"log: {log or '(empty)'}") from None
-        size = check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
+        cubin = bytes(_nvrtc_output(program, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN))
         lowered = {}
         for expression in name_expressions:
             name = check(nvrtc.nvrtcGetLoweredName(program, expression.encode()), "nvrtcGetLoweredName")
             lowered[expression] = name.decode()
         ptx = None
         if want_ptx:
-            size = check(nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
-            buf = b" " * size
-            check(nvrtc.nvrtcGetPTX(program, buf), "nvrtcGetPTX")
-            ptx = buf.rstrip(b"\0").decode()
+            ptx = _nvrtc_output(program, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX).rstrip(b"\0").decode()
         return cubin, lowered, log, ptx
     finally:
         check(nvrtc.nvrtcDestroyProgram(program), "nvrtcDestroyProgram")
 
 
+def _nvrtc_output(program, get_size, get_data) -> bytearray:
+    """One of NVRTC's outputs (log, CUBIN, PTX), copied into a buffer pyrms owns.
+
+    NVRTC writes into the buffer it is given, so that buffer must be mutable and ours: a Python
+    ``bytes`` is immutable, and a one-byte ``bytes`` (what an empty log's size of 1 made) is
+    CPython's shared single-byte object; writing a NUL into it corrupted every later ``" "`` of
+    the interpreter (issue 10).
+    """
+    size = check(get_size(program), get_size.__name__)
+    buffer = bytearray(size)
+    check(get_data(program, buffer), get_data.__name__)
+    return buffer
+
+
 def _program_log(program) -> str:
-    size = check(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
-    buf = b" " * size
-    check(nvrtc.nvrtcGetProgramLog(program, buf), "nvrtcGetProgramLog")
-    return buf.rstrip(b"\0").decode(errors="replace").strip()
+    log = _nvrtc_output(program, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog)
+    return log.rstrip(b"\0").decode(errors="replace").strip()
 
 
 def clear_memory_cache() -> None:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .. import driver, launch
-from ..errors import CompileError, check
+from .. import compiler, driver, launch
 
 SPIN_NAME = "pyrms_bench_spin"
 SPIN_SOURCE = r"""
@@ -40,26 +39,7 @@ REDO_LIMIT = 4
 
 def compile_spin(arch: str) -> bytes:
     """CUBIN of the spin kernel for ``arch`` (e.g. 'sm_90'): a few lines of NVRTC, no headers."""
-    from cuda.bindings import nvrtc
-
-    program = check(nvrtc.nvrtcCreateProgram(SPIN_SOURCE.encode(), b"pyrms_bench_spin.cu", 0, [], []),
-                    "nvrtcCreateProgram")
-    try:
-        options = [f"-arch={arch}".encode()]
-        status = nvrtc.nvrtcCompileProgram(program, len(options), options)[0]
-        if status == nvrtc.nvrtcResult.NVRTC_ERROR_COMPILATION:
-            size = check(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
-            log = b" " * size
-            check(nvrtc.nvrtcGetProgramLog(program, log), "nvrtcGetProgramLog")
-            raise CompileError("pyrms_bench_spin.cu", log.rstrip(b"\0").decode(errors="replace"),
-                               [o.decode() for o in options], arch, SPIN_SOURCE)
-        check((status,), "nvrtcCompileProgram")
-        size = check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
-        return cubin
-    finally:
-        check(nvrtc.nvrtcDestroyProgram(program), "nvrtcDestroyProgram")
+    return compiler.compile_text("pyrms_bench_spin.cu", SPIN_SOURCE, arch=arch).cubin
 
 
 @dataclass
