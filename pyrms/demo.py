@@ -2,8 +2,9 @@
 
 Same inputs (glibc's rand() after srand(seed); without --seed, seeded from the clock like
 ``srand(time(nullptr))``), same banners, same printing (C++'s default float output is
-printf's %g), the same kernel by default (the seed's, compiled by NVRTC), then one closing
-line the C++ program does not print: the largest |GPU - CPU| difference.
+printf's %g), the same kernel by default (the seed's, compiled by NVRTC). Standard output is
+exactly the C++ program's, so the two can be compared with ``diff``; the one line the C++ program
+does not print, the largest |GPU - CPU| difference, goes to standard error.
 """
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ def main(argv=None) -> int:
         print(format_row("GPU", gpu, t))
         print(format_row("CPU", cpu, t))
     diff = np.abs(gpu.astype(np.float64) - cpu.astype(np.float64))
-    print(f"max |GPU - CPU| = {diff.max():g} over {diff.size} values ({args.kernel} kernel, {args.dtype}, seed {seed})")
+    print(f"max |GPU - CPU| = {diff.max():g} over {diff.size} values ({args.kernel} kernel, {args.dtype}, seed {seed})",
+          file=sys.stderr)
     return 0
 
 

@@ -217,6 +217,9 @@ def test_demo_runs_and_agrees_with_cpu():
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
         assert lines[:3] == ["-------------main-------------", "-------------launch kernel-------------", "VEC_SIZE = 8"]
-        assert sum(line.startswith("GPU row") for line in lines) == 5
-        max_diff = float(lines[-1].split("=")[1].split()[0])
-        assert max_diff < 0.01, lines[-1]
+        # Exactly the C++ program's 38 lines (3 + 5 x 7) on stdout; the summary goes to stderr.
+        assert len(lines) == 38 and sum(line.startswith("GPU row") for line in lines) == 5
+        summary = [line for line in result.stderr.splitlines() if line.startswith("max |GPU - CPU|")]
+        assert len(summary) == 1, result.stderr
+        max_diff = float(summary[0].split("=")[1].split()[0])
+        assert max_diff < 0.01, summary[0]

@@ -3,14 +3,16 @@
 
 Extracts the C++ program from the seed document, patches a copy to call ``srand(N)`` instead of
 ``srand(time(nullptr))``, builds it with nvcc for this GPU, runs both, and compares line by line.
-The demo prints one extra closing line (the max |GPU - CPU|), which is not compared.
-Needs a GPU and nvcc. Exit status 0 when every line matches.
+The demo's standard output must equal the C++ program's exactly (its max |GPU - CPU| line goes to
+standard error). Needs a GPU and nvcc. Exit status 0 when the two outputs are identical; with
+``--out DIR`` both outputs are kept there (``cpp.txt``, ``demo.txt``) for ``diff``.
 
     python tools/compare_seed_demo.py --seed-doc .carry/000_a564d65ec8370cc8.txt --seed 42
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import subprocess
@@ -45,6 +47,7 @@ def main() -> int:
                         help="the seed document holding the C++ program (default: .carry/ or ../shared/seeds/)")
     parser.add_argument("--seed", type=int, default=42, help="srand() seed for both programs (default 42)")
     parser.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
+    parser.add_argument("--out", type=Path, default=None, help="keep both outputs in this directory")
     args = parser.parse_args()
     if not args.seed_doc.is_file():
         print(f"seed document not found: {args.seed_doc}", file=sys.stderr)
@@ -57,20 +60,24 @@ def main() -> int:
         # The seed's own build line, with this GPU's arch.
         build = [args.nvcc, str(source), "-o", str(binary), "-std=c++17", "-O3", f"-arch={gpu_arch()}", "-lcuda"]
         subprocess.run(build, check=True, capture_output=True, text=True)
-        cpp = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout.splitlines()
+        cpp = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     demo = subprocess.run([sys.executable, "-m", "pyrms.demo", "--seed", str(args.seed)], check=True,
-                          capture_output=True, text=True, env=env).stdout.splitlines()
+                          capture_output=True, text=True, env=env).stdout
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "cpp.txt").write_text(cpp)
+        (args.out / "demo.txt").write_text(demo)
 
-    mismatches = [(i + 1, c, d) for i, (c, d) in enumerate(zip(cpp, demo + [""] * len(cpp))) if c != d]
-    print(f"C++ seed program: {len(cpp)} lines; pyrms.demo: {len(demo)} lines "
-          f"(+1 closing line expected: {demo[-1] if demo else '-'})")
-    for line, c, d in mismatches[:20]:
+    cpp_lines, demo_lines = cpp.splitlines(), demo.splitlines()
+    print(f"C++ seed program: {len(cpp_lines)} lines; pyrms.demo: {len(demo_lines)} lines")
+    pairs = enumerate(itertools.zip_longest(cpp_lines, demo_lines, fillvalue="<missing>"), 1)
+    for line, c, d in itertools.islice(((n, c, d) for n, (c, d) in pairs if c != d), 20):
         print(f"line {line} differs:\n  C++ : {c}\n  demo: {d}")
-    if mismatches or len(demo) != len(cpp) + 1:
-        print(f"FAIL: {len(mismatches)} of {len(cpp)} lines differ")
+    if demo != cpp:
+        print("FAIL: the outputs differ")
         return 1
-    print(f"OK: all {len(cpp)} lines of the C++ program's output equal the demo's (srand({args.seed}))")
+    print(f"OK: pyrms.demo's output is identical to the C++ program's: {len(cpp_lines)} lines (srand({args.seed}))")
     return 0
 
 
