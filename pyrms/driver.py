@@ -196,6 +196,18 @@ class _Selected(threading.local):
 _selected = _Selected()
 
 
+_device_count: int | None = None
+
+
+def device_count() -> int:
+    """How many CUDA devices this process sees (asked once: the count cannot change in a process)."""
+    global _device_count
+    if _device_count is None:
+        _ensure_init()
+        _device_count = check(_cu.cuDeviceGetCount(), "cuDeviceGetCount")
+    return _device_count
+
+
 def get_device(ordinal: int = 0) -> Device:
     """The Device of ``ordinal`` (one object per ordinal). ValueError names the allowed range."""
     device = _devices.get(ordinal) if type(ordinal) is int else None

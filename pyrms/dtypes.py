@@ -36,6 +36,8 @@ def get(dtype) -> DType:
     """Resolve a name ('bfloat16', 'bf16', ...), numpy dtype or DType; ValueError/TypeError otherwise."""
     if isinstance(dtype, DType):
         return dtype
+    if type(dtype).__module__ == "torch":  # torch.bfloat16 etc., named without importing torch
+        dtype = str(dtype).removeprefix("torch.")
     if isinstance(dtype, str):
         try:
             return _ALIASES[dtype.lower()]

@@ -137,6 +137,24 @@ def _closing(*operands: Rows):
             operand.close()
 
 
+@contextlib.contextmanager
+def forced_rms_norm_variant(variant: str | None):
+    """Within the block, pyrms.rms_norm launches its kernel for "few" or for "many" rows whatever the
+    row count (None: as planned); the threshold is restored on the way out, exception or not."""
+    import sys
+
+    op_module = sys.modules["pyrms.ops.rms_norm"]  # the package re-exports the function under its name
+    if variant not in (None, "few", "many"):
+        raise ValueError(f"variant must be None, 'few' or 'many', got {variant!r}")
+    saved = op_module._FEW_ROWS
+    if variant is not None:
+        op_module._FEW_ROWS = {"few": 2**31, "many": 0}[variant]
+    try:
+        yield
+    finally:
+        op_module._FEW_ROWS = saved
+
+
 def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in_stride=None, out_stride=None,
                    gemma=False, round_once=False, in_place=False, epsilon=1e-5, stream=None, variant=None):
     """One pyrms.rms_norm launch on guarded operands, compared bit for bit with the twin.
@@ -145,14 +163,7 @@ def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in
     rows, or the inputs. The offsets are element offsets past a 16-byte boundary. ``variant``
     forces the kernel for "few" or "many" rows (plan.FEW_ROWS) whatever ``rows`` is.
     """
-    import sys
-
     from .ops.rms_norm import rms_norm
-
-    op_module = sys.modules["pyrms.ops.rms_norm"]  # the package re-exports the function under its name
-    saved_few_rows = op_module._FEW_ROWS
-    if variant is not None:
-        op_module._FEW_ROWS = {"few": 2**31, "many": 0}[variant]
 
     dt = dtypes.get(dtype)
     x = allocate(rng, dt, rows, hidden, misalign=in_off, stride=in_stride)
@@ -162,11 +173,12 @@ def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in
         p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
         want = reference.rms_norm_twin(x.values(), w.values()[0], epsilon, block=p.block, row_phases=phases(x),
                                        gemma=gemma, round_once=round_once)
-        run_checked(f"rms_norm {dt.name} rows={rows} hidden={hidden} offsets={in_off},{w_off},{out_off} "
-                    f"strides={x.stride},{out.stride}",
-                    lambda: rms_norm(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, dtype=dt, input_stride=x.stride,
-                                     out_stride=out.stride, gemma=gemma, round_once=round_once, stream=stream),
-                    outputs={"out": (out, want)}, inputs={"weight": w, **({} if in_place else {"input": x})})
+        with forced_rms_norm_variant(variant):
+            run_checked(f"rms_norm {dt.name} rows={rows} hidden={hidden} offsets={in_off},{w_off},{out_off} "
+                        f"strides={x.stride},{out.stride} variant={variant}",
+                        lambda: rms_norm(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, dtype=dt, input_stride=x.stride,
+                                         out_stride=out.stride, gemma=gemma, round_once=round_once, stream=stream),
+                        outputs={"out": (out, want)}, inputs={"weight": w, **({} if in_place else {"input": x})})
 
 
 # --- the rest of the family: operands named as the ops name their arguments ------------------------

@@ -313,18 +313,17 @@ def fresh_driver_state(set_attr, cu) -> None:
     workspace pool. ``set_attr(obj, name, value)`` does the replacing, so the caller decides how it
     is undone (``monkeypatch.setattr`` in a fixture, hostile_cases' saved-attribute list)."""
     from pyrms import driver, kernels, launch
-    from pyrms.ops import _backward, _workspace
+    from pyrms.ops import _backward, _prepared, _workspace
 
-    rms = sys.modules["pyrms.ops.rms_norm"]  # the package re-exports the function under the same name
     set_attr(driver, "_cu", cu)
     set_attr(driver, "_initialized", False)
     set_attr(driver, "_init_failure", None)
     set_attr(driver, "_devices", {})
+    set_attr(driver, "_device_count", None)
     set_attr(driver, "_selected", driver._Selected())
     set_attr(launch, "_modules", {})
     set_attr(launch, "_launch_context", threading.local())
     set_attr(kernels, "_kernels", {})
-    set_attr(rms, "_fast_configs", {})
-    set_attr(rms, "_launch_configs", {})
-    set_attr(_backward, "_opted_in", set())
+    for cache in _prepared._caches:  # every op's prepared launches
+        set_attr(cache, "items", {})
     set_attr(_workspace, "_pools", {})

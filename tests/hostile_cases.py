@@ -167,6 +167,46 @@ class RawInterface:
         self.__cuda_array_interface__ = interface
 
 
+class RefusingInterface:
+    """An array whose __cuda_array_interface__ raises, as torch's does for a tensor that requires grad."""
+
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad. "
+                           "If gradients aren't required, use var.detach() to get Variable that doesn't require grad.")
+
+
+class _TorchDevice:
+    def __init__(self, type_, index):
+        self.type, self.index = type_, index
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+class TorchLikeTensor:
+    """What pyrms reads of a torch tensor (data_ptr(), shape, stride(), dtype, device, requires_grad),
+    without torch: CI has none. Its type claims torch's module, as torch.Tensor's does."""
+
+    def __init__(self, ptr, shape, dtype="torch.float16", device=("cuda", 0), requires_grad=False, strides=None):
+        self._ptr, self.shape, self._dtype = ptr, shape, dtype
+        self._strides = strides or tuple(int(math.prod(shape[i + 1:])) for i in range(len(shape)))
+        self.device, self.requires_grad = _TorchDevice(*device), requires_grad
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return self._strides
+
+
+TorchLikeTensor.__module__ = "torch"
+
+
 def rms(**overrides):
     """pyrms.rms_norm on made-up pointers, 4 rows of 64, with some arguments replaced."""
     args = dict(out=A, input=B, weight=W, epsilon=1e-6, num_tokens=4, hidden_size=64)
@@ -271,14 +311,16 @@ CASES = [
     Case("negative-pointer", "pyrms.rms_norm", "input = -16", lambda: rms(input=-16), ValueError,
          "input must be a non-null device pointer, got -16"),
     Case("none-weight", "pyrms.rms_norm", "weight = None", lambda: rms(weight=None), TypeError,
-         "weight must be a device pointer (int), a pyrms.Tensor or an object with __cuda_array_interface__, got None"),
+         "weight must be a device pointer (int), a pyrms.Tensor, a torch tensor, or an object with "
+         "__cuda_array_interface__ or __dlpack__, got None"),
     Case("float-pointer", "pyrms.rms_norm", "out = 3.5", lambda: rms(out=3.5), TypeError,
-         "out must be a device pointer (int), a pyrms.Tensor or an object with __cuda_array_interface__, got float"),
+         "out must be a device pointer (int), a pyrms.Tensor, a torch tensor, or an object with "
+         "__cuda_array_interface__ or __dlpack__, got float"),
     Case("odd-weight", "pyrms.rms_norm", "weight at an odd address (not element aligned)", lambda: rms(weight=W + 1),
          ValueError, "weight pointer 0x300001 is not aligned to 2 bytes, as bfloat16 elements must be"),
     Case("host-array", "pyrms.rms_norm", "input is a numpy array in host memory",
          lambda: rms(input=np.zeros((4, 64), np.float16)), TypeError,
-         "input must be a device pointer (int), a pyrms.Tensor or an object with __cuda_array_interface__, got ndarray"),
+         "input is ndarray memory of DLPack device type 1 (1 is the host); pyrms needs CUDA memory"),
     Case("partial-overlap", "pyrms.rms_norm", "out starts one element into input (partial overlap)", lambda: rms(out=B + 2),
          ValueError, "out and input overlap; they must be disjoint or exactly the same memory (in place)"),
     Case("out-over-weight", "pyrms.rms_norm", "out overlaps weight", lambda: rms(weight=A + 64), ValueError,
@@ -326,20 +368,22 @@ CASES = [
          "grad_weight dtype must be bfloat16 (the dtype) or float32, got float16"),
     # --- arrays that disagree with the arguments ---------------------------------------------------
     Case("array-shape", "pyrms.rms_norm", "input array of shape (4, 65) for hidden_size 64",
-         lambda: rms_arrays(input=FakeArray(B, (4, 65))), ValueError, "input has shape (4, 65), expected (4, 64)"),
-    Case("array-3d", "pyrms.rms_norm", "input array of shape (2, 2, 64)",
-         lambda: rms_arrays(input=FakeArray(B, (2, 2, 64))), ValueError, "input has shape (2, 2, 64), expected (4, 64)"),
+         lambda: rms_arrays(input=FakeArray(B, (4, 65))), ValueError,
+         "input has shape (4, 65), expected (4, 64)"),
+    Case("array-3d", "pyrms.rms_norm", "input of shape (2, 2, 64) whose leading dimensions do not collapse",
+         lambda: rms_arrays(input=FakeArray(B, (2, 2, 64), strides=(512, 128, 2))), ValueError,
+         "leading dimensions do not collapse to one row stride; pass input.contiguous()"),
     Case("array-dtype", "pyrms.rms_norm", "input float32 while out and weight are float16",
          lambda: rms_arrays(input=FakeArray(B, (4, 64), typestr="<f4")), ValueError,
-         "input has dtype float32, but the dtype is float16"),
+         "out has dtype float16, but the dtype is float32 (that of input)"),
     Case("array-dtype-argument", "pyrms.rms_norm", "float16 arrays with dtype='bfloat16'",
-         lambda: rms_arrays(dtype="bfloat16"), ValueError, "out: array typestr '<f2' is float16, but dtype='bfloat16' was given"),
+         lambda: rms_arrays(dtype="bfloat16"), ValueError, "input has dtype float16, but the dtype is bfloat16"),
     Case("array-typestr-f8", "pyrms.rms_norm", "input typestr '<f8'",
          lambda: rms_arrays(input=FakeArray(B, (4, 64), typestr="<f8")), ValueError,
          "input: array typestr '<f8' is not supported"),
     Case("array-raw-2-byte", "pyrms.rms_norm", "input typestr '<i2' without dtype='bfloat16'",
          lambda: rms_arrays(input=FakeArray(B, (4, 64), typestr="<i2")), ValueError,
-         "input: typestr '<i2' is raw 2-byte data: pass dtype='bfloat16'"),
+         "input has 2-byte storage (typestr '<i2') without a float type: pass dtype='bfloat16'"),
     Case("array-strides-unaligned", "pyrms.rms_norm", "input row stride of 129 bytes (not whole elements)",
          lambda: rms_arrays(input=FakeArray(B, (4, 64), strides=(129, 2))), ValueError,
          "input: stride 129 bytes of dimension 0 is not a multiple of the 2-byte float16 element"),
@@ -348,10 +392,10 @@ CASES = [
          "input must be contiguous along the hidden dimension (stride 1)"),
     Case("array-rows-overlap", "pyrms.rms_norm", "input rows 32 elements apart for hidden_size 64",
          lambda: rms_arrays(input=FakeArray(B, (4, 64), strides=(64, 2))), ValueError,
-         "input has row stride 32 < hidden_size 64: rows overlap"),
+         "input has row stride 32 < hidden_size 64: its rows overlap"),
     Case("array-broadcast-out", "pyrms.rms_norm", "out broadcast over rows (row stride 0)",
          lambda: rms_arrays(out=FakeArray(A, (4, 64), strides=(0, 2))), ValueError,
-         "out has row stride 0 < hidden_size 64: rows overlap"),
+         "out has row stride 0 < hidden_size 64: its rows overlap"),
     Case("array-negative-strides", "pyrms.rms_norm", "input with a negative row stride",
          lambda: rms_arrays(input=FakeArray(B, (4, 64), strides=(-128, 2))), ValueError,
          "input: strides entries must be >= 0, got (-64, 1)"),
@@ -362,6 +406,21 @@ CASES = [
          lambda: rms_arrays(weight=FakeArray(W, (64, 1))), ValueError, "weight has shape (64, 1), expected (64,)"),
     Case("array-null", "pyrms.rms_norm", "input array with a null data pointer",
          lambda: rms_arrays(input=FakeArray(0, (4, 64))), ValueError, "input has a null data pointer"),
+    Case("array-cai-raises", "pyrms.rms_norm", "weight whose __cuda_array_interface__ raises (torch's, for a "
+         "parameter that requires grad)", lambda: rms_arrays(weight=RefusingInterface()), TypeError,
+         "weight: its __cuda_array_interface__ failed: Can't get __cuda_array_interface__"),
+    Case("torch-out-requires-grad", "pyrms.rms_norm", "out is a torch tensor (a parameter) that requires grad",
+         lambda: rms(out=TorchLikeTensor(A, (4, 64), requires_grad=True), input=TorchLikeTensor(B, (4, 64)),
+                     weight=TorchLikeTensor(W, (64,))), ValueError,
+         "out requires grad and pyrms would write into it behind autograd's back: pass out.detach()"),
+    Case("torch-cpu-tensor", "pyrms.rms_norm", "input is a torch tensor on the CPU",
+         lambda: rms(out=TorchLikeTensor(A, (4, 64)), input=TorchLikeTensor(B, (4, 64), device=("cpu", None)),
+                     weight=TorchLikeTensor(W, (64,))), ValueError,
+         "input is a torch tensor on cpu; pyrms needs CUDA memory (use .cuda())"),
+    Case("torch-float64", "pyrms.rms_norm", "a torch.float64 weight",
+         lambda: rms(out=TorchLikeTensor(A, (4, 64)), input=TorchLikeTensor(B, (4, 64)),
+                     weight=TorchLikeTensor(W, (64,), dtype="torch.float64")), ValueError,
+         "weight has dtype torch.float64; allowed: torch.bfloat16, torch.float16, torch.float32"),
     Case("array-masked", "pyrms.rms_norm", "input with a __cuda_array_interface__ mask",
          lambda: rms_arrays(input=FakeArray(B, (4, 64), mask=object())), ValueError,
          "input: masked arrays (__cuda_array_interface__ 'mask') are not supported"),
@@ -394,7 +453,8 @@ CASES = [
          lambda: pyrms.fused_add_rms_norm(A, A, W, 1e-6, 4, 64), ValueError, "input and residual overlap; they must be disjoint"),
     Case("layer-norm-float-bias", "pyrms.layer_norm", "bias = 0.0 (a number, not a pointer; None means no bias)",
          lambda: pyrms.layer_norm(A, B, W, 0.0, 1e-6, 4, 64),
-         TypeError, "bias must be a device pointer (int), a pyrms.Tensor or an object with __cuda_array_interface__, got float"),
+         TypeError, "bias must be a device pointer (int), a pyrms.Tensor, a torch tensor, or an object with "
+         "__cuda_array_interface__ or __dlpack__, got float"),
     Case("backward-rows-per-block", "pyrms.rms_norm_backward", "rows_per_block = 17 (not a multiple of 16)",
          lambda: backward(rows_per_block=17), ValueError, "rows_per_block must be a multiple of 16, got 17"),
     Case("backward-grad-weight-overlap", "pyrms.rms_norm_backward", "grad_weight overlaps weight",

@@ -44,11 +44,11 @@ BAD = [
     (dict(epsilon="1e-6"), TypeError, "epsilon must be a float, got str"),
     (dict(out=0), ValueError, "out must be a non-null device pointer, got 0"),
     (dict(input=-16), ValueError, "input must be a non-null device pointer, got -16"),
-    (dict(weight=None), TypeError, "weight must be a device pointer (int), a pyrms.Tensor or an object"),
+    (dict(weight=None), TypeError, "weight must be a device pointer (int), a pyrms.Tensor, a torch tensor, or an object"),
     (dict(weight=W + 1), ValueError, "weight pointer 0x300001 is not aligned to 2 bytes, as bfloat16 elements must be"),
     (dict(input=B + 2, dtype="float32"), ValueError, "input pointer 0x200002 is not aligned to 4 bytes, as float32"),
-    (dict(out=3.5), TypeError, "out must be a device pointer (int), a pyrms.Tensor or an object with "
-                               "__cuda_array_interface__, got float"),
+    (dict(out=3.5), TypeError, "out must be a device pointer (int), a pyrms.Tensor, a torch tensor, "
+                               "or an object with __cuda_array_interface__ or __dlpack__, got float"),
     (dict(dtype="int8"), ValueError, "dtype 'int8' is not supported; allowed: bfloat16, float16, float32"),
     (dict(dtype=3), TypeError, "dtype must be a string, numpy dtype or pyrms DType, got 3"),
     (dict(input_stride=63), ValueError, "input_stride must be >= hidden_size (64) so rows do not overlap, got 63"),
@@ -75,10 +75,10 @@ ARRAY_BAD = [
     (dict(weight=FakeArray(W, (64, 1))), "weight has shape (64, 1), expected (64,)"),
     (dict(weight=FakeArray(W, (64,), strides=(4,))), "weight must be contiguous, got strides (2,)"),
     (dict(input=FakeArray(B, (4, 64), strides=(256, 4))), "input must be contiguous along the hidden dimension"),
-    (dict(input=FakeArray(B, (4, 64), typestr="<f4")), "input has dtype float32, but the dtype is float16"),
-    (dict(input=FakeArray(B, (4, 64)), dtype="bfloat16"), "out: array typestr '<f2' is float16, but dtype='bfloat16' was given"),
+    (dict(input=FakeArray(B, (4, 64), typestr="<f4")), "out has dtype float16, but the dtype is float32 (that of input)"),
+    (dict(input=FakeArray(B, (4, 64)), dtype="bfloat16"), "input has dtype float16, but the dtype is bfloat16"),
     (dict(input=FakeArray(B, (4, 64), strides=(256, 2)), input_stride=100), "input_stride=100 disagrees with input's row stride 128"),
-    (dict(input=FakeArray(B, (4, 64), typestr="<i2")), "input: typestr '<i2' is raw 2-byte data: pass dtype='bfloat16'"),
+    (dict(input=FakeArray(B, (4, 64), typestr="<i2")), "input has 2-byte storage (typestr '<i2') without a float type: pass dtype='bfloat16'"),
 ]
 
 

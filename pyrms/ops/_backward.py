@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 
-from .. import driver, kernels
+from .. import driver, dtypes, kernels
 from .. import plan as planner
 from . import _operands as check
 from . import _workspace
+from ._prepared import Pointers, cache_for, scalars_ok
 
 _ROWS_SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32", "i64", "i32")
 _SUM_SIGNATURE = ("ptr", "ptr", "i32", "i32", "i64", "i32")
-_opted_in: set[tuple[int, str, str]] = set()
 
 
 def backward_workspace_bytes(num_tokens: int, hidden_size: int, *, layer_norm: bool = False) -> int:
@@ -21,44 +21,108 @@ def backward_workspace_bytes(num_tokens: int, hidden_size: int, *, layer_norm: b
     return planner.plan_norm_backward("float32", hidden, layer_norm=layer_norm).workspace_bytes(num_tokens)
 
 
+class Prepared:
+    """One (device, op, dtypes, hidden, strides, options) of a backward pass, resolved once: the plan,
+    both kernels, the shared-memory opt-in and the pointer checks."""
+
+    __slots__ = ("device", "plan", "rows_kernel", "sum_kernel", "hidden", "strides", "rows_per_block", "max_rows", "pointers",
+                 "itemsize", "params")
+
+    def __init__(self, device, layer_norm, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
+                 input_stride, gemma, rows_per_block, params):
+        self.device = device
+        hidden = check.size("hidden_size", hidden)
+        dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+        pdt = dt if grad_weight_dtype is None else dtypes.get(grad_weight_dtype)
+        if pdt not in (dt, dtypes.FLOAT32):
+            raise ValueError(f"grad_weight dtype must be {dt.name} (the dtype) or float32, got {pdt.name}")
+        self.strides = tuple(check.stride_arg(name, value, hidden) for name, value in (
+            ("grad_input_stride", grad_input_stride), ("grad_output_stride", grad_output_stride),
+            ("input_stride", input_stride)))
+        p = self.plan = planner.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt)
+        self.rows_per_block = check.multiple("rows_per_block", rows_per_block, p.chunk_rows, p.chunk_rows)
+        self.rows_kernel = kernels.get(p.source, p.expression, p.group, _ROWS_SIGNATURE, device)
+        self.sum_kernel = kernels.get(p.source, p.sum_expression, p.group, _SUM_SIGNATURE, device)
+        if p.shared_bytes > 48 * 1024:
+            self.rows_kernel.set_max_dynamic_shared(planner.SHARED_SUMS_LIMIT)
+        self.hidden, self.itemsize, self.params = hidden, dt.itemsize, params
+        self.max_rows = check.max_rows(hidden, *self.strides)
+        gi, go, x = self.strides
+        # grad_input, grad_output, input, weight, then the parameter gradients: what is written (grad_input
+        # and the parameter gradients) is disjoint from everything else, but grad_input may be exactly
+        # grad_output or input.
+        operands = [(dt.itemsize, gi), (dt.itemsize, go), (dt.itemsize, x), (dt.itemsize, 0)] + [(pdt.itemsize, 0)] * params
+        written = [0, *range(4, 4 + params)]
+        pairs = [(i, j, (i, j) in ((0, 1), (0, 2))) for i in written for j in range(len(operands))
+                 if j != i and not (j in written and j < i)]
+        self.pointers = Pointers(hidden, operands, pairs)
+
+    def __call__(self, grad_input, grad_output, input, weight, grads, epsilon, num_tokens, stream, workspace) -> bool:
+        if not (scalars_ok(epsilon, num_tokens, self.max_rows)
+                and self.pointers.ok((grad_input, grad_output, input, weight, *grads), num_tokens)):
+            return False
+        p, hidden, handle = self.plan, self.hidden, check.stream(stream)
+        gi_stride, go_stride, x_stride = self.strides
+        chunks = p.chunks(num_tokens)
+        weight_phase = weight // self.itemsize % (16 // self.itemsize)  # where column 0 sits in a workspace row
+        borrowed = contextlib.nullcontext(workspace) if workspace else _workspace.borrowed(
+            self.device, handle, p.workspace_bytes(num_tokens))
+        with borrowed as ws:
+            self.rows_kernel.launch(-(-num_tokens // self.rows_per_block), p.block,
+                                    (grad_input, ws, grad_output, input, weight, epsilon, num_tokens, hidden, gi_stride,
+                                     go_stride, x_stride, p.chunk_rows, self.rows_per_block, p.ws_stride,
+                                     1 if p.shared_bytes else 0), handle, p.shared_bytes)
+            for k, grad in enumerate(grads):  # dweight, then dbias from the next plane
+                plane = ws + k * chunks * p.ws_stride * 4
+                self.sum_kernel.launch(-(-hidden // 32), (32, 32), (grad, plane, hidden, chunks, p.ws_stride, weight_phase),
+                                       handle)
+        return True
+
+
+_prepared = cache_for(Prepared)
+
+
 def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon,
                   num_tokens, hidden_size, dtype, grad_output_stride, input_stride, grad_input_stride, gemma,
                   grad_weight_dtype, workspace, rows_per_block, stream):
-    num_tokens = check.size("num_tokens", num_tokens)
-    hidden = check.size("hidden_size", hidden_size)
+    grads = (grad_weight,) if not layer_norm or grad_bias is None else (grad_weight, grad_bias)
+    if (type(grad_input) is int and type(grad_output) is int and type(input) is int and type(weight) is int
+            and all(type(g) is int for g in grads) and workspace is None):
+        static = (layer_norm, dtype, grad_weight_dtype, hidden_size, grad_input_stride, grad_output_stride,
+                  input_stride, gemma, rows_per_block, len(grads))
+        prepared = _prepared.get(*static)
+        if prepared is not None and prepared(grad_input, grad_output, input, weight, grads, epsilon, num_tokens,
+                                             stream, None):
+            return
+    _general(layer_norm, grad_input, grads, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
+             grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
+             stream)
+
+
+def _general(layer_norm, grad_input, grads, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
+             grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
+             stream):
+    """Every check with its message, on raw pointers or arrays, then the prepared launch on the pointers."""
+    if num_tokens is None or hidden_size is None:
+        dt, num_tokens, hidden_size, _ = check.arrays(dtype, num_tokens, hidden_size, rows=[
+            ("grad_output", grad_output, grad_output_stride, "grad_output_stride", False)], vectors=[])
+    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     eps = check.epsilon(epsilon)
-    # grad_bias None (a LayerNorm without bias): its plane of the workspace is filled but not summed.
-    params = {"grad_weight": grad_weight, **({"grad_bias": grad_bias} if layer_norm and grad_bias is not None else {})}
+    params = dict(zip(("grad_weight", "grad_bias"), grads))
     dt, pdt, r = check.layout(num_tokens, hidden, dtype,
                               rows={"grad_input": (grad_input, grad_input_stride, "grad_input_stride"),
                                     "grad_output": (grad_output, grad_output_stride, "grad_output_stride"),
                                     "input": (input, input_stride, "input_stride")},
                               vectors={"weight": weight}, params=params, params_dtype=grad_weight_dtype)
-    p = planner.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype=pdt)
-    rows_per_block = check.multiple("rows_per_block", rows_per_block, p.chunk_rows, p.chunk_rows)
-    needed = p.workspace_bytes(num_tokens)
-    own = None if workspace is None else check.workspace(workspace, needed)
+    strides = (r["grad_input"].stride, r["grad_output"].stride, r["input"].stride)
+    p = planner.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt)
+    check.multiple("rows_per_block", rows_per_block, p.chunk_rows, p.chunk_rows)
+    own = None if workspace is None else check.workspace(workspace, p.workspace_bytes(num_tokens))
     check.disjoint([r["grad_input"], *(r[name] for name in params)],
                    [r["grad_output"], r["input"], r["weight"], *([own] if own else [])],
                    in_place={("grad_input", "grad_output"), ("grad_input", "input")})
-    handle = driver.stream_handle(stream)
-    device = driver.selected_device()
-    check.same_device([region.op for region in r.values()], device.ordinal)
-
-    rows_kernel = kernels.get(p.source, p.expression, p.group, _ROWS_SIGNATURE, device)
-    sum_kernel = kernels.get(p.source, p.sum_expression, p.group, _SUM_SIGNATURE, device)
-    if p.shared_bytes > 48 * 1024 and (device.ordinal, p.source, p.expression) not in _opted_in:
-        rows_kernel.set_max_dynamic_shared(planner.SHARED_SUMS_LIMIT)
-        _opted_in.add((device.ordinal, p.source, p.expression))
-    chunks = p.chunks(num_tokens)
-    weight_phase = r["weight"].ptr // dt.itemsize % dt.vec_elems  # where column 0 sits in a workspace row
-    with contextlib.nullcontext(own.ptr) if own else _workspace.borrowed(device, handle, needed) as ws:
-        rows_kernel.launch(-(-num_tokens // rows_per_block), p.block,
-                           (r["grad_input"].ptr, ws, r["grad_output"].ptr, r["input"].ptr, r["weight"].ptr, eps,
-                            num_tokens, hidden, r["grad_input"].stride, r["grad_output"].stride, r["input"].stride,
-                            p.chunk_rows, rows_per_block, p.ws_stride, 1 if p.shared_bytes else 0),
-                           handle, p.shared_bytes)
-        for k, name in enumerate(params):  # dweight, then dbias from the next plane
-            plane = ws + k * chunks * p.ws_stride * 4
-            sum_kernel.launch(-(-hidden // 32), (32, 32), (r[name].ptr, plane, hidden, chunks, p.ws_stride, weight_phase),
-                              handle)
+    check.same_device([region.op for region in r.values()], driver.selected_device().ordinal)
+    prepared = _prepared.require(layer_norm, dt, pdt, hidden, *strides, gemma, rows_per_block, len(grads))
+    launched = prepared(r["grad_input"].ptr, r["grad_output"].ptr, r["input"].ptr, r["weight"].ptr,
+                        tuple(r[name].ptr for name in params), eps, num_tokens, stream, own.ptr if own else None)
+    assert launched, "the checks above accept what the prepared launch declines"

@@ -13,8 +13,9 @@ import numbers
 import operator
 from dataclasses import dataclass
 
-from .. import dtypes
+from .. import driver, dtypes
 from ..tensor import Tensor, contiguous_strides
+from . import _adapter
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -35,20 +36,14 @@ def operand(name: str, value, dtype_hint: dtypes.DType | None = None) -> Operand
             raise ValueError(f"{name} must be a non-null device pointer, got {value}")
         return Operand(name, value)
     if isinstance(value, bool) or value is None:
-        raise TypeError(f"{name} must be a device pointer (int), a pyrms.Tensor or an object with "
-                        f"__cuda_array_interface__, got {value!r}")
-    if isinstance(value, Tensor):
-        array = value
-    elif hasattr(value, "__cuda_array_interface__"):
-        try:
-            array = Tensor.from_cuda_array(value, dtype=dtype_hint)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"{name}: {exc}") from None
-    elif isinstance(value, int):  # int subclasses (numpy ints are not int, but IntEnum etc. are)
+        raise _adapter.bad_kind(name, value)
+    if isinstance(value, int):  # int subclasses (numpy ints are not int, but IntEnum etc. are)
         return operand(name, int(value), dtype_hint)
-    else:
-        raise TypeError(f"{name} must be a device pointer (int), a pyrms.Tensor or an object with "
-                        f"__cuda_array_interface__, got {type(value).__name__}")
+    view = _adapter.read(name, value, dtype_hint)
+    if view.dtype is None:
+        raise ValueError(f"{name}: its dtype is unknown; pass dtype=")
+    array = value if isinstance(value, Tensor) else Tensor(view.ptr, view.shape, view.dtype, view.strides, view.device,
+                                                           owner=value)
     if array.ptr == 0:
         raise ValueError(f"{name} has a null data pointer")
     return Operand(name, array.ptr, array)
@@ -72,6 +67,13 @@ def stride_arg(name: str, value, hidden: int) -> int:
     if value < hidden:
         raise ValueError(f"{name} must be >= hidden_size ({hidden}) so rows do not overlap, got {value}")
     return value
+
+
+def sizes(num_tokens, hidden_size) -> tuple[int, int]:
+    """num_tokens and hidden_size of a call on raw pointers, where both are required."""
+    if num_tokens is None or hidden_size is None:
+        raise TypeError("num_tokens and hidden_size are required when every operand is a raw pointer")
+    return size("num_tokens", num_tokens), size("hidden_size", hidden_size)
 
 
 def size(name: str, value, limit: int = INT32_MAX) -> int:
@@ -134,6 +136,11 @@ def row_stride(op: Operand, given, stride_name: str, num_tokens: int, hidden: in
     return stride
 
 
+def max_rows(hidden: int, *strides: int) -> int:
+    """The most rows a launch takes: byte offsets must fit in 64 bits (extent) and rows in an int32."""
+    return min((INT64_MAX // 16 - hidden) // max(strides) + 1, INT32_MAX)
+
+
 def extent(name: str, num_tokens: int, stride: int, hidden: int) -> None:
     """Rows must span fewer than 2^59 elements, so byte offsets fit in 64 bits for every dtype."""
     if (num_tokens - 1) * stride + hidden > INT64_MAX // 16:
@@ -178,6 +185,124 @@ def same_device(ops: list[Operand], device_ordinal: int) -> None:
     for op in ops:
         if op.array is not None and op.array.device is not None and op.array.device != device_ordinal:
             raise ValueError(f"{op.name} is on device {op.array.device}, but the launch runs on device {device_ordinal}")
+
+
+# --- Arrays: read once, turned into the pointers and strides of the raw-pointer path --------------
+
+
+def stream(value) -> int:
+    """A stream argument as a raw handle: the common kinds inline, the rest through the driver layer."""
+    if value is None:
+        return 0
+    if type(value) is int and 0 <= value < 2**64:
+        return value
+    return driver.stream_handle(value)
+
+
+def collapse(name: str, view: _adapter.View) -> tuple[int, int, int]:
+    """(rows, hidden, row stride) of a [..., hidden] array whose leading dimensions collapse to one
+    row stride (dimensions of size 1 are ignored); the hidden dimension must be contiguous."""
+    shape, strides = view.shape, view.strides
+    if not shape:
+        raise ValueError(f"{name} is 0-dimensional; expected [..., hidden_size]")
+    hidden = shape[-1]
+    if hidden > 1 and strides[-1] != 1:
+        raise ValueError(f"{name} must be contiguous along the hidden dimension (stride 1), got shape {shape} "
+                         f"and strides {strides} (elements)")
+    rows, stride = 1, hidden
+    for size_, step in zip(reversed(shape[:-1]), reversed(strides[:-1])):
+        if size_ == 1:
+            continue
+        if rows == 1:
+            stride = step
+        elif step != stride * rows:
+            raise ValueError(f"{name} has shape {shape} and strides {strides} (elements): its leading dimensions "
+                             f"do not collapse to one row stride; pass {name}.contiguous() or one row at a time")
+        rows *= size_
+    return rows, hidden, stride
+
+
+def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list) -> tuple[dtypes.DType, int, int, dict]:
+    """The array (or raw pointer) operands of one call, read and checked against each other.
+
+    rows: (name, value, stride argument, its name, written) for [..., hidden] operands; vectors:
+    (name, value) for [hidden] ones. num_tokens and hidden_size are taken from the arrays when None,
+    checked against them otherwise. Returns (dtype, rows, hidden, name -> (pointer, row stride)) for
+    the raw-pointer path, which checks the rest (alignment, extents, overlaps) with its own messages.
+    """
+    hint = None if dtype is None else dtypes.get(dtype)
+    views, raw = {}, {}
+    for name, value, *rest in (*rows, *((n, v, None, None, False) for n, v in vectors)):
+        if value is None and name == "out":
+            continue  # the allocating form
+        if isinstance(value, bool) or value is None:
+            raise _adapter.bad_kind(name, value)
+        if isinstance(value, int):  # int subclasses too
+            raw[name] = int(value)
+        else:
+            views[name] = _adapter.read(name, value, hint, written=rest[2])
+    dt = hint
+    for name, view in views.items():
+        if dt is None:
+            dt = view.dtype
+        elif view.dtype is not dt:
+            raise ValueError(f"{name} has dtype {view.dtype.name}, but the dtype is {dt.name}"
+                             + ("" if hint is not None else f" (that of {next(iter(views))})"))
+    dt = dt or dtypes.BFLOAT16
+    found = {}
+    for name, value, stride, stride_name, _ in rows:
+        view = views.get(name)
+        if view is None:
+            if name in raw:
+                found[name] = (raw[name], stride)
+            continue
+        n, h, array_stride = collapse(name, view)
+        if hidden_size is None:
+            hidden_size = h
+        if num_tokens is None:
+            num_tokens = n
+        if (n, h) != (num_tokens, hidden_size):
+            raise ValueError(f"{name} has shape {view.shape}, expected ({num_tokens}, {hidden_size}), or "
+                             f"[..., {hidden_size}] with {num_tokens} rows in all (num_tokens, hidden_size)")
+        if n == 1:
+            array_stride = stride if stride is not None else max(array_stride, h)
+        elif stride is not None and stride != array_stride:
+            raise ValueError(f"{stride_name}={stride} disagrees with {name}'s row stride {array_stride}")
+        elif array_stride < h:
+            raise ValueError(f"{name} has row stride {array_stride} < hidden_size {h}: its rows overlap")
+        if view.ptr == 0 and n:
+            raise ValueError(f"{name} has a null data pointer")
+        found[name] = (view.ptr, array_stride)
+    if hidden_size is None or num_tokens is None:
+        raise TypeError("num_tokens and hidden_size are required when every operand is a raw pointer")
+    for name, value in vectors:
+        view = views.get(name)
+        if view is None:
+            found[name] = (raw[name], hidden_size)
+            continue
+        if view.shape != (hidden_size,):
+            raise ValueError(f"{name} has shape {view.shape}, expected ({hidden_size},)")
+        if hidden_size > 1 and view.strides[0] != 1:
+            raise ValueError(f"{name} must be contiguous, got strides {view.strides} (elements)")
+        if view.ptr == 0:
+            raise ValueError(f"{name} has a null data pointer")
+        found[name] = (view.ptr, hidden_size)
+    if any(view.device is not None for view in views.values()):  # last: a missing driver after bad arguments
+        ordinal = driver.selected_device().ordinal
+        for name, view in views.items():
+            if view.device is not None and view.device != ordinal:
+                raise ValueError(f"{name} is on device {view.device}, but the launch runs on device {ordinal} "
+                                 f"(pyrms.driver.set_device selects the calling thread's device)")
+    return dt, num_tokens, hidden_size, found
+
+
+def allocate_like(shape_of, dt: dtypes.DType, rows: int, hidden: int) -> Tensor:
+    """A new contiguous output for the allocating form (``out=None``): the input's shape if it is an
+    array, else [rows, hidden]; the caller owns it (close() frees it)."""
+    shape = None
+    if type(shape_of) is not int:
+        shape = tuple(getattr(shape_of, "shape", ())) or None
+    return Tensor.empty(shape if shape and shape[-1] == hidden else (rows, hidden), dt, driver.selected_device())
 
 
 # --- Launch layouts: the shared validation of the family's ops ------------------------------------

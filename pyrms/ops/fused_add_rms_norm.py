@@ -1,41 +1,86 @@
 """``pyrms.fused_add_rms_norm``: residual add + RMSNorm in place (kernel: cuda_src/fused_add_rms_norm.cu)."""
 from __future__ import annotations
 
-from .. import driver, kernels
+from .. import dtypes, kernels
 from .. import plan as planner
 from . import _operands as check
+from ._prepared import Pointers, cache_for, scalars_ok
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 
 
-def fused_add_rms_norm(input, residual, weight, epsilon, num_tokens, hidden_size, *, dtype=None, input_stride=None,
-                       residual_stride=None, stream=None, gemma=False, round_once=False):
+class Prepared:
+    """One (device, dtype, hidden, strides, options) of fused_add_rms_norm, resolved once."""
+
+    __slots__ = ("kernel", "block", "hidden", "x_stride", "r_stride", "max_rows", "pointers")
+
+    def __init__(self, device, dtype, hidden, input_stride, residual_stride, gemma, round_once):
+        hidden = check.size("hidden_size", hidden)
+        dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+        self.x_stride = check.stride_arg("input_stride", input_stride, hidden)
+        self.r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
+        p = planner.plan_fused_add_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once))
+        self.kernel = kernels.get(p.source, p.expression, p.group, _SIGNATURE, device)
+        self.block, self.hidden = p.block, hidden
+        self.max_rows = check.max_rows(hidden, self.x_stride, self.r_stride)
+        size = dt.itemsize  # input and residual are both written: disjoint from each other and the weight
+        self.pointers = Pointers(hidden, [(size, self.x_stride), (size, self.r_stride), (size, 0)],
+                                 [(0, 1, False), (0, 2, False), (1, 2, False)])
+
+    def __call__(self, input, residual, weight, epsilon, num_tokens, stream) -> bool:
+        if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok((input, residual, weight), num_tokens)):
+            return False
+        self.kernel.launch(num_tokens, self.block, (input, residual, weight, epsilon, self.hidden, self.x_stride,
+                                                    self.r_stride), check.stream(stream))
+        return True
+
+
+_prepared = cache_for(Prepared)
+
+
+def fused_add_rms_norm(input, residual, weight, epsilon: float, num_tokens: int | None = None,
+                       hidden_size: int | None = None, *, dtype=None, input_stride: int | None = None,
+                       residual_stride: int | None = None, stream=None, gemma: bool = False,
+                       round_once: bool = False) -> None:
     """vLLM's fused_add_rms_norm, in place on ``num_tokens`` rows of ``hidden_size`` elements:
     ``residual <- input + residual`` (added in fp32, rounded once to the dtype), then
     ``input <- rms_norm(residual, weight)`` of that rounded sum, bit for bit what ``pyrms.rms_norm``
     would compute from the new residual (same ``gemma`` and ``round_once`` options).
 
-    ``input``, ``residual``, ``weight``: raw device pointers (int), pyrms Tensors, or objects exposing
-    ``__cuda_array_interface__``; [num_tokens, hidden_size] (weight [hidden_size]), contiguous along
-    the hidden dimension, any element alignment of each pointer. ``input`` and ``residual`` must be
-    disjoint, each with its own row stride (``input_stride``/``residual_stride``, >= hidden_size;
-    default: the array's, or hidden_size). ``dtype``, ``stream``, ``epsilon``: as in ``pyrms.rms_norm``.
+    ``input``, ``residual``, ``weight``: raw device pointers (int) or arrays as in ``pyrms.rms_norm``
+    ([..., hidden_size], weight [hidden_size]; sizes then inferred), any element alignment of each
+    pointer. ``input`` and ``residual`` must be disjoint, each with its own row stride
+    (``input_stride``/``residual_stride``, >= hidden_size; default: the array's, or hidden_size).
+    ``dtype``, ``stream``, ``epsilon``: as in ``pyrms.rms_norm``.
 
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
-    num_tokens = check.size("num_tokens", num_tokens)
-    hidden = check.size("hidden_size", hidden_size)
-    eps = check.epsilon(epsilon)
-    dt, _, r = check.layout(num_tokens, hidden, dtype,
-                            rows={"input": (input, input_stride, "input_stride"),
-                                  "residual": (residual, residual_stride, "residual_stride")},
-                            vectors={"weight": weight})
+    if type(input) is int and type(residual) is int and type(weight) is int:
+        static = (dtype, hidden_size, input_stride, residual_stride, gemma, round_once)
+        prepared = _prepared.get(*static)
+        if prepared is not None and prepared(input, residual, weight, epsilon, num_tokens, stream):
+            return
+        _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride)
+        launched = _prepared.require(*static)(input, residual, weight, float(epsilon), int(num_tokens), stream)
+        assert launched, "the checks above accept what the prepared launch declines"
+        return
+    dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
+                                           rows=[("input", input, input_stride, "input_stride", True),
+                                                 ("residual", residual, residual_stride, "residual_stride", True)],
+                                           vectors=[("weight", weight)])
+    if rows:
+        (x, x_stride), (r, r_stride), (w, _) = found["input"], found["residual"], found["weight"]
+        fused_add_rms_norm(x, r, w, epsilon, rows, hidden, dtype=dt, input_stride=x_stride, residual_stride=r_stride,
+                           stream=stream, gemma=gemma, round_once=round_once)
+
+
+def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride) -> None:
+    """Raise the error naming what the prepared launch declined."""
+    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
+    check.epsilon(epsilon)
+    _, _, r = check.layout(num_tokens, hidden, dtype,
+                           rows={"input": (input, input_stride, "input_stride"),
+                                 "residual": (residual, residual_stride, "residual_stride")},
+                           vectors={"weight": weight})
     check.disjoint([r["input"], r["residual"]], [r["weight"]])
-    handle = driver.stream_handle(stream)
-    device = driver.selected_device()
-    check.same_device([region.op for region in r.values()], device.ordinal)
-    p = planner.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
-    kernel = kernels.get(p.source, p.expression, p.group, _SIGNATURE, device)
-    kernel.launch(num_tokens, p.block, (r["input"].ptr, r["residual"].ptr, r["weight"].ptr, eps, hidden,
-                                        r["input"].stride, r["residual"].stride), handle)

@@ -1,45 +1,97 @@
 """``pyrms.layer_norm`` and ``pyrms.layer_norm_backward`` (kernels: cuda_src/layer_norm.cu)."""
 from __future__ import annotations
 
-from .. import driver, kernels
+from .. import dtypes, kernels
 from .. import plan as planner
 from . import _operands as check
 from ._backward import norm_backward
+from ._prepared import Pointers, cache_for, scalars_ok
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 
 
-def layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size, *, dtype=None, input_stride=None,
-               out_stride=None, stream=None):
+class Prepared:
+    """One (device, dtype, hidden, strides, bias or not) of layer_norm, resolved once."""
+
+    __slots__ = ("kernel", "block", "hidden", "x_stride", "o_stride", "max_rows", "pointers")
+
+    def __init__(self, device, dtype, hidden, input_stride, out_stride, has_bias):
+        hidden = check.size("hidden_size", hidden)
+        dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+        self.x_stride = check.stride_arg("input_stride", input_stride, hidden)
+        self.o_stride = check.stride_arg("out_stride", out_stride, hidden)
+        p = planner.plan_layer_norm(dt, hidden, bias=has_bias)
+        self.kernel = kernels.get(p.source, p.expression, p.group, _SIGNATURE, device)
+        self.block, self.hidden = p.block, hidden
+        self.max_rows = check.max_rows(hidden, self.x_stride, self.o_stride)
+        size = dt.itemsize  # out: in place over input allowed, disjoint from the weight and bias
+        vectors = [(size, 0)] * (2 if has_bias else 1)
+        self.pointers = Pointers(hidden, [(size, self.o_stride), (size, self.x_stride), *vectors],
+                                 [(0, 1, True), *((0, 2 + k, False) for k in range(len(vectors)))])
+
+    def __call__(self, out, input, weight, bias, epsilon, num_tokens, stream) -> bool:
+        if not scalars_ok(epsilon, num_tokens, self.max_rows):
+            return False
+        if not self.pointers.ok((out, input, weight) if bias is None else (out, input, weight, bias), num_tokens):
+            return False
+        self.kernel.launch(num_tokens, self.block, (out, input, weight, 0 if bias is None else bias, epsilon,
+                                                    self.hidden, self.x_stride, self.o_stride), check.stream(stream))
+        return True
+
+
+_prepared = cache_for(Prepared)
+
+
+def layer_norm(out, input, weight, bias, epsilon: float, num_tokens: int | None = None,
+               hidden_size: int | None = None, *, dtype=None, input_stride: int | None = None,
+               out_stride: int | None = None, stream=None):
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
     ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``).
+    Returns ``out`` (a new pyrms.Tensor when ``out`` is None).
 
     Statistics in fp32 in two passes (the mean, then the squared deviations from it, over values held
     in registers: no E[x^2] - mean^2 cancellation); the whole expression in fp32, rounded once to the
     dtype. A row's result does not depend on the batch it sits in.
 
-    ``out``, ``input``: [num_tokens, hidden_size]; ``weight``, ``bias``: [hidden_size]; raw device
-    pointers (int), pyrms Tensors or ``__cuda_array_interface__`` objects, contiguous along the hidden
+    ``out``, ``input``: [..., hidden_size]; ``weight``, ``bias``: [hidden_size]; raw device pointers
+    (int) or arrays as in ``pyrms.rms_norm`` (sizes then inferred), contiguous along the hidden
     dimension, any element alignment. ``out`` may be ``input`` (in place). ``dtype``, strides,
     ``stream``, ``epsilon``: as in ``pyrms.rms_norm``. Everything is validated before the launch,
     which is asynchronous on ``stream``.
     """
-    num_tokens = check.size("num_tokens", num_tokens)
-    hidden = check.size("hidden_size", hidden_size)
-    eps = check.epsilon(epsilon)
+    if type(out) is int and type(input) is int and type(weight) is int and (bias is None or type(bias) is int):
+        static = (dtype, hidden_size, input_stride, out_stride, bias is not None)
+        prepared = _prepared.get(*static)
+        if prepared is not None and prepared(out, input, weight, bias, epsilon, num_tokens, stream):
+            return out
+        _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride)
+        launched = _prepared.require(*static)(out, input, weight, bias, float(epsilon), int(num_tokens), stream)
+        assert launched, "the checks above accept what the prepared launch declines"
+        return out
+    vectors = [("weight", weight)] + ([] if bias is None else [("bias", bias)])
+    dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
+                                           rows=[("input", input, input_stride, "input_stride", False),
+                                                 ("out", out, out_stride, "out_stride", True)], vectors=vectors)
+    if out is None:
+        out = check.allocate_like(input, dt, max(rows, 1), hidden)
+        found["out"] = (out.ptr, hidden)
+    if rows:
+        (x, x_stride), (o, o_stride) = found["input"], found["out"]
+        layer_norm(o, x, found["weight"][0], None if bias is None else found["bias"][0], epsilon, rows, hidden,
+                   dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream)
+    return out
+
+
+def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride) -> None:
+    """Raise the error naming what the prepared launch declined."""
+    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
+    check.epsilon(epsilon)
     vectors = {"weight": weight} if bias is None else {"weight": weight, "bias": bias}
-    dt, _, r = check.layout(num_tokens, hidden, dtype,
-                            rows={"out": (out, out_stride, "out_stride"), "input": (input, input_stride, "input_stride")},
-                            vectors=vectors)
+    _, _, r = check.layout(num_tokens, hidden, dtype,
+                           rows={"out": (out, out_stride, "out_stride"), "input": (input, input_stride, "input_stride")},
+                           vectors=vectors)
     check.disjoint([r["out"]], [r[name] for name in ("input", *vectors)], in_place={("out", "input")})
-    handle = driver.stream_handle(stream)
-    device = driver.selected_device()
-    check.same_device([region.op for region in r.values()], device.ordinal)
-    p = planner.plan_layer_norm(dt, hidden, bias=bias is not None)
-    kernel = kernels.get(p.source, p.expression, p.group, _SIGNATURE, device)
-    kernel.launch(num_tokens, p.block, (r["out"].ptr, r["input"].ptr, r["weight"].ptr, r["bias"].ptr if p.bias else 0,
-                                        eps, hidden, r["input"].stride, r["out"].stride), handle)
 
 
 def layer_norm_backward(grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon, num_tokens,

@@ -1,140 +1,127 @@
 """``pyrms.rms_norm``: RMSNorm forward on device pointers or arrays (kernel: cuda_src/rms_norm.cu)."""
 from __future__ import annotations
 
-from .. import driver, dtypes, errors, kernels
+from .. import driver, dtypes, kernels
 from .. import plan as planner
 from . import _operands as check
+from ._prepared import cache_for
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 _NAMES = ("out", "input", "weight")
 _DEFAULT_DTYPE = dtypes.BFLOAT16
+# Up to this many rows the latency kernel launches (plan.FEW_ROWS); read at every call, so that
+# pyrms.testing.forced_rms_norm_variant can force either kernel.
 _FEW_ROWS = planner.FEW_ROWS
-_launch_configs: dict[tuple, tuple] = {}
 
 
 def launch_config(device, dt, hidden: int, gemma: bool, round_once: bool):
     """(kernel for many rows, kernel for few rows, threads per block) for one (device, dtype,
-    hidden, options), cached. The two kernels compute the same bits; see plan.FEW_ROWS."""
-    key = (device.ordinal, dt, hidden, gemma, round_once)
-    config = _launch_configs.get(key)
-    if config is None:
-        p = planner.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
-        config = _launch_configs[key] = (kernels.get(p.source, p.expression, p.group, _SIGNATURE, device),
-                                         kernels.get(p.source, p.latency_expression, p.group, _SIGNATURE, device),
-                                         p.block)
-    return config
+    hidden, options). The two kernels compute the same bits; see plan.FEW_ROWS."""
+    p = planner.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
+    return (kernels.get(p.source, p.expression, p.group, _SIGNATURE, device),
+            kernels.get(p.source, p.latency_expression, p.group, _SIGNATURE, device), p.block)
 
 
-def rms_norm(out, input, weight, epsilon, num_tokens, hidden_size, *, dtype=None, input_stride=None,
-             out_stride=None, stream=None, gemma=False, round_once=False):
-    """RMSNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``.
+class Prepared:
+    """One (device, dtype, hidden, strides, options) of rms_norm, resolved once: kernels, block and
+    the row limit. A call checks only what changes between calls, inline, and returns False, having
+    launched nothing, for anything unusual; the general path then says what is wrong."""
+
+    __slots__ = ("many", "few", "block", "itemsize", "hidden", "x_stride", "o_stride", "max_rows")
+
+    def __init__(self, device, dtype, hidden, input_stride, out_stride, gemma, round_once):
+        hidden = check.size("hidden_size", hidden)
+        dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
+        self.x_stride = check.stride_arg("input_stride", input_stride, hidden)
+        self.o_stride = check.stride_arg("out_stride", out_stride, hidden)
+        self.many, self.few, self.block = launch_config(device, dt, hidden, bool(gemma), bool(round_once))
+        self.itemsize, self.hidden = dt.itemsize, hidden
+        self.max_rows = check.max_rows(hidden, self.x_stride, self.o_stride)
+
+    def __call__(self, out, input, weight, epsilon, num_tokens, stream) -> bool:
+        if not (type(num_tokens) is int and 0 < num_tokens <= self.max_rows and type(epsilon) is float
+                and 0.0 <= epsilon <= check.FLOAT32_MAX):  # NaN fails the range
+            return False
+        itemsize, hidden, o_stride, x_stride = self.itemsize, self.hidden, self.o_stride, self.x_stride
+        if out <= 0 or input <= 0 or weight <= 0 or (out | input | weight) % itemsize:
+            return False
+        o_end = out + ((num_tokens - 1) * o_stride + hidden) * itemsize
+        x_end = input + ((num_tokens - 1) * x_stride + hidden) * itemsize
+        if out < x_end and input < o_end and not (out == input and o_stride == x_stride):
+            return False
+        if out < weight + hidden * itemsize and weight < o_end:
+            return False
+        handle = 0 if stream is None else stream if type(stream) is int and 0 <= stream < 2**64 else check.stream(stream)
+        (self.few if num_tokens <= _FEW_ROWS else self.many).launch(
+            num_tokens, self.block, (out, input, weight, epsilon, hidden, x_stride, o_stride), handle)
+        return True
+
+
+_prepared = cache_for(Prepared)
+
+
+def rms_norm(out, input, weight, epsilon: float, num_tokens: int | None = None, hidden_size: int | None = None, *,
+             dtype=None, input_stride: int | None = None, out_stride: int | None = None, stream=None,
+             gemma: bool = False, round_once: bool = False):
+    """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
+    ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None).
 
     ``out[r] = x[r] / sqrt(mean(x[r]^2) + epsilon) * weight``, accumulated in fp32. By default the
     normalized value is rounded to the storage dtype before the weight multiplies it (the seed's and
     Hugging Face LLaMA's rounding); ``round_once=True`` rounds only the final product (PyTorch's
     fused kernel, current vLLM). ``gemma=True`` multiplies by ``1 + weight`` (the addition in fp32).
 
-    ``out``, ``input``, ``weight``: raw device pointers (int), pyrms Tensors, or objects exposing
-    ``__cuda_array_interface__``; arrays must be [num_tokens, hidden_size] (weight [hidden_size]) and
-    contiguous along the hidden dimension. Any element alignment of any pointer is allowed.
-    ``out`` may be ``input`` (in place). ``dtype``: 'bfloat16', 'float16' or 'float32'; by default
-    the arrays' dtype, or bfloat16 for raw pointers. ``input_stride``/``out_stride``: elements between
-    rows (>= hidden_size; default: the array's, or hidden_size). ``stream``: a pyrms Stream, a raw
-    CUstream handle, an object with ``.cuda_stream`` (torch.cuda.Stream), or None for the legacy
-    default stream. With epsilon = 0 an all-zero row gives 0/0 = NaN, as in PyTorch.
+    ``out``, ``input``, ``weight``: raw device pointers (int), pyrms Tensors, torch tensors, or objects
+    exposing ``__cuda_array_interface__`` or ``__dlpack__``. Arrays are [..., hidden_size] (weight
+    [hidden_size]), contiguous along the hidden dimension, with leading dimensions that collapse to one
+    row stride; ``num_tokens`` and ``hidden_size`` then default to theirs (they are required for raw
+    pointers). Any element alignment of any pointer is allowed; ``out`` may be ``input`` (in place).
+    ``dtype``: a name ('bfloat16', 'bf16', 'float16', 'float32', ...), a numpy or torch dtype; by
+    default the arrays' dtype, or bfloat16 for raw pointers. ``input_stride``/``out_stride``: elements
+    between rows (>= hidden_size; default: the array's, or hidden_size). ``stream``: a pyrms Stream, a
+    raw CUstream handle, a torch.cuda.Stream, any object with ``__cuda_stream__``, or None (the legacy
+    default stream). With epsilon = 0 an all-zero row gives 0/0 = NaN, as in PyTorch.
 
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
-    if (type(out) is int and type(input) is int and type(weight) is int and type(num_tokens) is int
-            and type(epsilon) is float and (stream is None or (type(stream) is int and 0 <= stream < 2**64))):
-        try:
-            fast = _fast_config(dtype, hidden_size, input_stride, out_stride, gemma, round_once)
-        except errors.NoDriverError:  # validate first, then report the missing driver
-            fast = None
-        if fast is not None and _launch_raw(fast, out, input, weight, epsilon, num_tokens, stream):
-            return
-    # The general path: arrays, or anything the fast path declined, which is then either valid
-    # after all or raises here with the message that names the bad argument.
-    num_tokens = check.size("num_tokens", num_tokens)
-    hidden = check.size("hidden_size", hidden_size)
-    eps = check.epsilon(epsilon)
     if type(out) is int and type(input) is int and type(weight) is int:
-        dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
-        x_stride = check.stride_arg("input_stride", input_stride, hidden)
-        o_stride = check.stride_arg("out_stride", out_stride, hidden)
-        check.raw_pointers(_NAMES, (out, input, weight), dt)
-        check.extent("input", num_tokens, x_stride, hidden)
-        check.extent("out", num_tokens, o_stride, hidden)
-        o, x, w = check.Operand("out", out), check.Operand("input", input), check.Operand("weight", weight)
-    else:
-        hint = None if dtype is None else dtypes.get(dtype)
-        o = check.operand("out", out, hint)
-        x = check.operand("input", input, hint)
-        w = check.operand("weight", weight, hint)
-        dt = check.resolve_dtype(dtype, [o, x, w])
-        x_stride = check.row_stride(x, input_stride, "input_stride", num_tokens, hidden)
-        o_stride = check.row_stride(o, out_stride, "out_stride", num_tokens, hidden)
-        check.vector(w, hidden)
-        check.aligned([o, x, w], dt)
-    o_span = check.span(o.ptr, num_tokens, o_stride, hidden, dt.itemsize)
-    x_span = check.span(x.ptr, num_tokens, x_stride, hidden, dt.itemsize)
-    check.no_partial_overlap(o, o_span, x, x_span, may_alias=True)
-    check.no_partial_overlap(o, o_span, w, check.span(w.ptr, 1, hidden, hidden, dt.itemsize), may_alias=False)
-    handle = driver.stream_handle(stream)
-    device = driver.selected_device()
-    check.same_device([o, x, w], device.ordinal)
-    many, few, block = launch_config(device, dt, hidden, bool(gemma), bool(round_once))
-    kernel = few if num_tokens <= _FEW_ROWS else many
-    kernel.launch(num_tokens, block, (o.ptr, x.ptr, w.ptr, eps, hidden, x_stride, o_stride), handle)
+        prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once)
+        if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream):
+            return out
+        _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream)
+        launched = _prepared.require(dtype, hidden_size, input_stride, out_stride, gemma, round_once)(
+            out, input, weight, float(epsilon), int(num_tokens), stream)
+        assert launched, "the checks above accept what the prepared launch declines"
+        return out
+    dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
+                                           rows=[("input", input, input_stride, "input_stride", False),
+                                                 ("out", out, out_stride, "out_stride", True)],
+                                           vectors=[("weight", weight)])
+    if out is None:
+        out = check.allocate_like(input, dt, max(rows, 1), hidden)
+        found["out"] = (out.ptr, hidden)
+    if rows == 0:  # an empty batch of arrays: nothing to do
+        return out
+    (x, x_stride), (o, o_stride), (w, _) = found["input"], found["out"], found["weight"]
+    rms_norm(o, x, w, epsilon, rows, hidden, dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream,
+             gemma=gemma, round_once=round_once)
+    return out
 
 
-# The raw-pointer fast path. The arguments that do not change from call to call in a model
-# (dtype, sizes, strides, options) are validated once per device and remembered; each call then
-# checks only pointers, row count, epsilon, extents and overlaps, inline. Anything unusual is
-# declined (None / False) and handled by the general path above.
-_fast_configs: dict[tuple, tuple | None] = {}
-_FAST_CONFIGS_MAX = 4096
-
-
-def _fast_config(dtype, hidden, input_stride, out_stride, gemma, round_once):
-    device = driver.selected_device()
-    key = (device, dtype, hidden, input_stride, out_stride, gemma, round_once)
-    try:
-        return _fast_configs[key]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable argument: the general path will say what is wrong with it
-        return None
-    try:
-        hidden = check.size("hidden_size", hidden)
-        dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
-        x_stride = check.stride_arg("input_stride", input_stride, hidden)
-        o_stride = check.stride_arg("out_stride", out_stride, hidden)
-    except (TypeError, ValueError):
-        return None
-    many, few, block = launch_config(device, dt, hidden, bool(gemma), bool(round_once))
-    # Rows past this count could reach 2^59 elements (check.extent); the general path says so.
-    max_rows = (check.INT64_MAX // 16 - hidden) // max(x_stride, o_stride) + 1
-    if len(_fast_configs) >= _FAST_CONFIGS_MAX:  # bounded, whatever shapes a server meets
-        _fast_configs.clear()
-    config = _fast_configs[key] = (many, few, block, dt.itemsize, hidden, x_stride, o_stride,
-                                   min(max_rows, check.INT32_MAX))
-    return config
-
-
-def _launch_raw(config, out, input, weight, epsilon, num_tokens, stream) -> bool:
-    many, few, block, itemsize, hidden, x_stride, o_stride, max_rows = config
-    if not (0 < num_tokens <= max_rows and 0.0 <= epsilon <= check.FLOAT32_MAX):  # NaN fails both
-        return False
-    if out <= 0 or input <= 0 or weight <= 0 or (out | input | weight) % itemsize:
-        return False
-    o_end = out + ((num_tokens - 1) * o_stride + hidden) * itemsize
-    x_end = input + ((num_tokens - 1) * x_stride + hidden) * itemsize
-    if out < x_end and input < o_end and not (out == input and o_stride == x_stride):
-        return False
-    if out < weight + hidden * itemsize and weight < o_end:
-        return False
-    (few if num_tokens <= _FEW_ROWS else many).launch(
-        num_tokens, block, (out, input, weight, epsilon, hidden, x_stride, o_stride), 0 if stream is None else stream)
-    return True
+def _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream) -> None:
+    """Raise the error that names what the prepared launch declined (the general path's checks)."""
+    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
+    check.epsilon(epsilon)
+    dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
+    x_stride = check.stride_arg("input_stride", input_stride, hidden)
+    o_stride = check.stride_arg("out_stride", out_stride, hidden)
+    check.raw_pointers(_NAMES, (out, input, weight), dt)
+    check.extent("input", num_tokens, x_stride, hidden)
+    check.extent("out", num_tokens, o_stride, hidden)
+    o, x, w = check.Operand("out", out), check.Operand("input", input), check.Operand("weight", weight)
+    o_span = check.span(out, num_tokens, o_stride, hidden, dt.itemsize)
+    check.no_partial_overlap(o, o_span, x, check.span(input, num_tokens, x_stride, hidden, dt.itemsize), may_alias=True)
+    check.no_partial_overlap(o, o_span, w, check.span(weight, 1, hidden, hidden, dt.itemsize), may_alias=False)
+    check.stream(stream)
+    driver.selected_device()  # a missing driver is reported after the arguments

@@ -1,0 +1,209 @@
+"""One reader for every kind of array operand: a pointer, shape, element strides, dtype and device,
+read straight from the object, with no pyrms.Tensor built and no driver query on the hot path.
+
+Kinds, in the order they are tried:
+- ``pyrms.Tensor``: its own attributes.
+- PyTorch tensors, recognised by type (torch is never imported here): ``data_ptr()``, ``shape``,
+  ``stride()``, ``dtype``, ``device``. Cheaper than torch's ``__cuda_array_interface__``, which
+  builds a dict on every access, refuses tensors that require grad, and cannot name bfloat16.
+- ``__cuda_array_interface__`` (versions 2 and 3): the dict's data, shape, strides and typestr.
+  Raw 2-byte typestrs ('<i2', '<u2', '<V2') are bfloat16 only when the dtype says so, or when the
+  object also speaks DLPack, which names bfloat16.
+- DLPack (``__dlpack__``): the DLTensor behind the capsule, read in place (ctypes over the producer's
+  struct, never written) while the capsule lives; the capsule is not consumed, so its destructor
+  returns it to the producer.
+
+The device: a Tensor's, torch's and DLPack's own; for CAI objects the driver is asked only where more
+than one device exists (with one, every device pointer is on it), so a single-GPU process pays no query.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import NamedTuple
+
+from .. import driver, dtypes, errors
+from ..tensor import Tensor, contiguous_strides
+
+
+class View(NamedTuple):
+    """An operand as the ops see it; ``device`` None where nothing says (raw pointers)."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # elements
+    dtype: dtypes.DType | None
+    device: int | None
+
+
+_TORCH_DTYPES = {"torch.bfloat16": dtypes.BFLOAT16, "torch.float16": dtypes.FLOAT16, "torch.float32": dtypes.FLOAT32}
+_RAW_2BYTE = ("i2", "u2", "V2")
+_NEEDS_DLPACK = object()  # a CAI typestr that only DLPack can name
+
+
+def bad_kind(name: str, value) -> TypeError:
+    shown = repr(value) if value is None or isinstance(value, bool) else type(value).__name__
+    return TypeError(f"{name} must be a device pointer (int), a pyrms.Tensor, a torch tensor, or an object with "
+                     f"__cuda_array_interface__ or __dlpack__, got {shown}")
+
+
+def read(name: str, value, hint: dtypes.DType | None, *, written: bool = False) -> View:
+    """The View of array operand ``value``; ``hint`` is the dtype the caller gave (or None);
+    ``written``: the op writes into it. TypeError/ValueError name the operand and what to do."""
+    kind = type(value)
+    if kind is Tensor:
+        return View(value.ptr, value.shape, value.strides, value.dtype, value.device)
+    if kind.__module__.startswith("torch") and hasattr(value, "data_ptr"):
+        return _torch(name, value, written)
+    interface = _interface(name, value)
+    if interface is not None:
+        view = _from_interface(name, interface, hint)
+        if view.dtype is _NEEDS_DLPACK and hasattr(value, "__dlpack__"):
+            return _dlpack(name, value)
+        if view.dtype is _NEEDS_DLPACK:
+            raise ValueError(f"{name} has 2-byte storage (typestr {interface['typestr']!r}) without a float type: "
+                             f"pass dtype='bfloat16' if it holds bfloat16")
+        return view
+    if hasattr(value, "__dlpack__"):
+        return _dlpack(name, value)
+    if isinstance(value, Tensor):  # a subclass
+        return View(value.ptr, value.shape, value.strides, value.dtype, value.device)
+    raise bad_kind(name, value)
+
+
+def _interface(name: str, value):
+    """The CAI dict, or None when the object has none; a getter that raises becomes our TypeError."""
+    try:
+        interface = value.__cuda_array_interface__
+    except AttributeError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - a producer's own refusal (e.g. torch's requires_grad)
+        raise TypeError(f"{name}: its __cuda_array_interface__ failed: {exc}") from None
+    if not isinstance(interface, dict):
+        raise TypeError(f"{name}: __cuda_array_interface__ must be a dict, got {type(interface).__name__}")
+    return interface
+
+
+def _torch(name: str, t, written: bool) -> View:
+    device = t.device
+    if device.type != "cuda":
+        raise ValueError(f"{name} is a torch tensor on {device}; pyrms needs CUDA memory (use .cuda())")
+    if written and t.requires_grad:
+        raise ValueError(f"{name} requires grad and pyrms would write into it behind autograd's back: "
+                         f"pass {name}.detach(), or use pyrms.torch for autograd")
+    dt = _TORCH_DTYPES.get(str(t.dtype))
+    if dt is None:
+        raise ValueError(f"{name} has dtype {t.dtype}; allowed: torch.bfloat16, torch.float16, torch.float32")
+    return View(t.data_ptr(), tuple(t.shape), tuple(t.stride()), dt, device.index)
+
+
+def _from_interface(name: str, interface: dict, hint: dtypes.DType | None) -> View:
+    try:
+        ptr = interface["data"][0]
+        shape = tuple(interface["shape"])
+        typestr = interface["typestr"]
+    except (KeyError, TypeError, IndexError):
+        raise ValueError(f"{name}: __cuda_array_interface__ needs 'data' (ptr, readonly), 'shape' and 'typestr', "
+                         f"got keys {sorted(interface)}") from None
+    if interface.get("mask") is not None:
+        raise ValueError(f"{name}: masked arrays (__cuda_array_interface__ 'mask') are not supported")
+    if type(ptr) is not int:
+        raise TypeError(f"{name}: data pointer must be an int, got {type(ptr).__name__} {ptr!r}")
+    if not all(type(d) is int and d >= 0 for d in shape):
+        raise ValueError(f"{name}: shape entries must be ints >= 0, got {shape!r}")
+    if not isinstance(typestr, str):
+        raise TypeError(f"{name}: typestr must be a string, got {typestr!r}")
+    if typestr[1:] in _RAW_2BYTE:
+        dt = hint if hint is not None and hint.itemsize == 2 else _NEEDS_DLPACK
+    else:
+        try:
+            dt = dtypes.from_typestr(typestr)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    byte_strides = interface.get("strides")
+    if byte_strides is None:
+        strides = contiguous_strides(shape)
+    else:
+        strides = _element_strides(name, tuple(byte_strides), shape, 2 if dt is _NEEDS_DLPACK else dt.itemsize,
+                                   "2-byte" if dt is _NEEDS_DLPACK else f"{dt.itemsize}-byte {dt.name}")
+    return View(ptr, shape, strides, dt, _pointer_device(ptr))
+
+
+def _element_strides(name, byte_strides, shape, itemsize, element) -> tuple[int, ...]:
+    if len(byte_strides) != len(shape) or not all(type(b) is int for b in byte_strides):
+        raise ValueError(f"{name}: strides {byte_strides!r} must be ints, one per dimension of shape {shape}")
+    for dim, b in enumerate(byte_strides):
+        if b % itemsize:
+            raise ValueError(f"{name}: stride {b} bytes of dimension {dim} is not a multiple of the {element} element")
+    strides = tuple(b // itemsize for b in byte_strides)
+    if min(strides, default=0) < 0:
+        raise ValueError(f"{name}: strides entries must be >= 0, got {strides}")
+    return strides
+
+
+def _pointer_device(ptr: int) -> int | None:
+    try:
+        if not ptr or driver.device_count() < 2:
+            return None
+    except errors.NoDriverError:  # reported by the launch, after every argument is checked
+        return None
+    return driver.pointer_device(ptr)
+
+
+# --- DLPack ------------------------------------------------------------------------------------------
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_CAPSULE_POINTER = ctypes.pythonapi.PyCapsule_GetPointer
+_CAPSULE_POINTER.restype = ctypes.c_void_p
+_CAPSULE_POINTER.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_CAPSULE_VALID = ctypes.pythonapi.PyCapsule_IsValid
+_CAPSULE_VALID.restype = ctypes.c_int
+_CAPSULE_VALID.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_DL_CUDA_DEVICES = {2: "cuda", 3: "cuda_host", 13: "cuda_managed"}  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+_DL_DTYPES = {(2, 16): dtypes.FLOAT16, (2, 32): dtypes.FLOAT32, (4, 16): dtypes.BFLOAT16}  # kDLFloat, kDLBfloat
+
+
+def _dlpack(name: str, value) -> View:
+    try:
+        device_type = value.__dlpack_device__()[0]
+    except Exception:  # noqa: BLE001 - no device query: the capsule says
+        device_type = None
+    if device_type is not None and int(device_type) not in _DL_CUDA_DEVICES:
+        raise TypeError(f"{name} is {type(value).__name__} memory of DLPack device type {int(device_type)} "
+                        f"(1 is the host); pyrms needs CUDA memory: copy it to the GPU first")
+    try:
+        try:
+            capsule = value.__dlpack__(stream=-1)  # -1: the consumer orders its own work; no producer sync
+        except TypeError:
+            capsule = value.__dlpack__()
+    except Exception as exc:  # noqa: BLE001 - the producer's refusal, as our error
+        raise TypeError(f"{name}: its __dlpack__ failed: {exc}") from None
+    if not _CAPSULE_VALID(capsule, b"dltensor"):
+        raise TypeError(f"{name}: __dlpack__ returned {type(capsule).__name__}, not a 'dltensor' capsule")
+    # A read-only view of the producer's DLTensor, used only while `capsule` is alive (this frame).
+    tensor = _DLTensor.from_address(_CAPSULE_POINTER(capsule, b"dltensor"))
+    device = _DL_CUDA_DEVICES.get(tensor.device.device_type)
+    if device is None:
+        raise ValueError(f"{name} is DLPack memory of device type {tensor.device.device_type}; pyrms needs CUDA memory")
+    dt = _DL_DTYPES.get((tensor.dtype.code, tensor.dtype.bits))
+    if dt is None or tensor.dtype.lanes != 1:
+        raise ValueError(f"{name} has DLPack dtype code {tensor.dtype.code}, {tensor.dtype.bits} bits, "
+                         f"{tensor.dtype.lanes} lanes; allowed: bfloat16, float16, float32")
+    ndim = tensor.ndim
+    shape = tuple(tensor.shape[i] for i in range(ndim))
+    strides = tuple(tensor.strides[i] for i in range(ndim)) if tensor.strides else contiguous_strides(shape)
+    ptr = (tensor.data or 0) + tensor.byte_offset
+    return View(ptr, shape, strides, dt, tensor.device.device_id if device == "cuda" else None)

@@ -1,0 +1,106 @@
+"""Prepared launches: everything about a call that does not change between calls (plan, kernels,
+launch shape, every static check) resolved once per (device, op, dtype, hidden, layout, options).
+
+Each op defines its Prepared class (its per-call checks are inline there: they are the hot path);
+this module keeps them, per op, in a bounded dict keyed by the device and the op's static arguments
+exactly as the caller passed them, so that a repeated call costs one dict lookup.
+"""
+from __future__ import annotations
+
+from .. import driver, errors
+
+LIMIT = 4096  # prepared launches kept per op, whatever shapes a long-running server meets
+
+
+class PreparedCache:
+    """Prepared launches of one op; ``factory(device, *static_args)`` builds one, raising
+    TypeError/ValueError for arguments it cannot accept."""
+
+    __slots__ = ("factory", "items")
+
+    def __init__(self, factory):
+        self.factory = factory
+        self.items: dict[tuple, object] = {}
+
+    def get(self, *static_args):
+        """The prepared launch, or None where the arguments are unhashable or invalid (the caller's
+        general path then raises the error that names them)."""
+        try:
+            key = (driver.selected_device(), *static_args)
+        except errors.NoDriverError:  # reported after the arguments are checked
+            return None
+        try:
+            return self.items[key]
+        except KeyError:
+            pass
+        except TypeError:
+            return None
+        try:
+            prepared = self.factory(*key)
+        except (TypeError, ValueError):
+            return None
+        return self._keep(key, prepared)
+
+    def require(self, *static_args):
+        """The prepared launch; the factory's error where the arguments are invalid."""
+        key = (driver.selected_device(), *static_args)
+        prepared = self.items.get(key)
+        return prepared if prepared is not None else self._keep(key, self.factory(*key))
+
+    def _keep(self, key, prepared):
+        if len(self.items) >= LIMIT:
+            self.items.clear()
+        self.items[key] = prepared
+        return prepared
+
+    def clear(self) -> None:
+        self.items.clear()
+
+
+def clear_all() -> None:
+    """Forget every op's prepared launches (tests that swap the driver)."""
+    for cache in _caches:
+        cache.clear()
+
+
+_caches: list[PreparedCache] = []
+
+
+def cache_for(factory) -> PreparedCache:
+    """A new PreparedCache, registered so that clear_all reaches it."""
+    cache = PreparedCache(factory)
+    _caches.append(cache)
+    return cache
+
+
+class Pointers:
+    """The per-call checks of a prepared launch's pointers, for ops without a hand-inlined path:
+    non-null, element-aligned, and no overlap between what it writes and anything else it touches
+    (except exactly the same memory where in place is allowed).
+
+    Operands are given in call order as (itemsize, row stride in elements, or 0 for a [hidden] vector);
+    ``pairs`` are (i, j, in_place_allowed) index pairs whose spans must be disjoint.
+    """
+
+    __slots__ = ("operands", "hidden", "pairs")
+
+    def __init__(self, hidden: int, operands, pairs):
+        self.hidden, self.operands, self.pairs = hidden, tuple(operands), tuple(pairs)
+
+    def ok(self, pointers, rows: int) -> bool:
+        hidden, ends = self.hidden, []
+        for ptr, (itemsize, stride) in zip(pointers, self.operands):
+            if ptr <= 0 or ptr % itemsize:
+                return False
+            ends.append(ptr + ((rows - 1) * stride + hidden) * itemsize if stride else ptr + hidden * itemsize)
+        for i, j, in_place in self.pairs:
+            if pointers[i] < ends[j] and pointers[j] < ends[i] and not (
+                    in_place and pointers[i] == pointers[j] and ends[i] == ends[j]):
+                return False
+        return True
+
+
+def scalars_ok(epsilon, num_tokens, max_rows: int) -> bool:
+    """The per-call scalar checks: an int row count in range, a float epsilon within float32 (NaN fails)."""
+    return (type(num_tokens) is int and 0 < num_tokens <= max_rows and type(epsilon) is float
+            and 0.0 <= epsilon <= 3.4028234663852886e38)
