@@ -1,6 +1,8 @@
 """Launch planning (pure, CPU only)."""
 import pytest
 
+import pyrms
+
 from pyrms import dtypes, plan
 from pyrms.ops.seed import plan_seed
 
@@ -56,9 +58,34 @@ def test_expression_names_every_option():
     assert all(", true, false, " in e for e in p.group)
 
 
-def test_plan_does_not_depend_on_rows():
-    # Batch invariance: the plan's inputs have no row count at all.
-    assert plan.plan_rms_norm("bfloat16", 5120) == plan.plan_rms_norm(dtypes.BFLOAT16, 5120)
+@pytest.mark.parametrize("hidden", [5, 4096, 5125, 16392])
+def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
+    """Batch invariance: whatever the row count, pyrms.rms_norm launches a kernel of the same reduction
+    tree (same threads per row, same register cache; only the EARLY_WEIGHTS latency flag may differ)
+    with one block per row. Recorded at the launch, with a stand-in for the kernels and the device."""
+    from pyrms import driver, kernels
+    from pyrms.ops import _prepared
+
+    launches = []
+
+    class Recorder:
+        def __init__(self, expression):
+            self.name = expression
+
+        def launch(self, grid, block, args, stream, shared_bytes=0):
+            launches.append((self.name, grid, block))
+
+    monkeypatch.setattr(kernels, "get", lambda source, expression, *rest: Recorder(expression))
+    monkeypatch.setattr(driver, "selected_device", lambda: "stand-in device")
+    for cache in _prepared._caches:
+        monkeypatch.setattr(cache, "items", {})
+    rows = (1, 5, plan.FEW_ROWS, plan.FEW_ROWS + 1, 70001)
+    for n in rows:
+        pyrms.rms_norm(1 << 20, 1 << 34, 1 << 40, 1e-6, n, hidden, dtype="bfloat16")
+    assert [grid for _, grid, _ in launches] == list(rows)
+    assert len({block for _, _, block in launches}) == 1
+    trees = {name.rsplit(",", 1)[0] for name, _, _ in launches}  # the expression without EARLY_WEIGHTS
+    assert trees == {plan.plan_rms_norm("bfloat16", hidden).expression.rsplit(",", 1)[0]}
 
 
 def test_seed_plan_matches_the_cpp_program():
