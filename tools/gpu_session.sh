@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device-tool call's worth of checks, in order: the whole GPU suite in one process (torch tests
+# included), the demo against the nvcc-built C++ program, and the host-overhead table. Each step's
+# output goes to $OUT; a failing step does not stop the next. Usage: bash tools/gpu_session.sh OUT [STEPS]
+set -u
+OUT="${1:?output directory}"; STEPS="${2:-suite demo host}"
+mkdir -p "$OUT"
+export PYTHONPATH=. PYRMS_CACHE_DIR="${PYRMS_CACHE_DIR:-/tmp/pyrms-cache}"
+{ nvidia-smi -L; python3 --version; python3 -c "import torch, cuda.bindings; print('torch', torch.__version__, 'cuda-bindings', cuda.bindings.__version__)"; } > "$OUT/environment.txt" 2>&1
+for step in $STEPS; do
+    start=$(date +%s)
+    case "$step" in
+        suite) timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider > "$OUT/gpu_suite.log" 2>&1 ;;
+        demo) timeout 120 python3 tools/compare_seed_demo.py --seed 42 --out "$OUT/demo" > "$OUT/demo_compare.log" 2>&1
+              diff "$OUT/demo/cpp.txt" "$OUT/demo/demo.txt" > "$OUT/demo_diff.txt" 2>&1; echo "diff rc=$?" >> "$OUT/demo_diff.txt" ;;
+        host) timeout 150 python3 tools/host_overhead.py --out "$OUT/host_overhead.json" > "$OUT/host_overhead.txt" 2>&1 ;;
+        random) timeout 240 python3 -m pyrms.random_check --seed 20261201 --count 5000 --out "$OUT/random_check.json" > "$OUT/random_check.log" 2>&1 ;;
+        bench) timeout 200 python3 -m pyrms.bench --quick --out "$OUT" --name quick > "$OUT/bench_quick.stdout" 2>&1 ;;
+    esac
+    echo "$step rc=$? $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.txt"
+done
+tail -3 "$OUT/gpu_suite.log" 2>/dev/null
+cat "$OUT/demo_diff.txt" "$OUT/host_overhead.txt" 2>/dev/null | tail -20
