@@ -53,7 +53,7 @@ def read(name: str, value, hint: dtypes.DType | None, *, written: bool = False) 
     if kind is Tensor:
         return View(value.ptr, value.shape, value.strides, value.dtype, value.device)
     if kind.__module__.startswith("torch") and hasattr(value, "data_ptr"):
-        return _torch(name, value, written)
+        return _torch(name, value, hint, written)
     interface = _interface(name, value)
     if interface is not None:
         view = _from_interface(name, interface, hint)
@@ -83,7 +83,7 @@ def _interface(name: str, value):
     return interface
 
 
-def _torch(name: str, t, written: bool) -> View:
+def _torch(name: str, t, hint: dtypes.DType | None, written: bool) -> View:
     device = t.device
     if device.type != "cuda":
         raise ValueError(f"{name} is a torch tensor on {device}; pyrms needs CUDA memory (use .cuda())")
@@ -91,6 +91,8 @@ def _torch(name: str, t, written: bool) -> View:
         raise ValueError(f"{name} requires grad and pyrms would write into it behind autograd's back: "
                          f"pass {name}.detach(), or use pyrms.torch for autograd")
     dt = _TORCH_DTYPES.get(str(t.dtype))
+    if dt is None and hint is not None and hint.itemsize == 2 and t.element_size() == 2 and not t.is_floating_point():
+        dt = hint  # 2-byte integer views of bfloat16 (t.view(torch.int16)), read as the dtype given
     if dt is None:
         raise ValueError(f"{name} has dtype {t.dtype}; allowed: torch.bfloat16, torch.float16, torch.float32")
     return View(t.data_ptr(), tuple(t.shape), tuple(t.stride()), dt, device.index)
