@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""The host side of ``python -m pyrms.random_check``, timed on a machine without a GPU.
+
+Runs the same cases through the same pyrms.testing checkers, with device memory replaced by host
+memory (allocations, uploads and whole-allocation downloads still move every byte) and the kernel
+launches replaced by nothing; the comparisons run in full and their (expected) differences are
+counted, not raised. What is left is what the GPU run spends on the CPU: drawing operands, the numpy
+twin, and the bitwise comparisons. The twin is timed on its own too.
+
+    PYTHONPATH=. python tools/random_check_host_time.py --seed 2026 --count 5000
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import types
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyrms import random_check, reference, testing  # noqa: E402
+from pyrms.random_cases import draw_cases  # noqa: E402
+
+OP_MODULES = {"pyrms.ops.rms_norm": "rms_norm", "pyrms.ops.fused_add_rms_norm": "fused_add_rms_norm",
+              "pyrms.ops.layer_norm": ("layer_norm", "layer_norm_backward"),
+              "pyrms.ops.rms_norm_backward": "rms_norm_backward"}
+TWINS = ("rms_norm_twin", "fused_add_rms_norm_twin", "layer_norm_twin", "norm_backward_twin")
+
+
+class HostBuffer:
+    """A DeviceBuffer stand-in: host bytes at a 256-byte aligned fake address, as cuMemAlloc gives."""
+
+    _next = 1 << 40
+    blocks: dict[int, np.ndarray] = {}
+
+    def __init__(self, nbytes: int):
+        self.ptr = HostBuffer._next
+        HostBuffer._next += -(-nbytes // 256) * 256 + 256
+        HostBuffer.blocks[self.ptr] = np.empty(nbytes, np.uint8)
+
+    def close(self) -> None:
+        HostBuffer.blocks.pop(self.ptr, None)
+
+
+def _htod(ptr, host, stream=None):
+    HostBuffer.blocks[ptr][:] = host.view(np.uint8).reshape(-1)
+
+
+def _dtoh(whole, ptr, stream=None):
+    whole.view(np.uint8).reshape(-1)[:] = HostBuffer.blocks[ptr]
+
+
+def install(twin_seconds: Counter, differences: Counter, patch=setattr, compared: Counter | None = None) -> None:
+    """Swap the device for host memory and no launches; time the twins; count, not raise, differences
+    (by operand name), and count the operands compared in ``compared``. ``patch(obj, name, value)``:
+    setattr, or pytest's monkeypatch.setattr to undo it."""
+    patch(testing, "driver", types.SimpleNamespace(DeviceBuffer=HostBuffer, memcpy_htod=_htod, memcpy_dtoh=_dtoh,
+                                                   synchronize=lambda: None))
+    import pyrms.ops  # noqa: F401  (the op modules, so that their functions can be replaced)
+
+    for module, names in OP_MODULES.items():
+        for name in (names,) if isinstance(names, str) else names:
+            patch(sys.modules[module], name, lambda *args, **kwargs: None)
+    for name in TWINS:
+        patch(reference, name, _timed(getattr(reference, name), name, twin_seconds))
+    compare = testing._compare
+
+    def counting_compare(label, name, operand, want, **kwargs):
+        if compared is not None:
+            compared[name] += 1
+        try:
+            compare(label, name, operand, want, **kwargs)
+        except AssertionError:
+            differences[name] += 1
+
+    patch(testing, "_compare", counting_compare)
+
+
+def _timed(function, name, seconds: Counter):
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            seconds[name] += time.perf_counter() - t0
+    return timed
+
+
+def _size_class(elements: int) -> str:
+    """rows * hidden, by powers of 16 (up to 64 K, up to 1 M, up to 16 M)."""
+    bound = 1 << 16
+    while elements > bound:
+        bound <<= 4
+    return f"<= {bound:>10,} elements"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--count", type=int, default=5000)
+    parser.add_argument("--progress", type=int, default=500)
+    args = parser.parse_args(argv)
+    twin_seconds, differences = Counter(), Counter()
+    install(twin_seconds, differences)
+    t0 = time.perf_counter()
+    cases = draw_cases(args.seed, args.count)
+    draw_s = time.perf_counter() - t0
+    per_op, per_size, sizes = Counter(), Counter(), Counter()
+
+    def run_one(case):
+        check, kwargs = random_check.checker_call(case)
+        start = time.perf_counter()
+        try:
+            check(random_check.data_rng(case), stream=None, **kwargs)
+        finally:
+            size = _size_class(case.elements)
+            per_op[case.op] += time.perf_counter() - start
+            per_size[size] += time.perf_counter() - start
+            sizes[size] += 1
+
+    summary = random_check.run(cases, run_one=run_one, progress_every=args.progress)
+    print("host seconds by op: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(per_op.items())))
+    print("host seconds by size: " + ", ".join(f"{k}: {sizes[k]} cases {v:.1f} s" for k, v in sorted(per_size.items())))
+    print("twin seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(twin_seconds.items())))
+    print("slowest: " + "; ".join(f"{x['s']:.2f} s {x['case']}" for x in summary["slowest"]))
+    for failure in summary["failures"]:
+        print(f"error (a harness fault, not a kernel's): {failure['error']}")
+    print(f"host time: seed {args.seed}, {summary['ran']} cases, {summary['elements'] / 1e6:.0f} M elements: "
+          f"{summary['wall_s']:.1f} s host side ({sum(twin_seconds.values()):.1f} s of it in the twin), "
+          f"{draw_s:.1f} s drawing; {summary['failed']} errors")
+    return 1 if summary["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
