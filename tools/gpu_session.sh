@@ -14,7 +14,7 @@ for step in $STEPS; do
         demo) timeout 120 python3 tools/compare_seed_demo.py --seed 42 --out "$OUT/demo" > "$OUT/demo_compare.log" 2>&1
               diff "$OUT/demo/cpp.txt" "$OUT/demo/demo.txt" > "$OUT/demo_diff.txt" 2>&1; echo "diff rc=$?" >> "$OUT/demo_diff.txt" ;;
         host) timeout 150 python3 tools/host_overhead.py --out "$OUT/host_overhead.json" > "$OUT/host_overhead.txt" 2>&1 ;;
-        random) timeout 240 python3 -m pyrms.random_check --seed 20261201 --count 5000 --out "$OUT/random_check.json" > "$OUT/random_check.log" 2>&1 ;;
+        random) timeout 300 python3 -m pyrms.random_check --seed 2026 --count 5000 --precompile --out "$OUT/random_check.json" > "$OUT/random_check.log" 2>&1 ;;
         bench) timeout 200 python3 -m pyrms.bench --quick --out "$OUT" --name quick > "$OUT/bench_quick.stdout" 2>&1 ;;
     esac
     echo "$step rc=$? $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.txt"
