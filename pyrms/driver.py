@@ -88,6 +88,22 @@ def unavailable_reason() -> str | None:
     return None if count > 0 else "the CUDA driver reports no devices"
 
 
+def device_count() -> int:
+    """CUDA devices the driver reports; NoDriverError without a driver."""
+    _ensure_init()
+    return check(_cu.cuDeviceGetCount(), "cuDeviceGetCount")
+
+
+def driver_version() -> str | None:
+    """The CUDA version the installed driver supports, e.g. '13.0', or None without a driver.
+    Never raises, and needs no cuInit: for reports such as ``python -m pyrms.info``."""
+    try:
+        version = check(_cu.cuDriverGetVersion(), "cuDriverGetVersion")
+    except Exception:
+        return None
+    return f"{version // 1000}.{(version % 1000) // 10}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Devices
 
