@@ -4,12 +4,15 @@ from __future__ import annotations
 from .. import driver, kernels
 from .. import plan as planner
 from . import _operands as check
+from .._types import DTypeLike, Operand, StreamLike
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 
 
-def fused_add_rms_norm(input, residual, weight, epsilon, num_tokens, hidden_size, *, dtype=None, input_stride=None,
-                       residual_stride=None, stream=None, gemma=False, round_once=False):
+def fused_add_rms_norm(input: Operand, residual: Operand, weight: Operand, epsilon: float, num_tokens: int,
+                       hidden_size: int, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
+                       residual_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
+                       round_once: bool = False) -> None:
     """vLLM's fused_add_rms_norm, in place on ``num_tokens`` rows of ``hidden_size`` elements:
     ``residual <- input + residual`` (added in fp32, rounded once to the dtype), then
     ``input <- rms_norm(residual, weight)`` of that rounded sum, bit for bit what ``pyrms.rms_norm``

@@ -4,6 +4,7 @@ from __future__ import annotations
 from .. import driver, dtypes, errors, kernels
 from .. import plan as planner
 from . import _operands as check
+from .._types import DTypeLike, Operand, StreamLike
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 _NAMES = ("out", "input", "weight")
@@ -25,8 +26,9 @@ def launch_config(device, dt, hidden: int, gemma: bool, round_once: bool):
     return config
 
 
-def rms_norm(out, input, weight, epsilon, num_tokens, hidden_size, *, dtype=None, input_stride=None,
-             out_stride=None, stream=None, gemma=False, round_once=False):
+def rms_norm(out: Operand, input: Operand, weight: Operand, epsilon: float, num_tokens: int, hidden_size: int, *,
+             dtype: DTypeLike | None = None, input_stride: int | None = None, out_stride: int | None = None,
+             stream: StreamLike = None, gemma: bool = False, round_once: bool = False) -> None:
     """RMSNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``.
 
     ``out[r] = x[r] / sqrt(mean(x[r]^2) + epsilon) * weight``, accumulated in fp32. By default the
