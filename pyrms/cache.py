@@ -8,7 +8,7 @@ the same key at once or a writer is killed half-way. Anything unreadable (bad
 magic, truncated, checksum mismatch, bad JSON) counts as a miss.
 
 ``PYRMS_CACHE_DIR`` picks the directory (default ``$XDG_CACHE_HOME/pyrms`` or
-``~/.cache/pyrms``); ``PYRMS_DISABLE_CACHE=1`` turns the disk cache off.
+``~/.cache/pyrms``); ``PYRMS_DISABLE_CACHE=1`` (or true, yes, on) turns the disk cache off.
 """
 from __future__ import annotations
 
@@ -30,10 +30,13 @@ def enabled() -> bool:
 
 
 def directory() -> Path:
+    """``$PYRMS_CACHE_DIR``, else ``$XDG_CACHE_HOME/pyrms``, else ``~/.cache/pyrms``. A relative
+    XDG_CACHE_HOME is ignored, as the XDG base directory specification says."""
     explicit = os.environ.get("PYRMS_CACHE_DIR")
     if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base, "pyrms")
 
 

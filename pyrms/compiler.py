@@ -225,7 +225,7 @@ def compile_text(
         if use_disk:
             where = cache.store(key, {"source_name": source_name, "arch": arch, "lowered_names": lowered,
                                       "log": log, "options": list(all_options)}, cubin)
-        if seconds > SLOW_COMPILE_SECONDS and not os.environ.get("PYRMS_QUIET"):
+        if seconds > SLOW_COMPILE_SECONDS and os.environ.get("PYRMS_QUIET", "").strip().lower() not in ("1", "true", "yes", "on"):
             cached = f"; cached in {where}" if where else "; not cached on disk"
             print(f"pyrms: compiled {source_name} ({len(name_expressions)} kernels) for {arch} "
                   f"in {seconds:.1f} s{cached}", file=sys.stderr)

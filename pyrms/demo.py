@@ -73,7 +73,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="srand() seed (default: the clock, like srand(time(nullptr)))")
     parser.add_argument("--tokens", type=int, default=5, help="rows (default 5)")
     parser.add_argument("--hidden", type=int, default=5120, help="hidden size (default 5120, Qwen3-32B)")
-    parser.add_argument("--dtype", default="bfloat16", choices=[d.name for d in dtypes.ALL], help="default bfloat16")
+    parser.add_argument("--dtype", default="bfloat16", type=dtypes.argument,
+                        help="bfloat16 (default), float16 or float32, or an alias: bf16, fp16, half, fp32, float")
     parser.add_argument("--kernel", default="seed", choices=("seed", "pyrms"),
                         help="'seed': the seed's kernel, as the C++ program runs it (default); 'pyrms': cuda_src/rms_norm.cu")
     parser.add_argument("--epsilon", type=float, default=1e-5, help="default 1e-5")
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
         print(format_row("GPU", gpu, t))
         print(format_row("CPU", cpu, t))
     diff = np.abs(gpu.astype(np.float64) - cpu.astype(np.float64))
-    print(f"max |GPU - CPU| = {diff.max():g} over {diff.size} values ({args.kernel} kernel, {args.dtype}, seed {seed})",
+    print(f"max |GPU - CPU| = {diff.max():g} over {diff.size} values ({args.kernel} kernel, {args.dtype.name}, seed {seed})",
           file=sys.stderr)
     return 0
 

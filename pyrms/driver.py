@@ -88,6 +88,16 @@ def unavailable_reason() -> str | None:
     return None if count > 0 else "the CUDA driver reports no devices"
 
 
+def driver_version() -> str | None:
+    """The CUDA version the installed driver supports, e.g. '13.0', or None without a driver.
+    Never raises, and needs no cuInit: for reports such as ``python -m pyrms.info``."""
+    try:
+        version = check(_cu.cuDriverGetVersion(), "cuDriverGetVersion")
+    except Exception:
+        return None
+    return f"{version // 1000}.{(version % 1000) // 10}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Devices
 
@@ -200,7 +210,8 @@ _device_count: int | None = None
 
 
 def device_count() -> int:
-    """How many CUDA devices this process sees (asked once: the count cannot change in a process)."""
+    """How many CUDA devices this process sees (asked once: the count cannot change in a process);
+    NoDriverError without a driver."""
     global _device_count
     if _device_count is None:
         _ensure_init()

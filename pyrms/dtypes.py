@@ -25,26 +25,43 @@ FLOAT16 = DType("float16", np.dtype(np.float16), "__half", 2)
 FLOAT32 = DType("float32", np.dtype(np.float32), "float", 4)
 
 ALL = (BFLOAT16, FLOAT16, FLOAT32)
-_ALIASES = {
+# Every name get() accepts (case-insensitive), the canonical ones included. "float" is C's float.
+ALIASES = {
     "bfloat16": BFLOAT16, "bf16": BFLOAT16,
     "float16": FLOAT16, "fp16": FLOAT16, "half": FLOAT16,
     "float32": FLOAT32, "fp32": FLOAT32, "float": FLOAT32,
 }
 
 
+def allowed() -> str:
+    """What get() accepts, for error messages: 'bfloat16, float16, float32 (aliases: ...)'."""
+    aliases = ", ".join(name for name, d in ALIASES.items() if name != d.name)
+    return (f"{', '.join(d.name for d in ALL)} (aliases: {aliases}; or the numpy dtypes float16, float32 "
+            f"and ml_dtypes.bfloat16)")
+
+
 def get(dtype) -> DType:
-    """Resolve a name ('bfloat16', 'bf16', ...), numpy dtype or DType; ValueError/TypeError otherwise."""
+    """Resolve a name or alias ('bfloat16', 'bf16', 'fp16', 'half', 'fp32', 'float', ...), a numpy dtype
+    or scalar type (np.float16, ml_dtypes.bfloat16) or a DType; ValueError/TypeError listing what is
+    allowed otherwise."""
     if isinstance(dtype, DType):
         return dtype
     if type(dtype).__module__ == "torch":  # torch.bfloat16 etc., named without importing torch
         dtype = str(dtype).removeprefix("torch.")
     if isinstance(dtype, str):
-        try:
-            return _ALIASES[dtype.lower()]
-        except KeyError:
-            raise ValueError(
-                f"dtype {dtype!r} is not supported; allowed: {', '.join(d.name for d in ALL)}"
-            ) from None
+        found = ALIASES.get(dtype.strip().lower())
+        if found is not None:
+            return found
+        try:  # numpy's own spellings: 'f2', '<f4', 'e'
+            np_dtype = np.dtype(dtype.strip())
+        except (TypeError, ValueError):
+            np_dtype = None
+        found = next((d for d in ALL if d.numpy == np_dtype), None)
+        if found is None:
+            raise ValueError(f"dtype {dtype!r} is not supported; allowed: {allowed()}")
+        return found
+    if dtype is None:  # np.dtype(None) is float64, which would make the message below misleading
+        raise TypeError(f"dtype must be a string, numpy dtype or pyrms DType, got None; allowed: {allowed()}")
     try:
         np_dtype = np.dtype(dtype)
     except TypeError:
@@ -52,9 +69,22 @@ def get(dtype) -> DType:
     for d in ALL:
         if d.numpy == np_dtype:
             return d
-    raise ValueError(
-        f"dtype {np_dtype} is not supported; allowed: {', '.join(d.name for d in ALL)}"
-    )
+    raise ValueError(f"dtype {np_dtype} is not supported; allowed: {allowed()}")
+
+
+def argument(text: str) -> DType:
+    """get() as an argparse ``type=``: a bad name becomes a usage error that lists what is allowed."""
+    import argparse
+
+    try:
+        return get(text)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def argument_list(text: str) -> tuple[DType, ...]:
+    """A comma list of dtypes for argparse (``--dtypes bf16,fp16``), duplicates dropped, order kept."""
+    return tuple(dict.fromkeys(argument(item) for item in text.split(",") if item.strip()))
 
 
 def from_typestr(typestr: str) -> DType:

@@ -80,6 +80,9 @@ class FakeDriver:
     def cuInit(self, flags):
         return (OK,)
 
+    def cuDriverGetVersion(self):
+        return (OK, 13000)
+
     def cuDeviceGetCount(self):
         return (OK, self.device_count)
 

@@ -575,7 +575,8 @@ CASES = [
     Case("demo-tokens-zero", "python -m pyrms.demo", "--tokens 0", lambda: demo("--tokens", "0"), CliExit,
          "exit status 2: python -m pyrms.demo: error: --tokens and --hidden must be >= 1, got 0 and 5120"),
     Case("demo-dtype", "python -m pyrms.demo", "--dtype int8", lambda: demo("--dtype", "int8"), CliExit,
-         "exit status 2: python -m pyrms.demo: error: argument --dtype: invalid choice: 'int8'"),
+         "exit status 2: python -m pyrms.demo: error: argument --dtype: dtype 'int8' is not supported; allowed: "
+         "bfloat16, float16, float32 (aliases: bf16"),
 ]
 
 _ids = [case.id for case in CASES]

@@ -320,7 +320,7 @@ def test_defaults_and_quick():
     (["--shapes", "4096by5120"], "--shapes: '4096by5120' is not TOKENSxHIDDEN"),
     (["--shapes", "0x5120"], "is not a positive integer"),
     (["--tokens", "1,x"], "--tokens: 'x' is not a positive integer"),
-    (["--dtypes", "int8"], "--dtypes: 'int8' is not one of"),
+    (["--dtypes", "int8"], "--dtypes: dtype 'int8' is not supported; allowed: bfloat16, float16, float32 (aliases: bf16"),
     (["--impls", "cupy"], "--impls: 'cupy' is not one of pyrms, seed, torch, compile, triton"),
     (["--ops", "layer_norm"], "--ops: 'layer_norm' is not one of"),
     (["--shapes", "1x4096", "--tokens", "1"], "--shapes replaces --tokens and --hidden"),

@@ -11,7 +11,7 @@ for step in $STEPS; do
     start=$(date +%s)
     case "$step" in
         suite) timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider > "$OUT/gpu_suite.log" 2>&1 ;;
-        demo) timeout 120 python3 tools/compare_seed_demo.py --seed 42 --out "$OUT/demo" > "$OUT/demo_compare.log" 2>&1
+        demo) timeout 120 python3 tools/compare_seed_demo.py .carry/000_a564d65ec8370cc8.txt --seed 42 --out "$OUT/demo" > "$OUT/demo_compare.log" 2>&1
               diff "$OUT/demo/cpp.txt" "$OUT/demo/demo.txt" > "$OUT/demo_diff.txt" 2>&1; echo "diff rc=$?" >> "$OUT/demo_diff.txt" ;;
         host) timeout 150 python3 tools/host_overhead.py --out "$OUT/host_overhead.json" > "$OUT/host_overhead.txt" 2>&1 ;;
         random) timeout 300 python3 -m pyrms.random_check --seed 2026 --count 5000 --precompile --out "$OUT/random_check.json" > "$OUT/random_check.log" 2>&1 ;;

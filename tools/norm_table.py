@@ -77,7 +77,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--tokens", default="1,32,1024,4096,16384,32768")
-    parser.add_argument("--dtypes", default="float16,bfloat16")
+    parser.add_argument("--dtypes", type=dtypes.argument_list, default="float16,bfloat16",
+                        help="comma list, default float16,bfloat16 (aliases such as fp16, bf16 accepted)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     device = driver.current_device()
@@ -85,8 +86,7 @@ def main() -> int:
              "", "| dtype | tokens | RMSNorm fwd | LayerNorm fwd | LN/RMS fwd | RMSNorm bwd | LayerNorm bwd | LN/RMS bwd |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     with driver.Stream() as stream:
-        for name in args.dtypes.split(","):
-            dt = dtypes.get(name)
+        for dt in args.dtypes:
             for tokens in map(int, args.tokens.split(",")):
                 r = measure(dt, tokens, args.hidden, device.l2_cache_bytes, stream)
                 lines.append(f"| {dt.name} | {tokens} | {r['rms_fwd']:.1f} | {r['ln_fwd']:.1f} | "

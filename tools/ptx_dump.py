@@ -14,7 +14,6 @@ when cuobjdump or nvdisasm is found. Another kernel family is one more entry in 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -23,8 +22,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-if importlib.util.find_spec("pyrms") is None:  # run from a checkout without installing pyrms
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The checkout's own pyrms, installed or not: another installed version must not stand in for it.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "pyrms" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))
 
 from pyrms import compiler, dtypes, plan, ptx_inspect  # noqa: E402
 from pyrms.errors import CompileError, PyrmsError  # noqa: E402
@@ -241,8 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ptx_dump.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernel", choices=list(FAMILIES), default="rms_norm",
                         help=f"kernel family, default rms_norm: {kernels}")
-    parser.add_argument("--dtype", type=_checked(dtypes.get), default="bfloat16",
-                        help="storage dtype: bfloat16 (default), float16 or float32; bf16, fp16, fp32 also accepted")
+    parser.add_argument("--dtype", type=dtypes.argument, default="bfloat16",
+                        help="storage dtype: bfloat16 (default), float16 or float32, or an alias: bf16, fp16, half, "
+                             "fp32, float")
     parser.add_argument("--hidden", type=_at_least(1), default=5120,
                         help="hidden size, elements per row (default 5120)")
     parser.add_argument("--arch", type=_checked(compiler.normalize_arch),

@@ -24,8 +24,6 @@ if any check failed. tools/run_sanitizers.sh runs all four tools.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
-import multiprocessing
 import os
 import sys
 import time
@@ -40,8 +38,8 @@ import numpy as np  # noqa: E402
 
 import sanitize_family  # noqa: E402
 import sanitize_matrix  # noqa: E402
-from pyrms import dtypes, errors, plan, reference  # noqa: E402
-from pyrms.ops.seed import plan_seed  # noqa: E402
+from pyrms import dtypes, errors, reference  # noqa: E402
+from pyrms import precompile as precompile_mod  # noqa: E402
 from pyrms.testing import (allocate, check_layer_norm, check_norm_backward, check_rms_norm,  # noqa: E402
                            run_checked)
 
@@ -165,53 +163,28 @@ def select(ops, quick: bool, shard: tuple[int, int] = (0, 1)):
 # --- compiling ahead ----------------------------------------------------------------------------------
 
 
-def compile_unit(op: str, case: dict) -> tuple[str, tuple[str, ...]]:
-    """(source, name expressions compiled together) of the kernels a case launches: what
+def compile_unit(op: str, case: dict) -> precompile_mod.Unit:
+    """The unit (source and name expressions compiled together) a case launches: what
     pyrms.kernels.get compiles, so the disk cache entry is the one the launch will look up."""
-    dt, hidden = dtypes.get(case["dtype"]), case["hidden"]
-    if op == "rms_norm":
-        p = plan.plan_rms_norm(dt, hidden, gemma=case.get("gemma", False), round_once=case.get("round_once", False))
-    elif op == "fused_add_rms_norm":
-        p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=case.get("gemma", False),
-                                         round_once=case.get("round_once", False))
-    elif op == "layer_norm":
-        p = plan.plan_layer_norm(dt, hidden, bias=case.get("bias", True))
-    elif op == "seed":
-        p = plan_seed(dt, hidden)
-        return p.source, (p.expression,)
-    else:
-        p = plan.plan_norm_backward(dt, hidden, layer_norm=op == "layer_norm_backward",
-                                    gemma=case.get("gemma", False), grad_dtype=case.get("grad_dtype"))
-    return p.source, tuple(p.group)
-
-
-def _compile(unit, arch):
-    from pyrms import compiler
-
-    source, group = unit
-    start = time.perf_counter()
-    program = compiler.compile_source(source, arch=arch, name_expressions=group)
-    return source, len(group), program.from_cache, time.perf_counter() - start
+    return precompile_mod.unit(op, case["dtype"], case["hidden"], gemma=case.get("gemma", False),
+                               round_once=case.get("round_once", False), bias=case.get("bias", True),
+                               grad_dtype=case.get("grad_dtype"))
 
 
 def precompile(ops, quick: bool, arch: str | None, jobs: int) -> int:
-    """Compile every (source, group) the selection needs, `jobs` NVRTC processes at a time."""
+    """Compile every unit the selection needs, `jobs` NVRTC processes at a time (pyrms.precompile)."""
     from pyrms import cache, compiler
 
     if not cache.enabled():
         print("precompile: PYRMS_DISABLE_CACHE is set, so compiling ahead would be lost", file=sys.stderr)
         return 2
     arch = compiler.resolve_arch(arch)  # without --arch or PYRMS_ARCH: the GPU's, asked once, here
-    units = sorted({compile_unit(op, case) for op, _, case in select(ops, quick)})
+    units = sorted({compile_unit(op, case) for op, _, case in select(ops, quick)}, key=lambda u: (u.source, u.label))
+    jobs = max(1, min(jobs, len(units)))
     start = time.time()
-    # spawn: the workers only run NVRTC and must not inherit a CUDA context.
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, min(jobs, len(units))), mp_context=context) as pool:
-        results = list(pool.map(_compile, units, [arch] * len(units)))
-    fresh = sum(1 for r in results if r[2] == "none")
-    print(f"precompile: {len(units)} compile units for {arch} ({fresh} compiled, {len(units) - fresh} already "
-          f"cached) in {time.time() - start:.1f} s with {jobs} processes; cache {cache.directory()}")
-    return 0
+    results = precompile_mod.compile_units(units, arch, jobs, progress=lambda line: print(line, flush=True))
+    print(precompile_mod.summary(results, arch, time.time() - start, jobs))
+    return 1 if any(r.outcome == "failed" for r in results) else 0
 
 
 # --- running ------------------------------------------------------------------------------------------

@@ -24,11 +24,11 @@ from pyrms.bench import timing  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="16384x5120")
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", type=dtypes.argument, default="bfloat16", help="default bfloat16 (or bf16, fp16, ...)")
     parser.add_argument("--configs", default="320/2/16,640/1/16,640/1/64,1024/0/16,512/0/16,256/0/16,320/2/64")
     args = parser.parse_args()
     tokens, hidden = map(int, args.shape.split("x"))
-    dt = dtypes.get(args.dtype)
+    dt = args.dtype
     rng = np.random.default_rng(0)
     x = rng.uniform(-2, 2, (tokens, hidden)).astype(dt.numpy)
     dy = rng.uniform(-1, 1, (tokens, hidden)).astype(dt.numpy)

@@ -50,13 +50,13 @@ def label(block: int, cache: int, early: bool) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="16384x5120,32768x8192,4096x16384,4096x5120,4096x8192,1024x4096,16384x1024")
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", type=dtypes.argument, default="bfloat16", help="default bfloat16 (or bf16, fp16, ...)")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--configs", help="only these block/cache pairs, e.g. 128/0,256/4,256/4e (default: all valid)")
     parser.add_argument("--early", action="store_true", help="also time the EARLY_WEIGHTS variant of each cached pair")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    dt = dtypes.get(args.dtype)
+    dt = args.dtype
     device = driver.current_device()
     timer = timing.EventTimer(device, 0)  # the kernels below launch on the legacy default stream
     ceiling_gbs = ceiling.measure(timer, device, 1024, 5, "tune").gbps

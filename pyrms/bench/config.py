@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import dtypes as dtypes_mod
 from . import ops as ops_mod
 
 TOKENS = (1, 5, 32, 128, 1024, 4096, 16384, 32768)
@@ -17,8 +18,6 @@ OTHER_IMPLS = ("torch", "compile", "triton")  # "best other": the fastest of the
 IMPL_ALIASES = {"eager": "torch", "torch.compile": "compile", "torch_compile": "compile", "inductor": "compile"}
 IMPL_LABELS = {"pyrms": "pyrms", "seed": "seed", "torch": "torch eager", "compile": "torch.compile",
                "triton": "Triton"}
-DTYPE_NAMES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
-               "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32"}
 DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 OP_ALIASES = {"forward": "rms_norm", "fused_add": "fused_add_rms_norm", "backward": "rms_norm_backward"}
 
@@ -100,8 +99,21 @@ def parse_count(text: str) -> int:
 
 
 def parse_dtypes(text: str) -> tuple[str, ...]:
-    names = parse_names(text, "--dtypes", tuple(DTYPE_NAMES), {})
-    return tuple(dict.fromkeys(DTYPE_NAMES[n] for n in names))
+    """Canonical dtype names (pyrms.dtypes.get's names and aliases, or 'all'), in pyrms.dtypes.ALL's order."""
+    chosen = set()
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        if item.lower() == "all":
+            chosen.update(d.name for d in dtypes_mod.ALL)
+            continue
+        try:
+            chosen.add(dtypes_mod.get(item).name)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"--dtypes: {exc}") from None
+    if not chosen:
+        raise ValueError("--dtypes: empty list")
+    return tuple(d.name for d in dtypes_mod.ALL if d.name in chosen)
 
 
 @dataclass

@@ -28,17 +28,10 @@ def package_versions() -> dict[str, str | None]:
 
 
 def driver_version() -> str | None:
-    """The CUDA driver's version, e.g. '13.0'. cuDriverGetVersion is not wrapped by pyrms.driver;
-    this benchmark asks cuda.bindings directly (a reading, not a use of the driver)."""
-    try:
-        from cuda.bindings import driver as cu
+    """The CUDA driver's version, e.g. '13.0' (None without a driver)."""
+    from ..driver import driver_version as version
 
-        err, version = cu.cuDriverGetVersion()
-        if int(err) != 0:
-            return None
-        return f"{version // 1000}.{(version % 1000) // 10}"
-    except Exception:
-        return None
+    return version()
 
 
 def nvidia_smi() -> dict | None:

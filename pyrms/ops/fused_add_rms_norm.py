@@ -4,6 +4,7 @@ from __future__ import annotations
 from .. import dtypes, kernels
 from .. import plan as planner
 from . import _operands as check
+from .._types import DTypeLike, Operand, StreamLike
 from ._prepared import Pointers, cache_for, scalars_ok
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
@@ -38,9 +39,9 @@ class Prepared:
 _prepared = cache_for(Prepared)
 
 
-def fused_add_rms_norm(input, residual, weight, epsilon: float, num_tokens: int | None = None,
-                       hidden_size: int | None = None, *, dtype=None, input_stride: int | None = None,
-                       residual_stride: int | None = None, stream=None, gemma: bool = False,
+def fused_add_rms_norm(input: Operand, residual: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
+                       hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
+                       residual_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
                        round_once: bool = False) -> None:
     """vLLM's fused_add_rms_norm, in place on ``num_tokens`` rows of ``hidden_size`` elements:
     ``residual <- input + residual`` (added in fp32, rounded once to the dtype), then

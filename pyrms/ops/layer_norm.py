@@ -5,6 +5,7 @@ from .. import dtypes, kernels
 from .. import plan as planner
 from . import _operands as check
 from ._backward import norm_backward
+from .._types import DTypeLike, OptionalOperand, Operand, StreamLike, Workspace
 from ._prepared import Pointers, cache_for, scalars_ok
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
@@ -42,9 +43,10 @@ class Prepared:
 _prepared = cache_for(Prepared)
 
 
-def layer_norm(out, input, weight, bias, epsilon: float, num_tokens: int | None = None,
-               hidden_size: int | None = None, *, dtype=None, input_stride: int | None = None,
-               out_stride: int | None = None, stream=None):
+def layer_norm(out: OptionalOperand, input: Operand, weight: Operand, bias: Operand | None, epsilon: float,
+               num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
+               input_stride: int | None = None, out_stride: int | None = None,
+               stream: StreamLike = None) -> OptionalOperand:
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
     ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``).
@@ -94,9 +96,12 @@ def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, 
     check.disjoint([r["out"]], [r[name] for name in ("input", *vectors)], in_place={("out", "input")})
 
 
-def layer_norm_backward(grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon, num_tokens,
-                        hidden_size, *, dtype=None, grad_output_stride=None, input_stride=None, grad_input_stride=None,
-                        grad_weight_dtype=None, workspace=None, rows_per_block=None, stream=None):
+def layer_norm_backward(grad_input: Operand, grad_weight: Operand, grad_bias: Operand | None, grad_output: Operand,
+                        input: Operand, weight: Operand, epsilon: float, num_tokens: int, hidden_size: int, *,
+                        dtype: DTypeLike | None = None, grad_output_stride: int | None = None,
+                        input_stride: int | None = None, grad_input_stride: int | None = None,
+                        grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
+                        rows_per_block: int | None = None, stream: StreamLike = None) -> None:
     """The gradients of ``y = layer_norm(input, weight, bias)`` for the upstream gradient ``grad_output``:
 
         x_hat = (x - mean) * r,  g = weight * dy

@@ -4,6 +4,7 @@ from __future__ import annotations
 from .. import driver, dtypes, kernels
 from .. import plan as planner
 from . import _operands as check
+from .._types import DTypeLike, OptionalOperand, Operand, StreamLike
 from ._prepared import cache_for
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
@@ -60,9 +61,10 @@ class Prepared:
 _prepared = cache_for(Prepared)
 
 
-def rms_norm(out, input, weight, epsilon: float, num_tokens: int | None = None, hidden_size: int | None = None, *,
-             dtype=None, input_stride: int | None = None, out_stride: int | None = None, stream=None,
-             gemma: bool = False, round_once: bool = False):
+def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
+             hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
+             out_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
+             round_once: bool = False) -> OptionalOperand:
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
     ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None).
 

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 from ._backward import norm_backward
+from .._types import DTypeLike, Operand, StreamLike, Workspace
 
 
-def rms_norm_backward(grad_input, grad_weight, grad_output, input, weight, epsilon, num_tokens, hidden_size, *,
-                      dtype=None, grad_output_stride=None, input_stride=None, grad_input_stride=None, gemma=False,
-                      grad_weight_dtype=None, workspace=None, rows_per_block=None, stream=None):
+def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Operand, input: Operand, weight: Operand,
+                      epsilon: float, num_tokens: int, hidden_size: int, *, dtype: DTypeLike | None = None,
+                      grad_output_stride: int | None = None, input_stride: int | None = None,
+                      grad_input_stride: int | None = None, gemma: bool = False,
+                      grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
+                      rows_per_block: int | None = None, stream: StreamLike = None) -> None:
     """The gradients of ``y = rms_norm(input, weight)`` for the upstream gradient ``grad_output``:
 
         r = 1 / sqrt(mean(x^2) + epsilon),  x_hat = x * r,  g = weight * dy   (1 + weight with gemma)

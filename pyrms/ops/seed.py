@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .. import driver, dtypes, kernels
 from . import _operands as check
+from .._types import DTypeLike, Operand, StreamLike
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32")
 
@@ -41,7 +42,8 @@ def plan_seed(dtype, hidden: int) -> SeedPlan:
     return SeedPlan(dt, hidden, vec, block)
 
 
-def seed_rms_norm(out, input, weight, epsilon, num_tokens, hidden_size, *, dtype=None, stream=None):
+def seed_rms_norm(out: Operand, input: Operand, weight: Operand, epsilon: float, num_tokens: int, hidden_size: int, *,
+                  dtype: DTypeLike | None = None, stream: StreamLike = None) -> None:
     """The seed kernel on contiguous [num_tokens, hidden_size] rows; same arguments as pyrms.rms_norm."""
     num_tokens = check.size("num_tokens", num_tokens)
     hidden = check.size("hidden_size", hidden_size)

@@ -1,0 +1,219 @@
+"""``python -m pyrms.info`` and ``python -m pyrms.precompile`` on the CPU: the report without a GPU
+(with the reason) and with a fake one; the enumeration of every compile unit; compiling ahead for an
+explicit arch into the cache that launches read."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_driver import FakeDriver, fresh_driver_state
+from pyrms import cache, compiler, driver, dtypes, errors, info, plan, precompile
+from pyrms.ops.seed import plan_seed
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class NoDeviceDriver(FakeDriver):
+    """A driver library that loads but whose cuInit fails, as on a machine without a GPU."""
+
+    def cuInit(self, flags):
+        return (self.CUresult.CUDA_ERROR_NO_DEVICE,)
+
+    def cuDriverGetVersion(self):
+        return (self.CUresult.CUDA_ERROR_NOT_INITIALIZED, 0)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """Nothing here reads or writes the user's cache (the small fixture points it elsewhere again)."""
+    monkeypatch.setenv("PYRMS_CACHE_DIR", str(tmp_path / "own-cache"))
+
+
+# --- pyrms.info -----------------------------------------------------------------------------------
+
+
+def test_info_without_a_gpu_prints_the_reason(monkeypatch, capsys):
+    fresh_driver_state(monkeypatch.setattr, NoDeviceDriver())
+    monkeypatch.delenv("PYRMS_ARCH", raising=False)
+    monkeypatch.setenv("PYRMS_QUIET", "0")
+    assert info.main([]) == 0
+    out = capsys.readouterr().out
+    assert "no usable GPU: no CUDA driver found: cuInit failed: CUDA_ERROR_NO_DEVICE" in out, out
+    assert "version:              none" in out
+    assert "compiles for:         none: no GPU to ask and PYRMS_ARCH is unset" in out
+    assert f"directory:            {cache.directory()}" in out
+    assert "PYRMS_QUIET:          '0' (off)" in out
+    assert "PYRMS_ARCH:           (unset)" in out
+    for name in ("CUDA_HOME", "CUDA_PATH", "XDG_CACHE_HOME", "PYRMS_DISABLE_CACHE", "PYRMS_CACHE_DIR"):
+        assert f"  {name}:" in out
+    assert f"numpy:                {__import__('numpy').__version__}" in out
+
+
+def test_info_with_a_fake_gpu_lists_it(monkeypatch, capsys):
+    fresh_driver_state(monkeypatch.setattr, FakeDriver(device_count=2))
+    monkeypatch.setenv("PYRMS_ARCH", "90")
+    assert info.main(["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["driver"]["version"] == "13.0" and "unavailable" not in report["driver"]
+    assert [(d["ordinal"], d["name"], d["arch"]) for d in report["driver"]["devices"]] == \
+        [(0, "Fake H200", "sm_90"), (1, "Fake H200", "sm_90")]
+    assert report["arch"] == "sm_90 (PYRMS_ARCH)"
+    assert report["nvrtc"]["version"] == ".".join(map(str, compiler.nvrtc_version()))
+    assert report["environment"]["PYRMS_ARCH"] == "90"
+    assert set(report["headers"]) == {"cccl", "cudart"}
+
+
+def test_info_survives_a_missing_piece(monkeypatch, capsys):
+    """A failing probe is reported in its place; the rest is still printed."""
+    from pyrms import headers
+
+    fresh_driver_state(monkeypatch.setattr, NoDeviceDriver())
+
+    def broken(name):
+        raise errors.HeaderNotFoundError(f"CUDA headers '{name}' not found")
+
+    monkeypatch.setattr(headers, "find", broken)
+    assert info.main([]) == 0
+    out = capsys.readouterr().out
+    assert "cccl:                 unavailable: HeaderNotFoundError: CUDA headers 'cccl' not found" in out
+    assert "Kernel cache" in out
+
+
+def test_info_command_runs_here(tmp_path):
+    """The real command in a fresh process, whatever this machine has: it reports the driver as
+    pyrms.driver sees it here (the reason where there is no GPU)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYRMS_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "pyrms.info", "--json"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    reason = driver.unavailable_reason()
+    assert report["driver"].get("unavailable") == reason
+    assert bool(report["driver"]["devices"]) == (reason is None)
+    assert report["cache"]["directory"] == str(tmp_path)
+    assert report["package"] == str(ROOT / "pyrms")
+
+
+# --- pyrms.precompile: the units ------------------------------------------------------------------
+
+
+def test_every_unit_covers_every_hidden_size_and_option():
+    """Whatever hidden size a call has, the unit it compiles is one every_unit lists (so that
+    precompiling really covers every pyrms kernel)."""
+    listed = set(precompile.every_unit(seed_hiddens=()))
+    hiddens = sorted({*range(1, 1100), *range(1100, 140000, 97), 4096, 5120, 8192, 16384, 32768, 65536, 131072})
+    for op in precompile.OPS[:-1]:
+        for dt in dtypes.ALL:
+            for options in precompile._options(op):
+                for hidden in hiddens:
+                    assert precompile.unit(op, dt, hidden, **options) in listed, (op, dt.name, hidden, options)
+
+
+def test_units_are_what_the_ops_compile():
+    p = plan.plan_rms_norm(dtypes.BFLOAT16, 5120, gemma=True)
+    u = precompile.unit("rms_norm", "bf16", 5120, gemma=True)
+    assert (u.source, u.names) == (p.source, p.group) and str(u) == "rms_norm.cu bfloat16 gemma"
+    b = plan.plan_norm_backward(dtypes.FLOAT16, 769, layer_norm=True, grad_dtype="float32")
+    u = precompile.unit("layer_norm_backward", "fp16", 769, grad_dtype="float32")
+    assert (u.source, u.names) == (b.source, b.group)
+    assert u == precompile.unit("layer_norm", "fp16", 5, bias=False)  # one layer_norm.cu unit per dtype
+    s = plan_seed(dtypes.BFLOAT16, 5120)
+    assert precompile.unit("seed", "bf16", 5120).names == (s.expression,)
+    with pytest.raises(ValueError, match="1024 a block allows"):
+        precompile.unit("seed", "float32", 5120)
+    with pytest.raises(ValueError, match="unknown op 'rms'"):
+        precompile.unit("rms", "bf16", 8)
+
+
+def test_every_unit_counts():
+    units = precompile.every_unit()
+    assert len(units) == len(set(units))
+    by_source = {}
+    for u in units:
+        by_source[u.source] = by_source.get(u.source, 0) + 1
+    # 3 dtypes x gemma x round_once; LayerNorm and the backward: one per dtype; the seed at 5120 in
+    # bf16 and fp16 (fp32 would need 1280 threads).
+    assert by_source == {"rms_norm.cu": 12, "fused_add_rms_norm.cu": 12, "layer_norm.cu": 3,
+                         "rms_norm_backward.cu": 3, "seed_rms_norm.cu": 2}
+    assert precompile.every_unit(["rms_norm"], [dtypes.FLOAT32]) == \
+        [u for u in units if u.source == "rms_norm.cu" and "float32" in u.label]
+
+
+def test_list_compiles_nothing(capsys, monkeypatch):
+    monkeypatch.setattr(precompile, "compile_units", None)  # would fail if called
+    assert precompile.main(["--list", "--ops", "layer_norm,seed", "--dtypes", "bf16", "--seed-hidden", "769,4096"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["layer_norm.cu bfloat16: 13 kernels", "seed_rms_norm.cu bfloat16 hidden 4096: 1 kernel",
+                   "seed_rms_norm.cu bfloat16 hidden 769: 1 kernel", "precompile: 3 compile units"]
+
+
+# --- pyrms.precompile: compiling ------------------------------------------------------------------
+
+
+def test_compile_units_reports_each_and_caches(small, capsys):
+    units = [precompile.Unit("small.cu", ("k<1>", "k<2>"), "small.cu ones"), precompile.Unit("bad.cu", ())]
+    lines = []
+    results = precompile.compile_units(units, "sm_90", jobs=1, progress=lines.append)
+    assert [r.outcome for r in results] == ["compiled", "failed"]
+    assert lines[0].startswith("  [1/2] small.cu ones: compiled in ") and lines[0].endswith(" s")
+    assert lines[1].startswith("  [2/2] bad.cu (0 kernels): FAILED\n    CompileError: ") and "undefined_name" in lines[1]
+    assert capsys.readouterr().err == ""  # the compiler's own slow-compile line is left out
+    compiler.clear_memory_cache()
+    again = precompile.compile_units(units[:1], "sm_90", jobs=1, progress=lines.append)
+    assert again[0].outcome == "cached" and lines[-1] == "  [1/1] small.cu ones: already cached"
+    # what a launch compiles now comes from the disk
+    compiler.clear_memory_cache()
+    assert compiler.compile_source("small.cu", arch="sm_90", name_expressions=("k<1>", "k<2>")).from_cache == "disk"
+    text = precompile.summary(results, "sm_90", 1.25, 1)
+    assert text == (f"precompile: 2 compile units for sm_90 (1 compiled, 0 already cached, 1 failed) in 1.2 s "
+                    f"with 1 processes; cache {cache.directory()}")
+
+
+def test_without_an_arch_or_a_gpu_it_says_what_to_pass(monkeypatch, capsys):
+    monkeypatch.delenv("PYRMS_ARCH", raising=False)
+    monkeypatch.delenv("PYRMS_DISABLE_CACHE", raising=False)
+
+    def no_gpu():
+        raise errors.NoDriverError("no CUDA driver found: none in this test")
+
+    monkeypatch.setattr(driver, "current_device", no_gpu)
+    assert precompile.main(["--ops", "seed"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("precompile: no GPU to take the arch from (no CUDA driver found: none in this test); "
+                          "pass --arch (e.g. --arch sm_90) or set PYRMS_ARCH"), err
+
+
+def test_refusals(monkeypatch, capsys):
+    monkeypatch.setenv("PYRMS_DISABLE_CACHE", "1")
+    assert precompile.main(["--arch", "sm_90"]) == 2
+    assert "PYRMS_DISABLE_CACHE is set" in capsys.readouterr().err
+    monkeypatch.delenv("PYRMS_DISABLE_CACHE")
+    assert precompile.main(["--arch", "sm_1"]) == 2
+    assert "arch 'sm_1' is not a CUDA arch" in capsys.readouterr().err
+    for argv, fragment in ((["--ops", "rms"], "unknown op(s) ['rms']"), (["--dtypes", "int8"], "dtype 'int8' is not"),
+                           (["--jobs", "0"], "processes >= 1"), (["--seed-hidden", "x"], "sizes >= 1")):
+        with pytest.raises(SystemExit):
+            precompile.main(argv)
+        assert fragment in capsys.readouterr().err
+
+
+def test_precompile_command_with_pyrms_arch(tmp_path):
+    """The command in a fresh process, no GPU needed: two seed units in two NVRTC processes, into the
+    cache where a launch then finds them."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYRMS_CACHE_DIR": str(tmp_path), "PYRMS_ARCH": "sm_90"}
+    env.pop("PYRMS_DISABLE_CACHE", None)
+    argv = [sys.executable, "-m", "pyrms.precompile", "--ops", "seed", "--dtypes", "fp32", "--seed-hidden", "8,16",
+            "--jobs", "2"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"precompile: 2 compile units for sm_90, 2 processes, into {tmp_path}"
+    assert sorted(line.split("] ", 1)[1].split(":")[0] for line in lines[1:3]) == \
+        ["seed_rms_norm.cu float32 hidden 16", "seed_rms_norm.cu float32 hidden 8"]
+    assert lines[3].startswith("precompile: 2 compile units for sm_90 (2 compiled, 0 already cached, 0 failed) in ")
+    assert len(list(tmp_path.glob("*.cubin"))) == 2
+    again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert "(0 compiled, 2 already cached, 0 failed)" in again.stdout.splitlines()[-1]
