@@ -38,7 +38,7 @@ def test_unsupported_dtype_is_a_type_error_naming_it(dtype):
             call()
 
 
-@pytest.mark.parametrize("requires_grad", [False, True])  # the eager launch, and the custom op's
+@pytest.mark.parametrize("requires_grad", [False, True])  # the launch straight away, and under autograd
 def test_cpu_tensors_are_refused(requires_grad):
     x, w = cpu(2, 8).requires_grad_(requires_grad), cpu(8)
     with pytest.raises(ValueError, match=r"x is a cpu tensor; pyrms.torch runs on CUDA tensors only \(move it with x.cuda\(\)\)"):
@@ -224,6 +224,13 @@ def test_autograd_runs_pyrms_backward(stub_launches):
     y.backward(grad)
     assert stub_launches == [("rms_norm", 1e-5, True, True), ("rms_norm_backward", 1e-5, True)]
     assert torch.equal(x.grad, grad * 2) and torch.equal(w.grad, torch.full_like(w, 3))
+
+
+def test_second_derivatives_raise(stub_launches):
+    x, w, grad = cpu(2, 8).requires_grad_(), nn.Parameter(cpu(8)), cpu(2, 8).requires_grad_()
+    (dx,) = torch.autograd.grad(pt.rms_norm(x, w), x, grad, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        dx.sum().backward()
 
 
 @pytest.mark.parametrize("with_bias", [True, False])

