@@ -1,0 +1,127 @@
+"""The launches on torch tensors, without autograd: pyrms's raw-pointer API (its fast path) called
+with torch's pointers, strides and current stream. The custom ops of _ops.py run these, and so do
+pyrms.torch's functions when they need no custom op (functional.py says when).
+
+Layouts: ``x`` is [..., hidden]; its rows are addressed with one row stride when its leading
+dimensions nest (contiguous tensors, row slices such as ``big[..., :hidden]``), and read from a
+contiguous copy otherwise. Outputs are new tensors whose rows lie ``hidden`` apart (contiguous).
+The in-place op (fused_add_rms_norm) cannot copy, so it raises ValueError for such layouts.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import driver
+from .. import fused_add_rms_norm as _fused_add_rms_norm
+from .. import layer_norm as _layer_norm
+from .. import layer_norm_backward as _layer_norm_backward
+from .. import rms_norm as _rms_norm
+from .. import rms_norm_backward as _rms_norm_backward
+from ._layout import DTYPE_NAMES, check_device, check_meta, current_stream, empty_rows_like, rows_of, row_stride
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool, round_once: bool) -> torch.Tensor:
+    """RMSNorm of x's rows into a new tensor (see pyrms.torch.rms_norm)."""
+    # The hot path: every check reads one torch attribute, and any failure goes to _explain for its message.
+    try:
+        dtype = DTYPE_NAMES.get(x.dtype)
+        ok = (dtype is not None and x.is_cuda and weight.is_cuda and weight.dtype is x.dtype
+              and (device := x.get_device()) == weight.get_device() == driver.selected_device().ordinal)
+        hidden = x.shape[-1]
+        ok = ok and weight.shape == (hidden,) and weight.is_contiguous()
+    except (AttributeError, IndexError):  # not a tensor, or a 0-d one
+        ok = False
+    if not ok:
+        _explain(x, weight)
+    if x.is_contiguous():
+        out, stride = torch.empty_like(x), hidden
+    else:
+        x, stride = rows_of(x)
+        out = empty_rows_like(x)
+    numel = x.numel()
+    if numel:
+        _rms_norm(out.data_ptr(), x.data_ptr(), weight.data_ptr(), eps, numel // hidden, hidden, dtype=dtype,
+                  input_stride=stride, out_stride=hidden, stream=current_stream(device), gemma=gemma,
+                  round_once=round_once)
+    return out
+
+
+def _explain(x, weight) -> None:
+    """Raise the error that names why rms_norm's hot path turned these operands down (it knows only
+    that it did)."""
+    check_meta(x, {"weight": weight})
+    check_device({"x": x, "weight": weight})
+    raise AssertionError("unreachable: the operands passed every check")  # keeps a logic slip from launching
+
+
+def _operands(x: torch.Tensor, vectors: dict, rows: dict | None = None) -> tuple[str, int]:
+    """(pyrms dtype name, device index) of operands that pass every check; the error otherwise."""
+    name = check_meta(x, vectors, rows)
+    return name, check_device({"x": x, **(rows or {}), **vectors})
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool,
+                       round_once: bool) -> None:
+    """In place: residual <- x + residual, then x <- rms_norm(residual) (see pyrms.torch.fused_add_rms_norm)."""
+    dtype, device = _operands(x, {"weight": weight}, {"residual": residual})
+    strides = {}
+    for name, t in (("x", x), ("residual", residual)):
+        strides[name] = row_stride(t)
+        if strides[name] is None:
+            raise ValueError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) is not a set of rows one stride "
+                             "apart, and an in-place op cannot work on a copy: pass a contiguous tensor")
+    numel = x.numel()
+    if numel:
+        hidden = x.shape[-1]
+        _fused_add_rms_norm(x.data_ptr(), residual.data_ptr(), weight.data_ptr(), eps, numel // hidden, hidden,
+                            dtype=dtype, input_stride=strides["x"], residual_stride=strides["residual"],
+                            stream=current_stream(device), gemma=gemma, round_once=round_once)
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """LayerNorm of x's rows into a new tensor (see pyrms.torch.layer_norm)."""
+    dtype, device = _operands(x, {"weight": weight, "bias": bias})
+    x, stride = rows_of(x)
+    out = empty_rows_like(x)
+    numel = x.numel()
+    if numel:
+        hidden = x.shape[-1]
+        _layer_norm(out.data_ptr(), x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(), eps,
+                    numel // hidden, hidden, dtype=dtype, input_stride=stride, out_stride=hidden,
+                    stream=current_stream(device))
+    return out
+
+
+def rms_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                      gemma: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_input, grad_weight) of rms_norm; grad_weight summed over all rows in a fixed order, in
+    weight's dtype."""
+    dtype, device = _operands(x, {"weight": weight}, {"grad_out": grad_out})
+    grad_input, grad_weight = empty_rows_like(x), torch.empty_like(weight)
+    numel = x.numel()
+    if not numel:
+        return grad_input, grad_weight.zero_()
+    hidden = x.shape[-1]
+    (x, x_stride), (grad_out, g_stride) = rows_of(x), rows_of(grad_out)  # autograd's grads may be broadcast views
+    _rms_norm_backward(grad_input.data_ptr(), grad_weight.data_ptr(), grad_out.data_ptr(), x.data_ptr(),
+                       weight.data_ptr(), eps, numel // hidden, hidden, dtype=dtype, grad_output_stride=g_stride,
+                       input_stride=x_stride, grad_input_stride=hidden, gemma=gemma, stream=current_stream(device))
+    return grad_input, grad_weight
+
+
+def layer_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                        eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad_input, grad_weight, grad_bias) of layer_norm, the sums over rows in a fixed order. grad_bias
+    (the sum of grad_out over rows) is the same whether the forward had a bias or not."""
+    dtype, device = _operands(x, {"weight": weight}, {"grad_out": grad_out})
+    grad_input, grad_weight, grad_bias = empty_rows_like(x), torch.empty_like(weight), torch.empty_like(weight)
+    numel = x.numel()
+    if not numel:
+        return grad_input, grad_weight.zero_(), grad_bias.zero_()
+    hidden = x.shape[-1]
+    (x, x_stride), (grad_out, g_stride) = rows_of(x), rows_of(grad_out)
+    _layer_norm_backward(grad_input.data_ptr(), grad_weight.data_ptr(), grad_bias.data_ptr(), grad_out.data_ptr(),
+                         x.data_ptr(), weight.data_ptr(), eps, numel // hidden, hidden, dtype=dtype,
+                         grad_output_stride=g_stride, input_stride=x_stride, grad_input_stride=hidden,
+                         stream=current_stream(device))
+    return grad_input, grad_weight, grad_bias

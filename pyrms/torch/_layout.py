@@ -1,0 +1,124 @@
+"""What pyrms.torch reads from torch tensors: dtypes, devices, streams and row layouts.
+
+Everything here reads torch's own attributes (``dtype``, ``shape``, ``stride()``, ``data_ptr()``,
+``get_device()``): building ``__cuda_array_interface__`` dicts costs microseconds on torch's side.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import driver
+
+# torch dtype -> pyrms dtype name: the three dtypes pyrms's kernels are compiled for.
+DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+_ALLOWED = "torch.bfloat16, torch.float16 or torch.float32"
+
+try:  # torch's current stream of a device as a raw int handle, what inductor's generated code calls:
+    current_stream = torch._C._cuda_getCurrentRawStream  # torch.cuda.current_stream() builds a Stream object
+except AttributeError:  # private, so it may move; CPU-only builds lack it (no CUDA tensor reaches a launch there)
+    def current_stream(device_index: int) -> int:
+        return torch.cuda.current_stream(device_index).cuda_stream
+
+
+def dtype_name(dtype: torch.dtype, name: str = "x") -> str:
+    """pyrms's name for a torch dtype; TypeError naming the dtype and what is allowed otherwise."""
+    found = DTYPE_NAMES.get(dtype)
+    if found is None:
+        raise TypeError(f"{name} has dtype {dtype}; pyrms.torch supports {_ALLOWED}")
+    return found
+
+
+def check_meta(x: torch.Tensor, vectors: dict, rows: dict | None = None) -> str:
+    """The checks that need no data and no device, made by the fake (meta) implementations too:
+    ``x`` is a tensor of a supported dtype with at least one dimension; each of ``rows`` (name ->
+    tensor) has x's shape and dtype; each of ``vectors`` (name -> tensor or None) is a contiguous
+    [hidden] tensor of x's dtype. Returns x's pyrms dtype name."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    name = dtype_name(x.dtype)
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension (the normalized one), got a 0-d tensor")
+    for other, t in (rows or {}).items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{other} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != x.dtype:
+            raise TypeError(f"{other} has dtype {t.dtype}, but x has {x.dtype}: pyrms computes in one dtype")
+        if t.shape != x.shape:
+            raise ValueError(f"{other} has shape {tuple(t.shape)}, but x has {tuple(x.shape)}")
+    hidden = x.shape[-1]
+    for other, t in vectors.items():
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{other} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != x.dtype:
+            raise TypeError(f"{other} has dtype {t.dtype}, but x has {x.dtype}: pyrms computes in one dtype, "
+                            f"so convert it ({other}.to({x.dtype}))")
+        if t.dim() != 1 or t.shape[0] != hidden:
+            raise ValueError(f"{other} has shape {tuple(t.shape)}, expected ({hidden},): the size of x's last dimension")
+        if not t.is_contiguous():
+            raise ValueError(f"{other} must be contiguous, got stride {t.stride()} ({other}.contiguous() makes it so)")
+    return name
+
+
+def check_device(tensors: dict) -> int:
+    """The CUDA device index that all ``tensors`` (name -> tensor or None) share, which must be the
+    device pyrms launches on (its selected device); ValueError naming the culprit otherwise."""
+    index = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not t.is_cuda:
+            raise ValueError(f"{name} is a {t.device.type} tensor; pyrms.torch runs on CUDA tensors only "
+                             f"(move it with {name}.cuda())")
+        if index is None:
+            index, first = t.get_device(), name
+        elif t.get_device() != index:
+            raise ValueError(f"{name} is on cuda:{t.get_device()}, but {first} is on cuda:{index}")
+    ordinal = driver.selected_device().ordinal
+    if index != ordinal:
+        raise ValueError(f"the tensors are on cuda:{index}, but pyrms launches on device {ordinal}, its selected "
+                         f"device: call pyrms.driver.set_device({index}) first")
+    return index
+
+
+def row_stride(t: torch.Tensor) -> int | None:
+    """Elements between consecutive rows of ``t`` seen as [rows, t.shape[-1]] when one stride addresses
+    them all (stride 1 along the last dimension, each leading dimension nested in the next, rows
+    disjoint), else None. Size-1 dimensions are ignored, as torch's own contiguity does."""
+    shape, strides = t.shape, t.stride()
+    hidden = shape[-1]
+    if hidden > 1 and strides[-1] != 1:
+        return None
+    stride = span = None
+    for size, step in zip(reversed(shape[:-1]), reversed(strides[:-1])):
+        if size == 1:
+            continue
+        if stride is None:
+            stride = step
+        elif step != span:
+            return None
+        span = step * size
+    if stride is None:  # a single row
+        return hidden
+    return stride if stride >= hidden else None
+
+
+def rows_of(t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(t, its row stride), or a contiguous copy of ``t`` and hidden when no one stride addresses its
+    rows (say, a transposed or broadcast tensor)."""
+    if t.is_contiguous():
+        return t, t.shape[-1]
+    stride = row_stride(t)
+    if stride is None:
+        return t.contiguous(), t.shape[-1]
+    return t, stride
+
+
+def empty_rows_like(x: torch.Tensor) -> torch.Tensor:
+    """A new tensor of x's shape, dtype and device whose rows lie ``x.shape[-1]`` apart: an output.
+    The fake implementations call this too, so that fake and real outputs have the same strides."""
+    # empty_like costs the host about half what torch.empty(shape, dtype=..., device=...) does
+    if x.is_contiguous():
+        return torch.empty_like(x)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)

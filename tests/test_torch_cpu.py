@@ -1,0 +1,360 @@
+"""pyrms.torch without a GPU: dtype mapping and error messages, the fake (meta) implementations,
+tracing by dynamo (fullgraph) and make_fx, the autograd wiring (with the launches stubbed), the
+modules' state dicts and replace_norms on stand-ins for Hugging Face's classes (transformers is
+not needed here; the GPU tests use the real ones)."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+
+from torch import nn  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+import pyrms.torch as pt  # noqa: E402
+from pyrms.torch import _kernels  # noqa: E402
+
+BF16 = torch.bfloat16
+
+
+def cpu(*shape, dtype=BF16):
+    return torch.randn(*shape).to(dtype)
+
+
+# --- dtypes and errors: all raised before any driver call, so they hold without a GPU -------------
+
+
+def test_dtype_names():
+    from pyrms.torch._layout import DTYPE_NAMES
+
+    assert DTYPE_NAMES == {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int8])
+def test_unsupported_dtype_is_a_type_error_naming_it(dtype):
+    x, w = cpu(2, 8, dtype=dtype), cpu(8, dtype=dtype)
+    message = f"x has dtype {dtype}; pyrms.torch supports torch.bfloat16, torch.float16 or torch.float32"
+    for call in (lambda: pt.rms_norm(x, w), lambda: pt.layer_norm(x, w), lambda: pt.fused_add_rms_norm(x, x.clone(), w)):
+        with pytest.raises(TypeError, match=message):
+            call()
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])  # the launch straight away, and under autograd
+def test_cpu_tensors_are_refused(requires_grad):
+    x, w = cpu(2, 8).requires_grad_(requires_grad), cpu(8)
+    with pytest.raises(ValueError, match=r"x is a cpu tensor; pyrms.torch runs on CUDA tensors only \(move it with x.cuda\(\)\)"):
+        pt.rms_norm(x, w, 1e-6)
+    with pytest.raises(ValueError, match="x is a cpu tensor"):
+        pt.layer_norm(x, w, None, 1e-5)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="x is a cpu tensor"):
+            pt.fused_add_rms_norm(x, cpu(2, 8), w)
+
+
+def test_bad_operands_are_named():
+    x = cpu(3, 8)
+    cases = [
+        ((x, cpu(8, dtype=torch.float32)), TypeError,
+         r"weight has dtype torch.float32, but x has torch.bfloat16: pyrms computes in one dtype, so convert it"),
+        ((x, cpu(7)), ValueError, r"weight has shape \(7,\), expected \(8,\): the size of x's last dimension"),
+        ((x, cpu(8, 2)[:, 0]), ValueError, "weight must be contiguous"),
+        ((x, cpu(1, 8)), ValueError, r"weight has shape \(1, 8\), expected \(8,\)"),
+        ((torch.tensor(1.0, dtype=BF16), cpu(1)), ValueError, "x must have at least one dimension"),
+        (([1.0], cpu(8)), TypeError, "x must be a torch.Tensor, got list"),
+        ((x, "weight"), TypeError, "weight must be a torch.Tensor, got str"),
+    ]
+    for args, error, message in cases:
+        with pytest.raises(error, match=message):
+            pt.rms_norm(*args)
+    with torch.no_grad(), pytest.raises(ValueError, match=r"residual has shape \(3, 9\), but x has \(3, 8\)"):
+        pt.fused_add_rms_norm(x, cpu(3, 9), cpu(8))
+    with pytest.raises(TypeError, match="bias has dtype torch.float16, but x has torch.bfloat16"):
+        pt.layer_norm(x, cpu(8), cpu(8, dtype=torch.float16))
+
+
+def test_fused_add_under_autograd_is_refused():
+    x, r, w = cpu(2, 8), cpu(2, 8), nn.Parameter(cpu(8))
+    with pytest.raises(RuntimeError, match=r"fused_add_rms_norm works in place and has no backward; call it under "
+                                           r"torch.no_grad\(\)"):
+        pt.fused_add_rms_norm(x, r, w)
+
+
+# --- fake implementations ------------------------------------------------------------------------
+
+
+LAYOUTS = {  # (shape, strides) of x
+    "2-D": ((5, 16), (16, 1)),
+    "3-D": ((2, 3, 16), (48, 16, 1)),
+    "1-D": ((16,), (1,)),
+    "row slice": ((2, 3, 16), (120, 40, 1)),
+    "transposed": ((3, 2, 16), (16, 48, 1)),
+    "no rows": ((0, 16), (16, 1)),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_fake_outputs(layout):
+    shape, strides = LAYOUTS[layout]
+    with FakeTensorMode():
+        x = torch.empty_strided(shape, strides, dtype=BF16, device="cuda")
+        w = torch.empty(16, dtype=BF16, device="cuda")
+        contiguous = torch.empty(shape, dtype=BF16, device="cuda").stride()
+        rms_dx, rms_dw = torch.ops.pyrms.rms_norm_backward(x, x, w, 1e-6, False)
+        ln_dx, ln_dw, ln_db = torch.ops.pyrms.layer_norm_backward(x, x, w, 1e-5)
+        rows = [torch.ops.pyrms.rms_norm(x, w, 1e-6, False, False), torch.ops.pyrms.layer_norm(x, w, None, 1e-5),
+                torch.ops.pyrms.layer_norm(x, w, w, 1e-5), rms_dx, ln_dx]
+        assert torch.ops.pyrms.fused_add_rms_norm(x, torch.empty_like(x), w, 1e-6, False, False) is None
+    for y in rows:  # like x, rows contiguous
+        assert (y.shape, y.stride(), y.dtype, y.device.type) == (shape, contiguous, BF16, "cuda")
+    for g in (rms_dw, ln_dw, ln_db):
+        assert (g.shape, g.dtype, g.device.type) == ((16,), BF16, "cuda")
+
+
+def test_fake_checks_dtypes_and_shapes():
+    with FakeTensorMode():
+        x = torch.empty(2, 16, dtype=torch.float64, device="cuda")
+        with pytest.raises(TypeError, match="x has dtype torch.float64"):
+            torch.ops.pyrms.rms_norm(x, torch.empty(16, dtype=torch.float64, device="cuda"), 1e-6, False, False)
+        with pytest.raises(ValueError, match=r"weight has shape \(8,\), expected \(16,\)"):
+            torch.ops.pyrms.layer_norm(x.to(BF16), torch.empty(8, dtype=BF16, device="cuda"), None, 1e-5)
+
+
+# --- tracing ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dynamo():
+    torch._dynamo.reset()
+    yield torch._dynamo
+    torch._dynamo.reset()
+
+
+def test_dynamo_fullgraph_traces_the_functions_and_modules_into_pyrms_ops(dynamo):
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    norm = pt.RMSNorm(8, 1e-5, dtype=BF16)
+
+    def f(x, r, w, b):
+        y = pt.rms_norm(x, w, 1e-6, round_once=True)
+        pt.fused_add_rms_norm(x, r, w, 1e-6)
+        return y, pt.layer_norm(x, w, b, 1e-5), norm(r)
+
+    compiled = torch.compile(f, backend=capture, fullgraph=True)
+    with pytest.raises(ValueError, match="x is a cpu tensor"):  # traced fine; the launch then refuses CPU tensors
+        compiled(cpu(4, 8), cpu(4, 8), cpu(8), cpu(8))
+    code = graphs[0].code
+    assert "torch.ops.pyrms.rms_norm.default(l_x_, l_w_, 1e-06, False, True)" in code
+    assert "torch.ops.pyrms.fused_add_rms_norm.default(l_x_, l_r_, l_w_, 1e-06, False, False)" in code
+    assert "torch.ops.pyrms.layer_norm.default(l_x_, l_w_, l_b_, 1e-05)" in code
+    assert code.count("torch.ops.pyrms.rms_norm.default(") == 2  # the module's call too
+
+
+def test_dispatch_modes_see_the_ops():
+    # Under a TorchDispatchMode the functions call the custom ops, which the mode sees (a launch through
+    # raw pointers would be invisible to it); fake tensors have no data to launch on anyway.
+    with FakeTensorMode():
+        x, w = torch.empty(3, 8, dtype=BF16, device="cuda"), torch.empty(8, dtype=BF16, device="cuda")
+        assert pt.rms_norm(x, w).shape == (3, 8) and pt.layer_norm(x, w, w).shape == (3, 8)
+        assert pt.fused_add_rms_norm(x, torch.empty_like(x), w) is None
+
+    def f(x, w, r):
+        pt.fused_add_rms_norm(x, r, w, 1e-5)
+        return pt.rms_norm(x, w, 1e-6, gemma=True), pt.layer_norm(x, w, None)
+
+    code = make_fx(f, tracing_mode="fake")(cpu(3, 8), cpu(8), cpu(3, 8)).code
+    assert "torch.ops.pyrms.fused_add_rms_norm.default(x_1, r_1, w_1, 1e-05, False, False)" in code
+    assert "torch.ops.pyrms.rms_norm.default(x_1, w_1, 1e-06, True, False)" in code
+    assert "torch.ops.pyrms.layer_norm.default(x_1, w_1, None, 1e-05)" in code
+
+
+def test_make_fx_traces_the_backward_through_pyrms_kernels():
+    def grads(x, w, b):
+        y = torch.ops.pyrms.rms_norm(x, w, 1e-6, True, False)
+        z = torch.ops.pyrms.layer_norm(x, w, b, 1e-5)
+        return torch.autograd.grad((y, z), (x, w, b), (torch.ones_like(y), torch.ones_like(z)))
+
+    x, w = cpu(4, 8).requires_grad_(), cpu(8).requires_grad_()
+    code = make_fx(grads, tracing_mode="fake")(x, w, cpu(8).requires_grad_()).code
+    assert "torch.ops.pyrms.rms_norm_backward.default(ones_like, x_1, w_1, 1e-06, True)" in code
+    assert "torch.ops.pyrms.layer_norm_backward.default(ones_like_1, x_1, w_1, 1e-05)" in code
+
+
+# --- routing and autograd, with the launches stubbed ---------------------------------------------
+
+
+@pytest.fixture
+def stub_launches(monkeypatch):
+    """Launches replaced by torch arithmetic on CPU tensors, recording each call."""
+    calls = []
+
+    def forward(x, weight, eps, gemma, round_once):
+        calls.append(("rms_norm", eps, gemma, round_once))
+        return x * weight
+
+    def backward(grad_out, x, weight, eps, gemma):
+        calls.append(("rms_norm_backward", eps, gemma))
+        return grad_out * 2, torch.full_like(weight, 3)
+
+    def ln_backward(grad_out, x, weight, eps):
+        calls.append(("layer_norm_backward", eps))
+        return grad_out * 4, torch.full_like(weight, 5), torch.full_like(weight, 6)
+
+    monkeypatch.setattr(_kernels, "rms_norm", forward)
+    monkeypatch.setattr(_kernels, "rms_norm_backward", backward)
+    monkeypatch.setattr(_kernels, "layer_norm", lambda x, weight, bias, eps: x * weight)
+    monkeypatch.setattr(_kernels, "layer_norm_backward", ln_backward)
+    return calls
+
+
+def test_eager_without_autograd_goes_straight_to_the_launch(stub_launches):
+    x, w = cpu(2, 8), nn.Parameter(cpu(8))
+    with torch.no_grad():
+        assert pt.rms_norm(x, w, 1e-5, gemma=True).grad_fn is None
+    assert pt.rms_norm(x, w.detach()).grad_fn is None  # grad mode on, but nothing requires grad
+    assert stub_launches == [("rms_norm", 1e-5, True, False), ("rms_norm", 1e-6, False, False)]
+
+
+def test_autograd_runs_pyrms_backward(stub_launches):
+    x, w = cpu(2, 8).requires_grad_(), nn.Parameter(cpu(8))
+    y = pt.rms_norm(x, w, 1e-5, gemma=True, round_once=True)
+    grad = cpu(2, 8)
+    y.backward(grad)
+    assert stub_launches == [("rms_norm", 1e-5, True, True), ("rms_norm_backward", 1e-5, True)]
+    assert torch.equal(x.grad, grad * 2) and torch.equal(w.grad, torch.full_like(w, 3))
+
+
+def test_second_derivatives_raise(stub_launches):
+    x, w, grad = cpu(2, 8).requires_grad_(), nn.Parameter(cpu(8)), cpu(2, 8).requires_grad_()
+    (dx,) = torch.autograd.grad(pt.rms_norm(x, w), x, grad, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        dx.sum().backward()
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_autograd(stub_launches, with_bias):
+    x, w = cpu(2, 8).requires_grad_(), nn.Parameter(cpu(8))
+    b = nn.Parameter(cpu(8)) if with_bias else None
+    pt.layer_norm(x, w, b, 1e-4).sum().backward()
+    assert stub_launches == [("layer_norm_backward", 1e-4)]
+    assert torch.equal(x.grad, torch.full_like(x, 4)) and torch.equal(w.grad, torch.full_like(w, 5))
+    if with_bias:
+        assert torch.equal(b.grad, torch.full_like(b, 6))
+
+
+# --- modules -------------------------------------------------------------------------------------
+
+
+class LlamaRMSNorm(nn.Module):
+    """The attributes of transformers' LlamaRMSNorm (the name is what replace_norms matches)."""
+
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+
+class Qwen3RMSNorm(LlamaRMSNorm):
+    pass
+
+
+class GemmaRMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+
+class FloatLayerNorm(nn.LayerNorm):
+    """A subclass that may compute otherwise (as some models' fp32 LayerNorms do): left alone."""
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj = nn.Linear(16, 16)
+        self.q_norm = Qwen3RMSNorm(4, eps=1e-5)
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.input_layernorm = LlamaRMSNorm(16, eps=1e-5)
+        self.self_attn = Attention()
+        self.ln = nn.LayerNorm(16, eps=1e-4)
+        self.ln_no_bias = nn.LayerNorm(16, bias=False)
+        self.ln_no_affine = nn.LayerNorm(16, elementwise_affine=False)
+        self.ln_2d = nn.LayerNorm((4, 4))
+        self.ln_fp32 = FloatLayerNorm(16)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer(), Layer()])
+        self.norm = GemmaRMSNorm(16)
+        for p in self.parameters():
+            nn.init.normal_(p)
+
+
+@pytest.mark.parametrize("how", ["call", "apply"])
+def test_replace_norms_swaps_hf_norms_and_layer_norms_keeping_their_parameters(how):
+    model = Model()
+    before = model.state_dict(keep_vars=True)
+    if how == "call":
+        assert pt.replace_norms(model) is model
+    else:
+        model.apply(pt.replace_norms)
+    after = model.state_dict(keep_vars=True)
+    assert list(after) == list(before) and all(after[k] is before[k] for k in before)  # the same Parameters
+    for layer in model.layers:
+        assert type(layer.input_layernorm) is pt.RMSNorm and layer.input_layernorm.eps == 1e-5
+        assert type(layer.self_attn.q_norm) is pt.RMSNorm and layer.self_attn.q_norm.hidden_size == 4
+        assert not (layer.input_layernorm.gemma or layer.input_layernorm.round_once)
+        assert type(layer.ln) is pt.LayerNorm and layer.ln.eps == 1e-4 and layer.ln.bias is not None
+        assert type(layer.ln_no_bias) is pt.LayerNorm and layer.ln_no_bias.bias is None
+        assert type(layer.ln_no_affine) is nn.LayerNorm and type(layer.ln_2d) is nn.LayerNorm
+        assert type(layer.ln_fp32) is FloatLayerNorm and type(layer.self_attn.q_proj) is nn.Linear
+    assert type(model.norm) is pt.RMSNorm and model.norm.gemma and model.norm.round_once and model.norm.eps == 1e-6
+
+
+def test_replace_norms_of_a_norm_returns_its_replacement():
+    norm = LlamaRMSNorm(8, eps=1e-5)
+    new = pt.replace_norms(norm)
+    assert type(new) is pt.RMSNorm and new.weight is norm.weight and new.variance_epsilon == 1e-5
+
+
+def test_rms_norm_loads_hf_state_dicts_as_they_are():
+    hf = LlamaRMSNorm(8, eps=1e-5)
+    nn.init.normal_(hf.weight)
+    ours = pt.RMSNorm(8, eps=1e-5, dtype=torch.float32)
+    assert list(ours.state_dict()) == ["weight"]
+    ours.load_state_dict(hf.state_dict(), strict=True)
+    assert torch.equal(ours.weight, hf.weight)
+    ours.variance_epsilon = 1e-3
+    assert ours.eps == 1e-3
+    assert torch.equal(pt.RMSNorm(4, gemma=True).weight, torch.zeros(4))  # 1 + weight scales by one
+    assert repr(pt.RMSNorm(4, gemma=True, round_once=True)) == "RMSNorm(4, eps=1e-06, gemma=True, round_once=True)"
+    with pytest.raises(TypeError, match="Linear is not an RMSNorm that pyrms can take over"):
+        pt.RMSNorm.from_module(nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm_loads_nn_layer_norm_state_dicts(bias):
+    theirs = nn.LayerNorm(8, eps=1e-3, bias=bias)
+    for p in theirs.parameters():
+        nn.init.normal_(p)
+    ours = pt.LayerNorm(8, eps=1e-3, bias=bias)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
+    assert (ours.normalized_shape, ours.eps, ours.elementwise_affine) == ((8,), 1e-3, True)
+
+
+def test_layer_norm_without_a_kernel_is_not_implemented():
+    with pytest.raises(NotImplementedError, match="without weight"):
+        pt.LayerNorm(8, elementwise_affine=False)
+    with pytest.raises(NotImplementedError, match="last dimension only"):
+        pt.LayerNorm((2, 8))

@@ -1,0 +1,464 @@
+"""pyrms.torch on the GPU, as PyTorch users call it: torch tensors as they are (bf16, N-D, strided row
+slices, Parameters), autograd, torch.library.opcheck, torch.compile(fullgraph=True), CUDA graph
+capture, torch's current stream, and small Hugging Face models (built from a config, random weights)
+whose norms are swapped for pyrms's.
+
+What is compared with what, and why:
+- Forward outputs, bit for bit, with pyrms's numpy twin (pyrms.reference) of the very rows the kernel
+  read: each row's position in its 16-byte vector decides the kernel's summation order.
+- Against Hugging Face's own RMSNorm, within one or two units in the last place: HF computes the same
+  formula (pyrms's default rounding is LLaMA's and Qwen's), but with CUDA's approximate rsqrtf and
+  torch's summation order, so a few outputs in 10^5 round the other way. Hence the models: swapped for
+  pyrms's RMSNorm they give logits bitwise equal to the same model whose norms run the twin, and
+  logits within a few bf16 units of HF's eager ones. Compiled models are compared compiled to
+  compiled (a compiled graph's GEMMs and fusions round differently from eager ones).
+- Gradients against float64 autograd of the same formula, within a tolerance per dtype; dweight
+  bitwise equal from run to run.
+"""
+import copy
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+
+import pyrms.torch as pt  # noqa: E402
+from pyrms import plan, reference  # noqa: E402
+from pyrms.torch._layout import DTYPE_NAMES, row_stride  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no CUDA device")]
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+BF16 = torch.bfloat16
+INT_VIEW = {2: torch.int16, 4: torch.int32}
+# Gradient tolerance, as a fraction of the largest reference value: two units in the last place of the
+# dtype at that magnitude (the kernels round once, from fp32), ample for fp32 sums over the rows.
+GRAD_TOL = {torch.float32: 2e-5, torch.float16: 2**-9, torch.bfloat16: 2**-7}
+
+
+@pytest.fixture
+def gen(request):
+    """A CUDA generator seeded per test id, so a failure reproduces."""
+    return torch.Generator(device="cuda").manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
+def randn(gen, *shape, dtype=BF16, scale=1.0, mean=0.0):
+    return (torch.randn(*shape, device="cuda", generator=gen) * scale + mean).to(dtype)
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.shape == b.shape and a.dtype == b.dtype
+            and torch.equal(a.contiguous().view(INT_VIEW[a.element_size()]), b.contiguous().view(INT_VIEW[b.element_size()])))
+
+
+def ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise distance in units in the last place between two tensors of one float dtype."""
+    def ordered(t):  # sign-magnitude bit patterns onto a line of integers (-0 and +0 both 0)
+        i = t.contiguous().view(INT_VIEW[t.element_size()]).long()
+        return torch.where(i < 0, -(i & ((1 << (8 * t.element_size() - 1)) - 1)), i)
+    return (ordered(a) - ordered(b)).abs()
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().contiguous().cpu()
+    return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == BF16 else t.numpy()
+
+
+def from_numpy(a: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(a.view(np.int16)).view(BF16) if a.dtype == ml_dtypes.bfloat16 else torch.from_numpy(a)
+    return t.cuda()
+
+
+def row_phases(x: torch.Tensor) -> np.ndarray:
+    """Each row's position (in elements) inside its 16-byte vector where pyrms.torch reads it: x's own
+    memory when its rows are one stride apart, else a contiguous copy (torch's allocator aligns it)."""
+    hidden, size = x.shape[-1], x.element_size()
+    stride = row_stride(x)
+    base, stride = (0, hidden) if stride is None else (x.data_ptr(), stride)
+    return (base + np.arange(x.numel() // hidden) * stride * size) % 16 // size
+
+
+def rows(t: torch.Tensor) -> np.ndarray:
+    return to_numpy(t).reshape(-1, t.shape[-1])
+
+
+def twin_rms_norm(x, weight, eps, *, gemma=False, round_once=False):
+    block = plan.plan_rms_norm(DTYPE_NAMES[x.dtype], x.shape[-1]).block
+    y = reference.rms_norm_twin(rows(x), to_numpy(weight), eps, block=block, row_phases=row_phases(x), gemma=gemma,
+                                round_once=round_once)
+    return from_numpy(y).reshape(x.shape)
+
+
+def hf_rms_norm(x, weight, eps):
+    """Hugging Face's LlamaRMSNorm.forward (also Qwen3's), as a function."""
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def hf_gemma_rms_norm(x, weight, eps):
+    """Hugging Face's GemmaRMSNorm.forward, as a function."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (h * (1.0 + weight.float())).type_as(x)
+
+
+def exact_rms_norm(x, weight, eps, gemma=False):
+    """The formula in x's own dtype throughout (float64 for the gradient references)."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1 + weight if gemma else weight)
+
+
+def layouts(gen, dtype, hidden, mean=0.0):
+    """Inputs of every layout pyrms.torch handles, fresh random values each."""
+    def base(*shape):
+        return randn(gen, *shape, dtype=dtype, mean=mean)
+    yield "2-D", base(5, hidden)
+    yield "3-D", base(2, 3, hidden)
+    yield "1-D", base(hidden)
+    yield "300 rows", base(300, hidden)  # past plan.FEW_ROWS: the kernel for many rows
+    yield "row slice", base(2, 3, hidden + 11)[..., 3:3 + hidden]  # rows hidden + 11 apart, starting 3 elements in
+    yield "transposed", base(3, 2, hidden).transpose(0, 1)  # no one row stride: read from a contiguous copy
+
+
+# --- forward, bit for bit ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_matches_the_twin_on_every_layout(gen, dtype):
+    for hidden in (769, 4096):
+        weight = torch.nn.Parameter(randn(gen, hidden, dtype=dtype))  # as a model holds it
+        for name, x in layouts(gen, dtype, hidden):
+            with torch.no_grad():
+                y = pt.rms_norm(x, weight, 1e-6)
+            assert y.grad_fn is None and y.is_contiguous()
+            assert bitwise_equal(y, twin_rms_norm(x, weight, 1e-6)), f"{name}, hidden {hidden}"
+
+
+def test_rms_norm_options_match_the_twin(gen):
+    x, w = randn(gen, 2, 7, 5125), randn(gen, 5125, scale=0.1)
+    for gemma, round_once in ((True, False), (False, True), (True, True)):
+        y = pt.rms_norm(x, w, 1e-5, gemma=gemma, round_once=round_once)
+        assert bitwise_equal(y, twin_rms_norm(x, w, 1e-5, gemma=gemma, round_once=round_once)), (gemma, round_once)
+
+
+def test_inference_mode(gen):
+    x, norm = randn(gen, 4, 1024), pt.RMSNorm(1024, dtype=BF16, device="cuda")
+    with torch.inference_mode():
+        y = norm(x)
+    assert bitwise_equal(y, twin_rms_norm(x, norm.weight, 1e-6))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_add_rms_norm_matches_the_twin(gen, dtype):
+    hidden = 769
+    w = randn(gen, hidden, dtype=dtype)
+    for name, make in (("3-D", lambda: randn(gen, 2, 3, hidden, dtype=dtype)),
+                       ("row slice", lambda: randn(gen, 2, 3, hidden + 5, dtype=dtype)[..., 1:1 + hidden])):
+        x, residual = make(), make()
+        block = plan.plan_fused_add_rms_norm(DTYPE_NAMES[dtype], hidden).block
+        want_x, want_residual = reference.fused_add_rms_norm_twin(rows(x), rows(residual), to_numpy(w), 1e-6, block=block,
+                                                                  residual_phases=row_phases(residual))
+        versions = x._version, residual._version
+        with torch.no_grad():
+            assert pt.fused_add_rms_norm(x, residual, w, 1e-6) is None
+        assert bitwise_equal(x, from_numpy(want_x).reshape(x.shape)), name
+        assert bitwise_equal(residual, from_numpy(want_residual).reshape(x.shape)), name
+        assert x._version > versions[0] and residual._version > versions[1]  # autograd knows they changed
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_matches_the_twin(gen, dtype):
+    hidden = 769
+    w, b = randn(gen, hidden, dtype=dtype), randn(gen, hidden, dtype=dtype)
+    for name, x in layouts(gen, dtype, hidden, mean=3.0):  # a mean far from 0
+        for bias in (b, None):
+            block = plan.plan_layer_norm(DTYPE_NAMES[dtype], hidden, bias=bias is not None).block
+            want = reference.layer_norm_twin(rows(x), to_numpy(w), None if bias is None else to_numpy(bias), 1e-5,
+                                             block=block, row_phases=row_phases(x))
+            assert bitwise_equal(pt.layer_norm(x, w, bias, 1e-5), from_numpy(want).reshape(x.shape)), (name, bias is None)
+
+
+@pytest.mark.parametrize("formula", ["llama", "gemma"])
+def test_hugging_face_formulas_within_an_ulp_or_two(gen, formula):
+    x, w = randn(gen, 64, 16, 1024), randn(gen, 1024, scale=0.2) + 1
+    if formula == "llama":
+        ours, theirs = pt.rms_norm(x, w, 1e-6), hf_rms_norm(x, w, 1e-6)
+    else:
+        ours, theirs = pt.rms_norm(x, w, 1e-6, gemma=True, round_once=True), hf_gemma_rms_norm(x, w, 1e-6)
+    distance = ulps(ours, theirs)
+    assert distance.max() <= 2 and (distance > 0).float().mean() < 1e-3, (distance.max(), (distance > 0).sum())
+
+
+# --- autograd ----------------------------------------------------------------------------------------
+
+
+def assert_close_to(got, want, dtype, what):
+    err, scale = (got.double() - want).abs().max().item(), want.abs().max().item()
+    assert err <= GRAD_TOL[dtype] * scale, f"{what}: max error {err:.3g} > {GRAD_TOL[dtype]} x max |value| {scale:.3g}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("gemma", [False, True])
+def test_rms_norm_grads_match_float64_autograd(gen, dtype, gemma):
+    x = randn(gen, 3, 22, 769, dtype=dtype).requires_grad_()
+    w = torch.nn.Parameter(randn(gen, 769, dtype=dtype, scale=0.3) + (0 if gemma else 1))
+    grad = randn(gen, 3, 22, 769, dtype=dtype)
+    pt.rms_norm(x, w, 1e-6, gemma=gemma).backward(grad)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    exact_rms_norm(x64, w64, 1e-6, gemma).backward(grad.double())
+    assert x.grad.dtype == dtype and w.grad.dtype == dtype
+    assert_close_to(x.grad, x64.grad, dtype, "dx")
+    assert_close_to(w.grad, w64.grad, dtype, "dweight")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_grads_match_float64_autograd(gen, dtype, with_bias):
+    x = (randn(gen, 70, 769, dtype=dtype) + 2).requires_grad_()
+    w = torch.nn.Parameter(randn(gen, 769, dtype=dtype))
+    b = torch.nn.Parameter(randn(gen, 769, dtype=dtype)) if with_bias else None
+    grad = randn(gen, 70, 769, dtype=dtype)
+    pt.layer_norm(x, w, b, 1e-5).backward(grad)
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, *([b] if with_bias else []))]
+    torch.nn.functional.layer_norm(leaves[0], (769,), *leaves[1:], eps=1e-5).backward(grad.double())
+    for name, ours, want in zip(("dx", "dweight", "dbias"), (x.grad, w.grad, b.grad if with_bias else None), leaves):
+        assert_close_to(ours, want.grad, dtype, name)
+
+
+def test_dweight_is_bitwise_reproducible(gen):
+    x, grad = randn(gen, 1000, 4096), randn(gen, 1000, 4096)
+    w, b = randn(gen, 4096), randn(gen, 4096)
+
+    def grads():
+        leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+        pt.rms_norm(leaves[0], leaves[1], 1e-6).backward(grad)
+        ln = [t.clone().requires_grad_() for t in (x, w, b)]
+        pt.layer_norm(*ln, 1e-5).backward(grad)
+        return [t.grad for t in leaves[:2] + ln]
+
+    first, second = grads(), grads()
+    assert all(bitwise_equal(a, c) for a, c in zip(first, second))
+
+
+# --- torch integration -------------------------------------------------------------------------------
+
+
+def opcheck_cases(gen):
+    x, g, w, b = randn(gen, 2, 5, 769), randn(gen, 2, 5, 769), randn(gen, 769), randn(gen, 769)
+    ops = torch.ops.pyrms
+    return {
+        "rms_norm": (ops.rms_norm.default, (x.clone().requires_grad_(), w.clone().requires_grad_(), 1e-6, False, False)),
+        "rms_norm gemma round_once": (ops.rms_norm.default, (x, w, 1e-6, True, True)),
+        "rms_norm_backward": (ops.rms_norm_backward.default, (g, x, w, 1e-6, False)),
+        "fused_add_rms_norm": (ops.fused_add_rms_norm.default, (x.clone(), g.clone(), w, 1e-6, False, False)),
+        "layer_norm": (ops.layer_norm.default, (x.clone().requires_grad_(), w.clone().requires_grad_(),
+                                                b.clone().requires_grad_(), 1e-5)),
+        "layer_norm no bias": (ops.layer_norm.default, (x.clone().requires_grad_(), w.clone().requires_grad_(), None, 1e-5)),
+        "layer_norm_backward": (ops.layer_norm_backward.default, (g, x, w, 1e-5)),
+    }
+
+
+@pytest.mark.parametrize("case", ["rms_norm", "rms_norm gemma round_once", "rms_norm_backward", "fused_add_rms_norm",
+                                  "layer_norm", "layer_norm no bias", "layer_norm_backward"])
+def test_opcheck(gen, case):
+    op, args = opcheck_cases(gen)[case]
+    torch.library.opcheck(op, args)
+
+
+@pytest.fixture
+def dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_compile_fullgraph_matches_eager(gen, dynamo):
+    def f(x, residual, w, b):
+        y = pt.rms_norm(x, w, 1e-6)
+        z = pt.layer_norm(x, w, b, 1e-5)
+        pt.fused_add_rms_norm(x, residual, w, 1e-6)
+        return y, z
+
+    x, residual, w, b = randn(gen, 4, 8, 1024), randn(gen, 4, 8, 1024), randn(gen, 1024), randn(gen, 1024)
+    compiled = torch.compile(f, fullgraph=True)
+    runs = []
+    for fn in (f, compiled):
+        xs, rs = x.clone(), residual.clone()
+        with torch.no_grad():
+            runs.append((*fn(xs, rs, w, b), xs, rs))
+    assert all(bitwise_equal(a, c) for a, c in zip(*runs))
+
+
+def test_compile_fullgraph_backward_matches_eager(gen, dynamo):
+    norm = pt.RMSNorm(1024, dtype=BF16, device="cuda")
+    with torch.no_grad():
+        norm.weight.copy_(randn(gen, 1024))
+    x, grad = randn(gen, 4, 8, 1024), randn(gen, 4, 8, 1024)
+    results = []
+    for module in (norm, torch.compile(norm, fullgraph=True)):
+        norm.weight.grad = None
+        leaf = x.clone().requires_grad_()
+        y = module(leaf)
+        y.backward(grad)
+        results.append((y.detach(), leaf.grad, norm.weight.grad))
+    assert all(bitwise_equal(a, c) for a, c in zip(*results))
+
+
+def test_cuda_graph_capture(gen):
+    x, w = randn(gen, 64, 4096), randn(gen, 4096)
+    pt.rms_norm(x, w, 1e-6)  # compiles and loads the kernel outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = pt.rms_norm(x, w, 1e-6)
+    x.copy_(randn(gen, 64, 4096))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert bitwise_equal(y, twin_rms_norm(x, w, 1e-6))
+
+
+def test_launches_on_torch_current_stream(gen):
+    src, w = randn(gen, 8, 1024), randn(gen, 1024)
+    x = torch.ones_like(src)
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(20_000_000)  # keeps `side` busy for milliseconds: a launch elsewhere would read ones
+        x.copy_(src)
+        y = pt.rms_norm(x, w, 1e-6)
+    side.synchronize()
+    assert bitwise_equal(y, twin_rms_norm(src, w, 1e-6))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
+def test_tensors_on_another_device_are_refused(gen):
+    x, w = randn(gen, 2, 64).to("cuda:1"), randn(gen, 64).to("cuda:1")
+    with pytest.raises(ValueError, match=r"the tensors are on cuda:1, but pyrms launches on device 0"):
+        pt.rms_norm(x, w)
+
+
+# --- Hugging Face models -----------------------------------------------------------------------------
+
+
+class TwinRMSNorm(torch.nn.Module):
+    """A Hugging Face RMSNorm computed by pyrms's numpy twin on the CPU: the kernel's arithmetic, bit for bit."""
+
+    def __init__(self, norm):
+        super().__init__()
+        self.weight = norm.weight
+        self.eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+        self.options = pt.HF_RMS_NORMS[type(norm).__name__]
+
+    def forward(self, x):
+        return twin_rms_norm(x, self.weight, self.eps, **self.options)
+
+
+def with_twin_norms(model):
+    model = copy.deepcopy(model)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child).__name__ in pt.HF_RMS_NORMS:
+                setattr(parent, name, TwinRMSNorm(child))
+    return model
+
+
+def build_model(kind):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    sizes = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=1000, attn_implementation="eager")
+    if kind == "llama":
+        model_class, config = transformers.LlamaForCausalLM, transformers.LlamaConfig(**sizes)
+    else:
+        model_class, config = transformers.Qwen3ForCausalLM, transformers.Qwen3Config(head_dim=64, **sizes)
+    torch.manual_seed(0)
+    model = model_class(config).to(device="cuda", dtype=BF16).eval()
+    norms = [m for m in model.modules() if type(m).__name__ in pt.HF_RMS_NORMS]
+    assert len(norms) == (5 if kind == "llama" else 9), [type(m).__name__ for m in model.modules()]
+    with torch.no_grad():
+        for m in norms:  # HF initializes them to ones, which would leave the weight multiply untested
+            m.weight.uniform_(0.5, 1.5)
+    return model
+
+
+def swapped(model):
+    model = pt.replace_norms(copy.deepcopy(model))
+    assert not [m for m in model.modules() if type(m).__name__ in pt.HF_RMS_NORMS]
+    return model
+
+
+def logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids, use_cache=False).logits
+
+
+def assert_logits_close(ours, theirs, what):
+    err, scale = (ours.float() - theirs.float()).abs().max().item(), theirs.float().abs().max().item()
+    differing = (ours != theirs).sum().item()
+    assert err <= 2**-5 * scale, f"{what}: max |difference| {err:.3g} > 2^-5 x max |logit| {scale:.3g} ({differing} differ)"
+
+
+@pytest.fixture
+def ids(gen):
+    return torch.randint(0, 1000, (2, 24), device="cuda", generator=gen)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_model_with_pyrms_norms_is_bitwise_the_model_with_twin_norms(kind, ids):
+    hf = build_model(kind)
+    assert bitwise_equal(logits(swapped(hf), ids), logits(with_twin_norms(hf), ids))
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_model_with_pyrms_norms_matches_hugging_face_eager(kind, ids):
+    hf = build_model(kind)
+    seen = []
+    hooks = [m.register_forward_hook(lambda m, args, out: seen.append((m, args[0], out)))
+             for m in hf.modules() if type(m).__name__ in pt.HF_RMS_NORMS]
+    theirs = logits(hf, ids)
+    for hook in hooks:
+        hook.remove()
+    for norm, x, out in seen:  # every norm call of HF's forward, redone by pyrms on the same input
+        with torch.no_grad():
+            distance = ulps(pt.rms_norm(x, norm.weight, norm.variance_epsilon), out)
+        assert distance.max() <= 2 and (distance > 0).float().mean() < 1e-3, (type(norm).__name__, tuple(x.shape))
+    assert_logits_close(logits(swapped(hf), ids), theirs, f"{kind} with pyrms norms vs Hugging Face eager")
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_compiled_model_with_pyrms_norms_matches_compiled_hugging_face(kind, ids, dynamo):
+    hf = build_model(kind)
+    ours = swapped(hf)
+    eager_ours = logits(ours, ids)
+    compiled_ours = logits(torch.compile(ours), ids)
+    assert_logits_close(compiled_ours, logits(torch.compile(hf), ids), f"compiled {kind}: pyrms norms vs HF's")
+    assert_logits_close(compiled_ours, eager_ours, f"{kind} with pyrms norms: compiled vs eager")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_norm_layer_grads_against_hugging_face_autograd(gen, dtype):
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    hf = LlamaRMSNorm(512, eps=1e-6).to(device="cuda", dtype=dtype)
+    with torch.no_grad():
+        hf.weight.copy_(randn(gen, 512, dtype=dtype, scale=0.3) + 1)
+    ours = pt.RMSNorm(512, eps=1e-6, dtype=dtype, device="cuda")
+    ours.load_state_dict(hf.state_dict())
+    x, grad = randn(gen, 4, 33, 512, dtype=dtype), randn(gen, 4, 33, 512, dtype=dtype)
+    results = {}
+    for name, module in (("pyrms", ours), ("hf", hf)):
+        leaf = x.clone().requires_grad_()
+        module(leaf).backward(grad)
+        results[name] = (leaf.grad.double(), module.weight.grad.double())
+    x64, w64 = x.double().requires_grad_(), hf.weight.detach().double().requires_grad_()
+    exact_rms_norm(x64, w64, 1e-6).backward(grad.double())
+    results["float64"] = (x64.grad, w64.grad)
+    for k, what in enumerate(("dx", "dweight")):
+        want = results["float64"][k]
+        ours_err, hf_err = ((results[n][k] - want).abs().max().item() for n in ("pyrms", "hf"))
+        assert_close_to(results["pyrms"][k], want, dtype, what)
+        # pyrms works in fp32 and rounds once; HF's autograd rounds its bf16 intermediates too
+        if dtype == torch.bfloat16:
+            assert ours_err <= hf_err + 2**-9 * want.abs().max().item(), (what, ours_err, hf_err)
