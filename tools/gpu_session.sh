@@ -15,6 +15,7 @@ for step in $STEPS; do
               diff "$OUT/demo/cpp.txt" "$OUT/demo/demo.txt" > "$OUT/demo_diff.txt" 2>&1; echo "diff rc=$?" >> "$OUT/demo_diff.txt" ;;
         host) timeout 150 python3 tools/host_overhead.py --out "$OUT/host_overhead.json" > "$OUT/host_overhead.txt" 2>&1 ;;
         random) timeout 300 python3 -m pyrms.random_check --seed 2026 --count 5000 --precompile --out "$OUT/random_check.json" > "$OUT/random_check.log" 2>&1 ;;
+        torchhost) timeout 150 python3 tools/torch_host_time.py > "$OUT/torch_host_time.txt" 2>&1 ;;
         bench) timeout 200 python3 -m pyrms.bench --quick --out "$OUT" --name quick > "$OUT/bench_quick.stdout" 2>&1 ;;
     esac
     echo "$step rc=$? $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.txt"
