@@ -697,6 +697,13 @@ def set_max_dynamic_shared(function, nbytes: int, device: Device) -> None:
     check(_cu.cuFuncSetAttribute(function, attribute, nbytes), "cuFuncSetAttribute")
 
 
+def raw_launch():
+    """The binding's cuLaunchKernel itself, for the one hot path that calls it directly
+    (``pyrms.launch.RowLaunch``: a Python frame less per launch), which passes its result to
+    ``check``; everything else launches through ``launch_kernel``."""
+    return _cu.cuLaunchKernel
+
+
 def launch_kernel(function, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
                   shared_bytes: int, stream, params_address: int) -> None:
     """cuLaunchKernel with a packed ``void*[]`` at ``params_address``; the caller makes the

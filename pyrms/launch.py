@@ -12,6 +12,7 @@ import hashlib
 import operator
 import struct
 import threading
+from threading import get_ident
 
 from . import driver, errors
 
@@ -26,10 +27,14 @@ ARG_KINDS = {
 _SLOT_BYTES = 8
 # Errors a launch gets when another context than the kernel's is current on the thread.
 _WRONG_CONTEXT = frozenset({"CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_CONTEXT_IS_DESTROYED"})
-# The Device whose context this thread last made current for a launch. Trusting it saves a
-# cuCtxGetCurrent per launch; if another library switched contexts since, the launch fails
-# without side effects and is retried after a real make_current.
-_launch_context = threading.local()
+# The Device whose context each thread (by threading.get_ident) last made current for a launch.
+# Trusting it saves a cuCtxGetCurrent per launch; if another library switched contexts since, the
+# launch fails without side effects and is retried after a real make_current. A dict keyed by the
+# thread's ident is a quarter of the cost of a threading.local attribute on the hot path; the ident
+# of a thread that ended may come back for a new thread, which then starts from the stale entry's
+# device, which a failed launch corrects as above.
+_launch_context: dict[int, "driver.Device"] = {}
+_PER_THREAD_MAX = 4096  # entries kept, whatever threads come and go
 
 
 class KernelNotFoundError(errors.PyrmsError, KeyError):
@@ -156,22 +161,80 @@ class Kernel:
         except (struct.error, TypeError, OverflowError):
             raise pack._explain(args) from None
         device = self.device
-        if device is not None and getattr(_launch_context, "device", None) is not device:
-            device.make_current()
-            _launch_context.device = device
+        if device is not None and _launch_context.get(get_ident()) is not device:
+            _make_current(device)
         try:
             driver.launch_kernel(self.handle, gx, gy, gz, bx, by, bz, shared_bytes, stream, pack.address)
         except errors.CudaError as exc:
             if device is None or exc.name not in _WRONG_CONTEXT:
                 raise
-            device.make_current()
-            _launch_context.device = device
+            _make_current(device)
             driver.launch_kernel(self.handle, gx, gy, gz, bx, by, bz, shared_bytes, stream, pack.address)
 
     def set_max_dynamic_shared(self, nbytes: int) -> None:
         """Allow launches with up to ``nbytes`` of dynamic shared memory (needed above 48 KiB)."""
         device = self.device if self.device is not None else driver.current_device()
         driver.set_max_dynamic_shared(self.handle, nbytes, device)
+
+
+def _make_current(device: driver.Device) -> None:
+    device.make_current()
+    if len(_launch_context) >= _PER_THREAD_MAX:
+        _launch_context.clear()
+    _launch_context[get_ident()] = device
+
+
+class RowLaunch:
+    """The launches of a prepared op: a 1-D grid, ``block`` threads, and a signature whose trailing
+    arguments keep the values ``tail`` for every launch. Each thread's argument pack gets the tail
+    once; a call packs only the leading arguments and calls cuLaunchKernel directly, so that a
+    launch costs little more than the binding's own call."""
+
+    __slots__ = ("signature", "block", "shared_bytes", "tail", "device", "_head", "_packs", "_launch")
+
+    def __init__(self, signature, block: int, tail: tuple, device: driver.Device, shared_bytes: int = 0):
+        self.signature = check_signature(signature)
+        self.block, self.tail, self.device, self.shared_bytes = block, tuple(tail), device, shared_bytes
+        head = self.signature[:len(self.signature) - len(self.tail)]
+        self._head = struct.Struct("<" + "".join(ARG_KINDS[kind][0] for kind in head)).pack_into
+        self._packs: dict[int, ArgPack] = {}
+        self._launch = driver.raw_launch()
+
+    def __call__(self, kernel: "Kernel", grid: int, stream: int, *head) -> None:
+        """Launch ``kernel`` (of this signature, on this device) on ``grid`` blocks with the leading
+        arguments ``head``; ``stream`` a raw handle. Errors are raised as from Kernel.launch."""
+        ident = get_ident()
+        pack = self._packs.get(ident)
+        if pack is None:
+            pack = self._new_pack(ident)
+        try:
+            self._head(pack._buffer, 0, *head)
+        except (struct.error, TypeError, OverflowError):
+            raise pack._explain((*head, *self.tail)) from None
+        if _launch_context.get(ident) is not self.device:
+            _make_current(self.device)
+        result = self._launch(kernel.handle, grid, 1, 1, self.block, 1, 1, self.shared_bytes, stream, pack.address, 0)
+        if result[0]:
+            self._failed(kernel, grid, stream, pack, result)
+
+    def _new_pack(self, ident: int) -> ArgPack:
+        pack = ArgPack(self.signature, "prepared launch")
+        pack.pack((*(0 for _ in range(len(self.signature) - len(self.tail))), *self.tail))
+        if len(self._packs) >= _PER_THREAD_MAX:
+            self._packs.clear()
+        self._packs[ident] = pack
+        return pack
+
+    def _failed(self, kernel, grid, stream, pack, result) -> None:
+        """A launch error: retried once after making the context current if another library had
+        switched it (as in Kernel.launch), raised otherwise."""
+        try:
+            errors.check(result, "cuLaunchKernel")
+        except errors.CudaError as exc:
+            if exc.name not in _WRONG_CONTEXT:
+                raise
+        _make_current(self.device)
+        driver.launch_kernel(kernel.handle, grid, 1, 1, self.block, 1, 1, self.shared_bytes, stream, pack.address)
 
 
 class Module:

@@ -325,7 +325,7 @@ def fresh_driver_state(set_attr, cu) -> None:
     set_attr(driver, "_device_count", None)
     set_attr(driver, "_selected", driver._Selected())
     set_attr(launch, "_modules", {})
-    set_attr(launch, "_launch_context", threading.local())
+    set_attr(launch, "_launch_context", {})
     set_attr(kernels, "_kernels", {})
     for cache in _prepared._caches:  # every op's prepared launches
         set_attr(cache, "items", {})

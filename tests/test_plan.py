@@ -66,17 +66,20 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     from pyrms import driver, kernels
     from pyrms.ops import _prepared
 
+    from pyrms import launch
+
     launches = []
 
     class Recorder:
         def __init__(self, expression):
             self.name = expression
 
-        def launch(self, grid, block, args, stream, shared_bytes=0):
-            launches.append((self.name, grid, block))
+    def record(self, kernel, grid, stream, *head):
+        launches.append((kernel.name, grid, self.block))
 
     monkeypatch.setattr(kernels, "get", lambda source, expression, *rest: Recorder(expression))
     monkeypatch.setattr(driver, "selected_device", lambda: "stand-in device")
+    monkeypatch.setattr(launch.RowLaunch, "__call__", record)
     for cache in _prepared._caches:
         monkeypatch.setattr(cache, "items", {})
     rows = (1, 5, plan.FEW_ROWS, plan.FEW_ROWS + 1, 70001)

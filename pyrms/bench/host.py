@@ -34,19 +34,24 @@ GRAPH_SHAPES = ((1, 4096), (128, 5120))
 
 @contextlib.contextmanager
 def recorded_launches():
-    """Every pyrms Kernel.launch inside the block, as (kernel, grid, block, args, stream, shared_bytes)."""
+    """Every pyrms kernel launch inside the block (Kernel.launch, and the prepared ops' RowLaunch), as
+    (kernel, grid, block, args, stream, shared_bytes)."""
     calls = []
-    original = launch.Kernel.launch
+    original, original_rows = launch.Kernel.launch, launch.RowLaunch.__call__
 
     def recording(self, grid, block, args, stream=None, shared_bytes=0):
         calls.append((self, grid, block, tuple(args), stream, shared_bytes))
         return original(self, grid, block, args, stream, shared_bytes)
 
-    launch.Kernel.launch = recording
+    def recording_rows(self, kernel, grid, stream, *head):
+        calls.append((kernel, grid, self.block, (*head, *self.tail), stream, self.shared_bytes))
+        return original_rows(self, kernel, grid, stream, *head)
+
+    launch.Kernel.launch, launch.RowLaunch.__call__ = recording, recording_rows
     try:
         yield calls
     finally:
-        launch.Kernel.launch = original
+        launch.Kernel.launch, launch.RowLaunch.__call__ = original, original_rows
 
 
 def _dims3(value) -> tuple[int, int, int]:

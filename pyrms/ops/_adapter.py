@@ -90,12 +90,23 @@ def _torch(name: str, t, hint: dtypes.DType | None, written: bool) -> View:
     if written and t.requires_grad:
         raise ValueError(f"{name} requires grad and pyrms would write into it behind autograd's back: "
                          f"pass {name}.detach(), or use pyrms.torch for autograd")
-    dt = _TORCH_DTYPES.get(str(t.dtype))
+    dt = _torch_dtype(t.dtype)
     if dt is None and hint is not None and hint.itemsize == 2 and t.element_size() == 2 and not t.is_floating_point():
         dt = hint  # 2-byte integer views of bfloat16 (t.view(torch.int16)), read as the dtype given
     if dt is None:
         raise ValueError(f"{name} has dtype {t.dtype}; allowed: torch.bfloat16, torch.float16, torch.float32")
     return View(t.data_ptr(), tuple(t.shape), tuple(t.stride()), dt, device.index)
+
+
+_torch_dtypes_seen: dict = {}  # torch dtype object -> DType or None: str() of a torch dtype costs a microsecond
+
+
+def _torch_dtype(dtype) -> dtypes.DType | None:
+    try:
+        return _torch_dtypes_seen[dtype]
+    except KeyError:
+        found = _torch_dtypes_seen[dtype] = _TORCH_DTYPES.get(str(dtype))
+        return found
 
 
 def _from_interface(name: str, interface: dict, hint: dtypes.DType | None) -> View:

@@ -1,7 +1,7 @@
 """``pyrms.fused_add_rms_norm``: residual add + RMSNorm in place (kernel: cuda_src/fused_add_rms_norm.cu)."""
 from __future__ import annotations
 
-from .. import dtypes, kernels
+from .. import dtypes, kernels, launch
 from .. import plan as planner
 from . import _operands as check
 from .._types import DTypeLike, Operand, StreamLike
@@ -13,26 +13,25 @@ _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 class Prepared:
     """One (device, dtype, hidden, strides, options) of fused_add_rms_norm, resolved once."""
 
-    __slots__ = ("kernel", "block", "hidden", "x_stride", "r_stride", "max_rows", "pointers")
+    __slots__ = ("kernel", "launch", "max_rows", "pointers")
 
     def __init__(self, device, dtype, hidden, input_stride, residual_stride, gemma, round_once):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-        self.x_stride = check.stride_arg("input_stride", input_stride, hidden)
-        self.r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
+        x_stride = check.stride_arg("input_stride", input_stride, hidden)
+        r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
         p = planner.plan_fused_add_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once))
         self.kernel = kernels.get(p.source, p.expression, p.group, _SIGNATURE, device)
-        self.block, self.hidden = p.block, hidden
-        self.max_rows = check.max_rows(hidden, self.x_stride, self.r_stride)
+        self.launch = launch.RowLaunch(_SIGNATURE, p.block, (hidden, x_stride, r_stride), device)
+        self.max_rows = check.max_rows(hidden, x_stride, r_stride)
         size = dt.itemsize  # input and residual are both written: disjoint from each other and the weight
-        self.pointers = Pointers(hidden, [(size, self.x_stride), (size, self.r_stride), (size, 0)],
+        self.pointers = Pointers(hidden, [(size, x_stride), (size, r_stride), (size, 0)],
                                  [(0, 1, False), (0, 2, False), (1, 2, False)])
 
     def __call__(self, input, residual, weight, epsilon, num_tokens, stream) -> bool:
         if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok((input, residual, weight), num_tokens)):
             return False
-        self.kernel.launch(num_tokens, self.block, (input, residual, weight, epsilon, self.hidden, self.x_stride,
-                                                    self.r_stride), check.stream(stream))
+        self.launch(self.kernel, num_tokens, check.stream(stream), input, residual, weight, epsilon)
         return True
 
 

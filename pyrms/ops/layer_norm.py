@@ -1,7 +1,7 @@
 """``pyrms.layer_norm`` and ``pyrms.layer_norm_backward`` (kernels: cuda_src/layer_norm.cu)."""
 from __future__ import annotations
 
-from .. import dtypes, kernels
+from .. import dtypes, kernels, launch
 from .. import plan as planner
 from . import _operands as check
 from ._backward import norm_backward
@@ -14,20 +14,20 @@ _SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 class Prepared:
     """One (device, dtype, hidden, strides, bias or not) of layer_norm, resolved once."""
 
-    __slots__ = ("kernel", "block", "hidden", "x_stride", "o_stride", "max_rows", "pointers")
+    __slots__ = ("kernel", "launch", "max_rows", "pointers")
 
     def __init__(self, device, dtype, hidden, input_stride, out_stride, has_bias):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-        self.x_stride = check.stride_arg("input_stride", input_stride, hidden)
-        self.o_stride = check.stride_arg("out_stride", out_stride, hidden)
+        x_stride = check.stride_arg("input_stride", input_stride, hidden)
+        o_stride = check.stride_arg("out_stride", out_stride, hidden)
         p = planner.plan_layer_norm(dt, hidden, bias=has_bias)
         self.kernel = kernels.get(p.source, p.expression, p.group, _SIGNATURE, device)
-        self.block, self.hidden = p.block, hidden
-        self.max_rows = check.max_rows(hidden, self.x_stride, self.o_stride)
+        self.launch = launch.RowLaunch(_SIGNATURE, p.block, (hidden, x_stride, o_stride), device)
+        self.max_rows = check.max_rows(hidden, x_stride, o_stride)
         size = dt.itemsize  # out: in place over input allowed, disjoint from the weight and bias
         vectors = [(size, 0)] * (2 if has_bias else 1)
-        self.pointers = Pointers(hidden, [(size, self.o_stride), (size, self.x_stride), *vectors],
+        self.pointers = Pointers(hidden, [(size, o_stride), (size, x_stride), *vectors],
                                  [(0, 1, True), *((0, 2 + k, False) for k in range(len(vectors)))])
 
     def __call__(self, out, input, weight, bias, epsilon, num_tokens, stream) -> bool:
@@ -35,8 +35,8 @@ class Prepared:
             return False
         if not self.pointers.ok((out, input, weight) if bias is None else (out, input, weight, bias), num_tokens):
             return False
-        self.kernel.launch(num_tokens, self.block, (out, input, weight, 0 if bias is None else bias, epsilon,
-                                                    self.hidden, self.x_stride, self.o_stride), check.stream(stream))
+        self.launch(self.kernel, num_tokens, check.stream(stream), out, input, weight, 0 if bias is None else bias,
+                    epsilon)
         return True
 
 

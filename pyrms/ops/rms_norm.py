@@ -1,7 +1,7 @@
 """``pyrms.rms_norm``: RMSNorm forward on device pointers or arrays (kernel: cuda_src/rms_norm.cu)."""
 from __future__ import annotations
 
-from .. import driver, dtypes, kernels
+from .. import driver, dtypes, kernels, launch
 from .. import plan as planner
 from . import _operands as check
 from .._types import DTypeLike, OptionalOperand, Operand, StreamLike
@@ -24,37 +24,48 @@ def launch_config(device, dt, hidden: int, gemma: bool, round_once: bool):
 
 
 class Prepared:
-    """One (device, dtype, hidden, strides, options) of rms_norm, resolved once: kernels, block and
-    the row limit. A call checks only what changes between calls, inline, and returns False, having
-    launched nothing, for anything unusual; the general path then says what is wrong."""
+    """One (device, dtype, hidden, strides, options) of rms_norm, resolved once: kernels, launch
+    shape, the packed trailing arguments and the row limit. A call checks only what changes between
+    calls, inline, and returns False, having launched nothing, for anything unusual; the general path
+    then says what is wrong."""
 
-    __slots__ = ("many", "few", "block", "itemsize", "hidden", "x_stride", "o_stride", "max_rows")
+    __slots__ = ("many", "few", "launch", "mask", "max_rows", "row_bytes", "x_step", "o_step", "same_steps", "spans")
 
     def __init__(self, device, dtype, hidden, input_stride, out_stride, gemma, round_once):
         hidden = check.size("hidden_size", hidden)
         dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
-        self.x_stride = check.stride_arg("input_stride", input_stride, hidden)
-        self.o_stride = check.stride_arg("out_stride", out_stride, hidden)
-        self.many, self.few, self.block = launch_config(device, dt, hidden, bool(gemma), bool(round_once))
-        self.itemsize, self.hidden = dt.itemsize, hidden
-        self.max_rows = check.max_rows(hidden, self.x_stride, self.o_stride)
+        x_stride = check.stride_arg("input_stride", input_stride, hidden)
+        o_stride = check.stride_arg("out_stride", out_stride, hidden)
+        self.many, self.few, block = launch_config(device, dt, hidden, bool(gemma), bool(round_once))
+        self.launch = launch.RowLaunch(_SIGNATURE, block, (hidden, x_stride, o_stride), device)
+        self.mask = dt.itemsize - 1  # itemsizes are powers of two: alignment is a bit test
+        self.max_rows = check.max_rows(hidden, x_stride, o_stride)
+        self.row_bytes, self.x_step, self.o_step = hidden * dt.itemsize, x_stride * dt.itemsize, o_stride * dt.itemsize
+        self.same_steps = x_stride == o_stride
+        self.spans = (1, self.row_bytes, self.row_bytes)  # (rows, out's bytes, input's bytes) of the last call
 
     def __call__(self, out, input, weight, epsilon, num_tokens, stream) -> bool:
         if not (type(num_tokens) is int and 0 < num_tokens <= self.max_rows and type(epsilon) is float
                 and 0.0 <= epsilon <= check.FLOAT32_MAX):  # NaN fails the range
             return False
-        itemsize, hidden, o_stride, x_stride = self.itemsize, self.hidden, self.o_stride, self.x_stride
-        if out <= 0 or input <= 0 or weight <= 0 or (out | input | weight) % itemsize:
+        # Null or misaligned pointers; a negative one fails to pack (struct range) before any launch.
+        if not (out and input and weight) or (out | input | weight) & self.mask:
             return False
-        o_end = out + ((num_tokens - 1) * o_stride + hidden) * itemsize
-        x_end = input + ((num_tokens - 1) * x_stride + hidden) * itemsize
-        if out < x_end and input < o_end and not (out == input and o_stride == x_stride):
+        rows, o_bytes, x_bytes = self.spans  # a model repeats row counts: the spans of the last one are kept
+        if rows != num_tokens:
+            o_bytes = (num_tokens - 1) * self.o_step + self.row_bytes
+            x_bytes = (num_tokens - 1) * self.x_step + self.row_bytes
+            self.spans = (num_tokens, o_bytes, x_bytes)
+        o_end = out + o_bytes
+        if out < input + x_bytes and input < o_end and not (out == input and self.same_steps):
             return False
-        if out < weight + hidden * itemsize and weight < o_end:
+        if out < weight + self.row_bytes and weight < o_end:
             return False
-        handle = 0 if stream is None else stream if type(stream) is int and 0 <= stream < 2**64 else check.stream(stream)
-        (self.few if num_tokens <= _FEW_ROWS else self.many).launch(
-            num_tokens, self.block, (out, input, weight, epsilon, hidden, x_stride, o_stride), handle)
+        if stream is None:
+            stream = 0
+        elif type(stream) is not int or not 0 <= stream < 18446744073709551616:
+            stream = check.stream(stream)
+        self.launch(self.few if num_tokens <= _FEW_ROWS else self.many, num_tokens, stream, out, input, weight, epsilon)
         return True
 
 
@@ -88,7 +99,11 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: flo
     the argument. The launch is asynchronous on ``stream``.
     """
     if type(out) is int and type(input) is int and type(weight) is int:
-        prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once)
+        try:  # the prepared launch's lookup, inlined (PreparedCache.get does the same)
+            prepared = _prepared.items[(driver._selected.device, dtype, hidden_size, input_stride, out_stride,
+                                        gemma, round_once)]
+        except (KeyError, TypeError):
+            prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once)
         if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream):
             return out
         _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream)
