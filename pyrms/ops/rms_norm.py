@@ -72,6 +72,14 @@ class Prepared:
 _prepared = cache_for(Prepared)
 
 
+def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once) -> Prepared | None:
+    """The prepared launch for these static arguments on the calling thread's device, or None where
+    they are invalid: for adapters (pyrms.torch) that hold raw pointers and would otherwise pay for
+    rms_norm's keyword arguments on every call. Call it as ``p(out, input, weight, epsilon, rows,
+    stream)``; a False return launched nothing, and ``rms_norm`` with the same arguments names why."""
+    return _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once)
+
+
 def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
              hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
              out_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,

@@ -17,16 +17,20 @@ from .. import layer_norm as _layer_norm
 from .. import layer_norm_backward as _layer_norm_backward
 from .. import rms_norm as _rms_norm
 from .. import rms_norm_backward as _rms_norm_backward
+from ..ops.rms_norm import prepared as _prepared_rms_norm
 from ._layout import DTYPE_NAMES, check_device, check_meta, current_stream, empty_rows_like, rows_of, row_stride
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool, round_once: bool) -> torch.Tensor:
     """RMSNorm of x's rows into a new tensor (see pyrms.torch.rms_norm)."""
     # The hot path: every check reads one torch attribute, and any failure goes to _explain for its message.
+    # get_device() is -1 on the CPU: two equal indices >= 0 mean two tensors on one GPU (and no driver is
+    # asked about a CPU tensor, which _explain refuses by name).
     try:
         dtype = DTYPE_NAMES.get(x.dtype)
-        ok = (dtype is not None and x.is_cuda and weight.is_cuda and weight.dtype is x.dtype
-              and (device := x.get_device()) == weight.get_device() == driver.selected_device().ordinal)
+        ok = (dtype is not None and weight.dtype is x.dtype
+              and (device := x.get_device()) >= 0 and device == weight.get_device()
+              and device == driver.selected_device().ordinal)
         hidden = x.shape[-1]
         ok = ok and weight.shape == (hidden,) and weight.is_contiguous()
     except (AttributeError, IndexError):  # not a tensor, or a 0-d one
@@ -40,9 +44,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool, rou
         out = empty_rows_like(x)
     numel = x.numel()
     if numel:
-        _rms_norm(out.data_ptr(), x.data_ptr(), weight.data_ptr(), eps, numel // hidden, hidden, dtype=dtype,
-                  input_stride=stride, out_stride=hidden, stream=current_stream(device), gemma=gemma,
-                  round_once=round_once)
+        args = (out.data_ptr(), x.data_ptr(), weight.data_ptr(), float(eps), numel // hidden, current_stream(device))
+        launch = _prepared_rms_norm(dtype, hidden, stride, hidden, gemma, round_once)
+        if launch is None or not launch(*args):  # the general path says what is wrong
+            _rms_norm(*args[:4], args[4], hidden, dtype=dtype, input_stride=stride, out_stride=hidden, stream=args[5],
+                      gemma=gemma, round_once=round_once)
     return out
 
 
