@@ -168,9 +168,9 @@ def test_ceiling_targets():
     target = by_text(found, "16384x5120: pyrms >= 0.95")
     assert target.status == targets.FAIL and "0.900 x 4000 GB/s" in target.detail
     failed = rec("pyrms", t, h, 0, op="fused_add_rms_norm", status=FAILED, reason="validation: bad")
-    assert by_text(targets.evaluate([failed], ceiling), "fused_add_rms_norm").status == targets.FAIL
+    assert by_text(targets.evaluate([failed], ceiling), "fused_add_rms_norm 16384x5120").status == targets.FAIL
     skipped = rec("pyrms", t, h, 0, op="rms_norm_backward", status=SKIPPED, reason="pyrms has no rms_norm_backward")
-    target = by_text(targets.evaluate([skipped], ceiling), "rms_norm_backward")
+    target = by_text(targets.evaluate([skipped], ceiling), "rms_norm_backward 16384x5120")
     assert target.status == targets.NA and "has no" in target.detail
 
 
@@ -210,14 +210,19 @@ def test_latency_target_arithmetic():
 
 
 def test_host_targets():
-    found = targets.evaluate([], None, {"per_call_us": {"bare": 2.0, "pyrms": 2.5, "torch": 10.0}})
-    assert by_text(found, "bare cuLaunchKernel").status == targets.PASS
+    us = {"bare": 2.0, "pyrms": 2.2, "bare layer_norm": 2.0, "layer_norm": 2.6, "rms_norm torch tensors": 3.9,
+          "pyrms.torch.rms_norm": 9.0, "torch": 10.0}
+    found = targets.evaluate([], None, {"per_call_us": us})
+    assert by_text(found, "pyrms.rms_norm (raw ints) <= 1.15").status == targets.PASS      # 1.10
+    assert by_text(found, "layer_norm (raw ints) <= 1.25").status == targets.FAIL          # 1.30, its own bare
+    assert by_text(found, "rms_norm torch tensors <= 2.0").status == targets.PASS          # 1.95, rms_norm's bare
+    assert by_text(found, "fused_add_rms_norm (raw ints)").status == targets.NA            # not measured
     assert by_text(found, "torch eager").status == targets.PASS
-    found = targets.evaluate([], None, {"per_call_us": {"bare": 2.0, "pyrms": 2.7}, "torch_reason": "no torch"})
-    assert by_text(found, "bare cuLaunchKernel").status == targets.FAIL
+    found = targets.evaluate([], None, {"per_call_us": {"bare": 2.0, "pyrms": 2.4}, "torch_reason": "no torch"})
+    assert by_text(found, "pyrms.rms_norm (raw ints)").status == targets.FAIL
     assert by_text(found, "torch eager").status == targets.NA and by_text(found, "torch eager").detail == "no torch"
     assert all(t.status == targets.NA for t in targets.evaluate([], None, None))
-    assert targets.tally(found) == {"PASS": 0, "FAIL": 1, "N/A": 1}
+    assert targets.tally(found) == {"PASS": 0, "FAIL": 1, "N/A": 6}
 
 
 # -- reports ---------------------------------------------------------------------------------------
@@ -645,7 +650,8 @@ def test_simulated_run_end_to_end(sim, tmp_path, capsys):
     assert "rms_norm bfloat16: GB/s per implementation" in out and "device time per launch" in out
     assert "seed skipped at 2x16384: seed kernel cannot launch" in out
     host_data = data["host_overhead"]
-    assert set(host_data["per_call_us"]) == {"bare", "kernel_launch", "pyrms"}
+    assert set(host_data["per_call_us"]) == {"bare", "pyrms", "rms_norm pyrms.Tensor"}
+    assert set(host_data["skipped"]) == {"fused_add_rms_norm", "layer_norm", "rms_norm_backward"}  # not simulated
     assert host_data["torch_reason"] == "PyTorch is not in the simulator"
     assert "bare cuLaunchKernel" in out and "pyrms.rms_norm on raw ints" in out
     graphs = data["graphs"]["shapes"]

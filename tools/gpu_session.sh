@@ -13,7 +13,8 @@ for step in $STEPS; do
         suite) timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider > "$OUT/gpu_suite.log" 2>&1 ;;
         demo) timeout 120 python3 tools/compare_seed_demo.py .carry/000_a564d65ec8370cc8.txt --seed 42 --out "$OUT/demo" > "$OUT/demo_compare.log" 2>&1
               diff "$OUT/demo/cpp.txt" "$OUT/demo/demo.txt" > "$OUT/demo_diff.txt" 2>&1; echo "diff rc=$?" >> "$OUT/demo_diff.txt" ;;
-        host) timeout 150 python3 tools/host_overhead.py --out "$OUT/host_overhead.json" > "$OUT/host_overhead.txt" 2>&1 ;;
+        host) timeout 200 python3 -m pyrms.bench --no-sweep --no-graphs --out "$OUT" --name host > "$OUT/host.stdout" 2>&1
+              grep -A30 "^Host time per call" "$OUT/host.txt" | sed '/^$/q' ;;
         random) timeout 300 python3 -m pyrms.random_check --seed 2026 --count 5000 --precompile --out "$OUT/random_check.json" > "$OUT/random_check.log" 2>&1 ;;
         torchhost) timeout 150 python3 tools/torch_host_time.py > "$OUT/torch_host_time.txt" 2>&1 ;;
         bench) timeout 200 python3 -m pyrms.bench --quick --out "$OUT" --name quick > "$OUT/bench_quick.stdout" 2>&1 ;;
@@ -21,4 +22,4 @@ for step in $STEPS; do
     echo "$step rc=$? $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.txt"
 done
 tail -3 "$OUT/gpu_suite.log" 2>/dev/null
-cat "$OUT/demo_diff.txt" "$OUT/host_overhead.txt" 2>/dev/null | tail -20
+cat "$OUT/demo_diff.txt" 2>/dev/null

@@ -6,8 +6,8 @@ device, which runs a small launch in a couple of microseconds, can never push ba
 perf_counter around each batch / BATCH; median over batches, the variants interleaved batch by batch.
 
 The bare launch is the floor: ``cuda.bindings.driver.cuLaunchKernel`` called directly on the very
-kernel, grid, block and arguments that ``pyrms.rms_norm`` launched (recorded by wrapping
-``pyrms.launch.Kernel.launch`` for one call), packed once. This file imports cuda.bindings itself for
+kernels, grids, blocks and arguments that one call of an op launched (recorded by wrapping pyrms's
+launch layer for one call), packed once; every op is compared with its own bare launches. This file imports cuda.bindings itself for
 that comparison only; pyrms's own code reaches the driver through pyrms.driver.
 """
 from __future__ import annotations
@@ -107,40 +107,77 @@ def _time_batches(variants: dict, batches: int) -> dict[str, list[float]]:
     return samples
 
 
+def _bare_of(call):
+    """A function making exactly the launches one ``call()`` makes, each a bare cuLaunchKernel with its
+    arguments packed once; None if the call launched nothing."""
+    call()
+    driver.synchronize()
+    with recorded_launches() as made:
+        call()
+    driver.synchronize()
+    if not made:
+        return None
+    bares = [bare_launcher(m) for m in made]
+    if len(bares) == 1:
+        return bares[0]
+    return lambda: [b() for b in bares]
+
+
+OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "rms_norm_backward")
+
+
 def host_overhead(ctx, device, rng, calls: int, epsilon: float) -> dict:
-    """Host µs per call: bare cuLaunchKernel, pyrms's Kernel.launch, pyrms.rms_norm on raw ints, torch eager."""
+    """Host µs per call on 1x4096 bf16, variants interleaved: for every op, the bare cuLaunchKernel calls
+    one call of it makes ("bare <op>") and the op on raw ints ("<op>"); pyrms.rms_norm on pyrms.Tensor
+    and on torch tensors as they are; pyrms.torch.rms_norm; torch eager F.rms_norm."""
     tokens, hidden = HOST_SHAPE
     dt = dtypes.BFLOAT16
     nbytes = stats.pad(tokens * hidden * dt.itemsize)
     out: dict = {"shape": [tokens, hidden], "dtype": dt.name, "calls_per_batch": BATCH}
-    with driver.DeviceBuffer(nbytes, device) as x, driver.DeviceBuffer(nbytes, device) as y, \
-            driver.DeviceBuffer(stats.pad(hidden * dt.itemsize), device) as w:
-        problem_mod.fill_random(x.ptr, nbytes, dt, rng)
-        problem_mod.fill_random(w.ptr, w.nbytes, dt, rng)
-        stream = ctx.stream
-
-        def pyrms_call():
-            pyrms.rms_norm(y.ptr, x.ptr, w.ptr, epsilon, tokens, hidden, dtype="bfloat16", stream=stream)
-
-        pyrms_call()  # compiles and loads (not timed)
-        driver.synchronize()
-        with recorded_launches() as calls_made:
-            pyrms_call()
-        driver.synchronize()
-        variants = {}
-        if len(calls_made) == 1:
-            kernel, grid, block, args, kstream, shared = calls_made[0]
-            variants["bare"] = bare_launcher(calls_made[0])
-            variants["kernel_launch"] = lambda: kernel.launch(grid, block, args, kstream, shared)
-        else:
-            out["bare_reason"] = f"pyrms.rms_norm made {len(calls_made)} Kernel.launch calls, expected 1"
-        variants["pyrms"] = pyrms_call
+    stream = ctx.stream
+    with contextlib.ExitStack() as buffers:
+        rows = [buffers.enter_context(driver.DeviceBuffer(nbytes, device)) for _ in range(5)]
+        vectors = [buffers.enter_context(driver.DeviceBuffer(stats.pad(hidden * 4), device)) for _ in range(3)]
+        for b in (*rows, *vectors):
+            problem_mod.fill_random(b.ptr, b.nbytes, dt, rng)
+        x, r, y, dy, gx = (b.ptr for b in rows)
+        w, bias, gw = (b.ptr for b in vectors)
+        common = dict(dtype="bfloat16", stream=stream)
+        ops = {
+            "rms_norm": lambda: pyrms.rms_norm(y, x, w, epsilon, tokens, hidden, **common),
+            "fused_add_rms_norm": lambda: pyrms.fused_add_rms_norm(x, r, w, epsilon, tokens, hidden, **common),
+            "layer_norm": lambda: pyrms.layer_norm(y, x, w, bias, epsilon, tokens, hidden, **common),
+            "rms_norm_backward": lambda: pyrms.rms_norm_backward(gx, gw, dy, x, w, epsilon, tokens, hidden,
+                                                                 grad_weight_dtype="float32", **common),
+        }
+        variants, skipped = {}, {}
+        for name, call in ops.items():
+            try:  # one op that cannot run here (no memory pools, say) does not cost the others their figures
+                bare = _bare_of(call)
+            except Exception as exc:  # noqa: BLE001 - recorded in the results, with its reason
+                skipped[name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                continue
+            if bare is not None:
+                variants["bare" if name == "rms_norm" else f"bare {name}"] = bare
+            variants["pyrms" if name == "rms_norm" else name] = call
+        if skipped:
+            out["skipped"] = skipped
+        tx, tw, ty = (Tensor(p, shape, dt, device=device.ordinal) for p, shape in
+                      ((x, (tokens, hidden)), (w, (hidden,)), (y, (tokens, hidden))))
+        variants["rms_norm pyrms.Tensor"] = lambda: pyrms.rms_norm(ty, tx, tw, epsilon, stream=stream)
         if ctx.torch is not None:
             torch = ctx.torch
+            as_torch = lambda t: torch.as_tensor(t).view(torch.bfloat16)  # noqa: E731 - views, no copy
+            qx, qw, qy = as_torch(tx), as_torch(tw), as_torch(ty)
+            variants["rms_norm torch tensors"] = lambda: pyrms.rms_norm(qy, qx, qw, epsilon, stream=stream)
+            try:
+                import pyrms.torch as pt
+
+                variants["pyrms.torch.rms_norm"] = lambda: pt.rms_norm(qx, qw, epsilon)
+            except ImportError as exc:
+                out["pyrms_torch_reason"] = str(exc)
             F = torch.nn.functional
-            as_torch = lambda ptr, shape: torch.as_tensor(Tensor(ptr, shape, dt, device=device.ordinal)).view(torch.bfloat16)
-            tx, tw = as_torch(x.ptr, (tokens, hidden)), as_torch(w.ptr, (hidden,))
-            variants["torch"] = lambda: F.rms_norm(tx, (hidden,), tw, epsilon)
+            variants["torch"] = lambda: F.rms_norm(qx, (hidden,), qw, epsilon)
         else:
             out["torch_reason"] = ctx.torch_reason
         _time_batches(variants, 2)  # warm-up

@@ -149,16 +149,17 @@ def host_section(host: dict | None) -> str:
     us, spread = host["per_call_us"], host["spread"]
     t, h = host["shape"]
     labels = {"bare": "bare cuLaunchKernel, arguments packed once (the floor)",
-              "kernel_launch": "pyrms Kernel.launch (the launch layer alone)",
               "pyrms": "pyrms.rms_norm on raw ints (validation + plan + launch)",
               "torch": "torch eager F.rms_norm"}
     lines = [f"Host time per call ({t}x{h} {host['dtype']}; {host['batches']} batches of {host['calls_per_batch']} calls, "
              "each batch starting on an idle device so the GPU never holds the host back; median, p10-p90 spread):"]
-    base = us.get("bare")
     for name, value in us.items():
+        base = us.get(f"bare {name}", us.get("bare"))  # an op against its own bare launches
         ratio = f"  {value / base:5.2f} x bare" if base else ""
         lines.append(f"  {labels.get(name, name):<58} {value:7.2f} us +-{spread[name]:.0%}{ratio}")
-    for key in ("bare_reason", "torch_reason"):
+    for name, reason in host.get("skipped", {}).items():
+        lines.append(f"  {name}: not measured ({reason})")
+    for key in ("bare_reason", "torch_reason", "pyrms_torch_reason"):
         if key in host:
             lines.append(f"  ({host[key]})")
     return "\n".join(lines)
