@@ -154,7 +154,7 @@ def host_section(host: dict | None) -> str:
     lines = [f"Host time per call ({t}x{h} {host['dtype']}; {host['batches']} batches of {host['calls_per_batch']} calls, "
              "each batch starting on an idle device so the GPU never holds the host back; median, p10-p90 spread):"]
     for name, value in us.items():
-        base = us.get(f"bare {name}", us.get("bare"))  # an op against its own bare launches
+        base = value if name.startswith("bare") else us.get(f"bare {name}", us.get("bare"))  # an op vs its own
         ratio = f"  {value / base:5.2f} x bare" if base else ""
         lines.append(f"  {labels.get(name, name):<58} {value:7.2f} us +-{spread[name]:.0%}{ratio}")
     for name, reason in host.get("skipped", {}).items():

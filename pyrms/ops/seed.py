@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .. import driver, dtypes, kernels
+from .. import driver, dtypes, kernels, launch
 from . import _operands as check
+from ._prepared import cache_for, scalars_ok
 from .._types import DTypeLike, Operand, StreamLike
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32")
@@ -42,9 +43,40 @@ def plan_seed(dtype, hidden: int) -> SeedPlan:
     return SeedPlan(dt, hidden, vec, block)
 
 
+class Prepared:
+    """One (device, dtype, hidden) of the seed kernel, resolved once: plan, kernel, row limit."""
+
+    __slots__ = ("kernel", "launch", "row_bytes", "max_rows")
+
+    def __init__(self, device, dtype, hidden):
+        hidden = check.size("hidden_size", hidden)
+        dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+        p = plan_seed(dt, hidden)
+        self.kernel = kernels.get(p.source, p.expression, (p.expression,), _SIGNATURE, device)
+        self.launch = launch.RowLaunch(_SIGNATURE, p.block, (), device)
+        self.row_bytes, self.max_rows = hidden * dt.itemsize, check.max_rows(hidden, hidden)
+
+    def __call__(self, out, input, weight, epsilon, num_tokens, stream) -> bool:
+        if not scalars_ok(epsilon, num_tokens, self.max_rows) or not (out and input and weight) or (
+                out | input | weight) & 15:  # the seed's 16-byte vectors: aligned pointers only
+            return False
+        o_end, x_end = out + num_tokens * self.row_bytes, input + num_tokens * self.row_bytes
+        if (out < x_end and input < o_end and out != input) or (out < weight + self.row_bytes and weight < o_end):
+            return False
+        self.launch(self.kernel, num_tokens, check.stream(stream), out, input, weight, epsilon)
+        return True
+
+
+_prepared = cache_for(Prepared)
+
+
 def seed_rms_norm(out: Operand, input: Operand, weight: Operand, epsilon: float, num_tokens: int, hidden_size: int, *,
                   dtype: DTypeLike | None = None, stream: StreamLike = None) -> None:
     """The seed kernel on contiguous [num_tokens, hidden_size] rows; same arguments as pyrms.rms_norm."""
+    if type(out) is int and type(input) is int and type(weight) is int:
+        prepared = _prepared.get(dtype, hidden_size)
+        if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream):
+            return
     num_tokens = check.size("num_tokens", num_tokens)
     hidden = check.size("hidden_size", hidden_size)
     eps = check.epsilon(epsilon)
@@ -59,9 +91,13 @@ def seed_rms_norm(out: Operand, input: Operand, weight: Operand, epsilon: float,
         if op.ptr % 16:
             raise ValueError(f"the seed kernel needs 16-byte aligned pointers (a seed defect); "
                              f"{op.name} is {op.ptr:#x}")
-    p = plan_seed(dt, hidden)
-    handle = driver.stream_handle(stream)
-    device = driver.current_device()
-    check.same_device(ops, device.ordinal)
-    kernel = kernels.get(p.source, p.expression, (p.expression,), _SIGNATURE, device)
-    kernel.launch(num_tokens, p.block, (ops[0].ptr, ops[1].ptr, ops[2].ptr, eps), handle)
+    plan_seed(dt, hidden)  # its limit, before any driver call
+    o_span = check.span(ops[0].ptr, num_tokens, hidden, hidden, dt.itemsize)
+    check.no_partial_overlap(ops[0], o_span, ops[1], check.span(ops[1].ptr, num_tokens, hidden, hidden, dt.itemsize),
+                             may_alias=True)
+    check.no_partial_overlap(ops[0], o_span, ops[2], check.span(ops[2].ptr, 1, hidden, hidden, dt.itemsize),
+                             may_alias=False)
+    check.stream(stream)
+    check.same_device(ops, driver.selected_device().ordinal)
+    launched = _prepared.require(dt, hidden)(ops[0].ptr, ops[1].ptr, ops[2].ptr, eps, num_tokens, stream)
+    assert launched, "the checks above accept what the prepared launch declines"
