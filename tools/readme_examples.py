@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""Run every ```python block of README.md, each in a fresh interpreter, from the checkout: the README's
+examples must work as written. Exit status 0 when all ran; prints each block's outcome.
+
+    PYTHONPATH=. python3 tools/readme_examples.py
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+
+
+def main() -> int:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    failed = 0
+    for i, code in enumerate(blocks((ROOT / "README.md").read_text()), 1):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        status = "ok" if done.returncode == 0 else f"FAILED (rc {done.returncode})"
+        print(f"README python block {i} ({code.splitlines()[0]!r} ...): {status}")
+        if done.returncode:
+            failed += 1
+            print(done.stderr[-3000:])
+    print(f"readme_examples: {failed} of {i} blocks failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
