@@ -209,6 +209,8 @@ def collapse(name: str, view: _adapter.View) -> tuple[int, int, int]:
     if hidden > 1 and strides[-1] != 1:
         raise ValueError(f"{name} must be contiguous along the hidden dimension (stride 1), got shape {shape} "
                          f"and strides {strides} (elements)")
+    if 0 in shape[:-1]:  # an empty batch: no row to address, whatever the strides say
+        return 0, hidden, hidden
     rows, stride = 1, hidden
     for size_, step in zip(reversed(shape[:-1]), reversed(strides[:-1])):
         if size_ == 1:

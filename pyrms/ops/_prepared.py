@@ -53,21 +53,13 @@ class PreparedCache:
         self.items[key] = prepared
         return prepared
 
-    def clear(self) -> None:
-        self.items.clear()
 
-
-def clear_all() -> None:
-    """Forget every op's prepared launches (tests that swap the driver)."""
-    for cache in _caches:
-        cache.clear()
-
-
+# Every op's cache, so that a test that swaps the driver can reset them all (tests/fake_driver.py).
 _caches: list[PreparedCache] = []
 
 
 def cache_for(factory) -> PreparedCache:
-    """A new PreparedCache, registered so that clear_all reaches it."""
+    """A new PreparedCache, registered in _caches."""
     cache = PreparedCache(factory)
     _caches.append(cache)
     return cache
