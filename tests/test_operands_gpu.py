@@ -127,3 +127,18 @@ def test_forced_variants_launch_the_kernel_they_name(rng, rows):
     with pytest.raises(RuntimeError), forced_rms_norm_variant("few"):
         raise RuntimeError("restored on the way out")
     assert rms_module._FEW_ROWS == plan.FEW_ROWS
+
+
+def test_backward_takes_nd_torch_tensors():
+    torch = _torch()
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    x = (torch.rand((2, 9, 768), device="cuda", generator=gen) * 4 - 2).to(torch.bfloat16)
+    dy = (torch.rand((2, 9, 768), device="cuda", generator=gen) * 2 - 1).to(torch.bfloat16)
+    w = torch.rand(768, device="cuda", generator=gen).to(torch.bfloat16)
+    dx, dx2 = torch.empty_like(x), torch.empty_like(x)
+    dw, dw2 = (torch.empty(768, device="cuda", dtype=torch.float32) for _ in range(2))
+    pyrms.rms_norm_backward(dx, dw, dy, x, w, 1e-6, None, None)  # sizes from the arrays, [2, 9, 768] rows
+    pyrms.rms_norm_backward(dx2.data_ptr(), dw2.data_ptr(), dy.data_ptr(), x.data_ptr(), w.data_ptr(), 1e-6, 18, 768,
+                            dtype="bfloat16", grad_weight_dtype="float32")
+    torch.cuda.synchronize()
+    assert torch.equal(dx.view(torch.int16), dx2.view(torch.int16)) and torch.equal(dw, dw2)

@@ -96,6 +96,19 @@ def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output
         if prepared is not None and prepared(grad_input, grad_output, input, weight, grads, epsilon, num_tokens,
                                              stream, None):
             return
+    rows_or_vectors = (grad_input, grad_output, input, weight)
+    if not all(isinstance(v, int) for v in rows_or_vectors):  # arrays: read once, then the raw-pointer path
+        dt, num_tokens, hidden_size, found = check.arrays(
+            dtype, num_tokens, hidden_size,
+            rows=[("grad_output", grad_output, grad_output_stride, "grad_output_stride", False),
+                  ("input", input, input_stride, "input_stride", False),
+                  ("grad_input", grad_input, grad_input_stride, "grad_input_stride", True)],
+            vectors=[("weight", weight)])
+        if not num_tokens:
+            return
+        (grad_output, grad_output_stride), (input, input_stride), (grad_input, grad_input_stride), (weight, _) = (
+            found[name] for name in ("grad_output", "input", "grad_input", "weight"))
+        dtype = dt
     _general(layer_norm, grad_input, grads, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
              stream)
