@@ -137,7 +137,7 @@ def test_backward_takes_nd_torch_tensors():
     w = torch.rand(768, device="cuda", generator=gen).to(torch.bfloat16)
     dx, dx2 = torch.empty_like(x), torch.empty_like(x)
     dw, dw2 = (torch.empty(768, device="cuda", dtype=torch.float32) for _ in range(2))
-    pyrms.rms_norm_backward(dx, dw, dy, x, w, 1e-6, None, None)  # sizes from the arrays, [2, 9, 768] rows
+    pyrms.rms_norm_backward(dx, dw, dy, x, w, 1e-6)  # sizes from the arrays: [2, 9, 768] is 18 rows
     pyrms.rms_norm_backward(dx2.data_ptr(), dw2.data_ptr(), dy.data_ptr(), x.data_ptr(), w.data_ptr(), 1e-6, 18, 768,
                             dtype="bfloat16", grad_weight_dtype="float32")
     torch.cuda.synchronize()

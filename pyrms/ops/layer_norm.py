@@ -97,7 +97,8 @@ def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, 
 
 
 def layer_norm_backward(grad_input: Operand, grad_weight: Operand, grad_bias: Operand | None, grad_output: Operand,
-                        input: Operand, weight: Operand, epsilon: float, num_tokens: int, hidden_size: int, *,
+                        input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
+                        hidden_size: int | None = None, *,
                         dtype: DTypeLike | None = None, grad_output_stride: int | None = None,
                         input_stride: int | None = None, grad_input_stride: int | None = None,
                         grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,

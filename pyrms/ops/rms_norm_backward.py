@@ -6,7 +6,8 @@ from .._types import DTypeLike, Operand, StreamLike, Workspace
 
 
 def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Operand, input: Operand, weight: Operand,
-                      epsilon: float, num_tokens: int, hidden_size: int, *, dtype: DTypeLike | None = None,
+                      epsilon: float, num_tokens: int | None = None, hidden_size: int | None = None, *,
+                      dtype: DTypeLike | None = None,
                       grad_output_stride: int | None = None, input_stride: int | None = None,
                       grad_input_stride: int | None = None, gemma: bool = False,
                       grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
@@ -23,8 +24,8 @@ def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Op
     tuning and tests). The rounding options of the forward do not apply: this is the gradient of the
     exact function.
 
-    Memory arguments: raw device pointers (int), pyrms Tensors, or ``__cuda_array_interface__``
-    objects. grad_input, grad_output, input: [num_tokens, hidden_size], contiguous along the hidden
+    Memory arguments: raw device pointers (int) or arrays as in ``pyrms.rms_norm`` (sizes then
+    inferred). grad_input, grad_output, input: [num_tokens, hidden_size] (or [..., hidden_size]), contiguous along the hidden
     dimension, each with its own row stride (``*_stride``, default: the array's, or hidden_size);
     weight, grad_weight: [hidden_size]. Any element alignment of any pointer. grad_input may be
     grad_output or input (in place); everything else must be disjoint. grad_weight is written in the
