@@ -180,7 +180,8 @@ def summary(results: Sequence[Result], arch: str, seconds: float, jobs: int) -> 
 # --- the command --------------------------------------------------------------------------------------
 
 
-def _ops(text: str) -> tuple[str, ...]:
+def parse_ops(text: str) -> tuple[str, ...]:
+    """An --ops argument: a comma list of OPS, or 'all' (argparse type; sanitize_all uses it too)."""
     names = [t.strip() for t in text.split(",") if t.strip()]
     if names == ["all"]:
         return OPS
@@ -216,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      epilog="\n".join(doc.splitlines()[1:]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", help="arch to compile for, e.g. sm_90 (default: $PYRMS_ARCH, else the GPU's)")
-    parser.add_argument("--ops", type=_ops, default=OPS, help=f"comma list of {', '.join(OPS)} (default all)")
+    parser.add_argument("--ops", type=parse_ops, default=OPS, help=f"comma list of {', '.join(OPS)} (default all)")
     parser.add_argument("--dtypes", type=dtypes.argument_list, default=dtypes.ALL,
                         help="comma list, e.g. bf16,fp16 (default bfloat16, float16, float32)")
     parser.add_argument("--seed-hidden", type=_sizes, default=SEED_HIDDENS, metavar="LIST",

@@ -43,7 +43,8 @@ from pyrms import precompile as precompile_mod  # noqa: E402
 from pyrms.testing import (allocate, check_layer_norm, check_norm_backward, check_rms_norm,  # noqa: E402
                            run_checked)
 
-OPS = ("rms_norm", "fused_add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward", "seed")
+OPS = precompile_mod.OPS
+parse_ops = precompile_mod.parse_ops
 def kernels_per_call(op: str, case: dict) -> int:
     """Kernel launches behind one checked op call: the backward passes are a rows kernel, then one
     column-sum kernel per parameter gradient (LayerNorm: dweight and dbias, unless grad_bias=False)."""
@@ -236,16 +237,6 @@ def run(ops, quick: bool, verbose: bool, shard: tuple[int, int] = (0, 1)) -> int
     print(f"sanitize_all: {total} launches checked, {total_failed} failed ({kernels} kernel launches, "
           f"{'quick' if quick else 'full'} matrix{where}, ops {','.join(ops)}, {time.time() - start:.1f} s)", flush=True)
     return 1 if total_failed or aborted else 0
-
-
-def parse_ops(text: str) -> tuple[str, ...]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if names == ["all"]:
-        return OPS
-    unknown = [n for n in names if n not in OPS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown op(s) {unknown or text!r}; allowed: {', '.join(OPS)} or all")
-    return tuple(op for op in OPS if op in names)
 
 
 def parse_shard(text: str) -> tuple[int, int]:
