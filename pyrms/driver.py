@@ -81,8 +81,7 @@ def _ensure_init() -> None:
 def unavailable_reason() -> str | None:
     """None if a driver and at least one device are usable, else a one-line reason. Never raises."""
     try:
-        _ensure_init()
-        count = check(_cu.cuDeviceGetCount(), "cuDeviceGetCount")
+        count = device_count()
     except Exception as exc:
         return _one_line(exc)
     return None if count > 0 else "the CUDA driver reports no devices"
@@ -230,8 +229,7 @@ def get_device(ordinal: int = 0) -> Device:
         ordinal = operator.index(ordinal)
     except TypeError:
         raise TypeError(f"device ordinal must be an int, got {type(ordinal).__name__} {ordinal!r}") from None
-    _ensure_init()
-    count = check(_cu.cuDeviceGetCount(), "cuDeviceGetCount")
+    count = device_count()
     if not 0 <= ordinal < count:
         allowed = f"0..{count - 1}" if count else "none"
         raise ValueError(f"device ordinal {ordinal} is out of range: this machine has {count} "

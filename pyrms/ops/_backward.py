@@ -117,10 +117,8 @@ def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output
 def _general(layer_norm, grad_input, grads, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
              stream):
-    """Every check with its message, on raw pointers or arrays, then the prepared launch on the pointers."""
-    if num_tokens is None or hidden_size is None:
-        dt, num_tokens, hidden_size, _ = check.arrays(dtype, num_tokens, hidden_size, rows=[
-            ("grad_output", grad_output, grad_output_stride, "grad_output_stride", False)], vectors=[])
+    """Every check with its message (the rows and the weight are raw pointers by now; the parameter
+    gradients may still be arrays), then the prepared launch on the pointers."""
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     eps = check.epsilon(epsilon)
     params = dict(zip(("grad_weight", "grad_bias"), grads))

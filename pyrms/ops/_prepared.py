@@ -8,6 +8,7 @@ exactly as the caller passed them, so that a repeated call costs one dict lookup
 from __future__ import annotations
 
 from .. import driver, errors
+from ._operands import FLOAT32_MAX
 
 LIMIT = 4096  # prepared launches kept per op, whatever shapes a long-running server meets
 
@@ -95,4 +96,4 @@ class Pointers:
 def scalars_ok(epsilon, num_tokens, max_rows: int) -> bool:
     """The per-call scalar checks: an int row count in range, a float epsilon within float32 (NaN fails)."""
     return (type(num_tokens) is int and 0 < num_tokens <= max_rows and type(epsilon) is float
-            and 0.0 <= epsilon <= 3.4028234663852886e38)
+            and 0.0 <= epsilon <= FLOAT32_MAX)
