@@ -16,7 +16,6 @@ for step in $STEPS; do
         host) timeout 200 python3 -m pyrms.bench --no-sweep --no-graphs --out "$OUT" --name host > "$OUT/host.stdout" 2>&1
               grep -A30 "^Host time per call" "$OUT/host.txt" | sed '/^$/q' ;;
         random) timeout 300 python3 -m pyrms.random_check --seed 2026 --count 5000 --precompile --out "$OUT/random_check.json" > "$OUT/random_check.log" 2>&1 ;;
-        torchhost) timeout 150 python3 tools/torch_host_time.py > "$OUT/torch_host_time.txt" 2>&1 ;;
         readme) timeout 300 python3 tools/readme_examples.py > "$OUT/readme_examples.txt" 2>&1; tail -3 "$OUT/readme_examples.txt" ;;
         bench) timeout 200 python3 -m pyrms.bench --quick --out "$OUT" --name quick > "$OUT/bench_quick.stdout" 2>&1 ;;
     esac
