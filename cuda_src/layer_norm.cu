@@ -9,12 +9,13 @@
 // Every step is one explicitly rounded fp32 operation (__fsub_rn, __fmul_rn, ...: no FMA), so
 // pyrms.reference.layer_norm_twin and norm_backward_twin reproduce the kernels bit for bit.
 //
-// layer_norm_kernel<T, CACHE, BIAS>: one block per row, like rms_norm.cu. Pass 1 (pyrms::row_stats) splits
-// the row at the input's 16-byte boundaries and keeps CACHE body vectors per thread in registers for
-// both statistics passes; pass 2 (pyrms::write_row) splits at the output's boundaries, so every body
-// store is 16 bytes wide, and loads input, weight and bias at the widest width their alignment
-// relative to the output allows. In place (out == input) is allowed. The planner picks blockDim.x and
-// CACHE from the hidden size only, so a row's result does not depend on its batch.
+// layer_norm_kernel<T, CACHE, SPREAD, BIAS, EARLY_WEIGHTS>: one block per row on the row core
+// (row_core.cuh), with rms_norm.cu's variants. Pass 1 (row_stats) splits the row at the input's 16-byte
+// boundaries and keeps the held body vectors in registers for both statistics passes; pass 2
+// (write_row) splits at the output's boundaries, so every body store is 16 bytes wide, and loads input,
+// weight and bias at the widest width their alignment relative to the output allows. In place
+// (out == input) is allowed. The planner picks the fold width and CACHE from the hidden size only, and
+// every variant computes the row core's one tree, so a row's result does not depend on its batch.
 //
 // layer_norm_backward_kernel<T, V> + sum_partials_kernel<OutT>: see norm_backward.cuh (dw and db are
 // two planes of the workspace, summed by two launches of sum_partials_kernel).
@@ -23,29 +24,40 @@
 namespace pyrms {
 
 // bias is not read when BIAS is false (it may be null).
-template <typename T, int CACHE, bool BIAS>
-__global__ void __launch_bounds__(1024, 1) layer_norm_kernel(
+template <typename T, int CACHE, int SPREAD, bool BIAS, bool EARLY_WEIGHTS>
+__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_kernel(
     T* out, const T* input, const T* __restrict__ weight, const T* __restrict__ bias, float epsilon, int hidden,
     long long input_stride, long long out_stride) {
+    using Shape = RowShape<CACHE, SPREAD>;
     __shared__ float scratch[2][32];
+    __shared__ float partials[Shape::PARTIALS];
+    begin_dependent_grid();
     const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
     T* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
-    Pack<T> cached[CACHE > 0 ? CACHE : 1];
-    const RowStats st = row_stats<T, CACHE, true>(in_row, hidden, epsilon, cached, scratch[0], scratch[1]);
-    write_row<T, CACHE, BIAS>(out_row, in_row, weight, bias, hidden, cached, [st](T x, T w, T b) {
+    const Shape sh;
+    const RowSplit s = split_row(in_row, hidden);
+    const RowIn<T, false> src{in_row};
+    Pack<T> held[Shape::SLOTS], held_w[Shape::SLOTS];
+    load_held(sh, s, src, held);
+    if constexpr (EARLY_WEIGHTS) load_held_weights(sh, out_row, in_row, weight, hidden, held_w);
+    const RowStats st = row_stats<T, CACHE, SPREAD, true>(sh, s, hidden, epsilon, src, held, scratch[0], scratch[1],
+                                                          partials);
+    write_row<T, CACHE, SPREAD, BIAS, false, EARLY_WEIGHTS>(sh, out_row, in_row, weight, bias, hidden, held, held_w,
+                                                             [st](T x, T w, T b) {
         const float scaled = __fmul_rn(__fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv), to_float(w));
         return from_float<T>(BIAS ? __fadd_rn(scaled, to_float(b)) : scaled);
     });
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(512, 1) layer_norm_backward_kernel(
+__global__ void __launch_bounds__(backward_max_threads(V, true), 1) layer_norm_backward_kernel(
     T* grad_input, float* partials, const T* grad_output, const T* input, const T* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
-    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared) {
+    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
+    int fold) {
     norm_backward_rows<T, V, true, false>(grad_input, partials, grad_output, input, weight, epsilon, rows, hidden,
                                           grad_input_stride, grad_output_stride, input_stride, chunk_rows,
-                                          rows_per_block, ws_stride, sums_in_shared);
+                                          rows_per_block, ws_stride, sums_in_shared, fold);
 }
 
 }  // namespace pyrms

@@ -4,11 +4,14 @@
 //   RMSNorm:   dx = inv * (g - x_hat * mean(x_hat * g))
 //   LayerNorm: dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
 //   dweight = sum over rows of dy * x_hat;  dbias (LayerNorm) = sum over rows of dy.
-// Nothing is saved by the forward: each row's statistics are recomputed by pyrms::row_stats, in the
-// forward kernels' order, so with the same block size they equal the forward's bit for bit.
+// Nothing is saved by the forward: each row's statistics are recomputed by the row core's row_stats
+// (row_core.cuh) with the forward's fold width `fold` (the planner passes it; the backward's own block
+// may be narrower), so they are the forward's bit for bit by construction.
 //
 // Kernel 1 (norm_backward_rows, one block per rows_per_block rows, a multiple of chunk_rows):
 // per row, (1) row_stats, split at the input row's boundaries; (2) the row sums of x_hat*g (and g),
+// in the row core's tree for fold width blockDim.x (per-vector partials folded per thread, then the
+// block sum),
 // and (3) dx and the parameter-gradient terms, both split at the WEIGHT's boundaries: the weight is
 // the one operand whose split is the same in every row, so thread t owns the same columns in every
 // row, and only it ever touches their running sums (no atomics, no barrier). The sums live in
@@ -34,7 +37,7 @@
 // read and write each element by the same thread, and pass (1)'s reads precede a barrier.
 // Consecutive block sums alternate two scratch buffers, so no barrier beyond block_sum's is needed.
 #pragma once
-#include "common.cuh"
+#include "row_core.cuh"
 
 namespace pyrms {
 
@@ -104,8 +107,11 @@ __device__ __forceinline__ void copy_columns(float* dst, long long dst_plane, co
 }
 
 // Threads a block of the backward kernels may have, by V: two cached vectors per thread (x and dy)
-// need up to 128 registers (512 threads); one or none fit in the 64 that 1024 threads leave.
-__host__ __device__ constexpr int backward_max_threads(int v) { return v >= 2 ? 512 : 1024; }
+// need up to 128 registers (512 threads), and LayerNorm's one cached vector more than 64; RMSNorm's one,
+// or none, fit in the 64 that 1024 threads leave.
+__host__ __device__ constexpr int backward_max_threads(int v, bool centered) {
+    return v >= 2 || (centered && v >= 1) ? 512 : 1024;
+}
 
 // Calls f(first element, count) for every column the calling thread owns: its prefix element,
 // its body vectors, its tail element. (A function template, not a generic lambda: NVRTC 13.0
@@ -122,12 +128,14 @@ template <typename T, int V, bool CENTERED, bool GEMMA>
 __device__ __forceinline__ void norm_backward_rows(
     T* grad_input, float* partials, const T* grad_output, const T* input, const T* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
-    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared) {
+    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
+    int fold) {
     constexpr int N = Vec<T>::N;
     constexpr int P = CENTERED ? 2 : 1;  // parameter gradients: dweight (and dbias)
     constexpr int VC = V > 0 ? V : 1;
     __shared__ float scratch[2][32];
     extern __shared__ __align__(16) float shared_sums[];  // P * ws_stride floats when sums_in_shared
+    begin_dependent_grid();
     const int t = threadIdx.x;
     const int B = blockDim.x;
     const RowSplit ws = split_row(weight, hidden);  // the columns thread t owns, in every row
@@ -135,6 +143,8 @@ __device__ __forceinline__ void norm_backward_rows(
     const long long plane = (static_cast<long long>(rows) + chunk_rows - 1) / chunk_rows * ws_stride;
 
 
+    using Shape = RowShape<V, 1>;
+    const Shape sh(fold);
     Pack<T> xc[VC], dyc[VC];
     // Row indices fit in int (rows <= 2^31 - 1); nothing below computes past `rows`.
     const int first = static_cast<int>(min(static_cast<long long>(blockIdx.x) * rows_per_block, static_cast<long long>(rows)));
@@ -151,45 +161,54 @@ __device__ __forceinline__ void norm_backward_rows(
             T* dx = grad_input + static_cast<long long>(r) * grad_input_stride;
 
             // (1) statistics; xc holds the thread's body vectors of x's own split.
-            const RowStats st = row_stats<T, V, CENTERED>(x, hidden, epsilon, xc, scratch[0], scratch[1]);
+            const RowSplit xs = split_row(x, hidden);
+            const RowIn<T, false> src{x};
+            load_held(sh, xs, src, xc);
+            const RowStats st = row_stats<T, V, 1, CENTERED>(sh, xs, hidden, epsilon, src, xc, scratch[0], scratch[1],
+                                                             nullptr);
 
             // (2) sum of x_hat * g (and of g), over the weight's split.
             const int rel_x = (vec_phase(x) - w_phase) & (N - 1);
             const int x_width = load_width<T>(rel_x);
             const int dy_width = load_width<T>((vec_phase(dy) - w_phase) & (N - 1));
+            // The row core's tree: each body vector's terms summed into a partial, added to the thread's sum.
             float dot = 0.0f, g_sum = 0.0f;
-            auto add = [&](float xv, float wv, float dyv) {
+            auto add = [&](float& dot_acc, float& g_acc, float xv, float wv, float dyv) {
                 const float g = weighted<GEMMA>(wv, dyv);
-                dot = __fadd_rn(dot, __fmul_rn(normalized<CENTERED>(xv, st), g));
-                if (CENTERED) g_sum = __fadd_rn(g_sum, g);
+                dot_acc = __fadd_rn(dot_acc, __fmul_rn(normalized<CENTERED>(xv, st), g));
+                if (CENTERED) g_acc = __fadd_rn(g_acc, g);
             };
-            if (t < ws.pre) add(to_float(x[t]), to_float(weight[t]), to_float(dy[t]));
+            auto add_vector = [&](const Pack<T>& xv, const Pack<T>& w, const Pack<T>& dv) {
+                float dot_p = 0.0f, g_p = 0.0f;
+#pragma unroll
+                for (int j = 0; j < N; ++j) add(dot_p, g_p, to_float(xv.e[j]), to_float(w.e[j]), to_float(dv.e[j]));
+                dot = __fadd_rn(dot, dot_p);
+                if (CENTERED) g_sum = __fadd_rn(g_sum, g_p);
+            };
+            if (t < ws.pre) add(dot, g_sum, to_float(x[t]), to_float(weight[t]), to_float(dy[t]));
 #pragma unroll
             for (int k = 0; k < V; ++k) {
                 const int i = t + k * B;
                 if (i < ws.vectors) {
                     const int at = ws.pre + i * N;
-                    if (rel_x != 0) xc[k] = load_pack(x + at, x_width);  // else xc[k] is already this vector
+                    // xc[k] is already this vector where x shares the weight's phase and the block is the fold
+                    if (rel_x != 0 || fold != B) xc[k] = load_pack(x + at, x_width);
                     dyc[k] = load_pack(dy + at, dy_width);
-                    const Pack<T> w = load_aligned(weight + at);
-#pragma unroll
-                    for (int j = 0; j < N; ++j) add(to_float(xc[k].e[j]), to_float(w.e[j]), to_float(dyc[k].e[j]));
+                    add_vector(xc[k], load_aligned(weight + at), dyc[k]);
                 }
             }
             for (int i = t + V * B; i < ws.vectors; i += B) {
                 const int at = ws.pre + i * N;
-                const Pack<T> xv = load_pack(x + at, x_width), dv = load_pack(dy + at, dy_width);
-                const Pack<T> w = load_aligned(weight + at);
-#pragma unroll
-                for (int j = 0; j < N; ++j) add(to_float(xv.e[j]), to_float(w.e[j]), to_float(dv.e[j]));
+                add_vector(load_pack(x + at, x_width), load_aligned(weight + at), load_pack(dy + at, dy_width));
             }
             if (ws.tail + t < hidden) {
                 const int at = ws.tail + t;
-                add(to_float(x[at]), to_float(weight[at]), to_float(dy[at]));
+                add(dot, g_sum, to_float(x[at]), to_float(weight[at]), to_float(dy[at]));
             }
             // RMSNorm's stats used scratch[0], LayerNorm's scratch[0] then [1]: keep alternating.
-            const float dot_mean = __fdiv_rn(block_sum(dot, scratch[CENTERED ? 0 : 1]), static_cast<float>(hidden));
-            const float g_mean = CENTERED ? __fdiv_rn(block_sum(g_sum, scratch[1]), static_cast<float>(hidden)) : 0.0f;
+            const int warps = B >> 5;
+            const float dot_mean = __fdiv_rn(block_sum(dot, scratch[CENTERED ? 0 : 1], warps), static_cast<float>(hidden));
+            const float g_mean = CENTERED ? __fdiv_rn(block_sum(g_sum, scratch[1], warps), static_cast<float>(hidden)) : 0.0f;
 
             // (3) dx, and the running parameter-gradient sums.
             const int dx_width = load_width<T>((vec_phase(dx) - w_phase) & (N - 1));
@@ -246,6 +265,7 @@ template <typename OutT>
 __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const float* __restrict__ plane, int hidden,
                                                             int chunks, long long ws_stride, int offset) {
     __shared__ float lane_sums[32][32];  // [lane y][column]: a warp (one y) writes, thread y = 0 reads, one row each
+    begin_dependent_grid();
     const int col = blockIdx.x * 32 + threadIdx.x;
     float s = 0.0f;
     if (col < hidden) {

@@ -17,13 +17,14 @@
 namespace pyrms {
 
 template <typename T, int V, bool GEMMA>
-__global__ void __launch_bounds__(backward_max_threads(V), 1) rms_norm_backward_kernel(
+__global__ void __launch_bounds__(backward_max_threads(V, false), 1) rms_norm_backward_kernel(
     T* grad_input, float* partials, const T* grad_output, const T* input, const T* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
-    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared) {
+    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
+    int fold) {
     norm_backward_rows<T, V, false, GEMMA>(grad_input, partials, grad_output, input, weight, epsilon, rows, hidden,
                                            grad_input_stride, grad_output_stride, input_stride, chunk_rows,
-                                           rows_per_block, ws_stride, sums_in_shared);
+                                           rows_per_block, ws_stride, sums_in_shared, fold);
 }
 
 }  // namespace pyrms

@@ -11,18 +11,29 @@ from dataclasses import dataclass, replace
 from . import dtypes
 
 MAX_BLOCK = 1024
-# Up to this many rows, launches use the latency variant (rms_norm.cu's EARLY_WEIGHTS): one
-# resident wave or less, where the time is a chain of memory latencies, not bandwidth.
+# Up to this many rows, launches use the latency shape (row_core.cuh's SPREAD > 1, with the weights
+# loaded early): one resident wave or less, where the time is a chain of memory latencies, not bandwidth.
 FEW_ROWS = 256
 # How many 16-byte input vectors per thread a kernel variant keeps in registers between the
 # two passes (0: none, re-read in pass 2).
 CACHE_CHOICES = (1, 2, 4)
+# (CACHE, SPREAD) of the few-row kernels compiled: for each CACHE, the spreads spread_for can pick.
+FEW_ROW_SHAPES = ((0, 1), (1, 1), (2, 2), (4, 2), (4, 4))
 
 
-def max_threads(cache: int) -> int:
-    """Threads per block a CACHE variant allows (max_threads in rms_norm.cu): the registers for
-    `cache` vectors must fit beside the rest without spilling."""
-    return MAX_BLOCK if cache <= 2 else 2 * MAX_BLOCK // cache
+def max_threads(held: int) -> int:
+    """Threads per block a kernel that holds `held` vectors per thread allows (max_threads in
+    row_core.cuh): the registers for them must fit beside the rest without spilling."""
+    return MAX_BLOCK if held <= 2 else 2 * MAX_BLOCK // held
+
+
+def spread_for(cache: int, block: int) -> int:
+    """Threads per fold thread of the few-row shape (row_core.cuh's SPREAD): as many as divide the
+    cache and fit in a block, so that each thread holds one vector (or two) instead of `cache`."""
+    for spread in (4, 2):
+        if cache % spread == 0 and cache >= spread and spread * block <= MAX_BLOCK:
+            return spread
+    return 1
 
 
 @dataclass(frozen=True)
@@ -48,43 +59,83 @@ def row_split(address: int, hidden: int, itemsize: int) -> RowSplit:
     return RowSplit(prefix, vectors, hidden - prefix - vectors * n, n)
 
 
+def _bool(value: bool) -> str:
+    return str(bool(value)).lower()
+
+
 @dataclass(frozen=True)
-class RmsNormPlan:
+class _RowPlan:
+    """A kernel on the row core (row_core.cuh): `block` is the fold width F, which with the dtype, the
+    hidden size and the row's alignment defines the reduction tree; many rows launch blocks of F
+    threads (SPREAD = 1), few rows blocks of spread * F threads (the latency shape). Same bits."""
+
     dtype: dtypes.DType
     hidden: int
-    block: int  # threads per block (one block per row)
-    cache: int  # 16-byte vectors per thread kept in registers (0: re-read in pass 2)
-    gemma: bool
-    round_once: bool
+    block: int  # the fold width: threads per block for many rows
+    cache: int  # 16-byte vectors per fold thread kept in registers (0: re-read in pass 2)
 
-    source = "rms_norm.cu"
+    kernel = ""  # the kernel template's name, and its option flags after CACHE, SPREAD:
+    source = ""
+
+    def _flags(self) -> tuple:
+        return ()
+
+    def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None) -> str:
+        options = ", ".join(_bool(f) for f in (*(self._flags() if flags is None else flags), early))
+        return f"pyrms::{self.kernel}<{self.dtype.ctype}, {cache}, {spread}, {options}>"
+
+    @property
+    def spread(self) -> int:
+        return spread_for(self.cache, self.block)
+
+    @property
+    def latency_block(self) -> int:
+        """Threads per block of the few-row kernel."""
+        return self.spread * self.block
 
     @property
     def expression(self) -> str:
         """NVRTC name expression of the kernel variant this plan launches for many rows."""
-        return kernel_expression(self.dtype, self.cache, self.gemma, self.round_once)
+        return self._expression(self.cache, 1, False)
 
     @property
     def latency_expression(self) -> str:
-        """The variant for few rows (EARLY_WEIGHTS): same block, same arithmetic, same bits."""
-        return kernel_expression(self.dtype, self.cache, self.gemma, self.round_once, True)
+        """The variant for few rows (plan.FEW_ROWS): spread * block threads, the weights loaded early."""
+        return self._expression(self.cache, self.spread, True)
+
+    def _group(self, flags: tuple) -> tuple[str, ...]:
+        many = [self._expression(c, 1, False, flags) for c in (0, *CACHE_CHOICES)]
+        few = [self._expression(c, s, True, flags) for c, s in FEW_ROW_SHAPES]
+        return tuple(many + few)
 
     @property
     def group(self) -> tuple[str, ...]:
-        """The expressions compiled together with this one."""
-        return variant_group(self.dtype, self.gemma, self.round_once)
+        """Every CACHE and shape variant of one (dtype, options): compiled together in one NVRTC run
+        and cache entry, so a process pays one compile per option set whatever hidden sizes it meets."""
+        return self._group(self._flags())
 
 
-def kernel_expression(dtype: dtypes.DType, cache: int, gemma: bool, round_once: bool, early_weights: bool = False) -> str:
-    flags = ", ".join(str(f).lower() for f in (gemma, round_once, early_weights))
-    return f"pyrms::rms_norm_kernel<{dtype.ctype}, {cache}, {flags}>"
+@dataclass(frozen=True)
+class RmsNormPlan(_RowPlan):
+    gemma: bool = False
+    round_once: bool = False
+
+    kernel = "rms_norm_kernel"
+    source = "rms_norm.cu"
+
+    def _flags(self) -> tuple:
+        return (self.gemma, self.round_once)
+
+
+def kernel_expression(dtype: dtypes.DType, cache: int, spread: int, gemma: bool, round_once: bool,
+                      early_weights: bool = False) -> str:
+    """The name expression of one rms_norm.cu variant (for tools that time variants one by one)."""
+    return RmsNormPlan(dtype, 0, 0, cache, gemma, round_once)._expression(cache, spread, early_weights)
 
 
 def variant_group(dtype: dtypes.DType, gemma: bool, round_once: bool) -> tuple[str, ...]:
-    """Every CACHE variant of one (dtype, options): compiled together in one NVRTC run and cache
-    entry, so a process pays one compile per option set whatever hidden sizes it meets."""
-    return tuple(kernel_expression(dtype, c, gemma, round_once, early)
-                 for c in (0, *CACHE_CHOICES) for early in (False, True))
+    """Every variant of rms_norm.cu for one (dtype, options): one NVRTC run."""
+    return RmsNormPlan(dtype, 0, 0, 0, gemma, round_once).group
 
 
 def block_and_cache(dtype: dtypes.DType, hidden: int) -> tuple[int, int]:
@@ -117,31 +168,13 @@ def plan_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool =
 # --- The rest of the family: fused add, LayerNorm, the backward passes ----------------------------
 
 
-def _bool(value: bool) -> str:
-    return str(bool(value)).lower()
-
-
 @dataclass(frozen=True)
-class FusedAddRmsNormPlan:
-    """For fused_add_rms_norm.cu: rms_norm.cu's kernel with the residual add in front, so rms_norm's
-    launch shape (block_and_cache) and launch bounds (max_threads)."""
+class FusedAddRmsNormPlan(RmsNormPlan):
+    """For fused_add_rms_norm.cu: rms_norm.cu's row (rms_norm_row.cuh) with the residual add as its
+    source, so rms_norm's launch shapes and variants."""
 
-    dtype: dtypes.DType
-    hidden: int
-    block: int
-    cache: int
-    gemma: bool
-    round_once: bool
-
+    kernel = "fused_add_rms_norm_kernel"
     source = "fused_add_rms_norm.cu"
-
-    @property
-    def expression(self) -> str:
-        return f"pyrms::fused_add_rms_norm_kernel<{self.dtype.ctype}, {self.cache}, {_bool(self.gemma)}, {_bool(self.round_once)}>"
-
-    @property
-    def group(self) -> tuple[str, ...]:
-        return tuple(replace(self, cache=c).expression for c in (0, *CACHE_CHOICES))
 
 
 def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool = False) -> FusedAddRmsNormPlan:
@@ -150,15 +183,20 @@ def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_on
     return FusedAddRmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once))
 
 
-# The backward kernels launch at most 512 threads (rms_norm_backward's V = 2 variant needs 128
-# registers). The planner uses V = 0 (rows re-read); the register-cached V = 1, 2 variants are
-# compiled too, as candidates for tools/tune_backward.py, which measured them slower (below).
+# The backward kernels launch at most 512 threads of their own (rms_norm_backward's V = 2 variant needs
+# 128 registers), re-reading their rows (V = 0); the register-cached V = 1, 2 variants are compiled
+# too, as candidates for tools/tune_backward.py, which measured them slower (below). Their statistics
+# use the forward's fold width (NormBackwardPlan.fold) whatever their block, so they are the forward's
+# by construction (row_core.cuh).
 BACKWARD_MAX_BLOCK = 512
 BACKWARD_VECTORS = (1, 2)
 # Backward rows re-read per pass (V = 0), about this many 16-byte vectors per thread: measured on
 # the H200 at 16384x5120 bf16 (bench/results/2026-11-30/tune_backward*.log, tools/tune_backward.py),
 # 128 threads x 5 vectors took 222 us, against 480 us for the register-cached 320 x 2 (111
-# registers: one block per multiprocessor) and 252 us for 256 x 2.5 or 306 us for 64 x 10.
+# registers: one block per multiprocessor) and 252 us for 256 x 2.5 or 306 us for 64 x 10; again on
+# 2026-12-01 (bench/results/2026-12-01/issue12/run2/tune_backward.txt): 128 threads 205 us, the
+# forward's 160 threads 272 us (six blocks of 160 fit a multiprocessor: 1024 blocks of 16 rows make
+# 1.3 waves, where eight of 128 make one).
 BACKWARD_VECTORS_PER_THREAD = 5
 
 
@@ -177,34 +215,26 @@ SHARED_SUMS_LIMIT = 96 * 1024
 
 
 @dataclass(frozen=True)
-class LayerNormPlan:
-    dtype: dtypes.DType
-    hidden: int
-    block: int
-    cache: int
+class LayerNormPlan(_RowPlan):
     bias: bool = True  # False: y = x_hat * w, no bias term
 
+    kernel = "layer_norm_kernel"
     source = "layer_norm.cu"
 
-    @property
-    def expression(self) -> str:
-        return f"pyrms::layer_norm_kernel<{self.dtype.ctype}, {self.cache}, {_bool(self.bias)}>"
+    def _flags(self) -> tuple:
+        return (self.bias,)
 
     @property
     def group(self) -> tuple[str, ...]:
-        return layer_norm_group(self.dtype)
+        """Every kernel of layer_norm.cu for one dtype, forward (with and without bias) and backward."""
+        backward = [NormBackwardPlan(self.dtype, 0, 32, v, True, False, dtypes.FLOAT32).expression
+                    for v in (0, *BACKWARD_VECTORS)]
+        return self._group((True,)) + self._group((False,)) + tuple(backward + list(_sum_partials(self.dtype)))
 
 
 def plan_layer_norm(dtype, hidden: int, *, bias: bool = True) -> LayerNormPlan:
     dt = dtypes.get(dtype)
     return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden), bool(bias))
-
-
-def layer_norm_group(dtype: dtypes.DType) -> tuple[str, ...]:
-    """Every kernel of layer_norm.cu for one dtype, forward and backward: one NVRTC run."""
-    forward = [f"pyrms::layer_norm_kernel<{dtype.ctype}, {c}, {_bool(b)}>" for c in (0, *CACHE_CHOICES) for b in (True, False)]
-    backward = [NormBackwardPlan(dtype, 0, 32, v, True, False, dtypes.FLOAT32).expression for v in (0, *BACKWARD_VECTORS)]
-    return tuple(forward + backward + list(_sum_partials(dtype)))
 
 
 def _sum_partials(dtype: dtypes.DType) -> dict[str, None]:
@@ -222,7 +252,18 @@ class NormBackwardPlan:
     centered: bool
     gemma: bool
     grad_dtype: dtypes.DType  # of dweight (and dbias): dtype or float32
+    fold: int = 0  # the forward's fold width (block_and_cache), the statistics' tree; 0: block
     chunk_rows: int = GRAD_CHUNK_ROWS
+
+    def __post_init__(self):
+        if self.vectors and self.stats_fold > self.block:  # row_core.cuh: only re-reading rows fold wider
+            raise ValueError(f"a backward that keeps {self.vectors} vectors per thread needs at least the fold's "
+                             f"{self.stats_fold} threads, got {self.block}")
+
+    @property
+    def stats_fold(self) -> int:
+        """The fold width of the recomputed statistics (the kernel's `fold` argument)."""
+        return self.fold or self.block
 
     @property
     def source(self) -> str:
@@ -241,7 +282,7 @@ class NormBackwardPlan:
     @property
     def group(self) -> tuple[str, ...]:
         if self.centered:
-            return layer_norm_group(self.dtype)
+            return LayerNormPlan(self.dtype, 0, 0, 0).group
         rows = [f"pyrms::rms_norm_backward_kernel<{self.dtype.ctype}, {v}, {_bool(g)}>"
                 for v in (0, *BACKWARD_VECTORS) for g in (False, True)]
         return tuple(rows + list(_sum_partials(self.dtype)))
@@ -279,4 +320,4 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
     if layer_norm and gemma:
         raise ValueError("gemma applies to RMSNorm only")
     block, vectors = backward_block(dt, hidden), 0
-    return NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt)
+    return NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt, block_and_cache(dt, hidden)[0])

@@ -51,6 +51,15 @@ class PtxFunction:
     first_line: int  # 1-based, the header line
     last_line: int  # 1-based, the closing brace
     ops: tuple[MemoryOp, ...]
+    grid_controls: tuple[tuple[str, int], ...] = ()  # ("wait" | "launch_dependents", line) of griddepcontrol
+
+    def waits_before_memory(self) -> bool:
+        """Programmatic dependent launch is safe: griddepcontrol.wait, then .launch_dependents, come
+        before the first global load or store (in PTX order; the kernels' prologue is straight-line)."""
+        lines = {name: line for name, line in reversed(self.grid_controls)}  # the first of each
+        first_access = min((op.line for op in self.ops if op.space == "global"), default=self.last_line)
+        return "wait" in lines and "launch_dependents" in lines and \
+            lines["wait"] < lines["launch_dependents"] < first_access
 
     def widths(self, is_load: bool, space: str = "global") -> Counter:
         """Instruction count by access width in bytes."""
@@ -101,6 +110,9 @@ def memory_op(text: str, line: int = 0) -> MemoryOp | None:
     return MemoryOp(opcode, line, not opcode.startswith("st"), space, lanes, width)
 
 
+_GRID_CONTROL_RE = re.compile(r"\bgriddepcontrol\.(wait|launch_dependents)\b")
+
+
 def _code(text: str) -> str:
     """A line without its comment and quoted strings, so braces in them are not counted."""
     return re.sub(r'"[^"]*"', '""', text.split("//", 1)[0])
@@ -110,7 +122,7 @@ def parse_functions(ptx: str) -> list[PtxFunction]:
     """Every function with a body, in order; declarations (``.extern .func ...;``) are skipped."""
     functions: list[PtxFunction] = []
     header = None  # (kind, name, line) of a header whose body has not opened yet
-    body = None  # [kind, name, first line, brace depth, ops] while inside a body
+    body = None  # [kind, name, first line, brace depth, ops, grid controls] while inside a body
     for number, text in enumerate(ptx.splitlines(), 1):
         code = _code(text)
         if body is None:
@@ -125,15 +137,18 @@ def parse_functions(ptx: str) -> list[PtxFunction]:
                 continue
             kind, name, first = header
             header = None
-            body = [kind, name, first, 0, []]
+            body = [kind, name, first, 0, [], []]
             code = code[code.index("{"):]
         body[3] += code.count("{") - code.count("}")
         op = memory_op(code, number)
         if op is not None:
             body[4].append(op)
+        control = _GRID_CONTROL_RE.search(code)
+        if control:
+            body[5].append((control.group(1), number))
         if body[3] == 0:
-            kind, name, first, _, ops = body
-            functions.append(PtxFunction(name, kind, first, number, tuple(ops)))
+            kind, name, first, _, ops, controls = body
+            functions.append(PtxFunction(name, kind, first, number, tuple(ops), tuple(controls)))
             body = None
     return functions
 

@@ -34,12 +34,13 @@ _ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def _special_hiddens() -> tuple[int, ...]:
-    """Hidden sizes next to where a plan changes (block, register cache, backward block, shared sums),
+    """Hidden sizes next to where a plan changes (block, register cache, few-row spread, backward block, shared sums),
     for 2- and 4-byte dtypes, and common model widths: where off-by-one errors live."""
     edges = {1, 2, 3, 5, 7, 2048, 4096, 5120, 7168, 8192, 14336, 65536, MAX_HIDDEN}
     for vec in (8, 4):
         edges.update(32 * cache * vec for cache in plan.CACHE_CHOICES)
         edges.add(plan.max_threads(plan.CACHE_CHOICES[-1]) * plan.CACHE_CHOICES[-1] * vec)
+        edges.update(plan.MAX_BLOCK // spread * plan.CACHE_CHOICES[-1] * vec for spread in (2, 4))
         edges.add(32 * plan.BACKWARD_VECTORS_PER_THREAD * vec)
         edges.add(plan.BACKWARD_MAX_BLOCK * plan.BACKWARD_VECTORS_PER_THREAD * vec)
     for params in (1, 2):  # the largest hidden whose column sums fit in shared memory

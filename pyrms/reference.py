@@ -59,9 +59,10 @@ def sum_squares_twin(xf, block, phase, vec_elems):
 
 
 def thread_sums_twin(terms, block, phase, vec_elems):
-    """Per-row block sums of fp32 `terms` (rows, hidden) in the kernels' per-thread order for a row
-    split at `phase` (elements past a 16-byte boundary): thread t adds its prefix element, its body
-    vectors t, t+block, ... element by element, its tail element; then pyrms::block_sum."""
+    """Per-row sums of fp32 `terms` (rows, hidden) in the row core's reduction tree (row_core.cuh) for
+    a row split at `phase` (elements past a 16-byte boundary) and fold width `block`: fold thread t adds
+    its prefix element, then the partial sum of each of its body vectors t, t+block, ... (each vector's
+    terms added in element order from 0), then its tail element; then pyrms::block_sum."""
     rows, hidden = terms.shape
     split = row_split(phase * (16 // vec_elems), hidden, 16 // vec_elems)
     acc = np.zeros((rows, block), dtype=F32)
@@ -71,8 +72,10 @@ def thread_sums_twin(terms, block, phase, vec_elems):
         vec = threads + k * block
         active = threads[vec < split.vectors]
         base = split.prefix + vec[active] * vec_elems
+        partial = np.zeros((rows, active.size), dtype=F32)
         for j in range(vec_elems):
-            acc[:, active] = acc[:, active] + terms[:, base + j]
+            partial = partial + terms[:, base + j]
+        acc[:, active] = acc[:, active] + partial
     acc[:, : split.tail] = acc[:, : split.tail] + terms[:, split.tail_start: split.tail_start + split.tail]
     return block_sum_twin(acc)
 
@@ -238,13 +241,15 @@ def sum_partials_twin(partials):
     return total
 
 
-def norm_backward_twin(dy, x, weight, epsilon, *, block, x_phases=0, weight_phase=0, chunk_rows,
+def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weight_phase=0, chunk_rows,
                        layer_norm=False, gemma=False, grad_dtype=None):
     """Bit-exact twin of rms_norm_backward.cu / layer_norm_backward_kernel and sum_partials_kernel.
 
     Returns (dx, dweight) for RMSNorm, (dx, dweight, dbias) for LayerNorm; dx in the storage dtype,
     the parameter gradients in grad_dtype (default: the storage dtype). block: the launch's threads per
-    block; x_phases: each input row's phase (the statistics' order); weight_phase: the weight's (the
+    block (the tree of the row sums of x_hat * g and g); fold: the statistics' fold width (the forward's
+    block, NormBackwardPlan.stats_fold); x_phases: each input row's phase (the statistics' order);
+    weight_phase: the weight's (the
     order of the row sums of x_hat * g and g); chunk_rows: the plan's. dy's and dx's alignment and
     rows_per_block change no arithmetic, so they are not arguments.
     """
@@ -255,7 +260,7 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, x_phases=0, weight_phas
     wf = np.asarray(weight).astype(F32)
     if gemma:
         wf = F32(1.0) + wf
-    mean, inv = row_stats_twin(xf, epsilon, block, x_phases, dt.vec_elems, centered=layer_norm)
+    mean, inv = row_stats_twin(xf, epsilon, fold, x_phases, dt.vec_elems, centered=layer_norm)
     with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN rows propagate as on the GPU
         x_hat = ((xf - mean[:, None]) if layer_norm else xf) * inv[:, None]
         g = wf * dyf

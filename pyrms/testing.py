@@ -137,31 +137,41 @@ def _closing(*operands: Rows):
             operand.close()
 
 
-@contextlib.contextmanager
-def forced_rms_norm_variant(variant: str | None):
-    """Within the block, pyrms.rms_norm launches its kernel for "few" or for "many" rows whatever the
-    row count (None: as planned); the threshold is restored on the way out, exception or not."""
-    import sys
+# The ops whose launches choose between the row core's few-row and many-row kernels.
+_ROW_OPS = ("pyrms.ops.rms_norm", "pyrms.ops.fused_add_rms_norm", "pyrms.ops.layer_norm")
 
-    op_module = sys.modules["pyrms.ops.rms_norm"]  # the package re-exports the function under its name
+
+@contextlib.contextmanager
+def forced_row_variant(variant: str | None):
+    """Within the block, pyrms.rms_norm, fused_add_rms_norm and layer_norm launch their kernel for
+    "few" or for "many" rows whatever the row count (None: as planned); the thresholds are restored on
+    the way out, exception or not."""
+    import importlib
+
     if variant not in (None, "few", "many"):
         raise ValueError(f"variant must be None, 'few' or 'many', got {variant!r}")
-    saved = op_module._FEW_ROWS
+    # By module name: the package re-exports each function under its module's name.
+    modules = [importlib.import_module(name) for name in _ROW_OPS]
+    saved = [m._FEW_ROWS for m in modules]
     if variant is not None:
-        op_module._FEW_ROWS = {"few": 2**31, "many": 0}[variant]
+        for m in modules:
+            m._FEW_ROWS = {"few": 2**31, "many": 0}[variant]
     try:
         yield
     finally:
-        op_module._FEW_ROWS = saved
+        for m, value in zip(modules, saved):
+            m._FEW_ROWS = value
 
 
 def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in_stride=None, out_stride=None,
-                   gemma=False, round_once=False, in_place=False, epsilon=1e-5, stream=None, variant=None):
+                   gemma=False, round_once=False, in_place=False, epsilon=1e-5, stream=None, variant=None,
+                   pdl=False):
     """One pyrms.rms_norm launch on guarded operands, compared bit for bit with the twin.
 
     Raises AssertionError on any difference: in the rows, the guards, the gaps between strided
     rows, or the inputs. The offsets are element offsets past a 16-byte boundary. ``variant``
-    forces the kernel for "few" or "many" rows (plan.FEW_ROWS) whatever ``rows`` is.
+    forces the kernel for "few" or "many" rows (plan.FEW_ROWS) whatever ``rows`` is (as for the
+    other row ops' checks); ``pdl`` is passed to the op.
     """
     from .ops.rms_norm import rms_norm
 
@@ -173,11 +183,12 @@ def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in
         p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
         want = reference.rms_norm_twin(x.values(), w.values()[0], epsilon, block=p.block, row_phases=phases(x),
                                        gemma=gemma, round_once=round_once)
-        with forced_rms_norm_variant(variant):
+        with forced_row_variant(variant):
             run_checked(f"rms_norm {dt.name} rows={rows} hidden={hidden} offsets={in_off},{w_off},{out_off} "
-                        f"strides={x.stride},{out.stride} variant={variant}",
+                        f"strides={x.stride},{out.stride} variant={variant} pdl={pdl}",
                         lambda: rms_norm(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, dtype=dt, input_stride=x.stride,
-                                         out_stride=out.stride, gemma=gemma, round_once=round_once, stream=stream),
+                                         out_stride=out.stride, gemma=gemma, round_once=round_once, stream=stream,
+                                         pdl=pdl),
                         outputs={"out": (out, want)}, inputs={"weight": w, **({} if in_place else {"input": x})})
 
 
@@ -210,7 +221,7 @@ def _label(op: str, dt, rows, hidden, offsets, strides, **options) -> str:
 
 
 def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, gemma=False, round_once=False,
-                             epsilon=1e-5, stream=None):
+                             epsilon=1e-5, stream=None, variant=None, pdl=False):
     """One pyrms.fused_add_rms_norm launch on guarded operands ('input', 'residual', 'weight'; offsets
     and strides by name), both in-place outputs compared bit for bit with the twin."""
     from .ops.fused_add_rms_norm import fused_add_rms_norm
@@ -222,15 +233,17 @@ def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=
         p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
         out, total = reference.fused_add_rms_norm_twin(x.values(), res.values(), w.values()[0], epsilon, block=p.block,
                                                        residual_phases=phases(res), gemma=gemma, round_once=round_once)
-        run_checked(_label("fused_add_rms_norm", dt, rows, hidden, offsets, strides, gemma=gemma, round_once=round_once),
-                    lambda: fused_add_rms_norm(x.ptr, res.ptr, w.ptr, epsilon, rows, hidden, dtype=dt,
-                                               input_stride=x.stride, residual_stride=res.stride, gemma=gemma,
-                                               round_once=round_once, stream=stream),
-                    outputs={"input": (x, out), "residual": (res, total)}, inputs={"weight": w})
+        with forced_row_variant(variant):
+            run_checked(_label("fused_add_rms_norm", dt, rows, hidden, offsets, strides, gemma=gemma,
+                               round_once=round_once, variant=variant, pdl=pdl),
+                        lambda: fused_add_rms_norm(x.ptr, res.ptr, w.ptr, epsilon, rows, hidden, dtype=dt,
+                                                   input_stride=x.stride, residual_stride=res.stride, gemma=gemma,
+                                                   round_once=round_once, stream=stream, pdl=pdl),
+                        outputs={"input": (x, out), "residual": (res, total)}, inputs={"weight": w})
 
 
 def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in_place=False, bias=True,
-                     epsilon=1e-5, stream=None):
+                     epsilon=1e-5, stream=None, variant=None, pdl=False):
     """One pyrms.layer_norm launch on guarded operands ('input', 'out', 'weight', 'bias'), compared bit
     for bit with the twin; in_place writes over the input (then 'out' takes no offset or stride);
     bias=False passes bias=None (a LayerNorm without bias)."""
@@ -246,16 +259,18 @@ def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in
         p = plan.plan_layer_norm(dt, hidden, bias=bias)
         want = reference.layer_norm_twin(x.values(), w.values()[0], b.values()[0] if b else None, epsilon,
                                          block=p.block, row_phases=phases(x))
-        run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place, no_bias=not bias),
-                    lambda: layer_norm(out.ptr, x.ptr, w.ptr, b.ptr if b else None, epsilon, rows, hidden, dtype=dt,
-                                       input_stride=x.stride, out_stride=out.stride, stream=stream),
-                    outputs={"out": (out, want)},
-                    inputs={name: ops[name] for name in (*vectors, *(() if in_place else ("input",)))})
+        with forced_row_variant(variant):
+            run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place, no_bias=not bias,
+                               variant=variant, pdl=pdl),
+                        lambda: layer_norm(out.ptr, x.ptr, w.ptr, b.ptr if b else None, epsilon, rows, hidden, dtype=dt,
+                                           input_stride=x.stride, out_stride=out.stride, stream=stream, pdl=pdl),
+                        outputs={"out": (out, want)},
+                        inputs={name: ops[name] for name in (*vectors, *(() if in_place else ("input",)))})
 
 
 def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=None, strides=None, in_place=None,
                         gemma=False, grad_dtype=None, rows_per_block=None, own_workspace=False, grad_bias=True,
-                        epsilon=1e-5, stream=None) -> dict[str, np.ndarray]:
+                        epsilon=1e-5, stream=None, pdl=False) -> dict[str, np.ndarray]:
     """One pyrms.rms_norm_backward (or layer_norm_backward) launch on guarded operands ('grad_output',
     'input', 'weight', 'grad_input', 'grad_weight', 'grad_bias'), every output compared bit for bit with
     the twin. in_place: 'grad_output' or 'input', the operand grad_input overwrites. own_workspace:
@@ -276,12 +291,13 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
     ws = allocate(rng, "float32", 1, p.workspace_bytes(rows) // 4, poison=True) if own_workspace else None
     with _closing(*ops.values(), *([ws] if ws else [])):
         want = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], epsilon, block=p.block,
+                                            fold=p.stats_fold,
                                             x_phases=phases(x), weight_phase=int(phases(w)[0]), chunk_rows=p.chunk_rows,
                                             layer_norm=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype)
         grads = {"grad_bias": None, **{name: ops[name].ptr for name in params}}
         common = dict(dtype=dt, grad_output_stride=dy.stride, input_stride=x.stride, grad_input_stride=dx.stride,
                       grad_weight_dtype=p.grad_dtype, workspace=ws.ptr if ws else None,
-                      rows_per_block=rows_per_block, stream=stream)
+                      rows_per_block=rows_per_block, stream=stream, pdl=pdl)
         if layer_norm:
             launch = lambda: layer_norm_backward(dx.ptr, grads["grad_weight"], grads["grad_bias"], dy.ptr, x.ptr, w.ptr,
                                                  epsilon, rows, hidden, **common)  # noqa: E731
@@ -292,7 +308,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
         run_checked(_label("layer_norm_backward" if layer_norm else "rms_norm_backward", dt, rows, hidden, offsets,
                            strides, in_place=in_place, gemma=gemma, grad_dtype=grad_dtype,
                            rows_per_block=rows_per_block, own_workspace=own_workspace,
-                           no_grad_bias=layer_norm and not grad_bias),
+                           no_grad_bias=layer_norm and not grad_bias, pdl=pdl),
                     launch, outputs={"grad_input": (dx, want[0]),
                                      **{name: (ops[name], want[1 + k][None]) for k, name in enumerate(params)}},
                     inputs=inputs, scratch={"workspace": ws} if ws else None)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pyrms import cache, compiler, dtypes, headers, plan
+from pyrms import cache, compiler, dtypes, headers, plan, ptx_inspect
 from pyrms.errors import CompileError, HeaderNotFoundError
 from small_sources import BAD_CU, SMALL_CU, X_CUH
 
@@ -88,7 +88,8 @@ def test_seed_ptx_has_16_byte_loads_and_stores(seed_program):
 
 def test_rms_norm_compiles_every_variant(rms_program):
     expressions = plan.variant_group(dtypes.BFLOAT16, False, False)
-    assert len(expressions) == 2 * (1 + len(plan.CACHE_CHOICES)) and set(rms_program.lowered_names) == set(expressions)
+    assert len(expressions) == 1 + len(plan.CACHE_CHOICES) + len(plan.FEW_ROW_SHAPES)
+    assert set(rms_program.lowered_names) == set(expressions)
     lowered = list(rms_program.lowered_names.values())
     assert len(set(lowered)) == len(expressions)
     for name in lowered:
@@ -105,6 +106,14 @@ def test_rms_norm_aligned_path_is_16_bytes_wide(rms_program):
         assert re.search(r"\bst\.global\.cs\.v4\.(u32|b32|f32)\s", body), expression
         if ", 0," not in expression:  # the register-cached variants load their vectors with .cs too
             assert re.search(r"\bld\.global\.cs\.v4\.(u32|b32|f32)\s", body), expression
+
+
+def test_every_kernel_waits_for_its_producer_before_touching_memory(rms_program):
+    """Programmatic dependent launch (common.cuh): griddepcontrol.wait precedes every global access,
+    and launch_dependents follows it, in every variant (the other families: test_family_cpu)."""
+    functions = {fn.name: fn for fn in ptx_inspect.parse_functions(rms_program.ptx)}
+    for lowered in rms_program.lowered_names.values():
+        assert functions[lowered].waits_before_memory(), lowered
 
 
 def test_memory_then_disk_hit(seed_program):

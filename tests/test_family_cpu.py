@@ -18,7 +18,7 @@ A, B, C, D, E, F = (0x10000 * k for k in range(1, 7))  # fake, 64 KiB apart: dis
 
 @pytest.mark.parametrize("dtype, hidden, block", [
     ("bfloat16", 1, 32),
-    ("bfloat16", 5120, 128),     # 640 vectors, 5 a thread: the H200's best (tune_backward2.log)
+    ("bfloat16", 5120, 128),     # 640 vectors, 5 a thread: the H200's best (tune_backward2.log, run2)
     ("bfloat16", 8192, 224),     # 1024 / 5 = 205 threads -> 7 warps
     ("bfloat16", 65536, 512),    # capped at 512 threads, which then loop over 16 vectors each
     ("float32", 5120, 256),
@@ -33,7 +33,7 @@ def test_forward_plans_follow_rms_norm(hidden):
         shape = (plan.plan_rms_norm(dt, hidden).block, plan.plan_rms_norm(dt, hidden).cache)
         fused = plan.plan_fused_add_rms_norm(dt, hidden, gemma=True, round_once=True)
         assert (fused.block, fused.cache) == shape
-        assert fused.expression == f"pyrms::fused_add_rms_norm_kernel<{dt.ctype}, {fused.cache}, true, true>"
+        assert fused.expression == f"pyrms::fused_add_rms_norm_kernel<{dt.ctype}, {fused.cache}, 1, true, true, false>"
         assert fused.expression in fused.group and fused.source == "fused_add_rms_norm.cu"
         ln = plan.plan_layer_norm(dt, hidden)
         assert (ln.block, ln.cache) == shape and ln.expression in ln.group
@@ -45,6 +45,8 @@ def test_backward_plan(hidden, layer_norm):
     for dt in dtypes.ALL:
         p = plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, grad_dtype="float32")
         assert p.block % 32 == 0 and 32 <= p.block <= plan.BACKWARD_MAX_BLOCK
+        # the forward's fold width: the recomputed statistics are the forward's by construction
+        assert p.stats_fold == plan.plan_rms_norm(dt, hidden).block == plan.plan_layer_norm(dt, hidden).block
         assert p.vectors in (0, *plan.BACKWARD_VECTORS)
         if p.vectors:  # every body vector of any alignment fits in the block's registers
             assert p.block * p.vectors >= -(-hidden // dt.vec_elems)
@@ -57,8 +59,9 @@ def test_backward_plan(hidden, layer_norm):
 
 def test_backward_plan_names_and_errors():
     p = plan.plan_norm_backward("float16", 5120, gemma=True)
-    # The H200's best at 16384x5120: 128 threads re-reading 5 vectors each (plan.backward_block).
-    assert (p.block, p.vectors) == (128, 0)
+    # The H200's best at 16384x5120: 128 threads re-reading 5 vectors each (plan.backward_block), the
+    # statistics in the forward's tree of 160 fold threads.
+    assert (p.block, p.vectors, p.stats_fold) == (128, 0, 160)
     assert p.expression == "pyrms::rms_norm_backward_kernel<__half, 0, true>" and p.source == "rms_norm_backward.cu"
     assert p.sum_expression == "pyrms::sum_partials_kernel<__half>"
     assert plan.plan_norm_backward("float16", 5120, layer_norm=True).expression == \
@@ -256,6 +259,7 @@ def test_every_variant_compiles_without_spills_and_aligned_paths_are_16_bytes_wi
     for expression, lowered in program.lowered_names.items():
         r = resources[lowered]
         assert (r.spill_stores, r.spill_loads, r.stack) == (0, 0, 0), (expression, r)
+        assert functions[lowered].waits_before_memory(), expression  # pdl=True is safe
         if "sum_partials" in expression:
             continue
         widths_in, widths_out = functions[lowered].widths(True), functions[lowered].widths(False)
@@ -281,8 +285,13 @@ def test_ptx_dump_knows_the_family():
             return family.expression(bf16, hidden, tool.resolve_variant(family, variant, bf16, hidden))
 
         assert expression("fused_add_rms_norm", "gemma") == plan.plan_fused_add_rms_norm(bf16, 5120, gemma=True).expression
-        assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0, true>"
-        assert expression("layer_norm", "bias=false") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, false>"
+        assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0, 1, true, false>"
+        assert expression("layer_norm", "bias=false") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 1, false, false>"
+        assert expression("layer_norm", "few") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 4, true, true>"
+        assert expression("rms_norm", "few,gemma") == plan.plan_rms_norm(bf16, 5120, gemma=True).latency_expression
+        assert expression("rms_norm", "few", hidden=16384) == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 2, false, false, true>"
+        assert expression("fused_add_rms_norm", "few,cache=2") == \
+            "pyrms::fused_add_rms_norm_kernel<__nv_bfloat16, 2, 2, false, false, true>"
         assert expression("rms_norm_backward", "gemma") == "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 0, true>"
         assert expression("layer_norm_backward", hidden=65537) == "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0>"
         assert expression("sum_partials", "grad=fp32") == "pyrms::sum_partials_kernel<float>"

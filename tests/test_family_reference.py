@@ -125,8 +125,8 @@ def test_backward_twin_close_to_float64(dtype, hidden, layer_norm, gemma):
         ref = reference.rms_norm_backward_ref(dy, x, w, 1e-5, gemma=gemma)
     n = 16 // np.dtype(dtype).itemsize
     for x_phase, w_phase in ((0, 0), (1, n - 1), (n - 1, 2 % n)):
-        got = reference.norm_backward_twin(dy, x, w, 1e-5, block=p.block, x_phases=x_phase, weight_phase=w_phase,
-                                           chunk_rows=p.chunk_rows, layer_norm=layer_norm, gemma=gemma,
+        got = reference.norm_backward_twin(dy, x, w, 1e-5, block=p.block, fold=p.stats_fold, x_phases=x_phase,
+                                           weight_phase=w_phase, chunk_rows=p.chunk_rows, layer_norm=layer_norm, gemma=gemma,
                                            grad_dtype="float32")
         assert got[0].dtype == np.dtype(dtype) and all(g.dtype == np.float32 for g in got[1:])
         if hidden > 1:  # one element: dx = r * (g - x_hat^2 * g) cancels (LayerNorm: exactly 0)
@@ -153,8 +153,8 @@ def test_backward_twin_does_not_depend_on_the_batch_for_dx():
     rng = np.random.default_rng(7)
     x, dy = (rng.uniform(-2, 2, (40, 300)).astype(np.float16) for _ in range(2))
     w = rng.uniform(-1, 1, 300).astype(np.float16)
-    full = reference.norm_backward_twin(dy, x, w, 1e-5, block=64, chunk_rows=16, layer_norm=True)
+    full = reference.norm_backward_twin(dy, x, w, 1e-5, block=64, fold=64, chunk_rows=16, layer_norm=True)
     for r in (0, 17, 39):
-        single = reference.norm_backward_twin(dy[r:r + 1], x[r:r + 1], w, 1e-5, block=64, chunk_rows=16,
+        single = reference.norm_backward_twin(dy[r:r + 1], x[r:r + 1], w, 1e-5, block=64, fold=64, chunk_rows=16,
                                               layer_norm=True)
         assert np.array_equal(single[0][0], full[0][r])

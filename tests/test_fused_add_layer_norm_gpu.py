@@ -23,14 +23,15 @@ CHECKS = {"fused_add": (check_fused_add_rms_norm, ("input", "residual", "weight"
           "layer_norm_no_bias": (functools.partial(check_layer_norm, bias=False), ("input", "out", "weight"))}
 
 
+@pytest.mark.parametrize("variant", ["few", "many"])  # the kernels for few and for many rows
 @pytest.mark.parametrize("op", CHECKS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("hidden", [7, 769, 5125])
-def test_each_pointer_misaligned_by_every_element_offset(rng, op, dtype, hidden):
+def test_each_pointer_misaligned_by_every_element_offset(rng, op, dtype, hidden, variant):
     check, names = CHECKS[op]
     for name in names:
         for off in range(dtypes.get(dtype).vec_elems):
-            check(rng, dtype, 3, hidden, offsets={name: off})
+            check(rng, dtype, 3, hidden, offsets={name: off}, variant=variant)
 
 
 @pytest.mark.parametrize("op", CHECKS)
@@ -49,8 +50,9 @@ def test_all_pointers_misaligned_differently(rng, op, dtype):
 @pytest.mark.parametrize("hidden", HIDDEN)
 def test_hidden_sizes(rng, op, dtype, hidden):
     check, names = CHECKS[op]
-    check(rng, dtype, 3, hidden)
-    check(rng, dtype, 2, hidden, offsets={name: 1 for name in names})
+    for variant in ("few", "many"):
+        check(rng, dtype, 3, hidden, variant=variant)
+        check(rng, dtype, 2, hidden, offsets={name: 1 for name in names}, variant=variant)
 
 
 @pytest.mark.parametrize("op", CHECKS)

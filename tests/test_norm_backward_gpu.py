@@ -168,8 +168,9 @@ def test_captured_backward_owns_its_workspace(rng, op):
     dy, x, w = allocate(rng, "bfloat16", rows, hidden), allocate(rng, "bfloat16", rows, hidden), allocate(rng, "bfloat16", 1, hidden)
     p = plan.plan_norm_backward("bfloat16", hidden, layer_norm=layer_norm)
     # Rows of an odd hidden size start at varying phases: the twin needs each row's.
-    want = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], 1e-5, block=p.block, x_phases=phases(x),
-                                        weight_phase=int(phases(w)[0]), chunk_rows=p.chunk_rows, layer_norm=layer_norm)
+    want = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], 1e-5, block=p.block, fold=p.stats_fold,
+                                        x_phases=phases(x), weight_phase=int(phases(w)[0]), chunk_rows=p.chunk_rows,
+                                        layer_norm=layer_norm)
     dx = allocate(rng, "bfloat16", rows, hidden, poison=True)
     params = [allocate(rng, "bfloat16", 1, hidden, poison=True) for _ in range(2 if layer_norm else 1)]
     with pyrms.Stream() as s:
@@ -200,7 +201,7 @@ def test_threads_each_with_a_stream_share_nothing(rng):
     w = allocate(rng, "bfloat16", 1, hidden)
     p = plan.plan_norm_backward("bfloat16", hidden)
     want_dx, want_dw = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], 1e-5, block=p.block,
-                                                    chunk_rows=p.chunk_rows)
+                                                    fold=p.stats_fold, chunk_rows=p.chunk_rows)
     outs = [(allocate(rng, "bfloat16", rows, hidden, poison=True), allocate(rng, "bfloat16", 1, hidden, poison=True))
             for _ in range(4)]
     errors = []

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import driver, plan, reference
-from pyrms.testing import bits, check_rms_norm, forced_rms_norm_variant
+from pyrms import driver, kernels, plan, reference
+from pyrms.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm, forced_row_variant
 
 pytestmark = pytest.mark.gpu
 rms_module = importlib.import_module("pyrms.ops.rms_norm")  # the package re-exports the function by that name
@@ -112,21 +112,29 @@ def test_dlpack_and_cai_producers():
 
 @pytest.mark.parametrize("rows", [3, 300])
 def test_forced_variants_launch_the_kernel_they_name(rng, rows):
-    """check_rms_norm(variant=...) must launch that kernel, and leave the planned choice as it was."""
-    many, few, _ = rms_module.launch_config(driver.selected_device(), pyrms.BFLOAT16, 4096, False, False)
+    """check_*(variant=...) must launch that kernel (the few-row one with its wider block), and leave
+    the planned choice as it was, for each op on the row core."""
     from pyrms.bench.host import recorded_launches
+    fused_module = importlib.import_module("pyrms.ops.fused_add_rms_norm")  # the package re-exports the functions
+    ln_module = importlib.import_module("pyrms.ops.layer_norm")
 
-    with recorded_launches() as calls:
-        for variant in ("few", "many", None):
-            check_rms_norm(rng, "bfloat16", rows, 4096, variant=variant)
-    launched = [kernel.name for kernel, *_ in calls]
-    planned = few if rows <= plan.FEW_ROWS else many
-    assert launched == [few.name, many.name, planned.name]
-    assert few.name != many.name
-    assert rms_module._FEW_ROWS == plan.FEW_ROWS
-    with pytest.raises(RuntimeError), forced_rms_norm_variant("few"):
+    device = driver.selected_device()
+    for check, p, module in ((check_rms_norm, plan.plan_rms_norm("bfloat16", 4096), rms_module),
+                             (check_fused_add_rms_norm, plan.plan_fused_add_rms_norm("bfloat16", 4096), fused_module),
+                             (check_layer_norm, plan.plan_layer_norm("bfloat16", 4096), ln_module)):
+        few = kernels.get(p.source, p.latency_expression, p.group, module._SIGNATURE, device)
+        many = kernels.get(p.source, p.expression, p.group, module._SIGNATURE, device)
+        with recorded_launches() as calls:
+            for variant in ("few", "many", None):
+                check(rng, "bfloat16", rows, 4096, variant=variant)
+        launched = [(kernel.name, block) for kernel, _, block, *_ in calls]
+        planned = (few.name, p.latency_block) if rows <= plan.FEW_ROWS else (many.name, p.block)
+        assert launched == [(few.name, p.latency_block), (many.name, p.block), planned]
+        assert few.name != many.name and p.latency_block > p.block
+        assert module._FEW_ROWS == plan.FEW_ROWS
+    with pytest.raises(RuntimeError), forced_row_variant("few"):
         raise RuntimeError("restored on the way out")
-    assert rms_module._FEW_ROWS == plan.FEW_ROWS
+    assert rms_module._FEW_ROWS == fused_module._FEW_ROWS == ln_module._FEW_ROWS == plan.FEW_ROWS
 
 
 def test_backward_takes_nd_torch_tensors():

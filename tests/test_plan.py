@@ -51,18 +51,40 @@ def test_block_and_cache(dtype, hidden, block, cache):
 
 def test_expression_names_every_option():
     p = plan.plan_rms_norm("float16", 100, gemma=True, round_once=False)
-    assert p.expression == "pyrms::rms_norm_kernel<__half, 1, true, false, false>"
-    assert p.latency_expression == "pyrms::rms_norm_kernel<__half, 1, true, false, true>"
+    assert p.expression == "pyrms::rms_norm_kernel<__half, 1, 1, true, false, false>"
+    assert p.latency_expression == "pyrms::rms_norm_kernel<__half, 1, 1, true, false, true>"
     assert p.expression in p.group == plan.variant_group(dtypes.FLOAT16, True, False)
-    assert len(set(p.group)) == 2 * (1 + len(plan.CACHE_CHOICES))  # CACHE x EARLY_WEIGHTS
+    assert p.latency_expression in p.group
+    # every CACHE for many rows, every (CACHE, SPREAD) few-row shape
+    assert len(set(p.group)) == 1 + len(plan.CACHE_CHOICES) + len(plan.FEW_ROW_SHAPES)
     assert all(", true, false, " in e for e in p.group)
+
+
+@pytest.mark.parametrize("dtype, hidden, spread", [
+    ("bfloat16", 256, 1),     # one vector per thread already
+    ("bfloat16", 512, 2),     # 32 threads x 2 vectors -> 64 x 1
+    ("bfloat16", 4096, 4),    # 128 x 4 -> 512 x 1
+    ("bfloat16", 5120, 4),    # 160 x 4 -> 640 x 1
+    ("bfloat16", 8192, 4),    # 256 x 4 -> 1024 x 1
+    ("bfloat16", 16384, 2),   # 512 x 4 -> 1024 x 2: no more threads in a block
+    ("bfloat16", 16392, 1),   # re-read rows (CACHE 0): 1024 threads already
+    ("float32", 5120, 2),     # 320 x 4 -> 640 x 2
+])
+def test_few_row_shape(dtype, hidden, spread):
+    for p in (plan.plan_rms_norm(dtype, hidden), plan.plan_fused_add_rms_norm(dtype, hidden),
+              plan.plan_layer_norm(dtype, hidden)):
+        assert p.spread == spread and p.latency_block == spread * p.block <= plan.MAX_BLOCK
+        assert (p.cache, p.spread) in plan.FEW_ROW_SHAPES and p.latency_expression in p.group
+        assert f"<{dtypes.get(dtype).ctype}, {p.cache}, {spread}, " in p.latency_expression
+        assert p.latency_block <= plan.max_threads(p.cache // spread)  # the kernel's launch bounds
 
 
 @pytest.mark.parametrize("hidden", [5, 4096, 5125, 16392])
 def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     """Batch invariance: whatever the row count, pyrms.rms_norm launches a kernel of the same reduction
-    tree (same threads per row, same register cache; only the EARLY_WEIGHTS latency flag may differ)
-    with one block per row. Recorded at the launch, with a stand-in for the kernels and the device."""
+    tree (the same fold width F and register cache: the few-row kernel runs SPREAD * F threads, with
+    SPREAD in its name, and loads its weights early) with one block per row. Recorded at the launch,
+    with a stand-in for the kernels and the device."""
     from pyrms import driver, kernels
     from pyrms.ops import _prepared
 
@@ -86,9 +108,13 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     for n in rows:
         pyrms.rms_norm(1 << 20, 1 << 34, 1 << 40, 1e-6, n, hidden, dtype="bfloat16")
     assert [grid for _, grid, _ in launches] == list(rows)
-    assert len({block for _, _, block in launches}) == 1
-    trees = {name.rsplit(",", 1)[0] for name, _, _ in launches}  # the expression without EARLY_WEIGHTS
-    assert trees == {plan.plan_rms_norm("bfloat16", hidden).expression.rsplit(",", 1)[0]}
+    p = plan.plan_rms_norm("bfloat16", hidden)
+    for name, grid, block in launches:
+        dtype, cache, spread, *flags = name.split("<")[1].rstrip(">").split(", ")
+        assert (int(cache), block // int(spread)) == (p.cache, p.block)  # the tree: fold width and cache
+        assert flags[:2] == ["false", "false"]  # gemma, round_once as asked
+    assert {name for name, grid, _ in launches if grid <= plan.FEW_ROWS} == {p.latency_expression}
+    assert {name for name, grid, _ in launches if grid > plan.FEW_ROWS} == {p.expression}
 
 
 def test_seed_plan_matches_the_cpp_program():

@@ -239,7 +239,7 @@ def test_cli_production_kernel_has_16_byte_loads_and_stores(tool, tmp_path, monk
     monkeypatch.delenv("PYRMS_ARCH", raising=False)
     assert tool.main(["--out", str(tmp_path / "dump"), "--no-cache"]) == 0
     out = capsys.readouterr().out
-    assert "= pyrms::rms_norm_kernel<__nv_bfloat16, 4, false, false, false>" in out  # the plan for hidden 5120
+    assert "= pyrms::rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false>" in out  # the plan for hidden 5120
     assert re.search(r"global loads : .*16 B ×[1-9]", out), out
     assert re.search(r"global stores: .*16 B ×[1-9]", out), out
     assert re.search(r"st\.global\.cs\.v4\.u32 ×\d+ \(16 B\)", out), out  # streaming stores (rms_norm.cu)
@@ -281,13 +281,16 @@ def test_cli_bad_arguments_one_line(tmp_path, args, names):
 
 def test_resolve_variant_and_stem(tool):
     family = tool.FAMILIES["rms_norm"]
-    planned = {"gemma": False, "round_once": False}
+    planned = {"few": False, "gemma": False, "round_once": False}
     assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 5120) == {"cache": 4, **planned}
     assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 65536) == {"cache": 0, **planned}
     variant = tool.resolve_variant(family, "cache=0, gemma,round_once=off", dtypes.FLOAT16, 5120)
-    assert variant == {"cache": 0, "gemma": True, "round_once": False}
+    assert variant == {"cache": 0, "few": False, "gemma": True, "round_once": False}
     stem = tool.output_stem("rms_norm", dtypes.FLOAT16, 5120, "sm_90", variant)
     assert stem == "rms_norm-float16-h5120-sm_90-cache0-gemma"
+    few = tool.resolve_variant(family, "few", dtypes.BFLOAT16, 5120)
+    assert tool.output_stem("rms_norm", dtypes.BFLOAT16, 5120, "sm_90", few) == "rms_norm-bfloat16-h5120-sm_90-cache4-few"
+    assert family.expression(dtypes.BFLOAT16, 5120, few) == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 4, false, false, true>"
     seed = tool.FAMILIES["seed"].expression(dtypes.FLOAT32, 1000, {})
     assert seed == "transformer::rms_norm_kernel<float, 4, 1000, 2, 250>"  # VEC = gcd(4, 1000), BLOCK = 1000 / 4
 
@@ -302,3 +305,19 @@ def test_sass_tool_lookup(tool, tmp_path):
     assert tool.find_sass_tool(str(tmp_path)) == nvdisasm
     failed = tool.write_sass(tmp_path / "k.cubin", nvdisasm)
     assert failed == f"SASS failed: {nvdisasm} exited with status 3: no message"
+
+
+def _entry(*lines: str) -> ptx_inspect.PtxFunction:
+    return ptx_inspect.parse_functions("\n".join([".visible .entry k(", ")", "{", *lines, "}"]))[0]
+
+
+def test_waits_before_memory():
+    wait, trigger = "\tgriddepcontrol.wait;", "\tgriddepcontrol.launch_dependents;"
+    load, store = "\tld.global.v4.u32 \t{%r1, %r2, %r3, %r4}, [%rd1];", "\tst.global.u32 \t[%rd2], %r1;"
+    assert _entry(wait, trigger, load, store).waits_before_memory()
+    assert _entry(wait, trigger).waits_before_memory()  # no memory at all
+    assert not _entry(load, wait, trigger, store).waits_before_memory()  # read before the wait
+    assert not _entry(store, wait, trigger).waits_before_memory()  # written before the wait
+    assert not _entry(trigger, wait, load).waits_before_memory()  # triggered before waiting
+    assert not _entry(wait, load).waits_before_memory()  # never lets the next kernel launch early
+    assert not _entry(load).waits_before_memory()

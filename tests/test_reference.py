@@ -110,3 +110,51 @@ def test_demo_cpu_rows_match_the_cpp_program():
     ]
     assert format_row("CPU", cpu, 4).splitlines()[2] == (
         "  last 10: 0.152344 -0.000495911 0.0825195 0.326172 0.480469 0.0296631 0.527344 0.119141 0.232422 0.133789 ")
+
+
+def _tree_by_hand(terms, fold, phase, vec_elems):
+    """row_core.cuh's reduction tree, thread by thread, in scalar float32 (an independent spelling of
+    what thread_sums_twin vectorizes): acc(t) = 0 + prefix[t] + P(t) + P(t + F) + ... + tail[t], each
+    P(v) its vector's terms summed from 0, then the block sum's two butterflies over F threads."""
+    f32 = np.float32
+    split = plan.row_split(phase * (16 // vec_elems), len(terms), 16 // vec_elems)
+    acc = [f32(0.0)] * fold
+    for t in range(fold):
+        if t < split.prefix:
+            acc[t] = f32(acc[t] + terms[t])
+        for v in range(t, split.vectors, fold):
+            p = f32(0.0)
+            for e in terms[split.prefix + v * vec_elems: split.prefix + (v + 1) * vec_elems]:
+                p = f32(p + e)
+            acc[t] = f32(acc[t] + p)
+        if t < split.tail:
+            acc[t] = f32(acc[t] + terms[split.tail_start + t])
+
+    def butterfly(lanes):
+        for offset in (16, 8, 4, 2, 1):
+            lanes = [f32(lanes[i] + lanes[i ^ offset]) for i in range(32)]
+        return lanes[0]
+
+    warps = [butterfly(acc[w * 32:(w + 1) * 32]) for w in range(fold // 32)]
+    return butterfly(warps + [f32(0.0)] * (32 - len(warps)))
+
+
+@pytest.mark.parametrize("hidden, fold, phase, vec_elems", [(5120, 160, 0, 8), (5125, 192, 3, 8), (100, 32, 1, 4),
+                                                             (4099, 1024, 2, 4)])
+def test_thread_sums_twin_is_the_row_core_tree(hidden, fold, phase, vec_elems):
+    rng = np.random.default_rng(hidden)
+    # magnitudes over many octaves, so that any other order of the additions rounds differently
+    terms = (rng.standard_normal((3, hidden)) * np.exp2(rng.integers(-12, 12, (3, hidden)))).astype(np.float32)
+    got = reference.thread_sums_twin(terms, fold, phase, vec_elems)
+    want = [_tree_by_hand(row, fold, phase, vec_elems) for row in terms]
+    assert got.view(np.uint32).tolist() == np.array(want, np.float32).view(np.uint32).tolist()
+
+
+def test_row_core_tree_sums_each_vector_before_the_thread():
+    """The tree is not one serial chain per thread: thread 0 holds vectors 0 and 32 (fold 32, fp32
+    vectors of 4) = [1e8, 1, 1, 1] and [-1e8, 1, 1, 1]. Per-vector partials lose the ones to 1e8's
+    rounding twice and cancel to 0; a serial chain would lose the first three and keep the last (3)."""
+    terms = np.zeros((1, 256), np.float32)
+    terms[0, 0:4] = [1e8, 1, 1, 1]
+    terms[0, 128:132] = [-1e8, 1, 1, 1]
+    assert reference.thread_sums_twin(terms, 32, 0, 4)[0] == _tree_by_hand(terms[0], 32, 0, 4) == 0.0

@@ -161,7 +161,7 @@ class BackwardWork:
         x = np.stack([self.x.host[a:a + h] for a in x_rows])
         dy = np.stack([self.dy.host[a:a + h] for a in dy_rows])
         dx, dw = reference.norm_backward_twin(
-            dy, x, self.w.host[s["w_off"]:s["w_off"] + h], s["epsilon"], block=p.block,
+            dy, x, self.w.host[s["w_off"]:s["w_off"] + h], s["epsilon"], block=p.block, fold=p.stats_fold,
             x_phases=[a % DT.vec_elems for a in x_rows], weight_phase=s["w_off"] % DT.vec_elems,
             chunk_rows=p.chunk_rows, grad_dtype=p.grad_dtype)
         gi = poisoned_host(self.gi_slot)

@@ -51,11 +51,6 @@ def _cache_vectors(text: str | None) -> int:
     return int(text)
 
 
-def _rms_norm_defaults(dt: dtypes.DType, hidden: int) -> dict:
-    planned = plan.plan_rms_norm(dt, hidden)
-    return {"cache": planned.cache, "gemma": planned.gemma, "round_once": planned.round_once}
-
-
 def _backward_vectors(text: str | None) -> int:
     choices = [str(c) for c in (0, *plan.BACKWARD_VECTORS)]
     if text not in choices:
@@ -81,6 +76,21 @@ def _backward_defaults(layer_norm: bool):
     return defaults
 
 
+def _row_expression(planner: Callable, dt: dtypes.DType, hidden: int, v: dict) -> str:
+    """A row-core kernel's name expression: the planned one for many rows, or with few (the latency
+    shape, its spread as planned for the cache); cache and the option flags as given."""
+    options = {key: value for key, value in v.items() if key != "few"}
+    planned = replace(planner(dt, hidden), **options)
+    return planned.latency_expression if v["few"] else planned.expression
+
+
+def _row_family(planner: Callable, source: str, about: str, flags: dict) -> "Family":
+    """A kernel family on the row core (row_core.cuh): variants cache, few, and its option flags."""
+    return Family(source, about, lambda dt, hidden, v: _row_expression(planner, dt, hidden, v),
+                  lambda dt, hidden: {"cache": planner(dt, hidden).cache, "few": False, **flags},
+                  {"cache": _cache_vectors, "few": _flag, **{key: _flag for key in flags}})
+
+
 @dataclass(frozen=True)
 class Family:
     """How to instantiate one kernel family: its source, and the name expression for a variant."""
@@ -93,23 +103,18 @@ class Family:
 
 
 FAMILIES = {
-    "rms_norm": Family(
-        "rms_norm.cu", "pyrms::rms_norm_kernel; the hidden size (a run-time argument) only picks the planned cache",
-        lambda dt, hidden, v: plan.kernel_expression(dt, v["cache"], v["gemma"], v["round_once"]),
-        _rms_norm_defaults, {"cache": _cache_vectors, "gemma": _flag, "round_once": _flag}),
+    "rms_norm": _row_family(
+        plan.plan_rms_norm, "rms_norm.cu", "pyrms::rms_norm_kernel; the hidden size (a run-time argument) only picks "
+        "the planned cache and spread; few = the few-row kernel", {"gemma": False, "round_once": False}),
     "seed": Family(
         "seed_rms_norm.cu", "transformer::rms_norm_kernel with VEC = gcd(16 / itemsize, hidden), BLOCK = hidden / VEC",
         lambda dt, hidden, v: plan_seed(dt, hidden).expression),
-    "fused_add_rms_norm": Family(
-        "fused_add_rms_norm.cu", "pyrms::fused_add_rms_norm_kernel, planned like rms_norm",
-        lambda dt, hidden, v: replace(plan.plan_fused_add_rms_norm(dt, hidden), **v).expression,
-        lambda dt, hidden: {"cache": plan.plan_fused_add_rms_norm(dt, hidden).cache, "gemma": False, "round_once": False},
-        {"cache": _cache_vectors, "gemma": _flag, "round_once": _flag}),
-    "layer_norm": Family(
-        "layer_norm.cu", "pyrms::layer_norm_kernel (forward); the hidden size only picks the planned cache",
-        lambda dt, hidden, v: replace(plan.plan_layer_norm(dt, hidden), **v).expression,
-        lambda dt, hidden: {"cache": plan.plan_layer_norm(dt, hidden).cache, "bias": True},
-        {"cache": _cache_vectors, "bias": _flag}),
+    "fused_add_rms_norm": _row_family(
+        plan.plan_fused_add_rms_norm, "fused_add_rms_norm.cu", "pyrms::fused_add_rms_norm_kernel, planned like rms_norm",
+        {"gemma": False, "round_once": False}),
+    "layer_norm": _row_family(
+        plan.plan_layer_norm, "layer_norm.cu", "pyrms::layer_norm_kernel (forward), planned like rms_norm",
+        {"bias": True}),
     "rms_norm_backward": Family(
         "rms_norm_backward.cu", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums)",
         lambda dt, hidden, v: _backward_plan(dt, hidden, v, False).expression,

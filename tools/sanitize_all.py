@@ -40,8 +40,8 @@ import sanitize_family  # noqa: E402
 import sanitize_matrix  # noqa: E402
 from pyrms import dtypes, errors, reference  # noqa: E402
 from pyrms import precompile as precompile_mod  # noqa: E402
-from pyrms.testing import (allocate, check_layer_norm, check_norm_backward, check_rms_norm,  # noqa: E402
-                           run_checked)
+from pyrms.testing import (allocate, check_fused_add_rms_norm, check_layer_norm, check_norm_backward,  # noqa: E402
+                           check_rms_norm, run_checked)
 
 OPS = precompile_mod.OPS
 parse_ops = precompile_mod.parse_ops
@@ -99,10 +99,18 @@ def check_seed(rng, dtype, rows, hidden, epsilon=1e-5):
 def extra_cases():
     """Layouts the two matrices do not cover: strided LayerNorm rows, strided and in-place backward
     passes with a partial last chunk of rows, LayerNorm's float32 parameter gradients, LayerNorm
-    without bias (forward, and backward without grad_bias)."""
+    without bias (forward, and backward without grad_bias), programmatic dependent launch (pdl)."""
     for dtype in dtypes.ALL:
         n = dtype.vec_elems
         for hidden in HIDDENS:
+            for variant in ("few", "many"):
+                yield "rms_norm", check_rms_norm, dict(dtype=dtype, rows=3, hidden=hidden, in_off=1, variant=variant,
+                                                       pdl=True)
+                yield "fused_add_rms_norm", check_fused_add_rms_norm, dict(
+                    dtype=dtype, rows=3, hidden=hidden, offsets={"residual": n - 1}, variant=variant, pdl=True)
+                yield "layer_norm", check_layer_norm, dict(dtype=dtype, rows=3, hidden=hidden, variant=variant,
+                                                           pdl=True)
+            yield "rms_norm_backward", check_norm_backward, dict(dtype=dtype, rows=17, hidden=hidden, pdl=True)
             yield "layer_norm", check_layer_norm, dict(
                 dtype=dtype, rows=3, hidden=hidden, offsets={"input": 1, "out": n - 1},
                 strides={"input": hidden + 3, "out": hidden + 5})

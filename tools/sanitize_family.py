@@ -3,7 +3,7 @@
 
 Every dtype x every element misalignment of each pointer x hidden sizes with prefixes and tails
 (both the shared-memory and the workspace homes of the backward's column sums) x strided rows x
-in-place x options, each launch checked bit for bit against its twin (pyrms.testing). Prints the
+in-place x options x (fused add, LayerNorm) the kernels for few and for many rows, each launch checked bit for bit against its twin (pyrms.testing). Prints the
 number of launches; exit status 1 if any check failed. Run it under each tool:
 
     compute-sanitizer --tool memcheck --error-exitcode 3 python tools/sanitize_family.py
@@ -30,12 +30,15 @@ def cases(quick: bool):
     for dtype in dtypes.ALL:
         n = dtype.vec_elems
         for hidden in hiddens:
-            for name in ("input", "residual", "weight"):
-                for off in range(n):
-                    yield check_fused_add_rms_norm, dict(dtype=dtype, rows=2, hidden=hidden, offsets={name: off})
-            for name in ("input", "out", "weight", "bias"):
-                for off in range(n):
-                    yield check_layer_norm, dict(dtype=dtype, rows=2, hidden=hidden, offsets={name: off})
+            for variant in ("few", "many"):  # the row core's latency shape and the many-row shape
+                for name in ("input", "residual", "weight"):
+                    for off in range(n):
+                        yield check_fused_add_rms_norm, dict(dtype=dtype, rows=2, hidden=hidden, offsets={name: off},
+                                                             variant=variant)
+                for name in ("input", "out", "weight", "bias"):
+                    for off in range(n):
+                        yield check_layer_norm, dict(dtype=dtype, rows=2, hidden=hidden, offsets={name: off},
+                                                     variant=variant)
             for layer_norm in (False, True):
                 for name in BACKWARD + (("grad_bias",) if layer_norm else ()):
                     for off in range(n):

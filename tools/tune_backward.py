@@ -5,6 +5,8 @@ Each configuration is checked against the float64 reference, then timed like the
 (pyrms.bench.timing: CUDA events around batches queued behind a spin kernel) on rotated inputs. Needs a GPU. Used to choose pyrms.plan's backward table.
 
     python tools/tune_backward.py --shape 16384x5120
+
+Every configuration computes the statistics in the forward's tree (NormBackwardPlan.fold).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import numpy as np  # noqa: E402
 import pyrms  # noqa: E402
 from pyrms import driver, dtypes, plan, reference  # noqa: E402
 from pyrms.bench import timing  # noqa: E402
+from pyrms.ops import _backward  # noqa: E402
 
 
 def main() -> int:
@@ -45,8 +48,10 @@ def main() -> int:
     timer = timing.EventTimer(driver.current_device(), 0)  # the op launches on the legacy default stream
     for config in args.configs.split(","):
         block, vectors, rows_per_block = map(int, config.split("/"))
-        plan.plan_norm_backward = lambda d, h, **kw: plan.NormBackwardPlan(dtypes.get(d), h, block, vectors, False,
-                                                                          bool(kw.get("gemma")), dtypes.get(kw.get("grad_dtype") or d))
+        plan.plan_norm_backward = lambda d, h, **kw: plan.NormBackwardPlan(
+            dtypes.get(d), h, block, vectors, False, bool(kw.get("gemma")), dtypes.get(kw.get("grad_dtype") or d),
+            plan.block_and_cache(dtypes.get(d), h)[0])
+        _backward._prepared.items.clear()  # prepared launches hold the plan they were made with
 
         def launch(i):
             pyrms.rms_norm_backward(dxs[i], dw, dys[i], xs[i], wt, 1e-6, tokens, hidden, rows_per_block=rows_per_block)
@@ -62,6 +67,7 @@ def main() -> int:
         us = timing.median_us(timer, launch, sets, 8, batch=6)
         print(f"{config}: {us:.1f} us, {nbytes / us / 1e3:.0f} GB/s, dx rel err {err:.2e}", flush=True)
     plan.plan_norm_backward = original
+    _backward._prepared.items.clear()
     timer.close()
     return 0
 

@@ -10,7 +10,8 @@ from . import _operands as check
 from . import _workspace
 from ._prepared import Pointers, cache_for, scalars_ok
 
-_ROWS_SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32", "i64", "i32")
+_ROWS_SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32", "i64", "i32",
+                   "i32")
 _SUM_SIGNATURE = ("ptr", "ptr", "i32", "i32", "i64", "i32")
 
 
@@ -26,11 +27,12 @@ class Prepared:
     both kernels, the shared-memory opt-in and the pointer checks."""
 
     __slots__ = ("device", "plan", "rows_kernel", "sum_kernel", "hidden", "strides", "rows_per_block", "max_rows", "pointers",
-                 "itemsize", "params")
+                 "itemsize", "params", "pdl")
 
     def __init__(self, device, layer_norm, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
-                 input_stride, gemma, rows_per_block, params):
+                 input_stride, gemma, rows_per_block, params, pdl):
         self.device = device
+        self.pdl = check.flag("pdl", pdl)
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         pdt = dt if grad_weight_dtype is None else dtypes.get(grad_weight_dtype)
@@ -73,11 +75,11 @@ class Prepared:
             self.rows_kernel.launch(-(-num_tokens // self.rows_per_block), p.block,
                                     (grad_input, ws, grad_output, input, weight, epsilon, num_tokens, hidden, gi_stride,
                                      go_stride, x_stride, p.chunk_rows, self.rows_per_block, p.ws_stride,
-                                     1 if p.shared_bytes else 0), handle, p.shared_bytes)
+                                     1 if p.shared_bytes else 0, p.stats_fold), handle, p.shared_bytes, pdl=self.pdl)
             for k, grad in enumerate(grads):  # dweight, then dbias from the next plane
                 plane = ws + k * chunks * p.ws_stride * 4
                 self.sum_kernel.launch(-(-hidden // 32), (32, 32), (grad, plane, hidden, chunks, p.ws_stride, weight_phase),
-                                       handle)
+                                       handle, pdl=self.pdl)
         return True
 
 
@@ -86,12 +88,12 @@ _prepared = cache_for(Prepared)
 
 def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon,
                   num_tokens, hidden_size, dtype, grad_output_stride, input_stride, grad_input_stride, gemma,
-                  grad_weight_dtype, workspace, rows_per_block, stream):
+                  grad_weight_dtype, workspace, rows_per_block, stream, pdl):
     grads = (grad_weight,) if not layer_norm or grad_bias is None else (grad_weight, grad_bias)
     if (type(grad_input) is int and type(grad_output) is int and type(input) is int and type(weight) is int
             and all(type(g) is int for g in grads) and workspace is None):
         static = (layer_norm, dtype, grad_weight_dtype, hidden_size, grad_input_stride, grad_output_stride,
-                  input_stride, gemma, rows_per_block, len(grads))
+                  input_stride, gemma, rows_per_block, len(grads), pdl)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(grad_input, grad_output, input, weight, grads, epsilon, num_tokens,
                                              stream, None):
@@ -111,14 +113,15 @@ def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output
         dtype = dt
     _general(layer_norm, grad_input, grads, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
-             stream)
+             stream, pdl)
 
 
 def _general(layer_norm, grad_input, grads, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
-             stream):
+             stream, pdl):
     """Every check with its message (the rows and the weight are raw pointers by now; the parameter
     gradients may still be arrays), then the prepared launch on the pointers."""
+    check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     eps = check.epsilon(epsilon)
     params = dict(zip(("grad_weight", "grad_bias"), grads))
@@ -135,7 +138,7 @@ def _general(layer_norm, grad_input, grads, grad_output, input, weight, epsilon,
                    [r["grad_output"], r["input"], r["weight"], *([own] if own else [])],
                    in_place={("grad_input", "grad_output"), ("grad_input", "input")})
     check.same_device([region.op for region in r.values()], driver.selected_device().ordinal)
-    prepared = _prepared.require(layer_norm, dt, pdt, hidden, *strides, gemma, rows_per_block, len(grads))
+    prepared = _prepared.require(layer_norm, dt, pdt, hidden, *strides, gemma, rows_per_block, len(grads), pdl)
     launched = prepared(r["grad_input"].ptr, r["grad_output"].ptr, r["input"].ptr, r["weight"].ptr,
                         tuple(r[name].ptr for name in params), eps, num_tokens, stream, own.ptr if own else None)
     assert launched, "the checks above accept what the prepared launch declines"

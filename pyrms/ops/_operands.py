@@ -414,3 +414,10 @@ def multiple(name: str, value, unit: int, default: int) -> int:
     if value % unit:
         raise ValueError(f"{name} must be a multiple of {unit}, got {value}")
     return value
+
+
+def flag(name: str, value) -> bool:
+    """An on/off option: True or False (numpy's bool too); anything else is a TypeError naming it."""
+    if value is True or value is False or type(value).__name__ == "bool_":
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r}")

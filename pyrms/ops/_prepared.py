@@ -7,7 +7,7 @@ exactly as the caller passed them, so that a repeated call costs one dict lookup
 """
 from __future__ import annotations
 
-from .. import driver, errors
+from .. import driver, errors, kernels, launch
 from ._operands import FLOAT32_MAX
 
 LIMIT = 4096  # prepared launches kept per op, whatever shapes a long-running server meets
@@ -97,3 +97,25 @@ def scalars_ok(epsilon, num_tokens, max_rows: int) -> bool:
     """The per-call scalar checks: an int row count in range, a float epsilon within float32 (NaN fails)."""
     return (type(num_tokens) is int and 0 < num_tokens <= max_rows and type(epsilon) is float
             and 0.0 <= epsilon <= FLOAT32_MAX)
+
+
+class RowLaunches:
+    """The kernels and launches of an op on the row core (row_core.cuh): one for many rows (plan.block
+    threads per row) and one for few (plan.latency_block threads, the weights loaded early). The two
+    kernels compute the same bits."""
+
+    __slots__ = ("many", "few", "launch_many", "launch_few")
+
+    def __init__(self, plan, signature, tail: tuple, device, pdl: bool):
+        self.many = kernels.get(plan.source, plan.expression, plan.group, signature, device)
+        self.few = kernels.get(plan.source, plan.latency_expression, plan.group, signature, device)
+        self.launch_many = launch.RowLaunch(signature, plan.block, tail, device, pdl=pdl)
+        self.launch_few = launch.RowLaunch(signature, plan.latency_block, tail, device, pdl=pdl)
+
+    def __call__(self, few_rows: int, rows: int, stream: int, *head) -> None:
+        """Launch on `rows` rows: the few-row kernel up to `few_rows` of them (the op's threshold,
+        plan.FEW_ROWS unless pyrms.testing.forced_row_variant says otherwise)."""
+        if rows <= few_rows:
+            self.launch_few(self.few, rows, stream, *head)
+        else:
+            self.launch_many(self.many, rows, stream, *head)

@@ -1,28 +1,29 @@
 """``pyrms.fused_add_rms_norm``: residual add + RMSNorm in place (kernel: cuda_src/fused_add_rms_norm.cu)."""
 from __future__ import annotations
 
-from .. import dtypes, kernels, launch
+from .. import dtypes
 from .. import plan as planner
 from . import _operands as check
 from .._types import DTypeLike, Operand, StreamLike
-from ._prepared import Pointers, cache_for, scalars_ok
+from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
+# Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
+_FEW_ROWS = planner.FEW_ROWS
 
 
 class Prepared:
     """One (device, dtype, hidden, strides, options) of fused_add_rms_norm, resolved once."""
 
-    __slots__ = ("kernel", "launch", "max_rows", "pointers")
+    __slots__ = ("rows", "max_rows", "pointers")
 
-    def __init__(self, device, dtype, hidden, input_stride, residual_stride, gemma, round_once):
+    def __init__(self, device, dtype, hidden, input_stride, residual_stride, gemma, round_once, pdl):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
         p = planner.plan_fused_add_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once))
-        self.kernel = kernels.get(p.source, p.expression, p.group, _SIGNATURE, device)
-        self.launch = launch.RowLaunch(_SIGNATURE, p.block, (hidden, x_stride, r_stride), device)
+        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, r_stride), device, check.flag("pdl", pdl))
         self.max_rows = check.max_rows(hidden, x_stride, r_stride)
         size = dt.itemsize  # input and residual are both written: disjoint from each other and the weight
         self.pointers = Pointers(hidden, [(size, x_stride), (size, r_stride), (size, 0)],
@@ -31,7 +32,7 @@ class Prepared:
     def __call__(self, input, residual, weight, epsilon, num_tokens, stream) -> bool:
         if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok((input, residual, weight), num_tokens)):
             return False
-        self.launch(self.kernel, num_tokens, check.stream(stream), input, residual, weight, epsilon)
+        self.rows(_FEW_ROWS, num_tokens, check.stream(stream), input, residual, weight, epsilon)
         return True
 
 
@@ -41,7 +42,7 @@ _prepared = cache_for(Prepared)
 def fused_add_rms_norm(input: Operand, residual: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
                        hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
                        residual_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
-                       round_once: bool = False) -> None:
+                       round_once: bool = False, pdl: bool = False) -> None:
     """vLLM's fused_add_rms_norm, in place on ``num_tokens`` rows of ``hidden_size`` elements:
     ``residual <- input + residual`` (added in fp32, rounded once to the dtype), then
     ``input <- rms_norm(residual, weight)`` of that rounded sum, bit for bit what ``pyrms.rms_norm``
@@ -51,17 +52,17 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: Operand, epsil
     ([..., hidden_size], weight [hidden_size]; sizes then inferred), any element alignment of each
     pointer. ``input`` and ``residual`` must be disjoint, each with its own row stride
     (``input_stride``/``residual_stride``, >= hidden_size; default: the array's, or hidden_size).
-    ``dtype``, ``stream``, ``epsilon``: as in ``pyrms.rms_norm``.
+    ``dtype``, ``stream``, ``epsilon``, ``pdl``: as in ``pyrms.rms_norm``.
 
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
     if type(input) is int and type(residual) is int and type(weight) is int:
-        static = (dtype, hidden_size, input_stride, residual_stride, gemma, round_once)
+        static = (dtype, hidden_size, input_stride, residual_stride, gemma, round_once, pdl)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(input, residual, weight, epsilon, num_tokens, stream):
             return
-        _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride)
+        _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, pdl)
         launched = _prepared.require(*static)(input, residual, weight, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return
@@ -72,11 +73,13 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: Operand, epsil
     if rows:
         (x, x_stride), (r, r_stride), (w, _) = found["input"], found["residual"], found["weight"]
         fused_add_rms_norm(x, r, w, epsilon, rows, hidden, dtype=dt, input_stride=x_stride, residual_stride=r_stride,
-                           stream=stream, gemma=gemma, round_once=round_once)
+                           stream=stream, gemma=gemma, round_once=round_once, pdl=pdl)
 
 
-def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride) -> None:
+def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride,
+             pdl) -> None:
     """Raise the error naming what the prepared launch declined."""
+    check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
     _, _, r = check.layout(num_tokens, hidden, dtype,

@@ -1,29 +1,30 @@
 """``pyrms.layer_norm`` and ``pyrms.layer_norm_backward`` (kernels: cuda_src/layer_norm.cu)."""
 from __future__ import annotations
 
-from .. import dtypes, kernels, launch
+from .. import dtypes
 from .. import plan as planner
 from . import _operands as check
 from ._backward import norm_backward
 from .._types import DTypeLike, OptionalOperand, Operand, StreamLike, Workspace
-from ._prepared import Pointers, cache_for, scalars_ok
+from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
+# Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
+_FEW_ROWS = planner.FEW_ROWS
 
 
 class Prepared:
     """One (device, dtype, hidden, strides, bias or not) of layer_norm, resolved once."""
 
-    __slots__ = ("kernel", "launch", "max_rows", "pointers")
+    __slots__ = ("rows", "max_rows", "pointers")
 
-    def __init__(self, device, dtype, hidden, input_stride, out_stride, has_bias):
+    def __init__(self, device, dtype, hidden, input_stride, out_stride, has_bias, pdl):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
         p = planner.plan_layer_norm(dt, hidden, bias=has_bias)
-        self.kernel = kernels.get(p.source, p.expression, p.group, _SIGNATURE, device)
-        self.launch = launch.RowLaunch(_SIGNATURE, p.block, (hidden, x_stride, o_stride), device)
+        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, check.flag("pdl", pdl))
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
         size = dt.itemsize  # out: in place over input allowed, disjoint from the weight and bias
         vectors = [(size, 0)] * (2 if has_bias else 1)
@@ -35,8 +36,7 @@ class Prepared:
             return False
         if not self.pointers.ok((out, input, weight) if bias is None else (out, input, weight, bias), num_tokens):
             return False
-        self.launch(self.kernel, num_tokens, check.stream(stream), out, input, weight, 0 if bias is None else bias,
-                    epsilon)
+        self.rows(_FEW_ROWS, num_tokens, check.stream(stream), out, input, weight, 0 if bias is None else bias, epsilon)
         return True
 
 
@@ -46,7 +46,7 @@ _prepared = cache_for(Prepared)
 def layer_norm(out: OptionalOperand, input: Operand, weight: Operand, bias: Operand | None, epsilon: float,
                num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
                input_stride: int | None = None, out_stride: int | None = None,
-               stream: StreamLike = None) -> OptionalOperand:
+               stream: StreamLike = None, pdl: bool = False) -> OptionalOperand:
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
     ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``).
@@ -59,15 +59,15 @@ def layer_norm(out: OptionalOperand, input: Operand, weight: Operand, bias: Oper
     ``out``, ``input``: [..., hidden_size]; ``weight``, ``bias``: [hidden_size]; raw device pointers
     (int) or arrays as in ``pyrms.rms_norm`` (sizes then inferred), contiguous along the hidden
     dimension, any element alignment. ``out`` may be ``input`` (in place). ``dtype``, strides,
-    ``stream``, ``epsilon``: as in ``pyrms.rms_norm``. Everything is validated before the launch,
+    ``stream``, ``epsilon``, ``pdl``: as in ``pyrms.rms_norm``. Everything is validated before the launch,
     which is asynchronous on ``stream``.
     """
     if type(out) is int and type(input) is int and type(weight) is int and (bias is None or type(bias) is int):
-        static = (dtype, hidden_size, input_stride, out_stride, bias is not None)
+        static = (dtype, hidden_size, input_stride, out_stride, bias is not None, pdl)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(out, input, weight, bias, epsilon, num_tokens, stream):
             return out
-        _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride)
+        _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, pdl)
         launched = _prepared.require(*static)(out, input, weight, bias, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
@@ -81,12 +81,14 @@ def layer_norm(out: OptionalOperand, input: Operand, weight: Operand, bias: Oper
     if rows:
         (x, x_stride), (o, o_stride) = found["input"], found["out"]
         layer_norm(o, x, found["weight"][0], None if bias is None else found["bias"][0], epsilon, rows, hidden,
-                   dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream)
+                   dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream, pdl=pdl)
     return out
 
 
-def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride) -> None:
+def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride,
+             pdl) -> None:
     """Raise the error naming what the prepared launch declined."""
+    check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
     vectors = {"weight": weight} if bias is None else {"weight": weight, "bias": bias}
@@ -102,7 +104,7 @@ def layer_norm_backward(grad_input: Operand, grad_weight: Operand, grad_bias: Op
                         dtype: DTypeLike | None = None, grad_output_stride: int | None = None,
                         input_stride: int | None = None, grad_input_stride: int | None = None,
                         grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
-                        rows_per_block: int | None = None, stream: StreamLike = None) -> None:
+                        rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = False) -> None:
     """The gradients of ``y = layer_norm(input, weight, bias)`` for the upstream gradient ``grad_output``:
 
         x_hat = (x - mean) * r,  g = weight * dy
@@ -114,7 +116,7 @@ def layer_norm_backward(grad_input: Operand, grad_weight: Operand, grad_bias: Op
     mean and r recomputed per row exactly as ``layer_norm`` computes them. grad_weight and grad_bias
     are summed in fp32 in a fixed order (bitwise reproducible for every ``rows_per_block``), written in
     the dtype or, with ``grad_weight_dtype='float32'`` (or float32 arrays), in fp32; both get the same
-    dtype. Arguments, in-place rules and the workspace as in ``pyrms.rms_norm_backward``, with
+    dtype. Arguments, in-place rules, the workspace and ``pdl`` as in ``pyrms.rms_norm_backward``, with
     ``pyrms.backward_workspace_bytes(num_tokens, hidden_size, layer_norm=True)`` bytes of workspace.
     """
     norm_backward(layer_norm=True, grad_input=grad_input, grad_weight=grad_weight, grad_bias=grad_bias,
@@ -122,4 +124,4 @@ def layer_norm_backward(grad_input: Operand, grad_weight: Operand, grad_bias: Op
                   hidden_size=hidden_size, dtype=dtype, grad_output_stride=grad_output_stride,
                   input_stride=input_stride, grad_input_stride=grad_input_stride, gemma=False,
                   grad_weight_dtype=grad_weight_dtype, workspace=workspace, rows_per_block=rows_per_block,
-                  stream=stream)
+                  stream=stream, pdl=pdl)

@@ -1,43 +1,35 @@
 """``pyrms.rms_norm``: RMSNorm forward on device pointers or arrays (kernel: cuda_src/rms_norm.cu)."""
 from __future__ import annotations
 
-from .. import driver, dtypes, kernels, launch
+from .. import driver, dtypes
 from .. import plan as planner
 from . import _operands as check
 from .._types import DTypeLike, OptionalOperand, Operand, StreamLike
-from ._prepared import cache_for
+from ._prepared import RowLaunches, cache_for
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 _NAMES = ("out", "input", "weight")
 _DEFAULT_DTYPE = dtypes.BFLOAT16
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS); read at every call, so that
-# pyrms.testing.forced_rms_norm_variant can force either kernel.
+# pyrms.testing.forced_row_variant can force either kernel.
 _FEW_ROWS = planner.FEW_ROWS
-
-
-def launch_config(device, dt, hidden: int, gemma: bool, round_once: bool):
-    """(kernel for many rows, kernel for few rows, threads per block) for one (device, dtype,
-    hidden, options). The two kernels compute the same bits; see plan.FEW_ROWS."""
-    p = planner.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
-    return (kernels.get(p.source, p.expression, p.group, _SIGNATURE, device),
-            kernels.get(p.source, p.latency_expression, p.group, _SIGNATURE, device), p.block)
 
 
 class Prepared:
     """One (device, dtype, hidden, strides, options) of rms_norm, resolved once: kernels, launch
-    shape, the packed trailing arguments and the row limit. A call checks only what changes between
+    shapes, the packed trailing arguments and the row limit. A call checks only what changes between
     calls, inline, and returns False, having launched nothing, for anything unusual; the general path
     then says what is wrong."""
 
-    __slots__ = ("many", "few", "launch", "mask", "max_rows", "row_bytes", "x_step", "o_step", "same_steps", "spans")
+    __slots__ = ("rows", "mask", "max_rows", "row_bytes", "x_step", "o_step", "same_steps", "spans")
 
-    def __init__(self, device, dtype, hidden, input_stride, out_stride, gemma, round_once):
+    def __init__(self, device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl):
         hidden = check.size("hidden_size", hidden)
         dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
-        self.many, self.few, block = launch_config(device, dt, hidden, bool(gemma), bool(round_once))
-        self.launch = launch.RowLaunch(_SIGNATURE, block, (hidden, x_stride, o_stride), device)
+        p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once))
+        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, check.flag("pdl", pdl))
         self.mask = dt.itemsize - 1  # itemsizes are powers of two: alignment is a bit test
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
         self.row_bytes, self.x_step, self.o_step = hidden * dt.itemsize, x_stride * dt.itemsize, o_stride * dt.itemsize
@@ -65,25 +57,29 @@ class Prepared:
             stream = 0
         elif type(stream) is not int or not 0 <= stream < 18446744073709551616:
             stream = check.stream(stream)
-        self.launch(self.few if num_tokens <= _FEW_ROWS else self.many, num_tokens, stream, out, input, weight, epsilon)
+        rows = self.rows  # RowLaunches.__call__, inlined: a Python frame less on the hot path
+        if num_tokens <= _FEW_ROWS:
+            rows.launch_few(rows.few, num_tokens, stream, out, input, weight, epsilon)
+        else:
+            rows.launch_many(rows.many, num_tokens, stream, out, input, weight, epsilon)
         return True
 
 
 _prepared = cache_for(Prepared)
 
 
-def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once) -> Prepared | None:
+def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl=False) -> Prepared | None:
     """The prepared launch for these static arguments on the calling thread's device, or None where
     they are invalid: for adapters (pyrms.torch) that hold raw pointers and would otherwise pay for
     rms_norm's keyword arguments on every call. Call it as ``p(out, input, weight, epsilon, rows,
     stream)``; a False return launched nothing, and ``rms_norm`` with the same arguments names why."""
-    return _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once)
+    return _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl)
 
 
 def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
              hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
              out_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
-             round_once: bool = False) -> OptionalOperand:
+             round_once: bool = False, pdl: bool = False) -> OptionalOperand:
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
     ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None).
 
@@ -102,6 +98,8 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: flo
     between rows (>= hidden_size; default: the array's, or hidden_size). ``stream``: a pyrms Stream, a
     raw CUstream handle, a torch.cuda.Stream, any object with ``__cuda_stream__``, or None (the legacy
     default stream). With epsilon = 0 an all-zero row gives 0/0 = NaN, as in PyTorch.
+    ``pdl=True`` launches with programmatic dependent launch (sm_90+): the kernel may start while the
+    previous kernel on the stream finishes, and waits for it before touching memory; same results.
 
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
@@ -109,13 +107,13 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: flo
     if type(out) is int and type(input) is int and type(weight) is int:
         try:  # the prepared launch's lookup, inlined (PreparedCache.get does the same)
             prepared = _prepared.items[(driver._selected.device, dtype, hidden_size, input_stride, out_stride,
-                                        gemma, round_once)]
+                                        gemma, round_once, pdl)]
         except (KeyError, TypeError):
-            prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once)
+            prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl)
         if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream):
             return out
-        _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream)
-        launched = _prepared.require(dtype, hidden_size, input_stride, out_stride, gemma, round_once)(
+        _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl)
+        launched = _prepared.require(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl)(
             out, input, weight, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
@@ -130,12 +128,14 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: flo
         return out
     (x, x_stride), (o, o_stride), (w, _) = found["input"], found["out"], found["weight"]
     rms_norm(o, x, w, epsilon, rows, hidden, dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream,
-             gemma=gemma, round_once=round_once)
+             gemma=gemma, round_once=round_once, pdl=pdl)
     return out
 
 
-def _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream) -> None:
+def _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
+             pdl) -> None:
     """Raise the error that names what the prepared launch declined (the general path's checks)."""
+    check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
     dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)

@@ -11,7 +11,7 @@ def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Op
                       grad_output_stride: int | None = None, input_stride: int | None = None,
                       grad_input_stride: int | None = None, gemma: bool = False,
                       grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
-                      rows_per_block: int | None = None, stream: StreamLike = None) -> None:
+                      rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = False) -> None:
     """The gradients of ``y = rms_norm(input, weight)`` for the upstream gradient ``grad_output``:
 
         r = 1 / sqrt(mean(x^2) + epsilon),  x_hat = x * r,  g = weight * dy   (1 + weight with gemma)
@@ -30,7 +30,7 @@ def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Op
     weight, grad_weight: [hidden_size]. Any element alignment of any pointer. grad_input may be
     grad_output or input (in place); everything else must be disjoint. grad_weight is written in the
     dtype, or in float32 with ``grad_weight_dtype='float32'`` (or a float32 array). ``dtype``,
-    ``stream``, ``epsilon``: as in ``pyrms.rms_norm``.
+    ``stream``, ``epsilon``, ``pdl``: as in ``pyrms.rms_norm`` (``pdl`` applies to both launches).
 
     Workspace: ``pyrms.backward_workspace_bytes(num_tokens, hidden_size)`` bytes of fp32 scratch. By
     default each call takes it from pyrms's stream-ordered memory pool on ``stream`` and frees it there
@@ -47,4 +47,4 @@ def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Op
                   hidden_size=hidden_size, dtype=dtype, grad_output_stride=grad_output_stride,
                   input_stride=input_stride, grad_input_stride=grad_input_stride, gemma=gemma,
                   grad_weight_dtype=grad_weight_dtype, workspace=workspace, rows_per_block=rows_per_block,
-                  stream=stream)
+                  stream=stream, pdl=pdl)

@@ -1,0 +1,39 @@
+// The RMSNorm of one row on the row core (row_core.cuh): its output step (rms_scale) and the two
+// passes, shared by rms_norm.cu and fused_add_rms_norm.cu, which differ only in how pass 1 reads the
+// row (a Source) and in their cache hints. Formulas and rounding: rms_norm.cu.
+#pragma once
+#include "row_core.cuh"
+
+namespace pyrms {
+
+template <typename T, bool GEMMA, bool ROUND_ONCE>
+__device__ __forceinline__ T rms_scale(T x, T w, float inv) {
+    const float wf = GEMMA ? __fadd_rn(1.0f, to_float(w)) : to_float(w);
+    float xn = __fmul_rn(to_float(x), inv);
+    if (!ROUND_ONCE) xn = to_float(from_float<T>(xn));
+    return from_float<T>(__fmul_rn(xn, wf));
+}
+
+__device__ __forceinline__ float square(float x) { return __fmul_rn(x, x); }
+
+// The RMSNorm of one row, read from `src` (a row core Source) and written to out_row: the body of
+// rms_norm_kernel and of fused_add_rms_norm_kernel, which differ only in their source (and cache hints).
+// x_row is where pass 2 re-reads the row values that are not held.
+template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool STREAMING, typename Src>
+__device__ __forceinline__ void rms_norm_row(T* out_row, const T* x_row, const Src& src, const T* __restrict__ weight,
+                                             float epsilon, int hidden) {
+    using Shape = RowShape<CACHE, SPREAD>;
+    __shared__ float scratch[32];
+    __shared__ float partials[Shape::PARTIALS];
+    const Shape sh;
+    const RowSplit s = split_row(x_row, hidden);
+    Pack<T> held[Shape::SLOTS], held_w[Shape::SLOTS];
+    load_held(sh, s, src, held);
+    if constexpr (EARLY_WEIGHTS) load_held_weights(sh, out_row, x_row, weight, hidden, held_w);
+    const float inv = inv_rms(row_sum(sh, s, hidden, src, held, scratch, partials, square), hidden, epsilon);
+    write_row<T, CACHE, SPREAD, false, STREAMING, EARLY_WEIGHTS>(
+        sh, out_row, x_row, weight, nullptr, hidden, held, held_w,
+        [inv](T x, T w, T) { return rms_scale<T, GEMMA, ROUND_ONCE>(x, w, inv); });
+}
+
+}  // namespace pyrms

@@ -1,0 +1,265 @@
+// The forward row core: one row of `n` elements per block, in two passes, written once for every
+// kernel that normalizes rows (rms_norm.cu, fused_add_rms_norm.cu, layer_norm.cu, and the statistics
+// the backward recomputes in norm_backward.cuh).
+//
+//   pass 1: load the row (a Source hook: plain or streaming loads, or fused add's sums), and reduce
+//           it in THE reduction tree below (row_sum, row_stats);
+//   pass 2: write_row: out[i] = f(x[i], w[i], b[i]) (an output hook), split at out's 16-byte
+//           boundaries, from the vectors pass 1 kept in registers where the splits agree.
+//
+// The reduction tree is a function of (dtype, n, the row's alignment, F) only, where F, the fold
+// width, is the planner's block size for (dtype, n) (pyrms.plan.block_and_cache). For a row split at
+// its own 16-byte boundaries into prefix elements, `vectors` body vectors and tail elements:
+//
+//   P(v)   = ((0 + term(e0)) + term(e1)) + ... + term(e_{N-1})       one body vector's partial
+//   acc(t) = (((0 + term(prefix[t])) + P(t)) + P(t + F)) + P(t + 2F) + ... + term(tail[t])
+//   total  = pyrms::block_sum of acc(0 .. F-1)                         (the fixed butterfly)
+//
+// (prefix[t] and tail[t] only where the row has them.) Every launch shape computes exactly that:
+//   - RowShape<CACHE, 1>: blockDim.x = F; thread t holds P(t), P(t+F), ... for its first CACHE
+//     vectors in registers and folds them itself: the shape for many rows;
+//   - RowShape<CACHE, SPREAD> (SPREAD = 2, 4): blockDim.x = SPREAD * F, each thread holds CACHE/SPREAD
+//     vectors (a shorter chain, more loads in flight), writes their partials to shared memory, and
+//     thread t of the first F folds them in the same order: the latency shape for few rows.
+//   - RowShape<0, 1> with a fold wider than the block (the backward's): each thread computes acc(t) for
+//     t = threadIdx.x, threadIdx.x + blockDim.x, ... in turn.
+// So a row's result is bitwise the same whichever shape launched it, and the backward's statistics
+// (RowShape<V, 1> given the forward's F, whatever its own block) are the forward's by construction.
+// pyrms.reference.thread_sums_twin is the same tree in numpy.
+#pragma once
+#include "common.cuh"
+
+namespace pyrms {
+
+// Which vectors of a row the calling thread holds, for a block of SPREAD * fold threads.
+template <int CACHE, int SPREAD> struct RowShape {
+    static_assert(SPREAD == 1 || (CACHE > 0 && CACHE % SPREAD == 0), "a spread shape divides the cache");
+    static constexpr int HELD = CACHE / SPREAD;              // vectors each thread keeps in registers
+    static constexpr int SLOTS = HELD > 0 ? HELD : 1;        // (arrays may not be empty)
+    static constexpr int PARTIALS = SPREAD > 1 ? CACHE * 1024 / SPREAD : 1;  // shared floats for P(v)
+    int fold, t, s;  // F; the position in the fold; which of the SPREAD slices the thread belongs to
+
+    // The fold width: blockDim.x / SPREAD, or `width` (SPREAD = 1 and CACHE = 0 only: a multiple of 32,
+    // wider than the block when a backward kernel recomputes the forward's statistics).
+    __device__ __forceinline__ explicit RowShape(int width = 0) {
+        if constexpr (SPREAD == 1) {
+            fold = width > 0 ? width : blockDim.x;
+            t = threadIdx.x;
+            s = 0;
+        } else {
+            fold = blockDim.x / SPREAD;
+            s = threadIdx.x / fold;
+            t = threadIdx.x - s * fold;
+        }
+    }
+    // The body vector index of held slot k: fold step j = s + k * SPREAD, vector t + j * F.
+    __device__ __forceinline__ int held_vector(int k) const { return t + (s + k * SPREAD) * fold; }
+};
+
+// Threads a kernel of this shape may have: registers for its held vectors must fit beside the rest.
+__host__ __device__ constexpr int max_threads(int held) { return held <= 2 ? 1024 : 2048 / held; }
+
+// ---- Sources: how pass 1 reads a row --------------------------------------------------------------
+// held(at): a body vector (at: element offset, 16-byte aligned) kept in registers for pass 2;
+// keep(at, v): what to do with it once every held load is issued (fused add stores its sums there);
+// vec(at): a body vector not kept (re-read in pass 2); elem(at): a prefix or tail element.
+
+// A row read from memory. STREAMING: the held vectors are read once, so they bypass the caches'
+// keep policy (ld.global.cs); the re-read ones keep the default policy, since pass 2 reads them again.
+template <typename T, bool STREAMING> struct RowIn {
+    const T* row;
+    __device__ __forceinline__ Pack<T> held(int at) const {
+        return STREAMING ? load_streaming(row + at) : load_aligned(row + at);
+    }
+    __device__ __forceinline__ void keep(int, const Pack<T>&) const {}
+    __device__ __forceinline__ Pack<T> vec(int at) const { return load_aligned(row + at); }
+    __device__ __forceinline__ T elem(int at) const { return row[at]; }
+};
+
+// ---- Pass 1 ---------------------------------------------------------------------------------------
+
+// The thread's held vectors of a row split `s`: every load issued before any is used, so they are in
+// flight together; then keep() each.
+template <typename T, int CACHE, int SPREAD, typename Src>
+__device__ __forceinline__ void load_held(const RowShape<CACHE, SPREAD>& sh, const RowSplit& s, const Src& src,
+                                          Pack<T> (&held)[RowShape<CACHE, SPREAD>::SLOTS]) {
+    constexpr int N = Vec<T>::N;
+#pragma unroll
+    for (int k = 0; k < RowShape<CACHE, SPREAD>::HELD; ++k) {
+        const int v = sh.held_vector(k);
+        if (v < s.vectors) held[k] = src.held(s.pre + v * N);
+    }
+#pragma unroll
+    for (int k = 0; k < RowShape<CACHE, SPREAD>::HELD; ++k) {
+        const int v = sh.held_vector(k);
+        if (v < s.vectors) src.keep(s.pre + v * N, held[k]);
+    }
+}
+
+// P(v) of the tree above: one vector's terms, in element order. __fadd_rn: no contraction with term.
+template <typename T, typename Term> __device__ __forceinline__ float vector_sum(const Pack<T>& v, Term term) {
+    float p = 0.0f;
+#pragma unroll
+    for (int j = 0; j < Vec<T>::N; ++j) p = __fadd_rn(p, term(to_float(v.e[j])));
+    return p;
+}
+
+// The block-wide sum of term(x) over the row, in the tree above, returned to every thread.
+// `partials`: RowShape::PARTIALS floats of shared memory (unused when SPREAD == 1). Consecutive calls
+// must alternate `scratch` buffers, or put a barrier between them (see block_sum); `partials` may be
+// reused, since every fold read of it precedes the barrier in block_sum.
+template <typename T, int CACHE, int SPREAD, typename Src, typename Term>
+__device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD>& sh, const RowSplit& s, int n, const Src& src,
+                                         const Pack<T> (&held)[RowShape<CACHE, SPREAD>::SLOTS], float* scratch,
+                                         float* partials, Term term) {
+    constexpr int N = Vec<T>::N;
+    if constexpr (SPREAD > 1) {
+#pragma unroll
+        for (int k = 0; k < RowShape<CACHE, SPREAD>::HELD; ++k) {
+            const int v = sh.held_vector(k);
+            if (v < s.vectors) partials[v] = vector_sum(held[k], term);
+        }
+        __syncthreads();
+    }
+    // Fold positions t = threadIdx.x + m * blockDim.x below F: one per thread for many rows, none for
+    // the extra threads of a spread shape, several when the fold is wider than the block. F and
+    // blockDim.x are multiples of 32, so the loop and the butterflies in it are uniform across a warp.
+    // Only a re-reading shape of one thread per fold position may have a fold wider than its block.
+    constexpr bool WIDE = CACHE == 0 && SPREAD == 1;
+    const int F = sh.fold;
+    for (int t = threadIdx.x, m = 0; t < F; t += blockDim.x, ++m) {
+        float acc = 0.0f;
+        if (t < s.pre) acc = __fadd_rn(acc, term(to_float(src.elem(t))));
+        int j = 0;  // fold steps: held (or their partials) first, for fold position threadIdx.x only
+        if (m == 0) {
+#pragma unroll
+            for (; j < CACHE; ++j) {
+                if (t + j * F < s.vectors) {
+                    if constexpr (SPREAD > 1) {
+                        acc = __fadd_rn(acc, partials[t + j * F]);
+                    } else {
+                        acc = __fadd_rn(acc, vector_sum(held[j], term));
+                    }
+                }
+            }
+        }
+        for (int v = t + j * F; v < s.vectors; v += F) acc = __fadd_rn(acc, vector_sum(src.vec(s.pre + v * N), term));
+        if (s.tail + t < n) acc = __fadd_rn(acc, term(to_float(src.elem(s.tail + t))));
+        acc = warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) scratch[t >> 5] = acc;
+        if constexpr (!WIDE) break;  // one fold position per thread, at most: no loop to keep registers for
+    }
+    __syncthreads();
+    return sum_of_warp_totals(scratch, F >> 5);
+}
+
+// What normalizing a row needs: x_hat = (x - mean) * inv (mean = 0 for RMSNorm).
+struct RowStats {
+    float mean, inv;
+};
+
+// The statistics of one row (already loaded into `held` by load_held), in fp32. RMSNorm
+// (CENTERED = false): inv = inv_rms(sum x^2); uses scratch_a only. LayerNorm: mean = sum x / n, then
+// inv = inv_rms(sum (x - mean)^2) over the held (or re-read) values: two passes, not E[x^2] - mean^2,
+// which cancels catastrophically when |mean| >> std. Uses scratch_a, then scratch_b, so a caller that
+// alternates the two buffers between consecutive block sums needs no extra barrier.
+template <typename T, int CACHE, int SPREAD, bool CENTERED, typename Src>
+__device__ __forceinline__ RowStats row_stats(const RowShape<CACHE, SPREAD>& sh, const RowSplit& s, int n, float eps,
+                                              const Src& src, const Pack<T> (&held)[RowShape<CACHE, SPREAD>::SLOTS],
+                                              float* scratch_a, float* scratch_b, float* partials) {
+    if constexpr (!CENTERED) {
+        const float sum_sq = row_sum(sh, s, n, src, held, scratch_a, partials, [](float x) { return __fmul_rn(x, x); });
+        return {0.0f, inv_rms(sum_sq, n, eps)};
+    } else {
+        const float sum = row_sum(sh, s, n, src, held, scratch_a, partials, [](float x) { return x; });
+        const float mean = __fdiv_rn(sum, static_cast<float>(n));
+        const float dev_sq = row_sum(sh, s, n, src, held, scratch_b, partials, [mean](float x) {
+            const float d = __fsub_rn(x, mean);
+            return __fmul_rn(d, d);
+        });
+        return {mean, inv_rms(dev_sq, n, eps)};
+    }
+}
+
+// ---- Pass 2 ---------------------------------------------------------------------------------------
+
+// The weights of the thread's held vectors at out's split, loaded before the reduction so that their
+// latency overlaps the row's instead of following the barrier (the few-row kernels: latency, not
+// bandwidth, sets their time). Only where x shares out's phase: then pass 2's vectors are the held ones.
+template <typename T, int CACHE, int SPREAD>
+__device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD>& sh, const T* out, const T* x,
+                                                  const T* __restrict__ w, int n,
+                                                  Pack<T> (&held_w)[RowShape<CACHE, SPREAD>::SLOTS]) {
+    constexpr int N = Vec<T>::N;
+    const int out_phase = vec_phase(out);
+    if (((vec_phase(x) - out_phase) & (N - 1)) != 0) return;
+    const int w_width = load_width<T>((vec_phase(w) - out_phase) & (N - 1));
+    const RowSplit s = split_row(out, n);
+#pragma unroll
+    for (int k = 0; k < RowShape<CACHE, SPREAD>::HELD; ++k) {
+        const int v = sh.held_vector(k);
+        if (v < s.vectors) held_w[k] = load_pack(w + s.pre + v * N, w_width);
+    }
+}
+
+// out[i] = f(x[i], w[i], b[i]) (b only when BIAS), split at OUT's 16-byte boundaries so that every
+// body store is 16 bytes wide (streaming stores when STREAMING: the output is not read again here);
+// x, w and b are loaded at the widest width their alignment relative to out allows. When x shares
+// out's phase, the split is x's own, so the thread's body vectors are its held ones (and, when
+// EARLY_WEIGHTS, their weights are in held_w). In place (out == x) is safe: each element is read by
+// the thread that writes it, after the barrier that ends pass 1.
+template <typename T, int CACHE, int SPREAD, bool BIAS, bool STREAMING, bool EARLY_WEIGHTS, typename F>
+__device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD>& sh, T* out, const T* x, const T* __restrict__ w,
+                                          const T* __restrict__ b, int n,
+                                          const Pack<T> (&held)[RowShape<CACHE, SPREAD>::SLOTS],
+                                          const Pack<T> (&held_w)[RowShape<CACHE, SPREAD>::SLOTS], F f) {
+    constexpr int N = Vec<T>::N;
+    const int u = threadIdx.x;
+    const int B = blockDim.x;
+    const int out_phase = vec_phase(out);
+    const int rel_x = (vec_phase(x) - out_phase) & (N - 1);
+    const int w_width = load_width<T>((vec_phase(w) - out_phase) & (N - 1));
+    const int b_width = BIAS ? load_width<T>((vec_phase(b) - out_phase) & (N - 1)) : 16;
+    const RowSplit s = split_row(out, n);
+    auto element = [&](int i) {
+        if constexpr (BIAS) {
+            out[i] = f(x[i], w[i], b[i]);
+        } else {
+            out[i] = f(x[i], w[i], T());
+        }
+    };
+    auto vector = [&](int v, const Pack<T>& xv, const Pack<T>& wv) {
+        const int at = s.pre + v * N;
+        Pack<T> y;
+        if constexpr (BIAS) {
+            const Pack<T> bv = load_pack(b + at, b_width);
+#pragma unroll
+            for (int j = 0; j < N; ++j) y.e[j] = f(xv.e[j], wv.e[j], bv.e[j]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < N; ++j) y.e[j] = f(xv.e[j], wv.e[j], T());
+        }
+        if constexpr (STREAMING) {
+            store_streaming(out + at, y);
+        } else {
+            store_aligned(out + at, y);
+        }
+    };
+    if (u < s.pre) element(u);
+    if (s.tail + u < n) element(s.tail + u);
+    int first_unheld = u;
+    if (rel_x == 0) {
+#pragma unroll
+        for (int k = 0; k < RowShape<CACHE, SPREAD>::HELD; ++k) {
+            const int v = sh.held_vector(k);
+            if (v < s.vectors) vector(v, held[k], EARLY_WEIGHTS ? held_w[k] : load_pack(w + s.pre + v * N, w_width));
+        }
+        first_unheld = CACHE * sh.fold + u;
+    }
+    const int x_width = load_width<T>(rel_x);
+    for (int v = first_unheld; v < s.vectors; v += B) {
+        vector(v, load_pack(x + s.pre + v * N, x_width), load_pack(w + s.pre + v * N, w_width));
+    }
+}
+
+}  // namespace pyrms
