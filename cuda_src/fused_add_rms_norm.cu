@@ -7,7 +7,7 @@
 // so `input` ends up equal to rms_norm(residual) of the updated residual, bit for bit: both run
 // pyrms::rms_norm_row (rms_norm_row.cuh) on the row core; only pass 1's Source differs (AddedRow).
 // Planned as rms_norm.cu is (pyrms.plan.block_and_cache), with the same variants: T, CACHE, SPREAD,
-// GEMMA, ROUND_ONCE, EARLY_WEIGHTS. Rows are addressed with 64-bit strides; input and residual each
+// GEMMA, ROUND_ONCE, EARLY_WEIGHTS, ALIGNED. Rows are addressed with 64-bit strides; input and residual each
 // have their own row stride. No cache hints: the streaming hints that help rms_norm.cu made this
 // kernel 11% slower (bench/results/2026-11-30/session2/hints2.log).
 //
@@ -55,7 +55,7 @@ template <typename T> struct AddedRow {
     }
 };
 
-template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS>
+template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_norm_kernel(
     T* input, T* residual, const T* __restrict__ weight, float epsilon, int hidden,
     long long input_stride, long long residual_stride) {
@@ -63,8 +63,9 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_
     begin_dependent_grid();
     T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
     T* res_row = residual + static_cast<long long>(blockIdx.x) * residual_stride;
-    const AddedRow<T> sums{in_row, res_row, load_width<T>((vec_phase(in_row) - vec_phase(res_row)) & (N - 1))};
-    rms_norm_row<T, CACHE, SPREAD, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, false>(in_row, res_row, sums, weight, epsilon,
+    const AddedRow<T> sums{in_row, res_row,
+                           ALIGNED ? 16 : load_width<T>((vec_phase(in_row) - vec_phase(res_row)) & (N - 1))};
+    rms_norm_row<T, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, false>(in_row, res_row, sums, weight, epsilon,
                                                                            hidden);
 }
 

@@ -9,7 +9,7 @@
 // Every step is one explicitly rounded fp32 operation (__fsub_rn, __fmul_rn, ...: no FMA), so
 // pyrms.reference.layer_norm_twin and norm_backward_twin reproduce the kernels bit for bit.
 //
-// layer_norm_kernel<T, CACHE, SPREAD, BIAS, EARLY_WEIGHTS>: one block per row on the row core
+// layer_norm_kernel<T, CACHE, SPREAD, BIAS, EARLY_WEIGHTS, ALIGNED>: one block per row on the row core
 // (row_core.cuh), with rms_norm.cu's variants. Pass 1 (row_stats) splits the row at the input's 16-byte
 // boundaries and keeps the held body vectors in registers for both statistics passes; pass 2
 // (write_row) splits at the output's boundaries, so every body store is 16 bytes wide, and loads input,
@@ -24,25 +24,25 @@
 namespace pyrms {
 
 // bias is not read when BIAS is false (it may be null).
-template <typename T, int CACHE, int SPREAD, bool BIAS, bool EARLY_WEIGHTS>
+template <typename T, int CACHE, int SPREAD, bool BIAS, bool EARLY_WEIGHTS, bool ALIGNED>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_kernel(
     T* out, const T* input, const T* __restrict__ weight, const T* __restrict__ bias, float epsilon, int hidden,
     long long input_stride, long long out_stride) {
-    using Shape = RowShape<CACHE, SPREAD>;
+    using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
     __shared__ float scratch[2][32];
     __shared__ float partials[Shape::PARTIALS];
     begin_dependent_grid();
     const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
     T* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
     const Shape sh;
-    const RowSplit s = split_row(in_row, hidden);
+    const RowSplit s = sh.split(in_row, hidden);
     const RowIn<T, false> src{in_row};
     Pack<T> held[Shape::SLOTS], held_w[Shape::SLOTS];
     load_held(sh, s, src, held);
     if constexpr (EARLY_WEIGHTS) load_held_weights(sh, out_row, in_row, weight, hidden, held_w);
-    const RowStats st = row_stats<T, CACHE, SPREAD, true>(sh, s, hidden, epsilon, src, held, scratch[0], scratch[1],
+    const RowStats st = row_stats<T, CACHE, SPREAD, ALIGNED, true>(sh, s, hidden, epsilon, src, held, scratch[0], scratch[1],
                                                           partials);
-    write_row<T, CACHE, SPREAD, BIAS, false, EARLY_WEIGHTS>(sh, out_row, in_row, weight, bias, hidden, held, held_w,
+    write_row<T, CACHE, SPREAD, ALIGNED, BIAS, false, EARLY_WEIGHTS>(sh, out_row, in_row, weight, bias, hidden, held, held_w,
                                                              [st](T x, T w, T b) {
         const float scaled = __fmul_rn(__fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv), to_float(w));
         return from_float<T>(BIAS ? __fadd_rn(scaled, to_float(b)) : scaled);

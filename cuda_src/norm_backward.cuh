@@ -164,7 +164,7 @@ __device__ __forceinline__ void norm_backward_rows(
             const RowSplit xs = split_row(x, hidden);
             const RowIn<T, false> src{x};
             load_held(sh, xs, src, xc);
-            const RowStats st = row_stats<T, V, 1, CENTERED>(sh, xs, hidden, epsilon, src, xc, scratch[0], scratch[1],
+            const RowStats st = row_stats<T, V, 1, false, CENTERED>(sh, xs, hidden, epsilon, src, xc, scratch[0], scratch[1],
                                                              nullptr);
 
             // (2) sum of x_hat * g (and of g), over the weight's split.

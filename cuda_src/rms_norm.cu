@@ -15,7 +15,8 @@
 // Variants (template parameters): T in {float, __half, __nv_bfloat16}; CACHE = how many 16-byte input
 // vectors per fold thread stay in registers between the passes (0 = re-read them); SPREAD = threads
 // per fold thread (1 for many rows; 2 or 4 for few, the row core's latency shape); GEMMA; ROUND_ONCE;
-// EARLY_WEIGHTS (load the weights before the reduction: a latency choice for few rows). The planner
+// EARLY_WEIGHTS (load the weights before the reduction: a latency choice for few rows); ALIGNED (the
+// launcher found every row 16-byte aligned, hidden a multiple of the vector: see RowShape). The planner
 // (pyrms/plan.py) picks the fold width F = blockDim.x / SPREAD and CACHE from the hidden size only,
 // and every variant computes the same bits for the same F (the row core's tree).
 //
@@ -25,14 +26,14 @@
 
 namespace pyrms {
 
-template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS>
+template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_kernel(
     T* out, const T* input, const T* __restrict__ weight, float epsilon, int hidden,
     long long input_stride, long long out_stride) {
     begin_dependent_grid();
     const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
     T* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
-    rms_norm_row<T, CACHE, SPREAD, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, true>(out_row, in_row, RowIn<T, true>{in_row},
+    rms_norm_row<T, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, true>(out_row, in_row, RowIn<T, true>{in_row},
                                                                           weight, epsilon, hidden);
 }
 

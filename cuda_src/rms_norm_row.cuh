@@ -19,19 +19,20 @@ __device__ __forceinline__ float square(float x) { return __fmul_rn(x, x); }
 // The RMSNorm of one row, read from `src` (a row core Source) and written to out_row: the body of
 // rms_norm_kernel and of fused_add_rms_norm_kernel, which differ only in their source (and cache hints).
 // x_row is where pass 2 re-reads the row values that are not held.
-template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool STREAMING, typename Src>
+template <typename T, int CACHE, int SPREAD, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool STREAMING,
+          typename Src>
 __device__ __forceinline__ void rms_norm_row(T* out_row, const T* x_row, const Src& src, const T* __restrict__ weight,
                                              float epsilon, int hidden) {
-    using Shape = RowShape<CACHE, SPREAD>;
+    using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
     __shared__ float scratch[32];
     __shared__ float partials[Shape::PARTIALS];
     const Shape sh;
-    const RowSplit s = split_row(x_row, hidden);
+    const RowSplit s = sh.split(x_row, hidden);
     Pack<T> held[Shape::SLOTS], held_w[Shape::SLOTS];
     load_held(sh, s, src, held);
     if constexpr (EARLY_WEIGHTS) load_held_weights(sh, out_row, x_row, weight, hidden, held_w);
     const float inv = inv_rms(row_sum(sh, s, hidden, src, held, scratch, partials, square), hidden, epsilon);
-    write_row<T, CACHE, SPREAD, false, STREAMING, EARLY_WEIGHTS>(
+    write_row<T, CACHE, SPREAD, ALIGNED, false, STREAMING, EARLY_WEIGHTS>(
         sh, out_row, x_row, weight, nullptr, hidden, held, held_w,
         [inv](T x, T w, T) { return rms_scale<T, GEMMA, ROUND_ONCE>(x, w, inv); });
 }

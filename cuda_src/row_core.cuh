@@ -18,7 +18,7 @@
 // (prefix[t] and tail[t] only where the row has them.) Every launch shape computes exactly that:
 //   - RowShape<CACHE, 1>: blockDim.x = F; thread t holds P(t), P(t+F), ... for its first CACHE
 //     vectors in registers and folds them itself: the shape for many rows;
-//   - RowShape<CACHE, SPREAD> (SPREAD = 2, 4): blockDim.x = SPREAD * F, each thread holds CACHE/SPREAD
+//   - RowShape<CACHE, SPREAD, ALIGNED> (SPREAD = 2, 4): blockDim.x = SPREAD * F, each thread holds CACHE/SPREAD
 //     vectors (a shorter chain, more loads in flight), writes their partials to shared memory, and
 //     thread t of the first F folds them in the same order: the latency shape for few rows.
 //   - RowShape<0, 1> with a fold wider than the block (the backward's): each thread computes acc(t) for
@@ -32,7 +32,7 @@
 namespace pyrms {
 
 // Which vectors of a row the calling thread holds, for a block of SPREAD * fold threads.
-template <int CACHE, int SPREAD> struct RowShape {
+template <int CACHE, int SPREAD, bool ALIGNED = false> struct RowShape {
     static_assert(SPREAD == 1 || (CACHE > 0 && CACHE % SPREAD == 0), "a spread shape divides the cache");
     static constexpr int HELD = CACHE / SPREAD;              // vectors each thread keeps in registers
     static constexpr int SLOTS = HELD > 0 ? HELD : 1;        // (arrays may not be empty)
@@ -54,6 +54,16 @@ template <int CACHE, int SPREAD> struct RowShape {
     }
     // The body vector index of held slot k: fold step j = s + k * SPREAD, vector t + j * F.
     __device__ __forceinline__ int held_vector(int k) const { return t + (s + k * SPREAD) * fold; }
+
+    // ALIGNED: the launcher promises that every row pointer (and the weight) is 16-byte aligned and
+    // the hidden size a multiple of the vector, so every split is all body (no prefix, no tail) and every
+    // load and store 16 bytes wide. The same tree (a row without prefix or tail elements adds none) in
+    // far fewer instructions: the few-row kernels are latency-bound, and the executed code is a large
+    // part of their time (bench/results/2026-12-01/issue12/run5: 3.44 -> 2.97 us at 1x5120 bf16).
+    template <typename T> __device__ __forceinline__ int phase(const T* p) const { return ALIGNED ? 0 : vec_phase(p); }
+    template <typename T> __device__ __forceinline__ RowSplit split(const T* p, int n) const {
+        return ALIGNED ? RowSplit{0, n / Vec<T>::N, n} : split_row(p, n);
+    }
 };
 
 // Threads a kernel of this shape may have: registers for its held vectors must fit beside the rest.
@@ -80,17 +90,17 @@ template <typename T, bool STREAMING> struct RowIn {
 
 // The thread's held vectors of a row split `s`: every load issued before any is used, so they are in
 // flight together; then keep() each.
-template <typename T, int CACHE, int SPREAD, typename Src>
-__device__ __forceinline__ void load_held(const RowShape<CACHE, SPREAD>& sh, const RowSplit& s, const Src& src,
-                                          Pack<T> (&held)[RowShape<CACHE, SPREAD>::SLOTS]) {
+template <typename T, int CACHE, int SPREAD, bool ALIGNED, typename Src>
+__device__ __forceinline__ void load_held(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const RowSplit& s, const Src& src,
+                                          Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS]) {
     constexpr int N = Vec<T>::N;
 #pragma unroll
-    for (int k = 0; k < RowShape<CACHE, SPREAD>::HELD; ++k) {
+    for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
         const int v = sh.held_vector(k);
         if (v < s.vectors) held[k] = src.held(s.pre + v * N);
     }
 #pragma unroll
-    for (int k = 0; k < RowShape<CACHE, SPREAD>::HELD; ++k) {
+    for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
         const int v = sh.held_vector(k);
         if (v < s.vectors) src.keep(s.pre + v * N, held[k]);
     }
@@ -108,14 +118,14 @@ template <typename T, typename Term> __device__ __forceinline__ float vector_sum
 // `partials`: RowShape::PARTIALS floats of shared memory (unused when SPREAD == 1). Consecutive calls
 // must alternate `scratch` buffers, or put a barrier between them (see block_sum); `partials` may be
 // reused, since every fold read of it precedes the barrier in block_sum.
-template <typename T, int CACHE, int SPREAD, typename Src, typename Term>
-__device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD>& sh, const RowSplit& s, int n, const Src& src,
-                                         const Pack<T> (&held)[RowShape<CACHE, SPREAD>::SLOTS], float* scratch,
+template <typename T, int CACHE, int SPREAD, bool ALIGNED, typename Src, typename Term>
+__device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const RowSplit& s, int n, const Src& src,
+                                         const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS], float* scratch,
                                          float* partials, Term term) {
     constexpr int N = Vec<T>::N;
     if constexpr (SPREAD > 1) {
 #pragma unroll
-        for (int k = 0; k < RowShape<CACHE, SPREAD>::HELD; ++k) {
+        for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
             const int v = sh.held_vector(k);
             if (v < s.vectors) partials[v] = vector_sum(held[k], term);
         }
@@ -163,9 +173,9 @@ struct RowStats {
 // inv = inv_rms(sum (x - mean)^2) over the held (or re-read) values: two passes, not E[x^2] - mean^2,
 // which cancels catastrophically when |mean| >> std. Uses scratch_a, then scratch_b, so a caller that
 // alternates the two buffers between consecutive block sums needs no extra barrier.
-template <typename T, int CACHE, int SPREAD, bool CENTERED, typename Src>
-__device__ __forceinline__ RowStats row_stats(const RowShape<CACHE, SPREAD>& sh, const RowSplit& s, int n, float eps,
-                                              const Src& src, const Pack<T> (&held)[RowShape<CACHE, SPREAD>::SLOTS],
+template <typename T, int CACHE, int SPREAD, bool ALIGNED, bool CENTERED, typename Src>
+__device__ __forceinline__ RowStats row_stats(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const RowSplit& s, int n, float eps,
+                                              const Src& src, const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
                                               float* scratch_a, float* scratch_b, float* partials) {
     if constexpr (!CENTERED) {
         const float sum_sq = row_sum(sh, s, n, src, held, scratch_a, partials, [](float x) { return __fmul_rn(x, x); });
@@ -186,17 +196,17 @@ __device__ __forceinline__ RowStats row_stats(const RowShape<CACHE, SPREAD>& sh,
 // The weights of the thread's held vectors at out's split, loaded before the reduction so that their
 // latency overlaps the row's instead of following the barrier (the few-row kernels: latency, not
 // bandwidth, sets their time). Only where x shares out's phase: then pass 2's vectors are the held ones.
-template <typename T, int CACHE, int SPREAD>
-__device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD>& sh, const T* out, const T* x,
+template <typename T, int CACHE, int SPREAD, bool ALIGNED>
+__device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const T* out, const T* x,
                                                   const T* __restrict__ w, int n,
-                                                  Pack<T> (&held_w)[RowShape<CACHE, SPREAD>::SLOTS]) {
+                                                  Pack<T> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS]) {
     constexpr int N = Vec<T>::N;
-    const int out_phase = vec_phase(out);
-    if (((vec_phase(x) - out_phase) & (N - 1)) != 0) return;
-    const int w_width = load_width<T>((vec_phase(w) - out_phase) & (N - 1));
-    const RowSplit s = split_row(out, n);
+    const int out_phase = sh.phase(out);
+    if (((sh.phase(x) - out_phase) & (N - 1)) != 0) return;
+    const int w_width = load_width<T>((sh.phase(w) - out_phase) & (N - 1));
+    const RowSplit s = sh.split(out, n);
 #pragma unroll
-    for (int k = 0; k < RowShape<CACHE, SPREAD>::HELD; ++k) {
+    for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
         const int v = sh.held_vector(k);
         if (v < s.vectors) held_w[k] = load_pack(w + s.pre + v * N, w_width);
     }
@@ -208,19 +218,19 @@ __device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD>&
 // out's phase, the split is x's own, so the thread's body vectors are its held ones (and, when
 // EARLY_WEIGHTS, their weights are in held_w). In place (out == x) is safe: each element is read by
 // the thread that writes it, after the barrier that ends pass 1.
-template <typename T, int CACHE, int SPREAD, bool BIAS, bool STREAMING, bool EARLY_WEIGHTS, typename F>
-__device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD>& sh, T* out, const T* x, const T* __restrict__ w,
+template <typename T, int CACHE, int SPREAD, bool ALIGNED, bool BIAS, bool STREAMING, bool EARLY_WEIGHTS, typename F>
+__device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED>& sh, T* out, const T* x, const T* __restrict__ w,
                                           const T* __restrict__ b, int n,
-                                          const Pack<T> (&held)[RowShape<CACHE, SPREAD>::SLOTS],
-                                          const Pack<T> (&held_w)[RowShape<CACHE, SPREAD>::SLOTS], F f) {
+                                          const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
+                                          const Pack<T> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS], F f) {
     constexpr int N = Vec<T>::N;
     const int u = threadIdx.x;
     const int B = blockDim.x;
-    const int out_phase = vec_phase(out);
-    const int rel_x = (vec_phase(x) - out_phase) & (N - 1);
-    const int w_width = load_width<T>((vec_phase(w) - out_phase) & (N - 1));
-    const int b_width = BIAS ? load_width<T>((vec_phase(b) - out_phase) & (N - 1)) : 16;
-    const RowSplit s = split_row(out, n);
+    const int out_phase = sh.phase(out);
+    const int rel_x = (sh.phase(x) - out_phase) & (N - 1);
+    const int w_width = load_width<T>((sh.phase(w) - out_phase) & (N - 1));
+    const int b_width = BIAS ? load_width<T>((sh.phase(b) - out_phase) & (N - 1)) : 16;
+    const RowSplit s = sh.split(out, n);
     auto element = [&](int i) {
         if constexpr (BIAS) {
             out[i] = f(x[i], w[i], b[i]);
@@ -250,7 +260,7 @@ __device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD>& sh, T* 
     int first_unheld = u;
     if (rel_x == 0) {
 #pragma unroll
-        for (int k = 0; k < RowShape<CACHE, SPREAD>::HELD; ++k) {
+        for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
             const int v = sh.held_vector(k);
             if (v < s.vectors) vector(v, held[k], EARLY_WEIGHTS ? held_w[k] : load_pack(w + s.pre + v * N, w_width));
         }

@@ -80,8 +80,8 @@ class _RowPlan:
     def _flags(self) -> tuple:
         return ()
 
-    def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None) -> str:
-        options = ", ".join(_bool(f) for f in (*(self._flags() if flags is None else flags), early))
+    def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None, aligned: bool = False) -> str:
+        options = ", ".join(_bool(f) for f in (*(self._flags() if flags is None else flags), early, aligned))
         return f"pyrms::{self.kernel}<{self.dtype.ctype}, {cache}, {spread}, {options}>"
 
     @property
@@ -103,9 +103,19 @@ class _RowPlan:
         """The variant for few rows (plan.FEW_ROWS): spread * block threads, the weights loaded early."""
         return self._expression(self.cache, self.spread, True)
 
+    @property
+    def aligned_latency_expression(self) -> str:
+        """The few-row variant for rows that are all body (row_core.cuh's ALIGNED): every pointer 16-byte
+        aligned and the hidden size and row strides multiples of the vector. Same bits, less code."""
+        return self._expression(self.cache, self.spread, True, aligned=True)
+
+    def aligned_layout(self, *strides: int) -> bool:
+        """Whether rows of these strides (elements) can take the ALIGNED kernel, given aligned pointers."""
+        return all(n % self.dtype.vec_elems == 0 for n in (self.hidden, *strides))
+
     def _group(self, flags: tuple) -> tuple[str, ...]:
         many = [self._expression(c, 1, False, flags) for c in (0, *CACHE_CHOICES)]
-        few = [self._expression(c, s, True, flags) for c, s in FEW_ROW_SHAPES]
+        few = [self._expression(c, s, True, flags, aligned) for c, s in FEW_ROW_SHAPES for aligned in (False, True)]
         return tuple(many + few)
 
     @property
@@ -128,9 +138,9 @@ class RmsNormPlan(_RowPlan):
 
 
 def kernel_expression(dtype: dtypes.DType, cache: int, spread: int, gemma: bool, round_once: bool,
-                      early_weights: bool = False) -> str:
+                      early_weights: bool = False, aligned: bool = False) -> str:
     """The name expression of one rms_norm.cu variant (for tools that time variants one by one)."""
-    return RmsNormPlan(dtype, 0, 0, cache, gemma, round_once)._expression(cache, spread, early_weights)
+    return RmsNormPlan(dtype, 0, 0, cache, gemma, round_once)._expression(cache, spread, early_weights, aligned=aligned)
 
 
 def variant_group(dtype: dtypes.DType, gemma: bool, round_once: bool) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ def test_forward_plans_follow_rms_norm(hidden):
         shape = (plan.plan_rms_norm(dt, hidden).block, plan.plan_rms_norm(dt, hidden).cache)
         fused = plan.plan_fused_add_rms_norm(dt, hidden, gemma=True, round_once=True)
         assert (fused.block, fused.cache) == shape
-        assert fused.expression == f"pyrms::fused_add_rms_norm_kernel<{dt.ctype}, {fused.cache}, 1, true, true, false>"
+        assert fused.expression == f"pyrms::fused_add_rms_norm_kernel<{dt.ctype}, {fused.cache}, 1, true, true, false, false>"
         assert fused.expression in fused.group and fused.source == "fused_add_rms_norm.cu"
         ln = plan.plan_layer_norm(dt, hidden)
         assert (ln.block, ln.cache) == shape and ln.expression in ln.group
@@ -285,13 +285,13 @@ def test_ptx_dump_knows_the_family():
             return family.expression(bf16, hidden, tool.resolve_variant(family, variant, bf16, hidden))
 
         assert expression("fused_add_rms_norm", "gemma") == plan.plan_fused_add_rms_norm(bf16, 5120, gemma=True).expression
-        assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0, 1, true, false>"
-        assert expression("layer_norm", "bias=false") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 1, false, false>"
-        assert expression("layer_norm", "few") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 4, true, true>"
+        assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0, 1, true, false, false>"
+        assert expression("layer_norm", "bias=false") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 1, false, false, false>"
+        assert expression("layer_norm", "few") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 4, true, true, false>"
         assert expression("rms_norm", "few,gemma") == plan.plan_rms_norm(bf16, 5120, gemma=True).latency_expression
-        assert expression("rms_norm", "few", hidden=16384) == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 2, false, false, true>"
+        assert expression("rms_norm", "few", hidden=16384) == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 2, false, false, true, false>"
         assert expression("fused_add_rms_norm", "few,cache=2") == \
-            "pyrms::fused_add_rms_norm_kernel<__nv_bfloat16, 2, 2, false, false, true>"
+            "pyrms::fused_add_rms_norm_kernel<__nv_bfloat16, 2, 2, false, false, true, false>"
         assert expression("rms_norm_backward", "gemma") == "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 0, true>"
         assert expression("layer_norm_backward", hidden=65537) == "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0>"
         assert expression("sum_partials", "grad=fp32") == "pyrms::sum_partials_kernel<float>"

@@ -119,18 +119,23 @@ def test_forced_variants_launch_the_kernel_they_name(rng, rows):
     ln_module = importlib.import_module("pyrms.ops.layer_norm")
 
     device = driver.selected_device()
-    for check, p, module in ((check_rms_norm, plan.plan_rms_norm("bfloat16", 4096), rms_module),
-                             (check_fused_add_rms_norm, plan.plan_fused_add_rms_norm("bfloat16", 4096), fused_module),
-                             (check_layer_norm, plan.plan_layer_norm("bfloat16", 4096), ln_module)):
-        few = kernels.get(p.source, p.latency_expression, p.group, module._SIGNATURE, device)
-        many = kernels.get(p.source, p.expression, p.group, module._SIGNATURE, device)
-        with recorded_launches() as calls:
-            for variant in ("few", "many", None):
-                check(rng, "bfloat16", rows, 4096, variant=variant)
-        launched = [(kernel.name, block) for kernel, _, block, *_ in calls]
-        planned = (few.name, p.latency_block) if rows <= plan.FEW_ROWS else (many.name, p.block)
-        assert launched == [(few.name, p.latency_block), (many.name, p.block), planned]
-        assert few.name != many.name and p.latency_block > p.block
+    for check, p, module, misaligned in (
+            (check_rms_norm, plan.plan_rms_norm("bfloat16", 4096), rms_module, {"in_off": 1}),
+            (check_fused_add_rms_norm, plan.plan_fused_add_rms_norm("bfloat16", 4096), fused_module,
+             {"offsets": {"residual": 3}}),
+            (check_layer_norm, plan.plan_layer_norm("bfloat16", 4096), ln_module, {"offsets": {"weight": 7}})):
+        def kernel(expression):
+            return kernels.get(p.source, expression, p.group, module._SIGNATURE, device).name
+
+        many = (kernel(p.expression), p.block)
+        for layout, few in (({}, (kernel(p.aligned_latency_expression), p.latency_block)),
+                            (misaligned, (kernel(p.latency_expression), p.latency_block))):
+            with recorded_launches() as calls:
+                for variant in ("few", "many", None):
+                    check(rng, "bfloat16", rows, 4096, variant=variant, **layout)
+            launched = [(k.name, block) for k, _, block, *_ in calls]
+            assert launched == [few, many, few if rows <= plan.FEW_ROWS else many], layout
+            assert few != many and p.latency_block > p.block
         assert module._FEW_ROWS == plan.FEW_ROWS
     with pytest.raises(RuntimeError), forced_row_variant("few"):
         raise RuntimeError("restored on the way out")

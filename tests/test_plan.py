@@ -51,12 +51,13 @@ def test_block_and_cache(dtype, hidden, block, cache):
 
 def test_expression_names_every_option():
     p = plan.plan_rms_norm("float16", 100, gemma=True, round_once=False)
-    assert p.expression == "pyrms::rms_norm_kernel<__half, 1, 1, true, false, false>"
-    assert p.latency_expression == "pyrms::rms_norm_kernel<__half, 1, 1, true, false, true>"
+    assert p.expression == "pyrms::rms_norm_kernel<__half, 1, 1, true, false, false, false>"
+    assert p.latency_expression == "pyrms::rms_norm_kernel<__half, 1, 1, true, false, true, false>"
+    assert p.aligned_latency_expression == "pyrms::rms_norm_kernel<__half, 1, 1, true, false, true, true>"
     assert p.expression in p.group == plan.variant_group(dtypes.FLOAT16, True, False)
-    assert p.latency_expression in p.group
-    # every CACHE for many rows, every (CACHE, SPREAD) few-row shape
-    assert len(set(p.group)) == 1 + len(plan.CACHE_CHOICES) + len(plan.FEW_ROW_SHAPES)
+    assert p.latency_expression in p.group and p.aligned_latency_expression in p.group
+    # every CACHE for many rows, every (CACHE, SPREAD) few-row shape, general and aligned
+    assert len(set(p.group)) == 1 + len(plan.CACHE_CHOICES) + 2 * len(plan.FEW_ROW_SHAPES)
     assert all(", true, false, " in e for e in p.group)
 
 
@@ -113,7 +114,9 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
         dtype, cache, spread, *flags = name.split("<")[1].rstrip(">").split(", ")
         assert (int(cache), block // int(spread)) == (p.cache, p.block)  # the tree: fold width and cache
         assert flags[:2] == ["false", "false"]  # gemma, round_once as asked
-    assert {name for name, grid, _ in launches if grid <= plan.FEW_ROWS} == {p.latency_expression}
+    # aligned pointers: the all-body few-row kernel where the hidden size is a multiple of the vector
+    few = p.aligned_latency_expression if hidden % 8 == 0 else p.latency_expression
+    assert {name for name, grid, _ in launches if grid <= plan.FEW_ROWS} == {few}
     assert {name for name, grid, _ in launches if grid > plan.FEW_ROWS} == {p.expression}
 
 

@@ -239,7 +239,7 @@ def test_cli_production_kernel_has_16_byte_loads_and_stores(tool, tmp_path, monk
     monkeypatch.delenv("PYRMS_ARCH", raising=False)
     assert tool.main(["--out", str(tmp_path / "dump"), "--no-cache"]) == 0
     out = capsys.readouterr().out
-    assert "= pyrms::rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false>" in out  # the plan for hidden 5120
+    assert "= pyrms::rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, false>" in out  # the plan for hidden 5120
     assert re.search(r"global loads : .*16 B ×[1-9]", out), out
     assert re.search(r"global stores: .*16 B ×[1-9]", out), out
     assert re.search(r"st\.global\.cs\.v4\.u32 ×\d+ \(16 B\)", out), out  # streaming stores (rms_norm.cu)
@@ -281,16 +281,22 @@ def test_cli_bad_arguments_one_line(tmp_path, args, names):
 
 def test_resolve_variant_and_stem(tool):
     family = tool.FAMILIES["rms_norm"]
-    planned = {"few": False, "gemma": False, "round_once": False}
+    planned = {"few": False, "aligned": False, "gemma": False, "round_once": False}
     assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 5120) == {"cache": 4, **planned}
     assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 65536) == {"cache": 0, **planned}
     variant = tool.resolve_variant(family, "cache=0, gemma,round_once=off", dtypes.FLOAT16, 5120)
-    assert variant == {"cache": 0, "few": False, "gemma": True, "round_once": False}
+    assert variant == {"cache": 0, "few": False, "aligned": False, "gemma": True, "round_once": False}
     stem = tool.output_stem("rms_norm", dtypes.FLOAT16, 5120, "sm_90", variant)
     assert stem == "rms_norm-float16-h5120-sm_90-cache0-gemma"
     few = tool.resolve_variant(family, "few", dtypes.BFLOAT16, 5120)
     assert tool.output_stem("rms_norm", dtypes.BFLOAT16, 5120, "sm_90", few) == "rms_norm-bfloat16-h5120-sm_90-cache4-few"
-    assert family.expression(dtypes.BFLOAT16, 5120, few) == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 4, false, false, true>"
+    assert family.expression(dtypes.BFLOAT16, 5120, few) == \
+        "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 4, false, false, true, false>"
+    aligned = tool.resolve_variant(family, "few,aligned", dtypes.BFLOAT16, 5120)
+    assert family.expression(dtypes.BFLOAT16, 5120, aligned) == \
+        "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 4, false, false, true, true>"
+    with pytest.raises(ValueError, match="aligned is a variant of the few-row kernel"):
+        family.expression(dtypes.BFLOAT16, 5120, tool.resolve_variant(family, "aligned", dtypes.BFLOAT16, 5120))
     seed = tool.FAMILIES["seed"].expression(dtypes.FLOAT32, 1000, {})
     assert seed == "transformer::rms_norm_kernel<float, 4, 1000, 2, 250>"  # VEC = gcd(4, 1000), BLOCK = 1000 / 4
 

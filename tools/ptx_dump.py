@@ -78,17 +78,22 @@ def _backward_defaults(layer_norm: bool):
 
 def _row_expression(planner: Callable, dt: dtypes.DType, hidden: int, v: dict) -> str:
     """A row-core kernel's name expression: the planned one for many rows, or with few (the latency
-    shape, its spread as planned for the cache); cache and the option flags as given."""
-    options = {key: value for key, value in v.items() if key != "few"}
+    shape, its spread as planned for the cache; with aligned, its all-body variant); cache and the
+    option flags as given."""
+    options = {key: value for key, value in v.items() if key not in ("few", "aligned")}
     planned = replace(planner(dt, hidden), **options)
-    return planned.latency_expression if v["few"] else planned.expression
+    if v["aligned"] and not v["few"]:
+        raise ValueError("aligned is a variant of the few-row kernel: add few")
+    if v["few"]:
+        return planned.aligned_latency_expression if v["aligned"] else planned.latency_expression
+    return planned.expression
 
 
 def _row_family(planner: Callable, source: str, about: str, flags: dict) -> "Family":
-    """A kernel family on the row core (row_core.cuh): variants cache, few, and its option flags."""
+    """A kernel family on the row core (row_core.cuh): variants cache, few, aligned, and its option flags."""
     return Family(source, about, lambda dt, hidden, v: _row_expression(planner, dt, hidden, v),
-                  lambda dt, hidden: {"cache": planner(dt, hidden).cache, "few": False, **flags},
-                  {"cache": _cache_vectors, "few": _flag, **{key: _flag for key in flags}})
+                  lambda dt, hidden: {"cache": planner(dt, hidden).cache, "few": False, "aligned": False, **flags},
+                  {"cache": _cache_vectors, "few": _flag, "aligned": _flag, **{key: _flag for key in flags}})
 
 
 @dataclass(frozen=True)

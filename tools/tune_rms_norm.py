@@ -6,8 +6,8 @@ against the twin, then timed like the benchmark (pyrms.bench.timing: CUDA events
 behind a spin kernel, so small shapes show device time, not host time) over rotated buffers (working
 set above twice the L2). Prints GB/s and the fraction of the device-to-device copy ceiling, and writes
 JSON with --json. A configuration is FOLD/CACHE for the many-row kernel, and FOLD/CACHExSPREADe for a
-few-row one (SPREAD * FOLD threads, weights loaded early; SPREAD 1 is written x1e), as compiled
-(plan.FEW_ROW_SHAPES). --pdl launches with programmatic dependent launch. Used to choose pyrms.plan's
+few-row one (SPREAD * FOLD threads, weights loaded early; SPREAD 1 is written x1e; a suffix a for the
+all-body ALIGNED variant, which the aligned test buffers allow), as compiled (plan.FEW_ROW_SHAPES). --pdl launches with programmatic dependent launch. Used to choose pyrms.plan's
 table; needs a GPU.
 
     python tools/tune_rms_norm.py --shapes 16384x5120,4096x16384 --json out.json
@@ -35,18 +35,21 @@ def configs(dt, hidden):
     # Powers of two, and the blocks that give each thread 2 to 8 vectors.
     per_thread = {-(-vectors // v) for v in (2, 3, 4, 5, 6, 8)}
     blocks = sorted({32, 64, 128, 256, 512, 1024} | {min(1024, max(32, (n + 31) // 32 * 32)) for n in per_thread})
-    shapes = [(c, 1, False) for c in (0, *plan.CACHE_CHOICES)] + [(c, s, True) for c, s in plan.FEW_ROW_SHAPES]
-    for cache, spread, early in shapes:
+    shapes = [(c, 1, False, False) for c in (0, *plan.CACHE_CHOICES)]
+    shapes += [(c, s, True, aligned) for c, s in plan.FEW_ROW_SHAPES for aligned in (False, True)]
+    for cache, spread, early, aligned in shapes:
         for block in blocks:
             if spread * block > plan.MAX_BLOCK or spread * block > plan.max_threads(cache // spread):
                 continue
             if (cache and block * cache < vectors) or block > 32 * vectors:
                 continue
-            yield block, cache, spread, early
+            if aligned and hidden % dt.vec_elems:
+                continue
+            yield block, cache, spread, early, aligned
 
 
-def label(block: int, cache: int, spread: int, early: bool) -> str:
-    return f"{block}/{cache}" + (f"x{spread}e" if early else "")
+def label(block: int, cache: int, spread: int, early: bool, aligned: bool) -> str:
+    return f"{block}/{cache}" + (f"x{spread}e" if early else "") + ("a" if aligned else "")
 
 
 def main() -> int:
@@ -81,11 +84,11 @@ def main() -> int:
         driver.memcpy_htod(wb.ptr, w)
         line = []
         wanted = None if not args.configs else set(args.configs.split(","))
-        for block, cache, spread, early in configs(dt, hidden):
-            name = label(block, cache, spread, early)
+        for block, cache, spread, early, aligned in configs(dt, hidden):
+            name = label(block, cache, spread, early, aligned)
             if wanted is not None and name not in wanted:
                 continue
-            expr = plan.kernel_expression(dt, cache, spread, False, False, early)
+            expr = plan.kernel_expression(dt, cache, spread, False, False, early, aligned)
             kernel = kernels.get(plan.RmsNormPlan.source, expr, plan.variant_group(dt, False, False), _SIGNATURE, device)
 
             def launch(i, kernel=kernel, threads=spread * block):
@@ -101,14 +104,14 @@ def main() -> int:
             us = timing.median_us(timer, launch, sets, args.reps)
             gbs = nbytes / us / 1e3
             results.append(dict(tokens=tokens, hidden=hidden, dtype=dt.name, block=block, cache=cache, spread=spread,
-                                early_weights=early, pdl=args.pdl, us=us, gbs=gbs, ceiling_fraction=gbs / ceiling_gbs))
+                                early_weights=early, aligned=aligned, pdl=args.pdl, us=us, gbs=gbs, ceiling_fraction=gbs / ceiling_gbs))
             line.append(f"{name}={gbs / ceiling_gbs:.2f}/{us:.2f}us")
         mine = [r for r in results if r["tokens"] == tokens and r["hidden"] == hidden]
         if not mine:
             print(f"{shape}: no valid configuration " + " ".join(line))
             continue
         best = max(mine, key=lambda r: r["gbs"])
-        print(f"{shape}: best {label(best['block'], best['cache'], best['spread'], best['early_weights'])} {best['us']:.2f} us "
+        print(f"{shape}: best {label(best['block'], best['cache'], best['spread'], best['early_weights'], best['aligned'])} {best['us']:.2f} us "
               f"{best['ceiling_fraction']:.2f} | "
               + " ".join(line), flush=True)
         for b in (x_pool, y_pool, wb):

@@ -101,21 +101,29 @@ def scalars_ok(epsilon, num_tokens, max_rows: int) -> bool:
 
 class RowLaunches:
     """The kernels and launches of an op on the row core (row_core.cuh): one for many rows (plan.block
-    threads per row) and one for few (plan.latency_block threads, the weights loaded early). The two
-    kernels compute the same bits."""
+    threads per row) and two for few (plan.latency_block threads, the weights loaded early), of which
+    the ALIGNED one serves calls whose every pointer is 16-byte aligned when the layout allows it
+    (plan.aligned_layout). The kernels compute the same bits."""
 
-    __slots__ = ("many", "few", "launch_many", "launch_few")
+    __slots__ = ("many", "few", "few_aligned", "launch_many", "launch_few", "aligned_layout")
 
-    def __init__(self, plan, signature, tail: tuple, device, pdl: bool):
+    def __init__(self, plan, signature, tail: tuple, device, pdl: bool, strides: tuple):
         self.many = kernels.get(plan.source, plan.expression, plan.group, signature, device)
         self.few = kernels.get(plan.source, plan.latency_expression, plan.group, signature, device)
+        self.few_aligned = kernels.get(plan.source, plan.aligned_latency_expression, plan.group, signature, device)
         self.launch_many = launch.RowLaunch(signature, plan.block, tail, device, pdl=pdl)
         self.launch_few = launch.RowLaunch(signature, plan.latency_block, tail, device, pdl=pdl)
+        self.aligned_layout = plan.aligned_layout(*strides)
 
-    def __call__(self, few_rows: int, rows: int, stream: int, *head) -> None:
+    def few_kernel(self, pointers_or: int):
+        """The few-row kernel for pointers whose bitwise or is `pointers_or` (16-byte test)."""
+        return self.few_aligned if self.aligned_layout and not pointers_or & 15 else self.few
+
+    def __call__(self, few_rows: int, rows: int, stream: int, pointers_or: int, *head) -> None:
         """Launch on `rows` rows: the few-row kernel up to `few_rows` of them (the op's threshold,
-        plan.FEW_ROWS unless pyrms.testing.forced_row_variant says otherwise)."""
+        plan.FEW_ROWS unless pyrms.testing.forced_row_variant says otherwise). `pointers_or`: the
+        bitwise or of the row and vector pointers, for the alignment test."""
         if rows <= few_rows:
-            self.launch_few(self.few, rows, stream, *head)
+            self.launch_few(self.few_kernel(pointers_or), rows, stream, *head)
         else:
             self.launch_many(self.many, rows, stream, *head)

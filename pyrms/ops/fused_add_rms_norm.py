@@ -23,7 +23,8 @@ class Prepared:
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
         p = planner.plan_fused_add_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once))
-        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, r_stride), device, check.flag("pdl", pdl))
+        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, r_stride), device, check.flag("pdl", pdl),
+                                (x_stride, r_stride))
         self.max_rows = check.max_rows(hidden, x_stride, r_stride)
         size = dt.itemsize  # input and residual are both written: disjoint from each other and the weight
         self.pointers = Pointers(hidden, [(size, x_stride), (size, r_stride), (size, 0)],
@@ -32,7 +33,7 @@ class Prepared:
     def __call__(self, input, residual, weight, epsilon, num_tokens, stream) -> bool:
         if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok((input, residual, weight), num_tokens)):
             return False
-        self.rows(_FEW_ROWS, num_tokens, check.stream(stream), input, residual, weight, epsilon)
+        self.rows(_FEW_ROWS, num_tokens, check.stream(stream), input | residual | weight, input, residual, weight, epsilon)
         return True
 
 

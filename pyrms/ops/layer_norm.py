@@ -24,7 +24,8 @@ class Prepared:
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
         p = planner.plan_layer_norm(dt, hidden, bias=has_bias)
-        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, check.flag("pdl", pdl))
+        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, check.flag("pdl", pdl),
+                                (x_stride, o_stride))
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
         size = dt.itemsize  # out: in place over input allowed, disjoint from the weight and bias
         vectors = [(size, 0)] * (2 if has_bias else 1)
@@ -36,7 +37,8 @@ class Prepared:
             return False
         if not self.pointers.ok((out, input, weight) if bias is None else (out, input, weight, bias), num_tokens):
             return False
-        self.rows(_FEW_ROWS, num_tokens, check.stream(stream), out, input, weight, 0 if bias is None else bias, epsilon)
+        b = 0 if bias is None else bias
+        self.rows(_FEW_ROWS, num_tokens, check.stream(stream), out | input | weight | b, out, input, weight, b, epsilon)
         return True
 
 

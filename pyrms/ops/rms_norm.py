@@ -29,7 +29,8 @@ class Prepared:
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
         p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once))
-        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, check.flag("pdl", pdl))
+        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, check.flag("pdl", pdl),
+                                (x_stride, o_stride))
         self.mask = dt.itemsize - 1  # itemsizes are powers of two: alignment is a bit test
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
         self.row_bytes, self.x_step, self.o_step = hidden * dt.itemsize, x_stride * dt.itemsize, o_stride * dt.itemsize
@@ -41,7 +42,8 @@ class Prepared:
                 and 0.0 <= epsilon <= check.FLOAT32_MAX):  # NaN fails the range
             return False
         # Null or misaligned pointers; a negative one fails to pack (struct range) before any launch.
-        if not (out and input and weight) or (out | input | weight) & self.mask:
+        pointers_or = out | input | weight
+        if not (out and input and weight) or pointers_or & self.mask:
             return False
         rows, o_bytes, x_bytes = self.spans  # a model repeats row counts: the spans of the last one are kept
         if rows != num_tokens:
@@ -59,7 +61,8 @@ class Prepared:
             stream = check.stream(stream)
         rows = self.rows  # RowLaunches.__call__, inlined: a Python frame less on the hot path
         if num_tokens <= _FEW_ROWS:
-            rows.launch_few(rows.few, num_tokens, stream, out, input, weight, epsilon)
+            few = rows.few_aligned if rows.aligned_layout and not pointers_or & 15 else rows.few
+            rows.launch_few(few, num_tokens, stream, out, input, weight, epsilon)
         else:
             rows.launch_many(rows.many, num_tokens, stream, out, input, weight, epsilon)
         return True
