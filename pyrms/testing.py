@@ -137,6 +137,11 @@ def _closing(*operands: Rows):
             operand.close()
 
 
+def _pdl(pdl) -> dict:
+    """The op's pdl keyword: given, or left to the op's default (None)."""
+    return {} if pdl is None else {"pdl": pdl}
+
+
 # The ops whose launches choose between the row core's few-row and many-row kernels.
 _ROW_OPS = ("pyrms.ops.rms_norm", "pyrms.ops.fused_add_rms_norm", "pyrms.ops.layer_norm")
 
@@ -165,13 +170,13 @@ def forced_row_variant(variant: str | None):
 
 def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in_stride=None, out_stride=None,
                    gemma=False, round_once=False, in_place=False, epsilon=1e-5, stream=None, variant=None,
-                   pdl=False):
+                   pdl=None):
     """One pyrms.rms_norm launch on guarded operands, compared bit for bit with the twin.
 
     Raises AssertionError on any difference: in the rows, the guards, the gaps between strided
     rows, or the inputs. The offsets are element offsets past a 16-byte boundary. ``variant``
     forces the kernel for "few" or "many" rows (plan.FEW_ROWS) whatever ``rows`` is (as for the
-    other row ops' checks); ``pdl`` is passed to the op.
+    other row ops' checks); ``pdl`` is passed to the op (None: the op's default), as for the others.
     """
     from .ops.rms_norm import rms_norm
 
@@ -188,7 +193,7 @@ def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in
                         f"strides={x.stride},{out.stride} variant={variant} pdl={pdl}",
                         lambda: rms_norm(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, dtype=dt, input_stride=x.stride,
                                          out_stride=out.stride, gemma=gemma, round_once=round_once, stream=stream,
-                                         pdl=pdl),
+                                         **_pdl(pdl)),
                         outputs={"out": (out, want)}, inputs={"weight": w, **({} if in_place else {"input": x})})
 
 
@@ -221,7 +226,7 @@ def _label(op: str, dt, rows, hidden, offsets, strides, **options) -> str:
 
 
 def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, gemma=False, round_once=False,
-                             epsilon=1e-5, stream=None, variant=None, pdl=False):
+                             epsilon=1e-5, stream=None, variant=None, pdl=None):
     """One pyrms.fused_add_rms_norm launch on guarded operands ('input', 'residual', 'weight'; offsets
     and strides by name), both in-place outputs compared bit for bit with the twin."""
     from .ops.fused_add_rms_norm import fused_add_rms_norm
@@ -238,12 +243,12 @@ def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=
                                round_once=round_once, variant=variant, pdl=pdl),
                         lambda: fused_add_rms_norm(x.ptr, res.ptr, w.ptr, epsilon, rows, hidden, dtype=dt,
                                                    input_stride=x.stride, residual_stride=res.stride, gemma=gemma,
-                                                   round_once=round_once, stream=stream, pdl=pdl),
+                                                   round_once=round_once, stream=stream, **_pdl(pdl)),
                         outputs={"input": (x, out), "residual": (res, total)}, inputs={"weight": w})
 
 
 def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in_place=False, bias=True,
-                     epsilon=1e-5, stream=None, variant=None, pdl=False):
+                     epsilon=1e-5, stream=None, variant=None, pdl=None):
     """One pyrms.layer_norm launch on guarded operands ('input', 'out', 'weight', 'bias'), compared bit
     for bit with the twin; in_place writes over the input (then 'out' takes no offset or stride);
     bias=False passes bias=None (a LayerNorm without bias)."""
@@ -263,14 +268,14 @@ def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in
             run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place, no_bias=not bias,
                                variant=variant, pdl=pdl),
                         lambda: layer_norm(out.ptr, x.ptr, w.ptr, b.ptr if b else None, epsilon, rows, hidden, dtype=dt,
-                                           input_stride=x.stride, out_stride=out.stride, stream=stream, pdl=pdl),
+                                           input_stride=x.stride, out_stride=out.stride, stream=stream, **_pdl(pdl)),
                         outputs={"out": (out, want)},
                         inputs={name: ops[name] for name in (*vectors, *(() if in_place else ("input",)))})
 
 
 def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=None, strides=None, in_place=None,
                         gemma=False, grad_dtype=None, rows_per_block=None, own_workspace=False, grad_bias=True,
-                        epsilon=1e-5, stream=None, pdl=False) -> dict[str, np.ndarray]:
+                        epsilon=1e-5, stream=None, pdl=None) -> dict[str, np.ndarray]:
     """One pyrms.rms_norm_backward (or layer_norm_backward) launch on guarded operands ('grad_output',
     'input', 'weight', 'grad_input', 'grad_weight', 'grad_bias'), every output compared bit for bit with
     the twin. in_place: 'grad_output' or 'input', the operand grad_input overwrites. own_workspace:
@@ -297,7 +302,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
         grads = {"grad_bias": None, **{name: ops[name].ptr for name in params}}
         common = dict(dtype=dt, grad_output_stride=dy.stride, input_stride=x.stride, grad_input_stride=dx.stride,
                       grad_weight_dtype=p.grad_dtype, workspace=ws.ptr if ws else None,
-                      rows_per_block=rows_per_block, stream=stream, pdl=pdl)
+                      rows_per_block=rows_per_block, stream=stream, **_pdl(pdl))
         if layer_norm:
             launch = lambda: layer_norm_backward(dx.ptr, grads["grad_weight"], grads["grad_bias"], dy.ptr, x.ptr, w.ptr,
                                                  epsilon, rows, hidden, **common)  # noqa: E731

@@ -19,17 +19,26 @@ BF16 = ml_dtypes.bfloat16
 CHECKS = {"rms_norm": check_rms_norm, "fused_add": check_fused_add_rms_norm, "layer_norm": check_layer_norm}
 
 
+@pytest.mark.parametrize("pdl", [False, True])  # the default is True (on this sm_90 GPU)
 @pytest.mark.parametrize("variant", ["few", "many"])
 @pytest.mark.parametrize("op", CHECKS)
 @pytest.mark.parametrize("hidden", [7, 4096, 5125, 16384])
-def test_pdl_gives_the_same_bits(rng, op, hidden, variant):
-    CHECKS[op](rng, "bfloat16", 5, hidden, variant=variant, pdl=True)
+def test_pdl_gives_the_same_bits(rng, op, hidden, variant, pdl):
+    CHECKS[op](rng, "bfloat16", 5, hidden, variant=variant, pdl=pdl)
 
 
+@pytest.mark.parametrize("pdl", [False, True])
 @pytest.mark.parametrize("layer_norm", [False, True])
-def test_pdl_backward_gives_the_same_bits(rng, layer_norm):
+def test_pdl_backward_gives_the_same_bits(rng, layer_norm, pdl):
     for rows in (3, 300):
-        check_norm_backward(rng, "bfloat16", rows, 5120, layer_norm=layer_norm, pdl=True)
+        check_norm_backward(rng, "bfloat16", rows, 5120, layer_norm=layer_norm, pdl=pdl)
+
+
+def test_launches_use_pdl_by_default_where_the_gpu_has_it():
+    from pyrms.ops._prepared import use_pdl
+
+    device = driver.selected_device()
+    assert use_pdl(device, True) == (device.compute_capability >= (9, 0)) and not use_pdl(device, False)
 
 
 def _chain(stream, x, w, outs, rows, hidden, pdl):

@@ -97,11 +97,15 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
         def __init__(self, expression):
             self.name = expression
 
+    class StandInDevice:
+        compute_capability = (9, 0)
+
     def record(self, kernel, grid, stream, *head):
         launches.append((kernel.name, grid, self.block))
 
     monkeypatch.setattr(kernels, "get", lambda source, expression, *rest: Recorder(expression))
-    monkeypatch.setattr(driver, "selected_device", lambda: "stand-in device")
+    device = StandInDevice()
+    monkeypatch.setattr(driver, "selected_device", lambda: device)
     monkeypatch.setattr(launch.RowLaunch, "__call__", record)
     for cache in _prepared._caches:
         monkeypatch.setattr(cache, "items", {})

@@ -8,7 +8,7 @@ from .. import driver, dtypes, kernels
 from .. import plan as planner
 from . import _operands as check
 from . import _workspace
-from ._prepared import Pointers, cache_for, scalars_ok
+from ._prepared import Pointers, cache_for, scalars_ok, use_pdl
 
 _ROWS_SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32", "i64", "i32",
                    "i32")
@@ -32,7 +32,7 @@ class Prepared:
     def __init__(self, device, layer_norm, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
                  input_stride, gemma, rows_per_block, params, pdl):
         self.device = device
-        self.pdl = check.flag("pdl", pdl)
+        self.pdl = use_pdl(device, pdl)
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         pdt = dt if grad_weight_dtype is None else dtypes.get(grad_weight_dtype)

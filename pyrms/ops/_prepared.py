@@ -8,7 +8,7 @@ exactly as the caller passed them, so that a repeated call costs one dict lookup
 from __future__ import annotations
 
 from .. import driver, errors, kernels, launch
-from ._operands import FLOAT32_MAX
+from ._operands import FLOAT32_MAX, flag
 
 LIMIT = 4096  # prepared launches kept per op, whatever shapes a long-running server meets
 
@@ -97,6 +97,12 @@ def scalars_ok(epsilon, num_tokens, max_rows: int) -> bool:
     """The per-call scalar checks: an int row count in range, a float epsilon within float32 (NaN fails)."""
     return (type(num_tokens) is int and 0 < num_tokens <= max_rows and type(epsilon) is float
             and 0.0 <= epsilon <= FLOAT32_MAX)
+
+
+def use_pdl(device, pdl) -> bool:
+    """Whether launches on `device` use programmatic dependent launch: asked for (True or False, a
+    TypeError otherwise) and supported (compute capability 9.0 and later, where griddepcontrol exists)."""
+    return flag("pdl", pdl) and device.compute_capability >= (9, 0)
 
 
 class RowLaunches:

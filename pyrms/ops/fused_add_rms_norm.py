@@ -5,7 +5,7 @@ from .. import dtypes
 from .. import plan as planner
 from . import _operands as check
 from .._types import DTypeLike, Operand, StreamLike
-from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok
+from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok, use_pdl
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
@@ -23,7 +23,7 @@ class Prepared:
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
         p = planner.plan_fused_add_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once))
-        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, r_stride), device, check.flag("pdl", pdl),
+        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, r_stride), device, use_pdl(device, pdl),
                                 (x_stride, r_stride))
         self.max_rows = check.max_rows(hidden, x_stride, r_stride)
         size = dt.itemsize  # input and residual are both written: disjoint from each other and the weight
@@ -43,7 +43,7 @@ _prepared = cache_for(Prepared)
 def fused_add_rms_norm(input: Operand, residual: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
                        hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
                        residual_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
-                       round_once: bool = False, pdl: bool = False) -> None:
+                       round_once: bool = False, pdl: bool = True) -> None:
     """vLLM's fused_add_rms_norm, in place on ``num_tokens`` rows of ``hidden_size`` elements:
     ``residual <- input + residual`` (added in fp32, rounded once to the dtype), then
     ``input <- rms_norm(residual, weight)`` of that rounded sum, bit for bit what ``pyrms.rms_norm``

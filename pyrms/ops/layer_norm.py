@@ -6,7 +6,7 @@ from .. import plan as planner
 from . import _operands as check
 from ._backward import norm_backward
 from .._types import DTypeLike, OptionalOperand, Operand, StreamLike, Workspace
-from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok
+from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok, use_pdl
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
@@ -24,7 +24,7 @@ class Prepared:
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
         p = planner.plan_layer_norm(dt, hidden, bias=has_bias)
-        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, check.flag("pdl", pdl),
+        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
                                 (x_stride, o_stride))
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
         size = dt.itemsize  # out: in place over input allowed, disjoint from the weight and bias
@@ -48,7 +48,7 @@ _prepared = cache_for(Prepared)
 def layer_norm(out: OptionalOperand, input: Operand, weight: Operand, bias: Operand | None, epsilon: float,
                num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
                input_stride: int | None = None, out_stride: int | None = None,
-               stream: StreamLike = None, pdl: bool = False) -> OptionalOperand:
+               stream: StreamLike = None, pdl: bool = True) -> OptionalOperand:
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
     ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``).
@@ -106,7 +106,7 @@ def layer_norm_backward(grad_input: Operand, grad_weight: Operand, grad_bias: Op
                         dtype: DTypeLike | None = None, grad_output_stride: int | None = None,
                         input_stride: int | None = None, grad_input_stride: int | None = None,
                         grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
-                        rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = False) -> None:
+                        rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = True) -> None:
     """The gradients of ``y = layer_norm(input, weight, bias)`` for the upstream gradient ``grad_output``:
 
         x_hat = (x - mean) * r,  g = weight * dy

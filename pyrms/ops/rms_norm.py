@@ -5,7 +5,7 @@ from .. import driver, dtypes
 from .. import plan as planner
 from . import _operands as check
 from .._types import DTypeLike, OptionalOperand, Operand, StreamLike
-from ._prepared import RowLaunches, cache_for
+from ._prepared import RowLaunches, cache_for, use_pdl
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 _NAMES = ("out", "input", "weight")
@@ -29,7 +29,7 @@ class Prepared:
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
         p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once))
-        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, check.flag("pdl", pdl),
+        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
                                 (x_stride, o_stride))
         self.mask = dt.itemsize - 1  # itemsizes are powers of two: alignment is a bit test
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
@@ -71,7 +71,7 @@ class Prepared:
 _prepared = cache_for(Prepared)
 
 
-def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl=False) -> Prepared | None:
+def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl=True) -> Prepared | None:
     """The prepared launch for these static arguments on the calling thread's device, or None where
     they are invalid: for adapters (pyrms.torch) that hold raw pointers and would otherwise pay for
     rms_norm's keyword arguments on every call. Call it as ``p(out, input, weight, epsilon, rows,
@@ -82,7 +82,7 @@ def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pd
 def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
              hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
              out_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
-             round_once: bool = False, pdl: bool = False) -> OptionalOperand:
+             round_once: bool = False, pdl: bool = True) -> OptionalOperand:
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
     ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None).
 
@@ -101,8 +101,10 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: flo
     between rows (>= hidden_size; default: the array's, or hidden_size). ``stream``: a pyrms Stream, a
     raw CUstream handle, a torch.cuda.Stream, any object with ``__cuda_stream__``, or None (the legacy
     default stream). With epsilon = 0 an all-zero row gives 0/0 = NaN, as in PyTorch.
-    ``pdl=True`` launches with programmatic dependent launch (sm_90+): the kernel may start while the
-    previous kernel on the stream finishes, and waits for it before touching memory; same results.
+    ``pdl`` (default True): programmatic dependent launch on GPUs that have it (sm_90 and later; older
+    ones launch as usual): the kernel may start while the previous kernel on the stream finishes, and
+    waits for it to complete before touching memory, so results and stream order are the same; it hides
+    most of the launch latency of back-to-back kernels (docs/perf_notes.md). False launches plainly.
 
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.

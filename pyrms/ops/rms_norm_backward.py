@@ -11,7 +11,7 @@ def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Op
                       grad_output_stride: int | None = None, input_stride: int | None = None,
                       grad_input_stride: int | None = None, gemma: bool = False,
                       grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
-                      rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = False) -> None:
+                      rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = True) -> None:
     """The gradients of ``y = rms_norm(input, weight)`` for the upstream gradient ``grad_output``:
 
         r = 1 / sqrt(mean(x^2) + epsilon),  x_hat = x * r,  g = weight * dy   (1 + weight with gemma)
