@@ -39,9 +39,9 @@ def recorded_launches():
     calls = []
     original, original_rows = launch.Kernel.launch, launch.RowLaunch.__call__
 
-    def recording(self, grid, block, args, stream=None, shared_bytes=0):
+    def recording(self, grid, block, args, stream=None, shared_bytes=0, pdl=False):
         calls.append((self, grid, block, tuple(args), stream, shared_bytes))
-        return original(self, grid, block, args, stream, shared_bytes)
+        return original(self, grid, block, args, stream, shared_bytes, pdl)
 
     def recording_rows(self, kernel, grid, stream, *head):
         calls.append((kernel, grid, self.block, (*head, *self.tail), stream, self.shared_bytes))
