@@ -186,10 +186,10 @@ def _make_current(device: driver.Device) -> None:
 
 
 class _RowPack(ArgPack):
-    """A thread's state in one RowLaunch: its arguments and, for PDL, its launch configuration
-    (one object, so that the two cannot be dropped apart when the per-thread dict is cleared)."""
+    """A thread's state in one RowLaunch: its arguments and, for PDL, its launch configuration and
+    the stream last set in it (one object, so that they cannot part when the per-thread dict is cleared)."""
 
-    __slots__ = ("config",)
+    __slots__ = ("config", "stream")
 
 
 class RowLaunch:
@@ -232,7 +232,8 @@ class RowLaunch:
             result = self._launch(kernel.handle, grid, 1, 1, self.block, 1, 1, self.shared_bytes, stream, pack.address, 0)
         else:
             config.gridDimX = grid
-            config.hStream = stream
+            if stream != pack.stream:  # the setter converts the int to a CUstream: 100 ns saved per call
+                config.hStream = pack.stream = stream
             result = self._launch(config, kernel.handle, pack.address, 0)
         if result[0]:
             self._failed(kernel, grid, stream, pack, result)
@@ -240,6 +241,7 @@ class RowLaunch:
     def _new_pack(self, ident: int) -> _RowPack:
         pack = _RowPack(self.signature, "prepared launch")
         pack.config = driver.pdl_config(self.block, 1, 1, self.shared_bytes) if self.pdl else None
+        pack.stream = None
         pack.pack((*(0 for _ in range(len(self.signature) - len(self.tail))), *self.tail))
         if len(self._packs) >= _PER_THREAD_MAX:
             self._packs.clear()

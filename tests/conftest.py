@@ -1,6 +1,7 @@
 """Shared test setup: the ``gpu`` marker skips, with the reason, where no CUDA driver or device exists;
-the ``rng`` fixture (reproducible per test) and the ``small`` source directory."""
+the ``rng`` fixture (reproducible per test), the ``small`` source directory and the ``fake`` driver."""
 import functools
+import gc
 import zlib
 
 import numpy as np
@@ -53,3 +54,14 @@ def small(tmp_path, monkeypatch):
     compiler.clear_memory_cache()
     yield src
     compiler.clear_memory_cache()
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """pyrms's driver layer over a fresh fake_driver.FakeDriver, with nothing cached from before."""
+    from fake_driver import FakeDriver, fresh_driver_state
+
+    fake_cu = FakeDriver()
+    fresh_driver_state(monkeypatch.setattr, fake_cu)
+    yield fake_cu
+    gc.collect()  # run the finalizers of whatever the test left open while the fake is still in place

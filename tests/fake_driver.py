@@ -7,10 +7,12 @@ every code path of the driver layer without a GPU."""
 import ctypes
 import sys
 import threading
+import time
 
 from cuda.bindings import driver as real_cu
 
 OK = real_cu.CUresult.CUDA_SUCCESS
+PDL = real_cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
 
 def read_params(signature, address: int) -> list:
@@ -30,7 +32,10 @@ class FakeDriver:
     are the real ones, and so are the argument conversions that matter: a size of 2**64 or more does
     not fit cuMemAlloc's size_t (OverflowError, as in cuda.bindings). Free memory counts the device
     allocations; memory-pool frees take effect at once (no work runs). Modules have one function,
-    b"present"."""
+    b"present", which belongs to the context current when its module was loaded: launching it from
+    another context fails with CUDA_ERROR_INVALID_CONTEXT, as on a GPU. Launches (cuLaunchKernel and
+    cuLaunchKernelEx) read their arguments as ``param_kinds`` and return the statuses queued in
+    ``launch_failures`` first."""
 
     cuuint64_t = real_cu.cuuint64_t  # a value type, not a call
 
@@ -45,6 +50,9 @@ class FakeDriver:
         self.threads = threading.local()
         self.next_handle = 0x100
         self.live = set()
+        self.contexts = {}  # module or function handle -> the context it was loaded in
+        self.param_kinds = ("ptr", "i32")
+        self.launch_failures = []  # statuses the next launches return, first one first
 
     def __getattr__(self, name):  # enums, handle types and constants come from the real module
         if name.startswith("cu"):
@@ -259,24 +267,50 @@ class FakeDriver:
                 return (OK, 0)
         return (real_cu.CUresult.CUDA_ERROR_INVALID_VALUE, None)
 
+    def _current(self):
+        return self._stack()[-1] if self._stack() else 0
+
     def cuModuleLoadData(self, image):
         self._log("cuModuleLoadData", bytes(image))
-        return (OK, self._handle(real_cu.CUmodule))
+        module = self._handle(real_cu.CUmodule)
+        self.contexts[int(module)] = self._current()
+        return (OK, module)
 
     def cuModuleGetFunction(self, module, name):
         if name != b"present":
             return (real_cu.CUresult.CUDA_ERROR_NOT_FOUND, None)
-        return (OK, self._handle(real_cu.CUfunction))
+        function = self._handle(real_cu.CUfunction)
+        self.contexts[int(function)] = self.contexts[int(module)]
+        return (OK, function)
 
     def cuFuncSetAttribute(self, function, attribute, value):
         self._log("cuFuncSetAttribute", int(function), attribute, value)
         return (OK,)
 
-    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        current = self._stack()[-1] if self._stack() else 0
-        self._log("cuLaunchKernel", int(f), (gx, gy, gz), (bx, by, bz), shared, int(stream), current,
-                  tuple(read_params(("ptr", "i32"), params)))
+    def _launch(self, name, f, grid, block, shared, stream, params, *more):
+        """Log one launch attempt (the context current at the time included) and return its status."""
+        current = self._current()
+        self._log(name, int(f), grid, block, shared, int(stream), current, tuple(read_params(self.param_kinds, params)),
+                  *more)
+        if self.launch_failures:
+            return (self.launch_failures.pop(0),)
+        if self.contexts.get(int(f), current) != current:  # functions the fake did not make run anywhere
+            return (real_cu.CUresult.CUDA_ERROR_INVALID_CONTEXT,)
         return (OK,)
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        return self._launch("cuLaunchKernel", f, (gx, gy, gz), (bx, by, bz), shared, stream, params)
+
+    def cuLaunchKernelEx(self, config, f, params, extra):
+        """Logged as cuLaunchKernel is, plus whether the attributes the driver reads (the first
+        ``numAttrs``) allow programmatic stream serialization. It lets other threads run before it
+        reads the config, so that a config shared between threads shows in their launches."""
+        time.sleep(0)
+        pdl = any(a.id == PDL and a.value.programmaticStreamSerializationAllowed
+                  for a in config.attrs[:config.numAttrs])
+        return self._launch("cuLaunchKernelEx", f, (config.gridDimX, config.gridDimY, config.gridDimZ),
+                            (config.blockDimX, config.blockDimY, config.blockDimZ), config.sharedMemBytes,
+                            config.hStream, params, pdl)
 
     def cuStreamBeginCapture(self, stream, mode):
         self._log("cuStreamBeginCapture", int(stream), mode)

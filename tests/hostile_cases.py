@@ -102,7 +102,7 @@ def environment(needs: str, real_device: bool = False):
     the list that collects launch attempts."""
     attempts: list[tuple] = []
 
-    def sentinel(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params_address):
+    def sentinel(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params_address, pdl=False):
         attempts.append((gx, bx, stream))
         raise LaunchAttempted(f"a launch of grid {gx} x block {bx} reached cuLaunchKernel")
 

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 from cuda.bindings import driver as real_cu
 
-from fake_driver import fresh_driver_state
-from pyrms import dtypes, driver
-from pyrms.bench import cli, config, host, ops, report, stats, targets, timing, validate
+from fake_driver import PDL, fresh_driver_state
+from pyrms import compiler, dtypes, driver
+from pyrms.bench import cli, config, floor, host, ops, report, stats, targets, timing, validate
 from pyrms.bench.results import FAILED, OK, SKIPPED, Record
 from pyrms.reference import rms_norm_ref
 
@@ -199,10 +199,11 @@ def test_vs_others_uses_the_spread_and_the_speedup_rule():
 
 
 def test_latency_target_arithmetic():
+    vs_seed = "32x5120: pyrms device time per launch <= 0.7 x seed's"
     found = targets.evaluate([rec("pyrms", 32, 5120, 2.0), rec("seed", 32, 5120, 3.0)], None)
-    assert by_text(found, "32x5120").status == targets.PASS and "0.667" in by_text(found, "32x5120").detail
+    assert by_text(found, vs_seed).status == targets.PASS and "0.667" in by_text(found, vs_seed).detail
     found = targets.evaluate([rec("pyrms", 32, 5120, 2.2), rec("seed", 32, 5120, 3.0)], None)
-    assert by_text(found, "32x5120").status == targets.FAIL
+    assert by_text(found, vs_seed).status == targets.FAIL
     found = targets.evaluate([rec("pyrms", 1, 16384, 2.0),
                               rec("seed", 1, 16384, 0, status=SKIPPED, reason="seed kernel cannot launch")], None)
     target = by_text(found, "1x16384")
@@ -217,12 +218,13 @@ def test_host_targets():
     assert by_text(found, "layer_norm (raw ints) <= 1.25").status == targets.FAIL          # 1.30, its own bare
     assert by_text(found, "rms_norm torch tensors <= 2.0").status == targets.PASS          # 1.95, rms_norm's bare
     assert by_text(found, "fused_add_rms_norm (raw ints)").status == targets.NA            # not measured
-    assert by_text(found, "torch eager").status == targets.PASS
+    assert by_text(found, "torch eager F.rms_norm").status == targets.PASS
     found = targets.evaluate([], None, {"per_call_us": {"bare": 2.0, "pyrms": 2.4}, "torch_reason": "no torch"})
     assert by_text(found, "pyrms.rms_norm (raw ints)").status == targets.FAIL
-    assert by_text(found, "torch eager").status == targets.NA and by_text(found, "torch eager").detail == "no torch"
+    eager = by_text(found, "torch eager F.rms_norm")
+    assert eager.status == targets.NA and eager.detail == "no torch"
     assert all(t.status == targets.NA for t in targets.evaluate([], None, None))
-    assert targets.tally(found) == {"PASS": 0, "FAIL": 1, "N/A": 6}
+    assert targets.tally([t for t in found if t.group == "host"]) == {"PASS": 0, "FAIL": 1, "N/A": 6}
 
 
 # -- reports ---------------------------------------------------------------------------------------
@@ -276,7 +278,7 @@ def test_header_explains_columns_and_json_round_trips(tmp_path):
     cfg = config.Config(shapes=(config.Shape(1, 5120), config.Shape(16384, 5120)))
     records = sample_records()
     found = targets.evaluate(records, ceiling.gbps, None)
-    data = report.to_json(fake_info(), cfg, ceiling, ceiling, records, None, None, found, 12.5, False)
+    data = report.to_json(fake_info(), cfg, ceiling, ceiling, records, None, None, found, 12.5, False, sample_floors())
     path = tmp_path / "sub" / "r.json"
     report.write_json(path, data)
     back = json.loads(path.read_text())
@@ -287,8 +289,160 @@ def test_header_explains_columns_and_json_round_trips(tmp_path):
     assert mine["median_us"] == 42.0 and mine["ceiling_fraction"] == pytest.approx(mine["gbps"] / ceiling.gbps)
     assert mine["samples_us_per_round"] == [[42.0, 42.0], [42.0, 42.0]]
     assert {t["status"] for t in back["targets"]} <= {"PASS", "FAIL", "N/A"}
-    full = report.full_text(fake_info(), ceiling, ceiling, records, None, None, found, cfg, 12.5, [path])
-    assert "Targets of issue 6:" in full and full.rstrip().endswith("finished in 12.5 s")
+    floors = {(f["kernel"], f["hidden"], f["method"], f["pdl"]): f for f in back["launch_floor"]}
+    assert len(floors) == 16 and floors[("copy", 4096, "graph", True)]["median_us"] == pytest.approx(1.2)
+    assert floors[("copy", 8192, "back to back", False)]["status"] == "failed"
+    assert report.to_json(fake_info(), cfg, ceiling, ceiling, records, None, None, found, 1, False)["launch_floor"] is None
+    full = report.full_text(fake_info(), ceiling, ceiling, records, None, None, found, cfg, 12.5, [path],
+                            sample_floors())
+    assert "Launch floor:" in full and "decode shapes against the launch floor" in full
+    assert "Targets (issues 6, 11, 12):" in full and full.rstrip().endswith("finished in 12.5 s")
+
+
+# -- launch floor ----------------------------------------------------------------------------------
+
+def floor_rec(kernel, hidden, method, pdl, us, status=OK, reason=""):
+    f = floor.Floor(kernel, hidden, method, pdl, threads=floor.copy_threads(hidden) if hidden else 32, launches=100,
+                    sets=7, status=status, reason=reason)
+    if status == OK:
+        f.rounds = [[us, us], [us, us * 1.02]]
+    return f
+
+
+def sample_floors():
+    """The empty kernel and the copies at 4096 and 5120 every way; the copy at 8192 failed. Graph figures
+    differ from back-to-back ones, so that a comparison with the wrong floor shows."""
+    out = []
+    for kernel, hidden, base in (("empty", None, 1.8), ("copy", 4096, 2.0), ("copy", 5120, 2.1)):
+        for method, pdl in floor.METHODS:
+            out.append(floor_rec(kernel, hidden, method, pdl,
+                                 base - (0.5 if pdl else 0.0) - (0.3 if method == floor.GRAPH else 0.0)))
+    out += [floor_rec("copy", 8192, m, pdl, 0, status=FAILED, reason="validation: the one-row copy did not reproduce")
+            for m, pdl in floor.METHODS]
+    return out
+
+
+def test_copy_threads_one_per_vector_at_most_1024():
+    assert [floor.copy_threads(h) for h in (8, 4096, 5120, 8192, 16384)] == [1, 512, 640, 1024, 1024]
+    for bad in (0, 5, 5125):
+        with pytest.raises(ValueError, match=f"a bf16 row of {bad} elements is not a whole number of 16-byte vectors"):
+            floor.copy_threads(bad)
+
+
+def test_floor_hiddens_are_the_targets_and_the_runs_decode_shapes():
+    cfg = config.Config(shapes=config.grid((1, 128, 4096), (2048, 5120, 16384)))
+    assert cfg.floor_hiddens() == (2048, 4096, 5120, 8192, 16384)
+    only_large = config.Config(shapes=config.grid((1024, 4096), (5120,)))
+    assert only_large.floor_hiddens() == config.FLOOR_HIDDEN == (4096, 5120, 8192)
+
+
+def test_floor_kernels_compile_and_wait_before_their_first_read():
+    ptx = compiler.compile_text("pyrms_bench_floor.cu", floor.FLOOR_SOURCE, arch="sm_90", want_ptx=True).ptx
+    empty, copy = (body.split("ret;")[0] for body in ptx.split(".entry ")[1:])
+    assert empty.startswith(floor.EMPTY_NAME) and copy.startswith(floor.COPY_NAME)
+    assert re.findall(r"griddepcontrol\.\w+", empty) == ["griddepcontrol.wait", "griddepcontrol.launch_dependents"]
+    steps = re.findall(r"griddepcontrol\.\w+|ld\.global[.\w]*|st\.global[.\w]*", copy)
+    assert steps[:4] == ["griddepcontrol.wait", "ld.global.nc.v4.u32", "griddepcontrol.launch_dependents",
+                         "st.global.v4.u32"]  # 16 bytes per access
+    assert "griddepcontrol" not in compiler.compile_text("pyrms_bench_floor.cu", floor.FLOOR_SOURCE, arch="sm_80",
+                                                         want_ptx=True).ptx
+
+
+def test_floor_lookup_takes_only_timed_floors():
+    floors = sample_floors()
+    assert floor.copy_floor(floors, 4096, False).median_us == pytest.approx(2.0)
+    assert floor.copy_floor(floors, 4096, True).median_us == pytest.approx(1.5)
+    assert floor.find(floors, "copy", 4096, floor.GRAPH, True).median_us == pytest.approx(1.2)
+    assert floor.copy_floor(floors, 8192, False) is None
+    assert floor.copy_floor(floors, 8192, False, ok_only=False).status == FAILED
+    assert floor.copy_floor(floors, 16384, False) is None and floor.copy_floor(None, 4096, False) is None
+
+
+def test_floor_section_table():
+    text = report.floor_section(sample_floors())
+    lines = text.splitlines()
+    assert lines[0].startswith("Launch floor: device time per launch")
+    head = next(line for line in lines if "back to back" in line and "|" in line)
+    assert head.split("|")[1].split() == ["back", "to", "back", "+", "PDL"]
+    rows = {"".join(line.split()[:2]): line for line in lines if line.startswith(("  empty ", "  copy ")) and "|" in line}
+    assert rows["empty32"].split("|")[1].split() == ["1.80", "+-1%", "1.30", "+-1%"]
+    assert rows["copy4096"].split("|")[2].split() == ["1.70", "+-1%", "1.20", "+-1%"]  # graph, graph + PDL
+    assert rows["copy4096"].split()[2:4] == ["512", "7"] and rows["copy4096"].split("|")[-1].split() == ["100"]
+    assert rows["copy8192"].split("|")[1].split() == ["FAIL", "FAIL"]
+    assert "  copy 8192 failed: validation: the one-row copy did not reproduce" in lines
+    assert report.floor_section(None) == "" and report.floor_section([]) == ""
+
+
+def test_decode_table_against_the_floors():
+    records = [rec("pyrms", 1, 4096, 3.0), rec("pyrms_pdl", 1, 4096, 1.8), rec("pyrms", 5, 5120, 4.2),
+               rec("pyrms_pdl", 5, 5120, 0, status=SKIPPED, reason="no pdl"), rec("pyrms", 1, 8192, 2.5),
+               rec("pyrms", 4096, 4096, 20.0), rec("pyrms", 1, 4096, 9.0, dtype="float32")]
+    text = report.decode_floor_table(records, sample_floors())
+    rows = {tuple(map(int, line.split()[:2])): line for line in text.splitlines() if line[:6].strip().isdigit()}
+    assert set(rows) == {(1, 4096), (5, 5120), (1, 8192)}  # bf16, <= 128 tokens
+    assert rows[(1, 4096)].split("|")[1].split() == ["3.00", "2.00", "1.50"]      # x the floor without PDL
+    assert rows[(1, 4096)].split("|")[2].split() == ["1.80", "1.50", "1.20"]      # x the PDL floor
+    assert rows[(5, 5120)].split("|")[1].split() == ["4.20", "2.10", "2.00"]
+    assert rows[(5, 5120)].split("|")[2].split() == ["-", "1.60", "-"]
+    assert rows[(1, 8192)].split("|")[1].split() == ["2.50", "-", "-"]           # its floor failed
+    assert report.decode_floor_table(records, None) == ""
+    assert report.decode_floor_table([rec("pyrms", 4096, 4096, 20.0)], sample_floors()) == ""
+
+
+def test_floor_targets_use_the_back_to_back_copy_floor():
+    floors = sample_floors()  # back to back: 2.0 / 1.5 at 4096, 2.1 / 1.6 at 5120; graphs 0.3 lower
+    found = targets.evaluate([rec("pyrms", 1, 4096, 3.19), rec("pyrms", 1, 5120, 3.4),
+                              rec("pyrms_pdl", 1, 4096, 1.95), rec("pyrms_pdl", 1, 5120, 2.1)], None, None, floors)
+    got = {(t.text.split(":")[0], "pdl" in t.text.split(":")[1]): t for t in found if t.group == "floor"}
+    assert len(got) == 6
+    t = got[("bf16 rms_norm 1x4096", False)]
+    assert t.status == targets.PASS and t.detail == "3.19 us / floor 2.00 us = 1.595" and "<= 1.6 x" in t.text
+    assert got[("bf16 rms_norm 1x5120", False)].status == targets.FAIL                # 3.4 / 2.1 = 1.62
+    t = got[("bf16 rms_norm 1x4096", True)]
+    assert t.status == targets.PASS and t.detail == "1.95 us / floor 1.50 us = 1.300" and "with PDL" in t.text
+    assert got[("bf16 rms_norm 1x5120", True)].status == targets.FAIL                 # 2.1 / 1.6 = 1.31
+    t = got[("bf16 rms_norm 1x8192", False)]
+    assert t.status == targets.NA and t.detail == "pyrms not timed at 1x8192"
+    found = targets.evaluate([rec("pyrms", 1, 8192, 3.0)], None, None, floors)
+    t = next(t for t in found if t.group == "floor" and "1x8192: pyrms device" in t.text)
+    assert t.status == targets.NA and t.detail.startswith("copy floor failed: validation")
+    assert all(t.status == targets.NA for t in targets.evaluate([rec("pyrms", 1, 4096, 2.0)], None) if t.group == "floor")
+
+
+def test_decode_targets_against_the_fastest_other():
+    records = [rec("pyrms", 1, 4096, 2.0), rec("torch", 1, 4096, 3.0), rec("compile", 1, 4096, 2.6),
+               rec("pyrms", 5, 4096, 2.2), rec("triton", 5, 4096, 2.6), rec("pyrms", 32, 4096, 2.0),
+               rec("seed", 32, 4096, 1.0)]
+    found = {t.text.split(" (decode)")[0].split()[-1]: t for t in targets.evaluate(records, None) if t.group == "decode"}
+    assert len(found) == 12 and set(found) == {f"{t}x{h}" for t in (1, 5, 32, 128) for h in (4096, 5120, 8192)}
+    assert found["1x4096"].status == targets.PASS and found["1x4096"].detail == \
+        "pyrms 2.00 us / torch.compile 2.60 us = 0.769"
+    assert "0.8 x the fastest of torch eager, torch.compile and Triton" in found["1x4096"].text
+    assert found["5x4096"].status == targets.FAIL                                       # 2.2 / 2.6 = 0.846
+    assert found["32x4096"].status == targets.NA and found["32x4096"].detail == "no other implementation timed"
+    assert found["1x5120"].status == targets.NA and found["1x5120"].detail == "pyrms not timed at 1x5120"
+
+
+def test_pyrms_pdl_calls_rms_norm_with_pdl_only_where_it_has_the_keyword(monkeypatch):
+    import pyrms
+    from pyrms.bench import impls
+
+    problem = types.SimpleNamespace(ptrs=lambda name: {"x": [0x100, 0x200], "y": [0x300, 0x400]}[name],
+                                    weight=types.SimpleNamespace(ptr=0x500), tokens=1, hidden=4096, dt=dtypes.BFLOAT16)
+    ctx = impls.Context(stream=0x77, epsilon=1e-6)
+    calls = []
+
+    def rms_norm(out, input, weight, epsilon, num_tokens=None, hidden_size=None, *, dtype=None, stream=None,
+                 pdl=False):
+        calls.append((out, input, weight, epsilon, num_tokens, hidden_size, dtype, stream, pdl))
+
+    monkeypatch.setattr(pyrms, "rms_norm", lambda out, input, weight, epsilon, *a, dtype=None, stream=None: None)
+    with pytest.raises(impls.Unavailable, match="rms_norm has no pdl= keyword"):
+        impls.make("rms_norm", "pyrms_pdl", ctx, problem)
+    monkeypatch.setattr(pyrms, "rms_norm", rms_norm)
+    for name in ("pyrms", "pyrms_pdl"):
+        impls.make("rms_norm", name, ctx, problem).launch(1)
+    assert calls == [(0x400, 0x200, 0x500, 1e-6, 1, 4096, "bfloat16", 0x77, pdl) for pdl in (False, True)]
 
 
 # -- command line ----------------------------------------------------------------------------------
@@ -317,6 +471,7 @@ def test_defaults_and_quick():
     assert explicit.dtypes == ("bfloat16", "float16", "float32")
     assert explicit.impls == ("pyrms", "torch", "compile")
     assert explicit.impls_for("rms_norm_backward") == ("pyrms", "torch")
+    assert full.floor and full.sweep and not parse("--no-floor").floor
     grid = parse("--tokens", "32,1", "--hidden", "4096", "--out", "/tmp/x", "--name", "n")
     assert grid.shapes == (config.Shape(1, 4096), config.Shape(32, 4096)) and str(grid.json_path) == "/tmp/x/n.json"
 
@@ -326,7 +481,7 @@ def test_defaults_and_quick():
     (["--shapes", "0x5120"], "is not a positive integer"),
     (["--tokens", "1,x"], "--tokens: 'x' is not a positive integer"),
     (["--dtypes", "int8"], "--dtypes: dtype 'int8' is not supported; allowed: bfloat16, float16, float32 (aliases: bf16"),
-    (["--impls", "cupy"], "--impls: 'cupy' is not one of pyrms, seed, torch, compile, triton"),
+    (["--impls", "cupy"], "--impls: 'cupy' is not one of pyrms, pyrms_pdl, seed, torch, compile, triton"),
     (["--ops", "layer_norm"], "--ops: 'layer_norm' is not one of"),
     (["--shapes", "1x4096", "--tokens", "1"], "--shapes replaces --tokens and --hidden"),
     (["--rounds", "0"], "is not a positive integer"),
@@ -347,7 +502,8 @@ def test_help_exits_0_and_explains(capsys):
         cli.main(["--help"])
     assert info.value.code == 0
     out = capsys.readouterr().out
-    for needle in ("--quick", "--shapes", "--impls", "--ops", "--dtypes", "copy ceiling", "Exit status"):
+    for needle in ("--quick", "--shapes", "--impls", "--ops", "--dtypes", "copy ceiling", "Exit status", "--no-floor",
+                   "skip the launch floor", "pyrms_pdl"):
         assert needle in out
 
 
@@ -379,11 +535,12 @@ class SimGpu:
     """A cuda.bindings.driver stand-in: host memory as device memory, numpy kernels, a simulated clock.
 
     Kernels run when launched (or, on a capturing stream, when the graph is launched); each advances
-    the device clock by its bytes over SIM_GBPS plus SIM_LAUNCH_US, copies by theirs over COPY_GBPS,
-    the spin kernel by its argument. Events read the clock, so elapsed times are those durations.
+    the device clock by its bytes over SIM_GBPS plus SIM_LAUNCH_US (SIM_PDL_SAVING_US less when
+    launched with programmatic dependent launch), copies by theirs over COPY_GBPS, the spin kernel by
+    its argument. Events read the clock, so elapsed times are those durations.
     """
 
-    SIM_GBPS, COPY_GBPS, SIM_LAUNCH_US = 3000.0, 4000.0, 2.0
+    SIM_GBPS, COPY_GBPS, SIM_LAUNCH_US, SIM_PDL_SAVING_US = 3000.0, 4000.0, 2.0, 0.5
 
     def __init__(self, corrupt=None):
         self.corrupt = corrupt  # a kernel name fragment whose output gets a wrong value
@@ -515,13 +672,22 @@ class SimGpu:
         return (OK_STATUS, handle)
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        return self._launch(f, gx, bx, stream, params, self.SIM_LAUNCH_US)
+
+    def cuLaunchKernelEx(self, config, f, params, extra):
+        pdl = any(a.id == PDL and a.value.programmaticStreamSerializationAllowed
+                  for a in config.attrs[:config.numAttrs])
+        launch_us = self.SIM_LAUNCH_US - (self.SIM_PDL_SAVING_US if pdl else 0.0)
+        return self._launch(f, config.gridDimX, config.blockDimX, config.hStream, params, launch_us)
+
+    def _launch(self, f, gx, bx, stream, params, launch_us):
         name = self.functions[int(f)]
         signature = self._signature(name)
         values = []
         for i, kind in enumerate(signature):
             slot = ctypes.c_void_p.from_address(params + 8 * i).value
             values.append(struct.unpack_from("<" + SLOT[kind], (ctypes.c_char * 8).from_address(slot))[0])
-        work = (name, gx, bx, tuple(values))
+        work = (name, gx, bx, tuple(values), launch_us)
         if int(stream) in self.capturing:
             self.capturing[int(stream)].append(work)
         else:
@@ -557,16 +723,28 @@ class SimGpu:
         rms_norm_module, seed = RMS_NORM_MODULE, importlib.import_module("pyrms.ops.seed")
         if name == timing.SPIN_NAME:
             return ("i64",)
+        if name == floor.EMPTY_NAME:
+            return ()
+        if name == floor.COPY_NAME:
+            return floor.COPY_SIGNATURE
         if name.startswith("rms_norm.cu::"):
             return rms_norm_module._SIGNATURE
         if name.startswith("seed_rms_norm.cu::"):
             return seed._SIGNATURE
         raise AssertionError(f"the simulator has no kernel {name}")
 
-    def _run(self, name, grid, block, values):
+    def _run(self, name, grid, block, values, launch_us):
         self.launched[name.split("<")[0]] += 1
         if name == timing.SPIN_NAME:
             self.clock_us += values[0] / 1e3
+            return
+        if name == floor.EMPTY_NAME:
+            self.clock_us += launch_us
+            return
+        if name == floor.COPY_NAME:
+            dst, src, vectors = values
+            self._view(dst, 16 * vectors, np.uint8)[:] = self._view(src, 16 * vectors, np.uint8)
+            self.clock_us += 2 * 16 * vectors / self.SIM_GBPS / 1e3 + launch_us
             return
         dt = CTYPES[re.search(r"<\s*([\w:]+)", name).group(1)]
         if name.startswith("rms_norm.cu::"):
@@ -588,7 +766,7 @@ class SimGpu:
         if self.corrupt and name.startswith(self.corrupt):
             y[-1, -1] = np.nan
         ys[...] = y
-        self.clock_us += (2 * tokens * hidden + hidden) * isz / self.SIM_GBPS / 1e3 + self.SIM_LAUNCH_US
+        self.clock_us += (2 * tokens * hidden + hidden) * isz / self.SIM_GBPS / 1e3 + launch_us
 
 
 @pytest.fixture
@@ -605,6 +783,7 @@ def sim(monkeypatch):
 
     monkeypatch.setattr(compiler, "compile_source", compile_source)
     monkeypatch.setattr(timing, "compile_spin", lambda arch: b"spin cubin")
+    monkeypatch.setattr(floor, "compile_floor", lambda arch: b"floor cubin")
     monkeypatch.setattr(host, "_cuda_bindings_driver", lambda: gpu)
     monkeypatch.setattr(host, "HOST_SHAPE", (1, 256))
     monkeypatch.setattr(host, "GRAPH_SHAPES", ((1, 256), (3, 512)))
@@ -657,8 +836,24 @@ def test_simulated_run_end_to_end(sim, tmp_path, capsys):
     graphs = data["graphs"]["shapes"]
     assert [g["graph_output_matches"] for g in graphs] == [True, True]
     assert "graph replay" in out and "identical to one-by-one's" in out
-    assert "Targets of issue 6:" in out
-    assert "latency" in {t["group"] for t in data["targets"]}
+    # the launch floor: the simulator's launch cost (less its PDL saving) plus the row's bytes
+    floors = {(f["kernel"], f["hidden"], f["method"], f["pdl"]): f for f in data["launch_floor"]}
+    assert {h for kernel, h, _, _ in floors if kernel == "copy"} == {512, 1024, 4096, 5120, 8192, 16384}
+    assert len(floors) == 4 * 7 and all(f["status"] == "ok" for f in floors.values())
+    launch_us, pdl_us = SimGpu.SIM_LAUNCH_US, SimGpu.SIM_LAUNCH_US - SimGpu.SIM_PDL_SAVING_US
+    assert floors[("empty", None, "back to back", False)]["median_us"] == pytest.approx(launch_us)
+    assert floors[("empty", None, "graph", True)]["median_us"] == pytest.approx(pdl_us)
+    copy = floors[("copy", 512, "graph", False)]
+    assert copy["median_us"] == pytest.approx(2 * 512 * 2 / SimGpu.SIM_GBPS / 1e3 + launch_us)
+    assert copy["rotation_sets"] == by[("pyrms", 1, 512)]["rotation_sets"] == copy["launches_per_sample"]
+    assert floors[("copy", 5120, "back to back", True)]["median_us"] == pytest.approx(2 * 5120 * 2 / 3e6 + pdl_us)
+    assert floors[("copy", 5120, "graph", True)]["launches_per_sample"] == floor.GRAPH_MIN_LAUNCHES
+    assert sim.launched[floor.COPY_NAME] > 0 and sim.launched[floor.EMPTY_NAME] > 0
+    assert "Launch floor: device time per launch" in out and "decode shapes against the launch floor" in out
+    mine_pdl = by[("pyrms_pdl", 1, 512)]  # runs once rms_norm takes pdl=, skipped until then
+    assert mine_pdl["status"] == "ok" or (mine_pdl["status"] == "skipped" and "pdl" in mine_pdl["reason"])
+    assert "Targets (issues 6, 11, 12):" in out
+    assert {"latency", "floor", "decode"} <= {t["group"] for t in data["targets"]}
     assert "copy ceiling again at the end" in out and "finished in" in out
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "sim.png").stat().st_size > 10_000

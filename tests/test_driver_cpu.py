@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from cuda.bindings import driver as real_cu
 
-from fake_driver import FakeDriver, fresh_driver_state, read_params
+from fake_driver import read_params
 from pyrms import driver, dtypes, errors, launch
 from pyrms.tensor import Tensor
 
@@ -194,8 +194,9 @@ class FakeLaunches:
         self.calls = []
         self.lock = threading.Lock()
 
-    def __call__(self, function, gx, gy, gz, bx, by, bz, shared, stream, params_address):
+    def __call__(self, function, gx, gy, gz, bx, by, bz, shared, stream, params_address, pdl=False):
         record = ((gx, gy, gz), (bx, by, bz), shared, stream, tuple(read_params(self.signature, params_address)))
+        assert pdl is False  # these tests launch without PDL (the fake driver's tests launch with it)
         with self.lock:
             self.calls.append((threading.get_ident(), record))
 
@@ -266,15 +267,7 @@ def test_load_module_validates_the_image_before_any_driver_call():
         launch.load_module(b"")
 
 
-# -- the whole driver layer over a fake cuda.bindings.driver (tests/fake_driver.py) ----------------
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    fake_cu = FakeDriver()
-    fresh_driver_state(monkeypatch.setattr, fake_cu)
-    yield fake_cu
-    gc.collect()  # run the finalizers of whatever the test left open while the fake is still in place
+# -- the whole driver layer over a fake cuda.bindings.driver (conftest's ``fake``) ------------------
 
 
 def test_fake_device_properties_and_primary_context(fake):

@@ -3,8 +3,10 @@
 Counts the bytes each call must move, measures the device-to-device copy bandwidth in the same run,
 validates every implementation's output against a float64 reference before timing it, then times
 device time per launch (CUDA events around batches of launches queued behind a spin kernel, inputs
-rotated so the working set exceeds L2), host time per call, and CUDA graph replay. Prints a table and
-a PASS/FAIL check of each target of issue 6; writes JSON (and a PNG where matplotlib exists).
+rotated so the working set exceeds L2), the launch floor (an empty kernel and a one-row copy, back to
+back and in a CUDA graph, without and with programmatic dependent launch), host time per call, and CUDA
+graph replay. Prints tables and a PASS/FAIL check of each target of issues 6, 11 and 12; writes JSON
+(and a PNG where matplotlib exists).
 
 Layout, one job per module:
   cli        command line and the no-GPU message
@@ -13,7 +15,7 @@ Layout, one job per module:
   ops        what each op reads and writes, byte counts (pure)
   stats      medians, spread, rotation counts, row sampling (pure)
   results    one Record per (op, dtype, shape, implementation) (pure)
-  targets    issue 6's targets as PASS/FAIL/N/A (pure)
+  targets    the issues' targets as PASS/FAIL/N/A (pure)
   report     tables, JSON, plot (pure but for the files it writes)
   env        device and version facts
   timing     the spin kernel and the event timer
@@ -21,6 +23,7 @@ Layout, one job per module:
   validate   float64 references and the relative error
   impls      the implementation registry: pyrms, seed (torch_impls: torch, compile, triton)
   ceiling    device-to-device copy bandwidth
+  floor      the launch floor: its kernels, measurement and lookups
   host       host time per call, and CUDA graph capture against one-by-one launches
   sweep      the shape sweep: build, validate, warm up, time each implementation
   triton_rms the Triton kernel (imported only where Triton is)

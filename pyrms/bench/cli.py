@@ -13,10 +13,12 @@ EXTRA_OPS = ("fused_add_rms_norm", "rms_norm_backward")
 DEFAULT_EXTRA_OP_SHAPES = (cfg.Shape(16384, 5120),)  # where issue 6 sets their targets
 
 EPILOG = f"""
-sections: the copy ceiling; the shape sweep (each implementation validated, then timed); host time
-per call; CUDA graph capture and replay; the copy ceiling again; the targets of issue 6, each PASS,
-FAIL or N/A with its numbers. Progress goes to stderr, the report to stdout and to OUT/NAME.txt,
-all numbers to OUT/NAME.json, the plot to OUT/NAME.png (when matplotlib is importable).
+sections: the copy ceiling; the shape sweep (each implementation validated, then timed); the launch
+floor (an empty kernel and a one-row copy, back to back and in a CUDA graph, each without and with
+programmatic dependent launch); host time per call; CUDA graph capture and replay; the copy ceiling
+again; the targets of issues 6, 11 and 12, each PASS, FAIL or N/A with its numbers. Progress goes to
+stderr, the report to stdout and to OUT/NAME.txt, all numbers to OUT/NAME.json, the plot to
+OUT/NAME.png (when matplotlib is importable).
 
 default shapes: tokens {','.join(map(str, cfg.TOKENS))} x hidden {','.join(map(str, cfg.HIDDEN))}; with
 --quick: tokens {','.join(map(str, cfg.QUICK_TOKENS))} x hidden {','.join(map(str, cfg.QUICK_HIDDEN))}, fewer
@@ -24,9 +26,10 @@ repetitions, torch.compile only at the largest token count (each shape compiles 
 Without --ops, fused_add_rms_norm and rms_norm_backward run at 16384x5120 only, where their targets
 are, and only if pyrms has them; --ops runs the ops named at every selected shape.
 
-implementations: pyrms, seed (the seed kernel, compiled by NVRTC; hidden/VEC <= 1024 threads only),
-torch (F.rms_norm eager), compile (torch.compile of it), triton (pyrms/bench/triton_rms.py); those
-that cannot run are listed as skipped, with the reason. Exit status: 0 when the run completed, 1 if a
+implementations: pyrms, pyrms_pdl (pyrms.rms_norm with pdl=True: programmatic dependent launch;
+rms_norm only), seed (the seed kernel, compiled by NVRTC; hidden/VEC <= 1024 threads only), torch
+(F.rms_norm eager), compile (torch.compile of it), triton (pyrms/bench/triton_rms.py); those that
+cannot run are listed as skipped, with the reason. Exit status: 0 when the run completed, 1 if a
 pyrms output failed validation or the run broke off, 2 for bad arguments or no GPU.
 
 examples:
@@ -67,8 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ops", type=_typed(cfg.parse_ops), metavar="LIST",
                    help="rms_norm, fused_add_rms_norm, rms_norm_backward or all")
     g.add_argument("--impls", type=_typed(cfg.parse_impls), metavar="LIST", default=cfg.IMPLS,
-                   help="pyrms, seed, torch, compile, triton or all (default all)")
+                   help="pyrms, pyrms_pdl, seed, torch, compile, triton or all (default all)")
     g.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
+    g.add_argument("--no-floor", action="store_true", help="skip the launch floor")
     g.add_argument("--no-host", action="store_true", help="skip host time per call")
     g.add_argument("--no-graphs", action="store_true", help="skip CUDA graph capture and replay")
     t = p.add_argument_group("how to measure")
@@ -131,7 +135,7 @@ def build_config(args, now: datetime.datetime | None = None) -> cfg.Config:
     return cfg.Config(
         shapes=shapes, dtypes=args.dtypes, ops=ops, impls=args.impls, quick=quick,
         rounds=args.rounds or (2 if quick else 3), reps=args.reps or (5 if quick else 10), batch=args.batch,
-        sweep=not args.no_sweep, host=not args.no_host, graphs=not args.no_graphs,
+        sweep=not args.no_sweep, floor=not args.no_floor, host=not args.no_host, graphs=not args.no_graphs,
         host_calls=args.host_calls or (5000 if quick else 20000), memory_cap_gib=args.memory_cap, copy_mib=args.copy_mib,
         epsilon=args.epsilon, seed=args.seed, device=args.device, out_dir=args.out, stem=stem,
         plot=not args.no_plot, extra_op_shapes=extra_shapes, compile_tokens=compile_tokens, notes=notes)

@@ -13,11 +13,15 @@ HIDDEN = (4096, 5120, 8192, 16384)
 QUICK_TOKENS = (1, 128, 4096, 16384)
 QUICK_HIDDEN = (5120, 8192)
 
-IMPLS = ("pyrms", "seed", "torch", "compile", "triton")
+IMPLS = ("pyrms", "pyrms_pdl", "seed", "torch", "compile", "triton")
+PYRMS_IMPLS = ("pyrms", "pyrms_pdl")  # pyrms's own outputs: a failed validation fails the run
 OTHER_IMPLS = ("torch", "compile", "triton")  # "best other": the fastest of these
-IMPL_ALIASES = {"eager": "torch", "torch.compile": "compile", "torch_compile": "compile", "inductor": "compile"}
-IMPL_LABELS = {"pyrms": "pyrms", "seed": "seed", "torch": "torch eager", "compile": "torch.compile",
-               "triton": "Triton"}
+IMPL_ALIASES = {"eager": "torch", "torch.compile": "compile", "torch_compile": "compile", "inductor": "compile",
+                "pdl": "pyrms_pdl", "pyrms-pdl": "pyrms_pdl"}
+IMPL_LABELS = {"pyrms": "pyrms", "pyrms_pdl": "pyrms (pdl)", "seed": "seed", "torch": "torch eager",
+               "compile": "torch.compile", "triton": "Triton"}
+DECODE_MAX_TOKENS = 128  # shapes up to this many tokens are latency-bound: judged against the launch floor
+FLOOR_HIDDEN = (4096, 5120, 8192)  # the launch floor's one-row copy, at these and every decode hidden of a run
 DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 OP_ALIASES = {"forward": "rms_norm", "fused_add": "fused_add_rms_norm", "backward": "rms_norm_backward"}
 
@@ -129,6 +133,7 @@ class Config:
     reps: int = 10
     batch: int | None = None
     sweep: bool = True
+    floor: bool = True
     host: bool = True
     graphs: bool = True
     host_calls: int = 20000
@@ -152,6 +157,12 @@ class Config:
 
     def impls_for(self, op: str) -> tuple[str, ...]:
         return tuple(i for i in self.impls if i in ops_mod.get(op).impls)
+
+    def floor_hiddens(self) -> tuple[int, ...]:
+        """Row sizes of the launch floor's one-row copy: FLOOR_HIDDEN and every hidden of the run's
+        decode shapes (rms_norm, tokens <= DECODE_MAX_TOKENS)."""
+        decode = {s.hidden for s in self.shapes_for("rms_norm") if s.tokens <= DECODE_MAX_TOKENS}
+        return tuple(sorted(decode.union(FLOOR_HIDDEN)))
 
     def compile_at(self, op: str, shape: Shape) -> bool:
         """Whether torch.compile runs for ``op`` at ``shape`` (--quick: rms_norm at one token count)."""

@@ -8,6 +8,7 @@ Triton are in torch_impls.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 import pyrms
@@ -64,6 +65,21 @@ class PyrmsForward(Impl):
 
     def results(self, i):
         return {"y": self.y[i]}
+
+
+class PyrmsForwardPdl(PyrmsForward):
+    """pyrms.rms_norm with programmatic dependent launch: otherwise exactly the plain pyrms call."""
+
+    name = "pyrms_pdl"
+
+    def __init__(self, ctx: Context, p):
+        if "pdl" not in inspect.signature(pyrms.rms_norm).parameters:
+            raise Unavailable(f"pyrms {pyrms.__version__}: rms_norm has no pdl= keyword")
+        super().__init__(ctx, p)
+
+    def launch(self, i):
+        w, eps, tokens, hidden = self.args
+        pyrms.rms_norm(self.y[i], self.x[i], w, eps, tokens, hidden, dtype=self.dtype, stream=self.stream, pdl=True)
 
 
 class SeedForward(PyrmsForward):
@@ -135,6 +151,7 @@ def factories() -> dict:
 
     table = {
         ("rms_norm", "pyrms"): PyrmsForward,
+        ("rms_norm", "pyrms_pdl"): PyrmsForwardPdl,
         ("rms_norm", "seed"): SeedForward,
         ("fused_add_rms_norm", "pyrms"): PyrmsFusedAdd,
         ("rms_norm_backward", "pyrms"): PyrmsBackward,

@@ -7,13 +7,15 @@ import json
 import os
 from pathlib import Path
 
+from . import floor as floor_mod
 from . import ops as ops_mod
 from . import targets as targets_mod
-from .config import DTYPE_SHORT, IMPL_LABELS, OTHER_IMPLS
+from .config import DECODE_MAX_TOKENS, DTYPE_SHORT, IMPL_LABELS, OTHER_IMPLS, PYRMS_IMPLS
 from .results import FAILED, OK, SKIPPED, best_of, find
 
 DASH = "-"
-SHORT_LABELS = {"pyrms": "pyrms", "seed": "seed", "torch": "eager", "compile": "compile", "triton": "triton"}
+SHORT_LABELS = {"pyrms": "pyrms", "pyrms_pdl": "pdl", "seed": "seed", "torch": "eager", "compile": "compile",
+                "triton": "triton"}
 
 
 def _mib(nbytes: int) -> str:
@@ -141,6 +143,69 @@ def _reasons(records, op, dtype) -> list[str]:
     return lines + [f"  note: {n}" for n in notes]
 
 
+def _spread_cell(f) -> str:
+    if f is None:
+        return DASH
+    if f.status == FAILED:
+        return "FAIL"
+    return f"{f.median_us:.2f} +-{f.summary.spread:.0%}" if f.median_us is not None else DASH
+
+
+def floor_section(floors) -> str:
+    """The launch floor: each kernel's four ways, with the reasons for any not timed."""
+    if not floors:
+        return ""
+    lines = ["Launch floor: device time per launch, us (median +- run-to-run spread), of two kernels that do almost",
+             "nothing, both PDL-aware (griddepcontrol.wait before the first global read, launch_dependents after it):",
+             f"an empty kernel (1 block x {floor_mod.EMPTY_THREADS} threads) and a one-row copy (1 block, 16 bytes per "
+             "thread, of a",
+             "bf16 row of H elements, rotated over the sets rms_norm uses at 1 x H). Back to back: timed as the sweep",
+             "times every implementation; graph: N launches captured into a CUDA graph and replayed, replay time / N;",
+             "+ PDL: every launch made with programmatic dependent launch allowed.",
+             f"  {'kernel':<10} {'threads':>7} {'sets':>5} | {'back to back':>12} {'+ PDL':>12} | {'graph':>12} "
+             f"{'+ PDL':>12} | {'N':>5}"]
+    reasons: dict = {}
+    for label in dict.fromkeys(f.label for f in floors):
+        ways = {(f.method, f.pdl): f for f in floors if f.label == label}
+        first = next(iter(ways.values()))
+        graph = ways.get((floor_mod.GRAPH, False))
+        row = f"  {label:<10} {first.threads or DASH:>7} {first.sets:>5} |"
+        for method in (floor_mod.BACK_TO_BACK, floor_mod.GRAPH):
+            row += "".join(f" {_spread_cell(ways.get((method, pdl))):>12}" for pdl in (False, True)) + " |"
+        lines.append(row + f" {graph.launches if graph is not None and graph.launches else DASH:>5}")
+        for f in ways.values():
+            if f.status != OK:
+                reasons.setdefault((f.status, f.reason), []).append(label)
+    for (status, reason), labels in reasons.items():
+        lines.append(f"  {', '.join(dict.fromkeys(labels))} {status}: {reason}")
+    return "\n".join(lines)
+
+
+def decode_floor_table(records, floors) -> str:
+    """bf16 rms_norm at <= DECODE_MAX_TOKENS tokens against the one-row copy floor of the same hidden
+    (back to back, as the sweep times it): pyrms against the floor without PDL, pyrms (pdl) with it."""
+    shapes = sorted({(r.hidden, r.tokens) for r in records
+                     if r.op == "rms_norm" and r.dtype == "bfloat16" and r.tokens <= DECODE_MAX_TOKENS})
+    if not floors or not shapes:
+        return ""
+    head = (f"{'tokens':>6} {'hidden':>6} | {'pyrms us':>9} {'floor us':>9} {'x floor':>7} | {'pdl us':>9} "
+            f"{'PDL floor':>9} {'x floor':>7}")
+    lines = ["rms_norm bfloat16 decode shapes against the launch floor: the one-row copy of the same hidden, back to",
+             "back (x floor = time / floor; 1.00 is as fast as a launch that moves one row); pdl: pyrms (pdl)",
+             "against the floor with PDL", head, "-" * len(head)]
+    for hidden, tokens in shapes:
+        groups = [f"{tokens:>6} {hidden:>6}"]
+        for impl, pdl in zip(PYRMS_IMPLS, (False, True)):
+            mine = find(records, "rms_norm", "bfloat16", tokens, hidden, impl, ok_only=False)
+            copy = floor_mod.copy_floor(floors, hidden, pdl)
+            timed = mine is not None and mine.status == OK and mine.median_us is not None
+            ratio = f"{mine.median_us / copy.median_us:.2f}" if timed and copy is not None else DASH
+            floor_us = f"{copy.median_us:.2f}" if copy is not None else DASH
+            groups.append(f"{_cell(mine, '{:9.2f}', lambda r: r.median_us):>9} {floor_us:>9} {ratio:>7}")
+        lines.append(" | ".join(groups))
+    return "\n".join(lines)
+
+
 def host_section(host: dict | None) -> str:
     if not host:
         return ""
@@ -189,13 +254,15 @@ def graph_section(graphs: dict | None) -> str:
 
 def targets_section(targets) -> str:
     counts = targets_mod.tally(targets)
-    lines = [f"Targets of issue 6: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['N/A']} N/A (not measured here)"]
+    lines = [f"Targets (issues 6, 11, 12): {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['N/A']} N/A "
+             "(not measured here)"]
     for t in targets:
         lines.append(f"  {t.status:<4}  {t.text}: {t.detail}")
     return "\n".join(lines)
 
 
-def full_text(info, ceiling, ceiling_end, records, host, graphs, targets, config, elapsed_s, files) -> str:
+def full_text(info, ceiling, ceiling_end, records, host, graphs, targets, config, elapsed_s, files,
+              floors=None) -> str:
     from .config import IMPLS
 
     parts = [header(info, ceiling, config.ops)]
@@ -205,7 +272,7 @@ def full_text(info, ceiling, ceiling_end, records, host, graphs, targets, config
             for dtype in dict.fromkeys(r.dtype for r in records if r.op == op):
                 parts.append(latency_table(records, op, dtype, IMPLS))
                 parts.append(table(records, op, dtype, ceiling.gbps, IMPLS))
-    parts += [host_section(host), graph_section(graphs)]
+    parts += [floor_section(floors), decode_floor_table(records, floors), host_section(host), graph_section(graphs)]
     if ceiling is not None and ceiling_end is not None:
         drift = ceiling_end.gbps / ceiling.gbps - 1
         parts.append(f"copy ceiling again at the end: {ceiling_end.gbps:.0f} GB/s ({drift:+.1%} from the start)")
@@ -216,7 +283,8 @@ def full_text(info, ceiling, ceiling_end, records, host, graphs, targets, config
     return "\n\n".join(p for p in parts if p)
 
 
-def to_json(info, config, ceiling, ceiling_end, records, host, graphs, targets, elapsed_s, partial) -> dict:
+def to_json(info, config, ceiling, ceiling_end, records, host, graphs, targets, elapsed_s, partial,
+            floors=None) -> dict:
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()}
     cfg["shapes"] = [str(s) for s in config.shapes]
     if config.extra_op_shapes is not None:
@@ -227,6 +295,7 @@ def to_json(info, config, ceiling, ceiling_end, records, host, graphs, targets, 
         "copy_ceiling": ceiling.to_dict() if ceiling is not None else None,
         "copy_ceiling_end": ceiling_end.to_dict() if ceiling_end is not None else None,
         "results": [r.to_dict(gbps) for r in records],
+        "launch_floor": [f.to_dict() for f in floors] if floors is not None else None,
         "host_overhead": host, "graphs": graphs,
         "targets": [t.to_dict() for t in targets],
     }
@@ -263,7 +332,7 @@ def write_plot(path: Path, records, ceiling_gbps: float, title: str) -> str | No
     groups = list(panels)
     cols = max(len(h) for h in panels.values())
     fig, axes = plt.subplots(len(groups), cols, figsize=(4.2 * cols, 3.4 * len(groups)), squeeze=False, sharey="row")
-    markers = {"pyrms": "o", "seed": "s", "torch": "^", "compile": "v", "triton": "D"}
+    markers = {"pyrms": "o", "pyrms_pdl": "P", "seed": "s", "torch": "^", "compile": "v", "triton": "D"}
     legend: dict = {}
     for row, (op, dtype) in enumerate(groups):
         hiddens = sorted(panels[(op, dtype)])
@@ -278,8 +347,9 @@ def write_plot(path: Path, records, ceiling_gbps: float, title: str) -> str | No
                 points = sorted((r.tokens, r.gbps) for r in timed if (r.op, r.dtype, r.hidden, r.impl) == (op, dtype, hidden, impl))
                 if points:
                     tokens.update(t for t, _ in points)
-                    line, = ax.plot(*zip(*points), marker=markers[impl], linewidth=2.2 if impl == "pyrms" else 1.2,
-                                    markersize=5, zorder=3 if impl == "pyrms" else 2)
+                    mine = impl in PYRMS_IMPLS
+                    line, = ax.plot(*zip(*points), marker=markers[impl], linewidth=2.2 if mine else 1.2,
+                                    markersize=5, zorder=3 if mine else 2)
                     legend.setdefault(IMPL_LABELS[impl], line)
             ceiling = ax.axhline(ceiling_gbps, color="black", linestyle="--", linewidth=1)
             legend.setdefault(f"copy ceiling ({ceiling_gbps:.0f} GB/s)", ceiling)

@@ -1,5 +1,6 @@
-"""One run, section by section: copy ceiling, sweep, host time, graphs, copy ceiling again, targets,
-files. Partial JSON is written after every shape, so a run that breaks off still leaves its numbers."""
+"""One run, section by section: copy ceiling, sweep, launch floor, host time, graphs, copy ceiling
+again, targets, files. Partial JSON is written after every shape, so a run that breaks off still
+leaves its numbers."""
 from __future__ import annotations
 
 import sys
@@ -11,10 +12,11 @@ import numpy as np
 from .. import driver
 from . import ceiling as ceiling_mod
 from . import env, report, sweep
+from . import floor as floor_mod
 from . import host as host_mod
 from . import targets as targets_mod
 from . import timing
-from .config import Config
+from .config import PYRMS_IMPLS, Config
 from .impls import Context
 from .results import FAILED
 from .torch_impls import load_torch, load_triton
@@ -56,12 +58,12 @@ def run(config: Config, argv) -> int:
         if why:
             _progress(f"  {name}: {why}")
     rng = np.random.default_rng(config.seed)
-    state = {"ceiling": None, "ceiling_end": None, "records": [], "host": None, "graphs": None}
+    state = {"ceiling": None, "ceiling_end": None, "records": [], "floor": None, "host": None, "graphs": None}
     files = []
 
     def snapshot(partial: bool, targets=()):
         data = report.to_json(info, config, state["ceiling"], state["ceiling_end"], state["records"], state["host"],
-                              state["graphs"], list(targets), time.perf_counter() - start, partial)
+                              state["graphs"], list(targets), time.perf_counter() - start, partial, state["floor"])
         report.write_json(config.json_path, data)
 
     timer = timing.EventTimer(device, ctx.stream)
@@ -77,6 +79,9 @@ def run(config: Config, argv) -> int:
                 snapshot(True)
 
             state["records"] = sweep.run(config, ctx, timer, device, rng, ceiling_gbps, _progress, on_problem)
+        if config.floor:
+            _progress("launch floor ...")
+            state["floor"] = floor_mod.measure(config, timer, device, rng, _progress)
         if config.host:
             _progress("host time per call ...")
             try:
@@ -98,7 +103,7 @@ def run(config: Config, argv) -> int:
         timer.close()
 
     ceiling = state["ceiling"]
-    targets = targets_mod.evaluate(state["records"], ceiling.gbps if ceiling else None, state["host"])
+    targets = targets_mod.evaluate(state["records"], ceiling.gbps if ceiling else None, state["host"], state["floor"])
     snapshot(status != 0, targets)
     files.append(config.json_path)
     if config.plot and ceiling is not None and state["records"]:
@@ -110,9 +115,9 @@ def run(config: Config, argv) -> int:
             files.append(config.plot_path)
     files.append(config.text_path)
     text = report.full_text(info, ceiling, state["ceiling_end"], state["records"], state["host"], state["graphs"],
-                            targets, config, time.perf_counter() - start, files)
+                            targets, config, time.perf_counter() - start, files, state["floor"])
     config.text_path.write_text(text + "\n")
     print(text)
-    if any(r.impl == "pyrms" and r.status == FAILED for r in state["records"]):
+    if any(r.impl in PYRMS_IMPLS and r.status == FAILED for r in state["records"]):
         status = max(status, 1)
     return status

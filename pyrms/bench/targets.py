@@ -1,10 +1,11 @@
-"""Issue 6's (and issue 11's host) targets, checked against one run's numbers: PASS, FAIL or N/A (not measured), each with
-the numbers that decided it (pure)."""
+"""Issue 6's targets, issue 11's host targets and issue 12's decode targets, checked against one run's
+numbers: PASS, FAIL or N/A (not measured), each with the numbers that decided it (pure)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import DTYPE_SHORT, IMPL_LABELS, OTHER_IMPLS
+from . import floor as floor_mod
+from .config import DECODE_MAX_TOKENS, DTYPE_SHORT, FLOOR_HIDDEN, IMPL_LABELS, OTHER_IMPLS
 from .results import best_of, find
 
 # bf16 forward, fraction of the copy ceiling, by (tokens, hidden)
@@ -13,7 +14,6 @@ FORWARD_CEILING = {(16384, 5120): 0.95, (32768, 8192): 0.95, (4096, 16384): 0.95
 VS_OTHERS_MIN_TOKENS = 1024
 SLOW_OTHER_FRACTION = 0.85   # where the best other reaches less than this fraction of the ceiling...
 SLOW_OTHER_SPEEDUP = 1.10    # ...pyrms must be this much faster
-LATENCY_MAX_TOKENS = 128
 LATENCY_VS_SEED = 0.7        # pyrms device time per launch <= 0.7 x the seed kernel's
 EXTRA_OP_SHAPE = (16384, 5120)
 EXTRA_OP_CEILING = {"fused_add_rms_norm": 0.90, "rms_norm_backward": 0.80}
@@ -22,6 +22,13 @@ EXTRA_OP_CEILING = {"fused_add_rms_norm": 0.90, "rms_norm_backward": 0.80}
 HOST_VS_BARE = {"pyrms": 1.15, "fused_add_rms_norm": 1.25, "layer_norm": 1.25, "rms_norm_backward": 1.25,
                 "rms_norm pyrms.Tensor": 2.0, "rms_norm torch tensors": 2.0}
 HOST_TORCH_VS_EAGER = 1.0
+# Issue 12's decode targets. At one token, device time per launch against the same run's launch floor:
+# the one-row copy of the same hidden, back to back as the sweep times pyrms (bench.floor), pyrms
+# against the floor without PDL and pyrms (pdl) against the floor with it. And at every decode shape,
+# against the fastest of the others.
+FLOOR_LIMITS = {"pyrms": (False, 1.6), "pyrms_pdl": (True, 1.3)}  # impl: (the floor's PDL, at most x floor)
+DECODE_TOKENS = (1, 5, 32, 128)
+DECODE_VS_OTHERS = 0.8
 
 PASS, FAIL, NA = "PASS", "FAIL", "N/A"
 
@@ -95,7 +102,7 @@ def _vs_others_targets(records, ceiling: float) -> list[Target]:
 def _latency_targets(records) -> list[Target]:
     out = []
     shapes = sorted({(r.dtype, r.tokens, r.hidden) for r in records
-                     if r.op == "rms_norm" and r.tokens <= LATENCY_MAX_TOKENS})
+                     if r.op == "rms_norm" and r.tokens <= DECODE_MAX_TOKENS})
     for dtype, t, h in shapes:
         text = f"{DTYPE_SHORT[dtype]} rms_norm {_shape(t, h)}: pyrms device time per launch <= {LATENCY_VS_SEED} x seed's"
         mine = find(records, "rms_norm", dtype, t, h, "pyrms")
@@ -108,6 +115,57 @@ def _latency_targets(records) -> list[Target]:
         ratio = mine.median_us / seed.median_us
         out.append(Target("latency", text, PASS if ratio <= LATENCY_VS_SEED else FAIL,
                           f"pyrms {mine.median_us:.2f} us / seed {seed.median_us:.2f} us = {ratio:.3f}"))
+    return out
+
+
+def _not_timed(records, impl: str, tokens: int, hidden: int) -> str:
+    raw = find(records, "rms_norm", "bfloat16", tokens, hidden, impl, ok_only=False)
+    if raw is not None and raw.reason:
+        return f"{IMPL_LABELS[impl]} {raw.status}: {raw.reason}"
+    return f"{IMPL_LABELS[impl]} not timed at {_shape(tokens, hidden)}"
+
+
+def _no_floor(floors, hidden: int, pdl: bool) -> str:
+    raw = floor_mod.copy_floor(floors, hidden, pdl, ok_only=False)
+    if raw is not None and raw.reason:
+        return f"copy floor {raw.status}: {raw.reason}"
+    return f"no copy floor at hidden {hidden} in this run"
+
+
+def _floor_targets(records, floors) -> list[Target]:
+    out = []
+    for impl, (pdl, limit) in FLOOR_LIMITS.items():
+        floor_name = f"the one-row copy floor {'with' if pdl else 'without'} PDL (back to back)"
+        for h in FLOOR_HIDDEN:
+            text = f"bf16 rms_norm {_shape(1, h)}: {IMPL_LABELS[impl]} device time per launch <= {limit} x {floor_name}"
+            mine = find(records, "rms_norm", "bfloat16", 1, h, impl)
+            copy = floor_mod.copy_floor(floors, h, pdl)
+            if mine is None or copy is None:
+                out.append(Target("floor", text, NA, _not_timed(records, impl, 1, h) if mine is None
+                                  else _no_floor(floors, h, pdl)))
+                continue
+            ratio = mine.median_us / copy.median_us
+            out.append(Target("floor", text, PASS if ratio <= limit else FAIL,
+                              f"{mine.median_us:.2f} us / floor {copy.median_us:.2f} us = {ratio:.3f}"))
+    return out
+
+
+def _decode_targets(records) -> list[Target]:
+    others = ", ".join(IMPL_LABELS[i] for i in OTHER_IMPLS[:-1]) + f" and {IMPL_LABELS[OTHER_IMPLS[-1]]}"
+    out = []
+    for h in FLOOR_HIDDEN:
+        for t in DECODE_TOKENS:
+            text = f"bf16 rms_norm {_shape(t, h)} (decode): pyrms <= {DECODE_VS_OTHERS} x the fastest of {others}"
+            mine = find(records, "rms_norm", "bfloat16", t, h, "pyrms")
+            best = best_of(records, "rms_norm", "bfloat16", t, h, OTHER_IMPLS)
+            if mine is None or best is None:
+                why = _not_timed(records, "pyrms", t, h) if mine is None else "no other implementation timed"
+                out.append(Target("decode", text, NA, why))
+                continue
+            ratio = mine.median_us / best.median_us
+            out.append(Target("decode", text, PASS if ratio <= DECODE_VS_OTHERS else FAIL,
+                              f"pyrms {mine.median_us:.2f} us / {IMPL_LABELS[best.impl]} {best.median_us:.2f} us "
+                              f"= {ratio:.3f}"))
     return out
 
 
@@ -142,13 +200,15 @@ def _host_targets(host: dict | None) -> list[Target]:
     return out
 
 
-def evaluate(records, ceiling_gbps: float | None, host: dict | None = None) -> list[Target]:
-    """Every target of issue 6 that this run can speak to."""
+def evaluate(records, ceiling_gbps: float | None, host: dict | None = None, floors=None) -> list[Target]:
+    """Every target, judged with this run's numbers where it has them (``floors``: bench.floor's list)."""
     out = []
     if ceiling_gbps:
         out += _ceiling_targets(records, ceiling_gbps)
         out += _vs_others_targets(records, ceiling_gbps)
     out += _latency_targets(records)
+    out += _floor_targets(records, floors)
+    out += _decode_targets(records)
     out += _host_targets(host)
     return out
 
