@@ -374,9 +374,9 @@ def test_floor_section_table():
 
 
 def test_decode_table_against_the_floors():
-    records = [rec("pyrms", 1, 4096, 3.0), rec("pyrms_pdl", 1, 4096, 1.8), rec("pyrms", 5, 5120, 4.2),
-               rec("pyrms_pdl", 5, 5120, 0, status=SKIPPED, reason="no pdl"), rec("pyrms", 1, 8192, 2.5),
-               rec("pyrms", 4096, 4096, 20.0), rec("pyrms", 1, 4096, 9.0, dtype="float32")]
+    records = [rec("pyrms_nopdl", 1, 4096, 3.0), rec("pyrms", 1, 4096, 1.8), rec("pyrms_nopdl", 5, 5120, 4.2),
+               rec("pyrms", 5, 5120, 0, status=SKIPPED, reason="no pdl"), rec("pyrms_nopdl", 1, 8192, 2.5),
+               rec("pyrms_nopdl", 4096, 4096, 20.0), rec("pyrms_nopdl", 1, 4096, 9.0, dtype="float32")]
     text = report.decode_floor_table(records, sample_floors())
     rows = {tuple(map(int, line.split()[:2])): line for line in text.splitlines() if line[:6].strip().isdigit()}
     assert set(rows) == {(1, 4096), (5, 5120), (1, 8192)}  # bf16, <= 128 tokens
@@ -386,14 +386,14 @@ def test_decode_table_against_the_floors():
     assert rows[(5, 5120)].split("|")[2].split() == ["-", "1.60", "-"]
     assert rows[(1, 8192)].split("|")[1].split() == ["2.50", "-", "-"]           # its floor failed
     assert report.decode_floor_table(records, None) == ""
-    assert report.decode_floor_table([rec("pyrms", 4096, 4096, 20.0)], sample_floors()) == ""
+    assert report.decode_floor_table([rec("pyrms_nopdl", 4096, 4096, 20.0)], sample_floors()) == ""
 
 
 def test_floor_targets_use_the_back_to_back_copy_floor():
     floors = sample_floors()  # back to back: 2.0 / 1.5 at 4096, 2.1 / 1.6 at 5120; graphs 0.3 lower
-    found = targets.evaluate([rec("pyrms", 1, 4096, 3.19), rec("pyrms", 1, 5120, 3.4),
-                              rec("pyrms_pdl", 1, 4096, 1.95), rec("pyrms_pdl", 1, 5120, 2.1)], None, None, floors)
-    got = {(t.text.split(":")[0], "pdl" in t.text.split(":")[1]): t for t in found if t.group == "floor"}
+    found = targets.evaluate([rec("pyrms_nopdl", 1, 4096, 3.19), rec("pyrms_nopdl", 1, 5120, 3.4),
+                              rec("pyrms", 1, 4096, 1.95), rec("pyrms", 1, 5120, 2.1)], None, None, floors)
+    got = {(t.text.split(":")[0], "with PDL" in t.text): t for t in found if t.group == "floor"}
     assert len(got) == 6
     t = got[("bf16 rms_norm 1x4096", False)]
     assert t.status == targets.PASS and t.detail == "3.19 us / floor 2.00 us = 1.595" and "<= 1.6 x" in t.text
@@ -402,9 +402,9 @@ def test_floor_targets_use_the_back_to_back_copy_floor():
     assert t.status == targets.PASS and t.detail == "1.95 us / floor 1.50 us = 1.300" and "with PDL" in t.text
     assert got[("bf16 rms_norm 1x5120", True)].status == targets.FAIL                 # 2.1 / 1.6 = 1.31
     t = got[("bf16 rms_norm 1x8192", False)]
-    assert t.status == targets.NA and t.detail == "pyrms not timed at 1x8192"
-    found = targets.evaluate([rec("pyrms", 1, 8192, 3.0)], None, None, floors)
-    t = next(t for t in found if t.group == "floor" and "1x8192: pyrms device" in t.text)
+    assert t.status == targets.NA and t.detail == "pyrms (no pdl) not timed at 1x8192"
+    found = targets.evaluate([rec("pyrms_nopdl", 1, 8192, 3.0)], None, None, floors)
+    t = next(t for t in found if t.group == "floor" and "1x8192: pyrms (no pdl) device" in t.text)
     assert t.status == targets.NA and t.detail.startswith("copy floor failed: validation")
     assert all(t.status == targets.NA for t in targets.evaluate([rec("pyrms", 1, 4096, 2.0)], None) if t.group == "floor")
 
@@ -423,7 +423,7 @@ def test_decode_targets_against_the_fastest_other():
     assert found["1x5120"].status == targets.NA and found["1x5120"].detail == "pyrms not timed at 1x5120"
 
 
-def test_pyrms_pdl_calls_rms_norm_with_pdl_only_where_it_has_the_keyword(monkeypatch):
+def test_pyrms_nopdl_calls_rms_norm_with_pdl_only_where_it_has_the_keyword(monkeypatch):
     import pyrms
     from pyrms.bench import impls
 
@@ -433,16 +433,17 @@ def test_pyrms_pdl_calls_rms_norm_with_pdl_only_where_it_has_the_keyword(monkeyp
     calls = []
 
     def rms_norm(out, input, weight, epsilon, num_tokens=None, hidden_size=None, *, dtype=None, stream=None,
-                 pdl=False):
+                 pdl="default"):
         calls.append((out, input, weight, epsilon, num_tokens, hidden_size, dtype, stream, pdl))
 
     monkeypatch.setattr(pyrms, "rms_norm", lambda out, input, weight, epsilon, *a, dtype=None, stream=None: None)
     with pytest.raises(impls.Unavailable, match="rms_norm has no pdl= keyword"):
-        impls.make("rms_norm", "pyrms_pdl", ctx, problem)
+        impls.make("rms_norm", "pyrms_nopdl", ctx, problem)
     monkeypatch.setattr(pyrms, "rms_norm", rms_norm)
-    for name in ("pyrms", "pyrms_pdl"):
+    for name in ("pyrms", "pyrms_nopdl"):
         impls.make("rms_norm", name, ctx, problem).launch(1)
-    assert calls == [(0x400, 0x200, 0x500, 1e-6, 1, 4096, "bfloat16", 0x77, pdl) for pdl in (False, True)]
+    # the plain implementation leaves pdl to the op's default (on); pyrms_nopdl turns it off
+    assert calls == [(0x400, 0x200, 0x500, 1e-6, 1, 4096, "bfloat16", 0x77, pdl) for pdl in ("default", False)]
 
 
 # -- command line ----------------------------------------------------------------------------------
@@ -481,7 +482,7 @@ def test_defaults_and_quick():
     (["--shapes", "0x5120"], "is not a positive integer"),
     (["--tokens", "1,x"], "--tokens: 'x' is not a positive integer"),
     (["--dtypes", "int8"], "--dtypes: dtype 'int8' is not supported; allowed: bfloat16, float16, float32 (aliases: bf16"),
-    (["--impls", "cupy"], "--impls: 'cupy' is not one of pyrms, pyrms_pdl, seed, torch, compile, triton"),
+    (["--impls", "cupy"], "--impls: 'cupy' is not one of pyrms, pyrms_nopdl, seed, torch, compile, triton"),
     (["--ops", "layer_norm"], "--ops: 'layer_norm' is not one of"),
     (["--shapes", "1x4096", "--tokens", "1"], "--shapes replaces --tokens and --hidden"),
     (["--rounds", "0"], "is not a positive integer"),
@@ -503,7 +504,7 @@ def test_help_exits_0_and_explains(capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     for needle in ("--quick", "--shapes", "--impls", "--ops", "--dtypes", "copy ceiling", "Exit status", "--no-floor",
-                   "skip the launch floor", "pyrms_pdl"):
+                   "skip the launch floor", "pyrms_nopdl"):
         assert needle in out
 
 
@@ -814,7 +815,9 @@ def test_simulated_run_end_to_end(sim, tmp_path, capsys):
     mine = by[("pyrms", 1024, 1024)]
     assert mine["status"] == "ok" and mine["validation_rel_error"]["y"] < 1e-2
     expected_us = ops.RMS_NORM.bytes_moved(1024, 1024, 2) / SimGpu.SIM_GBPS / 1e3 + SimGpu.SIM_LAUNCH_US
-    assert mine["median_us"] == pytest.approx(expected_us, rel=1e-6)
+    # pyrms launches with PDL by default (the simulated GPU is an sm_90), pyrms_nopdl without
+    assert mine["median_us"] == pytest.approx(expected_us - SimGpu.SIM_PDL_SAVING_US, rel=1e-6)
+    assert by[("pyrms_nopdl", 1024, 1024)]["median_us"] == pytest.approx(expected_us, rel=1e-6)
     assert len(mine["samples_us_per_round"]) == 2 and all(len(r) == 3 for r in mine["samples_us_per_round"])
     assert mine["rotation_sets"] == 2                    # 4 MiB per set against a 1 MiB L2
     assert by[("pyrms", 1, 512)]["rotation_sets"] == 2 * (1 << 20) // (2 * 1024)  # 2 x L2 in 2 KiB sets
@@ -850,8 +853,7 @@ def test_simulated_run_end_to_end(sim, tmp_path, capsys):
     assert floors[("copy", 5120, "graph", True)]["launches_per_sample"] == floor.GRAPH_MIN_LAUNCHES
     assert sim.launched[floor.COPY_NAME] > 0 and sim.launched[floor.EMPTY_NAME] > 0
     assert "Launch floor: device time per launch" in out and "decode shapes against the launch floor" in out
-    mine_pdl = by[("pyrms_pdl", 1, 512)]  # runs once rms_norm takes pdl=, skipped until then
-    assert mine_pdl["status"] == "ok" or (mine_pdl["status"] == "skipped" and "pdl" in mine_pdl["reason"])
+    assert by[("pyrms_nopdl", 1, 512)]["status"] == "ok"
     assert "Targets (issues 6, 11, 12):" in out
     assert {"latency", "floor", "decode"} <= {t["group"] for t in data["targets"]}
     assert "copy ceiling again at the end" in out and "finished in" in out

@@ -15,7 +15,7 @@ for step in $STEPS; do
               diff "$OUT/demo/cpp.txt" "$OUT/demo/demo.txt" > "$OUT/demo_diff.txt" 2>&1; echo "diff rc=$?" >> "$OUT/demo_diff.txt" ;;
         host) timeout 200 python3 -m pyrms.bench --no-sweep --no-floor --no-graphs --out "$OUT" --name host > "$OUT/host.stdout" 2>&1
               grep -A30 "^Host time per call" "$OUT/host.txt" | sed '/^$/q' ;;
-        floor) timeout 300 python3 -m pyrms.bench --shapes 1x4096,1x5120,1x8192 --impls pyrms,pyrms_pdl --no-host --no-graphs \
+        floor) timeout 300 python3 -m pyrms.bench --shapes 1x4096,1x5120,1x8192 --impls pyrms,pyrms_nopdl --no-host --no-graphs \
                    --out "$OUT" --name floor > "$OUT/floor.stdout" 2>&1
                grep -A16 "^Launch floor" "$OUT/floor.txt" | sed '/^$/q'; grep -A6 "decode shapes against" "$OUT/floor.txt" ;;
         random) timeout 300 python3 -m pyrms.random_check --seed 2026 --count 5000 --precompile --out "$OUT/random_check.json" > "$OUT/random_check.log" 2>&1 ;;

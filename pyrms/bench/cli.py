@@ -26,7 +26,7 @@ repetitions, torch.compile only at the largest token count (each shape compiles 
 Without --ops, fused_add_rms_norm and rms_norm_backward run at 16384x5120 only, where their targets
 are, and only if pyrms has them; --ops runs the ops named at every selected shape.
 
-implementations: pyrms, pyrms_pdl (pyrms.rms_norm with pdl=True: programmatic dependent launch;
+implementations: pyrms, pyrms_nopdl (pyrms.rms_norm with pdl=False; pyrms's default is pdl=True, programmatic dependent launch;
 rms_norm only), seed (the seed kernel, compiled by NVRTC; hidden/VEC <= 1024 threads only), torch
 (F.rms_norm eager), compile (torch.compile of it), triton (pyrms/bench/triton_rms.py); those that
 cannot run are listed as skipped, with the reason. Exit status: 0 when the run completed, 1 if a
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ops", type=_typed(cfg.parse_ops), metavar="LIST",
                    help="rms_norm, fused_add_rms_norm, rms_norm_backward or all")
     g.add_argument("--impls", type=_typed(cfg.parse_impls), metavar="LIST", default=cfg.IMPLS,
-                   help="pyrms, pyrms_pdl, seed, torch, compile, triton or all (default all)")
+                   help="pyrms, pyrms_nopdl, seed, torch, compile, triton or all (default all)")
     g.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
     g.add_argument("--no-floor", action="store_true", help="skip the launch floor")
     g.add_argument("--no-host", action="store_true", help="skip host time per call")

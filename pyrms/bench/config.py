@@ -13,12 +13,12 @@ HIDDEN = (4096, 5120, 8192, 16384)
 QUICK_TOKENS = (1, 128, 4096, 16384)
 QUICK_HIDDEN = (5120, 8192)
 
-IMPLS = ("pyrms", "pyrms_pdl", "seed", "torch", "compile", "triton")
-PYRMS_IMPLS = ("pyrms", "pyrms_pdl")  # pyrms's own outputs: a failed validation fails the run
+IMPLS = ("pyrms", "pyrms_nopdl", "seed", "torch", "compile", "triton")
+PYRMS_IMPLS = ("pyrms", "pyrms_nopdl")  # pyrms's own outputs: a failed validation fails the run
 OTHER_IMPLS = ("torch", "compile", "triton")  # "best other": the fastest of these
 IMPL_ALIASES = {"eager": "torch", "torch.compile": "compile", "torch_compile": "compile", "inductor": "compile",
-                "pdl": "pyrms_pdl", "pyrms-pdl": "pyrms_pdl"}
-IMPL_LABELS = {"pyrms": "pyrms", "pyrms_pdl": "pyrms (pdl)", "seed": "seed", "torch": "torch eager",
+                "nopdl": "pyrms_nopdl", "pyrms-nopdl": "pyrms_nopdl", "no-pdl": "pyrms_nopdl"}
+IMPL_LABELS = {"pyrms": "pyrms", "pyrms_nopdl": "pyrms (no pdl)", "seed": "seed", "torch": "torch eager",
                "compile": "torch.compile", "triton": "Triton"}
 DECODE_MAX_TOKENS = 128  # shapes up to this many tokens are latency-bound: judged against the launch floor
 FLOOR_HIDDEN = (4096, 5120, 8192)  # the launch floor's one-row copy, at these and every decode hidden of a run

@@ -67,10 +67,11 @@ class PyrmsForward(Impl):
         return {"y": self.y[i]}
 
 
-class PyrmsForwardPdl(PyrmsForward):
-    """pyrms.rms_norm with programmatic dependent launch: otherwise exactly the plain pyrms call."""
+class PyrmsForwardNoPdl(PyrmsForward):
+    """pyrms.rms_norm without programmatic dependent launch (pdl=False; the op's default is on):
+    otherwise exactly the plain pyrms call."""
 
-    name = "pyrms_pdl"
+    name = "pyrms_nopdl"
 
     def __init__(self, ctx: Context, p):
         if "pdl" not in inspect.signature(pyrms.rms_norm).parameters:
@@ -79,7 +80,7 @@ class PyrmsForwardPdl(PyrmsForward):
 
     def launch(self, i):
         w, eps, tokens, hidden = self.args
-        pyrms.rms_norm(self.y[i], self.x[i], w, eps, tokens, hidden, dtype=self.dtype, stream=self.stream, pdl=True)
+        pyrms.rms_norm(self.y[i], self.x[i], w, eps, tokens, hidden, dtype=self.dtype, stream=self.stream, pdl=False)
 
 
 class SeedForward(PyrmsForward):
@@ -151,7 +152,7 @@ def factories() -> dict:
 
     table = {
         ("rms_norm", "pyrms"): PyrmsForward,
-        ("rms_norm", "pyrms_pdl"): PyrmsForwardPdl,
+        ("rms_norm", "pyrms_nopdl"): PyrmsForwardNoPdl,
         ("rms_norm", "seed"): SeedForward,
         ("fused_add_rms_norm", "pyrms"): PyrmsFusedAdd,
         ("rms_norm_backward", "pyrms"): PyrmsBackward,

@@ -37,7 +37,7 @@ class OpSpec:
 
 RMS_NORM = OpSpec(
     "rms_norm", inputs=("x",), inplace=(), outputs=("y",), vector_outputs=(), row_terms=2, vector_terms=1,
-    impls=("pyrms", "pyrms_pdl", "seed", "torch", "compile", "triton"), results=("y",),
+    impls=("pyrms", "pyrms_nopdl", "seed", "torch", "compile", "triton"), results=("y",),
     formula="read x + read γ + write y = (2·T·H + H) elements")
 FUSED_ADD = OpSpec(
     "fused_add_rms_norm", inputs=(), inplace=("x", "r"), outputs=(), vector_outputs=(), row_terms=4,

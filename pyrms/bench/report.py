@@ -14,7 +14,7 @@ from .config import DECODE_MAX_TOKENS, DTYPE_SHORT, IMPL_LABELS, OTHER_IMPLS, PY
 from .results import FAILED, OK, SKIPPED, best_of, find
 
 DASH = "-"
-SHORT_LABELS = {"pyrms": "pyrms", "pyrms_pdl": "pdl", "seed": "seed", "torch": "eager", "compile": "compile",
+SHORT_LABELS = {"pyrms": "pyrms", "pyrms_nopdl": "nopdl", "seed": "seed", "torch": "eager", "compile": "compile",
                 "triton": "triton"}
 
 
@@ -183,19 +183,20 @@ def floor_section(floors) -> str:
 
 def decode_floor_table(records, floors) -> str:
     """bf16 rms_norm at <= DECODE_MAX_TOKENS tokens against the one-row copy floor of the same hidden
-    (back to back, as the sweep times it): pyrms against the floor without PDL, pyrms (pdl) with it."""
+    (back to back, as the sweep times it): pyrms (no pdl) against the floor without PDL, pyrms (its default,
+    PDL) against the floor with it."""
     shapes = sorted({(r.hidden, r.tokens) for r in records
                      if r.op == "rms_norm" and r.dtype == "bfloat16" and r.tokens <= DECODE_MAX_TOKENS})
     if not floors or not shapes:
         return ""
-    head = (f"{'tokens':>6} {'hidden':>6} | {'pyrms us':>9} {'floor us':>9} {'x floor':>7} | {'pdl us':>9} "
+    head = (f"{'tokens':>6} {'hidden':>6} | {'no pdl us':>9} {'floor us':>9} {'x floor':>7} | {'pyrms us':>9} "
             f"{'PDL floor':>9} {'x floor':>7}")
     lines = ["rms_norm bfloat16 decode shapes against the launch floor: the one-row copy of the same hidden, back to",
-             "back (x floor = time / floor; 1.00 is as fast as a launch that moves one row); pdl: pyrms (pdl)",
-             "against the floor with PDL", head, "-" * len(head)]
+             "back (x floor = time / floor; 1.00 is as fast as a launch that moves one row); no pdl: pyrms (no pdl)",
+             "against the floor without PDL; pyrms (pdl=True, its default) against the floor with it", head, "-" * len(head)]
     for hidden, tokens in shapes:
         groups = [f"{tokens:>6} {hidden:>6}"]
-        for impl, pdl in zip(PYRMS_IMPLS, (False, True)):
+        for impl, pdl in (("pyrms_nopdl", False), ("pyrms", True)):
             mine = find(records, "rms_norm", "bfloat16", tokens, hidden, impl, ok_only=False)
             copy = floor_mod.copy_floor(floors, hidden, pdl)
             timed = mine is not None and mine.status == OK and mine.median_us is not None
@@ -332,7 +333,7 @@ def write_plot(path: Path, records, ceiling_gbps: float, title: str) -> str | No
     groups = list(panels)
     cols = max(len(h) for h in panels.values())
     fig, axes = plt.subplots(len(groups), cols, figsize=(4.2 * cols, 3.4 * len(groups)), squeeze=False, sharey="row")
-    markers = {"pyrms": "o", "pyrms_pdl": "P", "seed": "s", "torch": "^", "compile": "v", "triton": "D"}
+    markers = {"pyrms": "o", "pyrms_nopdl": "P", "seed": "s", "torch": "^", "compile": "v", "triton": "D"}
     legend: dict = {}
     for row, (op, dtype) in enumerate(groups):
         hiddens = sorted(panels[(op, dtype)])
