@@ -18,9 +18,10 @@
 // (prefix[t] and tail[t] only where the row has them.) Every launch shape computes exactly that:
 //   - RowShape<CACHE, 1>: blockDim.x = F; thread t holds P(t), P(t+F), ... for its first CACHE
 //     vectors in registers and folds them itself: the shape for many rows;
-//   - RowShape<CACHE, SPREAD, ALIGNED> (SPREAD = 2, 4): blockDim.x = SPREAD * F, each thread holds CACHE/SPREAD
+//   - RowShape<CACHE, SPREAD> (SPREAD = 2, 4): blockDim.x = SPREAD * F, each thread holds CACHE/SPREAD
 //     vectors (a shorter chain, more loads in flight), writes their partials to shared memory, and
-//     thread t of the first F folds them in the same order: the latency shape for few rows.
+//     thread t of the first F folds them in the same order: the latency shape for few rows (and its
+//     ALIGNED variant, for rows without prefix or tail: RowShape's third parameter);
 //   - RowShape<0, 1> with a fold wider than the block (the backward's): each thread computes acc(t) for
 //     t = threadIdx.x, threadIdx.x + blockDim.x, ... in turn.
 // So a row's result is bitwise the same whichever shape launched it, and the backward's statistics
@@ -116,8 +117,8 @@ template <typename T, typename Term> __device__ __forceinline__ float vector_sum
 
 // The block-wide sum of term(x) over the row, in the tree above, returned to every thread.
 // `partials`: RowShape::PARTIALS floats of shared memory (unused when SPREAD == 1). Consecutive calls
-// must alternate `scratch` buffers, or put a barrier between them (see block_sum); `partials` may be
-// reused, since every fold read of it precedes the barrier in block_sum.
+// must alternate `scratch` buffers, or put a barrier between them (the warp totals are read after this
+// function's last barrier); `partials` may be reused, since every read of it precedes that barrier.
 template <typename T, int CACHE, int SPREAD, bool ALIGNED, typename Src, typename Term>
 __device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const RowSplit& s, int n, const Src& src,
                                          const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS], float* scratch,
