@@ -325,6 +325,15 @@ CASES = [
          ValueError, "out and input overlap; they must be disjoint or exactly the same memory (in place)"),
     Case("out-over-weight", "pyrms.rms_norm", "out overlaps weight", lambda: rms(weight=A + 64), ValueError,
          "out and weight overlap; they must be disjoint"),
+    # --- options -----------------------------------------------------------------------------------
+    Case("pdl-string", "pyrms.rms_norm", "pdl = 'yes'", lambda: rms(pdl="yes"), TypeError,
+         "pdl must be True or False, got 'yes'"),
+    Case("pdl-int", "pyrms.fused_add_rms_norm", "pdl = 2",
+         lambda: pyrms.fused_add_rms_norm(A, B, W, 1e-6, 4, 64, pdl=2), TypeError, "pdl must be True or False, got 2"),
+    Case("pdl-none-layer-norm", "pyrms.layer_norm", "pdl = None",
+         lambda: pyrms.layer_norm(A, B, W, G, 1e-6, 4, 64, pdl=None), TypeError, "pdl must be True or False, got None"),
+    Case("pdl-string-backward", "pyrms.rms_norm_backward", "pdl = 'on'", lambda: backward(pdl="on"), TypeError,
+         "pdl must be True or False, got 'on'"),
     # --- sizes -------------------------------------------------------------------------------------
     Case("zero-tokens", "pyrms.rms_norm", "num_tokens = 0", lambda: rms(num_tokens=0), ValueError,
          "num_tokens must be between 1 and 2147483647, got 0"),
