@@ -74,10 +74,11 @@ class _RowPlan:
     block: int  # the fold width: threads per block for many rows
     cache: int  # 16-byte vectors per fold thread kept in registers (0: re-read in pass 2)
 
-    kernel = ""  # the kernel template's name, and its option flags after CACHE, SPREAD:
+    kernel = ""  # the kernel template's name (its source file below)
     source = ""
 
     def _flags(self) -> tuple:
+        """The kernel's option flags, in template order after CACHE and SPREAD (then EARLY_WEIGHTS, ALIGNED)."""
         return ()
 
     def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None, aligned: bool = False) -> str:
