@@ -197,7 +197,7 @@ def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_on
 # The backward kernels launch at most 512 threads of their own (rms_norm_backward's V = 2 variant needs
 # 128 registers), re-reading their rows (V = 0); the register-cached V = 1, 2 variants are compiled
 # too, as candidates for tools/tune_backward.py, which measured them slower (below). Their statistics
-# use the forward's fold width (NormBackwardPlan.fold) whatever their block, so they are the forward's
+# use the forward's fold width (NormBackwardPlan.stats_fold) whatever their block, so they are the forward's
 # by construction (row_core.cuh).
 BACKWARD_MAX_BLOCK = 512
 BACKWARD_VECTORS = (1, 2)
@@ -263,7 +263,6 @@ class NormBackwardPlan:
     centered: bool
     gemma: bool
     grad_dtype: dtypes.DType  # of dweight (and dbias): dtype or float32
-    fold: int = 0  # the forward's fold width (block_and_cache), the statistics' tree; 0: block
     chunk_rows: int = GRAD_CHUNK_ROWS
 
     def __post_init__(self):
@@ -273,8 +272,9 @@ class NormBackwardPlan:
 
     @property
     def stats_fold(self) -> int:
-        """The fold width of the recomputed statistics (the kernel's `fold` argument)."""
-        return self.fold or self.block
+        """The fold width of the recomputed statistics (the kernel's `fold` argument): the forward's
+        block for this dtype and hidden size, so that they are the forward's statistics."""
+        return block_and_cache(self.dtype, self.hidden)[0]
 
     @property
     def source(self) -> str:
@@ -331,4 +331,4 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
     if layer_norm and gemma:
         raise ValueError("gemma applies to RMSNorm only")
     block, vectors = backward_block(dt, hidden), 0
-    return NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt, block_and_cache(dt, hidden)[0])
+    return NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt)

@@ -6,7 +6,7 @@ Each configuration is checked against the float64 reference, then timed like the
 
     python tools/tune_backward.py --shape 16384x5120
 
-Every configuration computes the statistics in the forward's tree (NormBackwardPlan.fold).
+Every configuration computes the statistics in the forward's tree (NormBackwardPlan.stats_fold).
 """
 from __future__ import annotations
 
@@ -49,8 +49,7 @@ def main() -> int:
     for config in args.configs.split(","):
         block, vectors, rows_per_block = map(int, config.split("/"))
         plan.plan_norm_backward = lambda d, h, **kw: plan.NormBackwardPlan(
-            dtypes.get(d), h, block, vectors, False, bool(kw.get("gemma")), dtypes.get(kw.get("grad_dtype") or d),
-            plan.block_and_cache(dtypes.get(d), h)[0])
+            dtypes.get(d), h, block, vectors, False, bool(kw.get("gemma")), dtypes.get(kw.get("grad_dtype") or d))
         _backward._prepared.items.clear()  # prepared launches hold the plan they were made with
 
         def launch(i):
