@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import compiler, driver, launch
-from . import stats, timing
+from . import timing
 from .config import Config, Shape
 from .ops import OpSpec
 from .problem import Problem
-from .results import FAILED, OK, SKIPPED
+from .results import FAILED, OK, SKIPPED, Timed
 
 EMPTY, COPY = "empty", "copy"
 BACK_TO_BACK, GRAPH = "back to back", "graph"
@@ -84,7 +84,7 @@ def copy_threads(hidden: int) -> int:
 
 
 @dataclass
-class Floor:
+class Floor(Timed):
     """One kernel timed one way: per-launch device times over rounds of samples."""
 
     kernel: str                 # EMPTY | COPY
@@ -103,15 +103,6 @@ class Floor:
     @property
     def label(self) -> str:
         return EMPTY if self.kernel == EMPTY else f"{COPY} {self.hidden}"
-
-    @property
-    def summary(self) -> stats.Summary | None:
-        return stats.summarize(self.rounds) if self.status == OK else None
-
-    @property
-    def median_us(self) -> float | None:
-        s = self.summary
-        return s.median if s else None
 
     def to_dict(self) -> dict:
         out = {"kernel": self.kernel, "hidden": self.hidden, "method": self.method, "pdl": self.pdl,

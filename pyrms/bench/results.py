@@ -9,8 +9,21 @@ from . import stats
 OK, SKIPPED, FAILED = "ok", "skipped", "failed"
 
 
+class Timed:
+    """What a timed result derives from its per-round samples (`rounds`, µs per launch) and `status`."""
+
+    @property
+    def summary(self) -> stats.Summary | None:
+        return stats.summarize(self.rounds) if self.status == OK else None
+
+    @property
+    def median_us(self) -> float | None:
+        s = self.summary
+        return s.median if s else None
+
+
 @dataclass
-class Record:
+class Record(Timed):
     op: str
     dtype: str
     tokens: int
@@ -29,15 +42,6 @@ class Record:
     @property
     def shape(self) -> tuple[int, int]:
         return (self.tokens, self.hidden)
-
-    @property
-    def summary(self) -> stats.Summary | None:
-        return stats.summarize(self.rounds) if self.status == OK else None
-
-    @property
-    def median_us(self) -> float | None:
-        s = self.summary
-        return s.median if s else None
 
     @property
     def gbps(self) -> float | None:
