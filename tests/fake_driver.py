@@ -15,6 +15,21 @@ OK = real_cu.CUresult.CUDA_SUCCESS
 PDL = real_cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
 
+def run_threads_switching_often(worker, count: int) -> None:
+    """Run worker(0) .. worker(count - 1) in as many threads at once, the interpreter switching between
+    them every microsecond, so that state two threads wrongly share is caught mid-launch."""
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(count)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def read_params(signature, address: int) -> list:
     """Follow the void* array at ``address`` as cuLaunchKernel does, reading each slot by its kind."""
     pointers = ctypes.cast(address, ctypes.POINTER(ctypes.c_void_p))

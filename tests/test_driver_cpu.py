@@ -4,14 +4,13 @@ through a stand-in for cuLaunchKernel that reads the packed arguments as the dri
 every driver.py code path over a fake cuda.bindings.driver whose "device memory" is host memory."""
 import ctypes
 import gc
-import sys
 import threading
 
 import numpy as np
 import pytest
 from cuda.bindings import driver as real_cu
 
-from fake_driver import read_params
+from fake_driver import read_params, run_threads_switching_often
 from pyrms import driver, dtypes, errors, launch
 from pyrms.tensor import Tensor
 
@@ -234,16 +233,7 @@ def test_eight_threads_launching_at_once_keep_their_own_arguments(monkeypatch):
         for i in range(launches):
             kernel.launch(1, 1, (index << 32 | i, index, float(i)))
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads often, so a shared pack would be caught mid-launch
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_threads_switching_often(worker, 8)  # a shared pack would be caught mid-launch
     assert len(fake.calls) == 8 * launches
     seen = {}
     for ident, record in fake.calls:

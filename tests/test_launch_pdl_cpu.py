@@ -5,12 +5,12 @@ shared bytes, stream, context, arguments and whether the PDL attribute was among
 reads. A wrong context is retried once on either path."""
 import ctypes
 import gc
-import sys
 import threading
 
 import pytest
 from cuda.bindings import driver as real_cu
 
+from fake_driver import run_threads_switching_often
 from pyrms import driver, errors, launch
 
 CUresult = real_cu.CUresult
@@ -144,16 +144,7 @@ def test_eight_threads_launching_with_pdl_keep_their_own_grid_and_stream(fake, k
         for i in range(count):
             run(index * count + i + 1, 0x100 + index)
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_threads_switching_often(worker, 8)
     made = launches(fake)
     assert len(made) == 8 * count
     for _, grid, _, _, stream, _, (ptr, _), pdl in made:
