@@ -8,7 +8,8 @@
 // (row_core.cuh) with the forward's fold width `fold` (the planner passes it; the backward's own block
 // may be narrower), so they are the forward's bit for bit by construction.
 //
-// Kernel 1 (norm_backward_rows, one block per rows_per_block rows, a multiple of chunk_rows):
+// Kernel 1 (norm_backward_rows, one block per rows_per_block rows: a multiple of chunk_rows, or, for few
+// rows, one row per block with chunk_rows = 1, so that each workspace row holds one row's terms):
 // per row, (1) row_stats, split at the input row's boundaries; (2) the row sums of x_hat*g (and g),
 // in the row core's tree for fold width blockDim.x (per-vector partials folded per thread, then the
 // block sum),
@@ -26,11 +27,14 @@
 // The dweight order is defined per ROW INDEX, never by the launch: per column, chunk c's partial is
 // ((0 + p[cC]) + p[cC+1]) + ... over its rows in order; then lane y of 32 sums chunks y, y+32, ...
 // in order, and the 32 lane sums are added in lane order. rows_per_block only decides which block
-// computes which chunks, so the result is bitwise the same for every rows_per_block, every run.
+// computes which rows; with one row per block, kernel 1 writes each row's terms and kernel 2 makes the
+// chunks' partials of them in the same order. So the result is bitwise the same for every
+// rows_per_block, every run.
 // pyrms.reference.norm_backward_twin reproduces all of it bit for bit.
 //
-// Workspace: P planes (dweight; dbias) of [chunks][ws_stride] floats, 16-byte aligned, ws_stride a
-// multiple of 4 and >= hidden + 7. Column i lives at plane[chunk * ws_stride + phase(weight) + i],
+// Workspace: P planes (dweight; dbias) of [workspace rows][ws_stride] floats (a row per chunk, or per
+// input row with one row per block), 16-byte aligned, ws_stride a multiple of 4 and >= hidden + 7.
+// Column i lives at plane[row * ws_stride + phase(weight) + i],
 // which puts every owned body vector on a 16-byte boundary for float4 stores.
 //
 // In place: grad_input may be grad_output or input (exactly the same memory): passes (2) and (3)
@@ -258,18 +262,27 @@ __device__ __forceinline__ void norm_backward_rows(
     }
 }
 
-// out[i] = sum over the `chunks` rows of one workspace plane of column i (at plane[c * ws_stride +
-// offset + i]), in the fixed order described above. blockDim = (32, 32): 32 columns per block, 32 lanes
-// per column; each warp reads 32 consecutive floats of one chunk row (coalesced).
+// out[i] = sum over the `chunks` chunks of one workspace plane of column i, in the fixed order described
+// above. Workspace row r holds column i at plane[r * ws_stride + offset + i]: a chunk's sums (group = 1),
+// or one input row's terms (group = chunk_rows, one row per block: the chunk's sum is made here, in
+// kernel 1's order, ((0 + t[cC]) + t[cC+1]) + ...). `ws_rows`: the rows the workspace holds. blockDim =
+// (32, 32): 32 columns per block, 32 lanes per column; each warp reads 32 consecutive floats of one row
+// (coalesced). For group = 1 the extra 0 + p changes nothing: a sum made from +0 by additions is never -0.
 template <typename OutT>
 __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const float* __restrict__ plane, int hidden,
-                                                            int chunks, long long ws_stride, int offset) {
+                                                            int chunks, long long ws_stride, int offset, int group,
+                                                            int ws_rows) {
     __shared__ float lane_sums[32][32];  // [lane y][column]: a warp (one y) writes, thread y = 0 reads, one row each
     begin_dependent_grid();
     const int col = blockIdx.x * 32 + threadIdx.x;
     float s = 0.0f;
     if (col < hidden) {
-        for (int c = threadIdx.y; c < chunks; c += 32) s = __fadd_rn(s, plane[c * ws_stride + offset + col]);
+        for (int c = threadIdx.y; c < chunks; c += 32) {
+            const int r0 = c * group, r1 = ws_rows - r0 < group ? ws_rows : r0 + group;
+            float chunk = 0.0f;
+            for (int r = r0; r < r1; ++r) chunk = __fadd_rn(chunk, plane[static_cast<long long>(r) * ws_stride + offset + col]);
+            s = __fadd_rn(s, chunk);
+        }
     }
     lane_sums[threadIdx.y][threadIdx.x] = s;
     __syncthreads();

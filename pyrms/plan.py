@@ -209,6 +209,12 @@ BACKWARD_VECTORS = (1, 2)
 # forward's 160 threads 272 us (six blocks of 160 fit a multiprocessor: 1024 blocks of 16 rows make
 # 1.3 waves, where eight of 128 make one).
 BACKWARD_VECTORS_PER_THREAD = 5
+# Up to this many rows the backward runs one block per row (rows_per_block = 1), its terms summed into
+# the chunks' partials by the second kernel: a chunk of 16 rows per block leaves most multiprocessors
+# idle below some thousands of rows. H200, 5120 bf16 (bench/results/2026-12-01/issue12-s3/run14):
+# 32 rows 124 -> 12.6 us, 1024 rows 140 -> 34 us, 2048 rows 151 -> 66 us, 4096 rows 164 -> 119 us; at
+# 16384 rows one per block is slower (403 us against 235: the workspace then holds every row's terms).
+BACKWARD_FEW_ROWS = 4096
 
 
 def backward_block(dtype: dtypes.DType, hidden: int) -> int:
@@ -318,8 +324,19 @@ class NormBackwardPlan:
     def chunks(self, rows: int) -> int:
         return -(-rows // self.chunk_rows)
 
-    def workspace_bytes(self, rows: int) -> int:
-        return self.params * self.chunks(rows) * self.ws_stride * 4
+    def rows_per_block(self, rows: int) -> int:
+        """The planned rows per block of kernel 1: one for few rows, else a chunk."""
+        return 1 if rows <= BACKWARD_FEW_ROWS else self.chunk_rows
+
+    def workspace_rows(self, rows: int, rows_per_block: int | None = None) -> int:
+        """Rows of each workspace plane: one per chunk, or one per input row with one row per block
+        (rows_per_block None: the planned one)."""
+        if rows_per_block is None:
+            rows_per_block = self.rows_per_block(rows)
+        return rows if rows_per_block == 1 else self.chunks(rows)
+
+    def workspace_bytes(self, rows: int, rows_per_block: int | None = None) -> int:
+        return self.params * self.workspace_rows(rows, rows_per_block) * self.ws_stride * 4
 
 
 def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: bool = False,

@@ -193,7 +193,8 @@ def draw_case(seed: int, index: int) -> Case:
         options["in_place"] = (None, "grad_output", "input")[rng.choice(3, p=[0.6, 0.2, 0.2])]
         options["grad_dtype"] = "float32" if rng.random() < 0.4 else None
         if rng.random() < 0.4:
-            options["rows_per_block"] = plan.GRAD_CHUNK_ROWS * int(rng.choice((1, 2, 3, 4, 5, 8, 16, 64)))
+            options["rows_per_block"] = plan.GRAD_CHUNK_ROWS * int(rng.choice((1, 2, 3, 4, 5, 8, 16, 64))) \
+                if rng.random() < 0.7 else 1
         options["own_workspace"] = bool(rng.random() < 0.25)
     row_ops, vector_ops = operands(op, in_place=options.get("in_place"), bias=options.get("bias", True))
     offsets = []

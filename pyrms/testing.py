@@ -293,7 +293,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
                     outputs=("grad_input", *params), out_dtype=p.grad_dtype)
     dy, x, w = ops["grad_output"], ops["input"], ops["weight"]
     dx = ops[in_place] if in_place else ops["grad_input"]
-    ws = allocate(rng, "float32", 1, p.workspace_bytes(rows) // 4, poison=True) if own_workspace else None
+    ws = allocate(rng, "float32", 1, p.workspace_bytes(rows, rows_per_block) // 4, poison=True) if own_workspace else None
     with _closing(*ops.values(), *([ws] if ws else [])):
         want = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], epsilon, block=p.block,
                                             fold=p.stats_fold,

@@ -162,16 +162,28 @@ def test_ceiling_targets():
     fast = nbytes / (0.96 * ceiling) / 1e3  # us at 0.96 x ceiling
     slow = nbytes / (0.90 * ceiling) / 1e3
     found = targets.evaluate([rec("pyrms", t, h, fast)], ceiling)
-    assert by_text(found, "16384x5120: pyrms >= 0.95").status == targets.PASS
+    assert by_text(found, "bf16 rms_norm 16384x5120: pyrms >= 0.95").status == targets.PASS
     assert by_text(found, "4096x5120: pyrms >= 0.85").status == targets.NA
     found = targets.evaluate([rec("pyrms", t, h, slow)], ceiling)
-    target = by_text(found, "16384x5120: pyrms >= 0.95")
+    target = by_text(found, "bf16 rms_norm 16384x5120: pyrms >= 0.95")
     assert target.status == targets.FAIL and "0.900 x 4000 GB/s" in target.detail
     failed = rec("pyrms", t, h, 0, op="fused_add_rms_norm", status=FAILED, reason="validation: bad")
     assert by_text(targets.evaluate([failed], ceiling), "fused_add_rms_norm 16384x5120").status == targets.FAIL
     skipped = rec("pyrms", t, h, 0, op="rms_norm_backward", status=SKIPPED, reason="pyrms has no rms_norm_backward")
     target = by_text(targets.evaluate([skipped], ceiling), "rms_norm_backward 16384x5120")
     assert target.status == targets.NA and "has no" in target.detail
+
+
+def test_backward_at_32_tokens_against_torch_eager():
+    def judged(mine_us, eager_us):
+        records = [rec("pyrms", 32, 5120, mine_us, op="rms_norm_backward")]
+        if eager_us is not None:
+            records.append(rec("torch", 32, 5120, eager_us, op="rms_norm_backward"))
+        return by_text(targets.evaluate(records, 4000.0), "rms_norm_backward 32x5120: pyrms no slower than torch eager")
+
+    assert judged(8.0, 11.0).status == targets.PASS and "8.00 us / torch eager 11.00 us = 0.727" in judged(8.0, 11.0).detail
+    assert judged(12.0, 11.0).status == targets.FAIL
+    assert judged(8.0, None).status == targets.NA
 
 
 def test_vs_others_uses_the_spread_and_the_speedup_rule():
@@ -456,7 +468,7 @@ def test_defaults_and_quick():
     full = parse()
     assert len(full.shapes) == 32 and full.rounds == 3 and full.reps == 10 and full.compile_tokens is None
     assert full.dtypes == ("bfloat16",) and full.impls == config.IMPLS and full.stem == "bench-20260102-030405"
-    assert full.ops[0] == "rms_norm" and full.extra_op_shapes == (config.Shape(16384, 5120),)
+    assert full.ops[0] == "rms_norm" and full.extra_op_shapes == (config.Shape(32, 5120), config.Shape(16384, 5120))
     quick = parse("--quick")
     assert {(s.tokens, s.hidden) for s in quick.shapes} == {(t, h) for t in (1, 128, 4096, 16384) for h in (5120, 8192)}
     assert quick.rounds == 2 and quick.reps == 5 and quick.compile_tokens == 16384 and quick.stem.endswith("-quick")

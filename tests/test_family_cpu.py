@@ -55,6 +55,13 @@ def test_backward_plan(hidden, layer_norm):
         assert p.shared_bytes in (0, p.params * p.ws_stride * 4) and p.shared_bytes <= plan.SHARED_SUMS_LIMIT
         assert p.workspace_bytes(70001) == p.params * -(-70001 // plan.GRAD_CHUNK_ROWS) * p.ws_stride * 4
         assert pyrms.backward_workspace_bytes(70001, hidden, layer_norm=layer_norm) == p.workspace_bytes(70001)
+        # one row per block (planned up to BACKWARD_FEW_ROWS rows): a workspace row per input row
+        few = plan.BACKWARD_FEW_ROWS
+        assert p.rows_per_block(few) == 1 and p.rows_per_block(few + 1) == plan.GRAD_CHUNK_ROWS
+        assert p.workspace_bytes(few) == p.params * few * p.ws_stride * 4 == p.workspace_bytes(few, 1)
+        assert p.workspace_bytes(few, 32) == p.params * -(-few // plan.GRAD_CHUNK_ROWS) * p.ws_stride * 4
+        assert pyrms.backward_workspace_bytes(40, hidden, layer_norm=layer_norm, rows_per_block=16) == \
+            p.workspace_bytes(40, 16)
 
 
 def test_backward_plan_names_and_errors():
@@ -108,7 +115,7 @@ def bwd(layer_norm=False, **kw):
     (ln, dict(out=B + 4), ValueError, "out and input overlap; they must be disjoint or exactly the same memory"),
     (ln, dict(out=Tensor(A, (3, 64), "float32")), ValueError, "out has shape \\(3, 64\\), expected \\(4, 64\\)"),
     (ln, dict(weight=Tensor(C, (64,), "float16")), ValueError, "weight has dtype float16, but the dtype is float32"),
-    (bwd, dict(rows_per_block=20), ValueError, "rows_per_block must be a multiple of 16, got 20"),
+    (bwd, dict(rows_per_block=20), ValueError, "rows_per_block must be 1 or a multiple of 16, got 20"),
     (bwd, dict(grad_weight_dtype="float16"), ValueError, "grad_weight dtype must be bfloat16 \\(the dtype\\) or float32"),
     (bwd, dict(grad_weight=Tensor(B, (64,), "float16")), ValueError, "grad_weight dtype must be bfloat16"),
     (bwd, dict(grad_weight=B + 2, grad_weight_dtype="float32"), ValueError, "grad_weight pointer .* not aligned to 4"),

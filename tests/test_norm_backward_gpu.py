@@ -101,10 +101,12 @@ def test_in_place(rng, op, dtype, over):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("hidden", [7, 5125, 16384])
 def test_parameter_gradients_bitwise_identical_across_runs_and_rows_per_block(op, dtype, hidden):
-    rows = 150  # 10 chunks, the last one partial
+    # 10 chunks, the last one partial; planned: one row per block (the terms summed by kernel 2). At
+    # hidden 7, one row more than plan.BACKWARD_FEW_ROWS: planned a chunk per block.
+    rows = 150 if hidden != 7 else plan.BACKWARD_FEW_ROWS + 1
     layout = dict(layer_norm=OPS[op], offsets={"input": 1, "grad_weight": 2}, strides={"grad_output": hidden + 3})
     results = []
-    for rows_per_block in (None, 16, 32, 48, 64, 160, 1600, None):  # None: the planned launch shape
+    for rows_per_block in (None, 16, 1, 32, 48, 64, 160, 1600, 1, None):  # None: the planned launch shape
         # The same seed each time: the same inputs; every launch is also checked against the twin.
         results.append(run_case(np.random.default_rng(7), dtype, rows, hidden, rows_per_block=rows_per_block,
                                 **layout))

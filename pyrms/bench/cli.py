@@ -10,7 +10,7 @@ from . import config as cfg
 
 PROG = "python -m pyrms.bench"
 EXTRA_OPS = ("fused_add_rms_norm", "rms_norm_backward")
-DEFAULT_EXTRA_OP_SHAPES = (cfg.Shape(16384, 5120),)  # where issue 6 sets their targets
+DEFAULT_EXTRA_OP_SHAPES = (cfg.Shape(32, 5120), cfg.Shape(16384, 5120))  # where issues 6 and 12 set their targets
 
 EPILOG = f"""
 sections: the copy ceiling; the shape sweep (each implementation validated, then timed); the launch
@@ -23,8 +23,8 @@ OUT/NAME.png (when matplotlib is importable).
 default shapes: tokens {','.join(map(str, cfg.TOKENS))} x hidden {','.join(map(str, cfg.HIDDEN))}; with
 --quick: tokens {','.join(map(str, cfg.QUICK_TOKENS))} x hidden {','.join(map(str, cfg.QUICK_HIDDEN))}, fewer
 repetitions, torch.compile only at the largest token count (each shape compiles for seconds).
-Without --ops, fused_add_rms_norm and rms_norm_backward run at 16384x5120 only, where their targets
-are, and only if pyrms has them; --ops runs the ops named at every selected shape.
+Without --ops, fused_add_rms_norm and rms_norm_backward run at 32x5120 and 16384x5120 only, where
+their targets are, and only if pyrms has them; --ops runs the ops named at every selected shape.
 
 implementations: pyrms, pyrms_nopdl (pyrms.rms_norm with pdl=False; pyrms's default is pdl=True, programmatic dependent launch;
 rms_norm only), seed (the seed kernel, compiled by NVRTC; hidden/VEC <= 1024 threads only), torch

@@ -1,4 +1,4 @@
-"""Issue 6's targets, issue 11's host targets and issue 12's decode targets, checked against one run's
+"""Issue 6's targets, issue 11's host targets and issue 12's decode, fused add and backward targets, checked against one run's
 numbers: PASS, FAIL or N/A (not measured), each with the numbers that decided it (pure)."""
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ SLOW_OTHER_FRACTION = 0.85   # where the best other reaches less than this fract
 SLOW_OTHER_SPEEDUP = 1.10    # ...pyrms must be this much faster
 LATENCY_VS_SEED = 0.7        # pyrms device time per launch <= 0.7 x the seed kernel's
 EXTRA_OP_SHAPE = (16384, 5120)
-EXTRA_OP_CEILING = {"fused_add_rms_norm": 0.90, "rms_norm_backward": 0.80}
+# issue 12's: fused add and the backward, fraction of the copy ceiling for their own bytes at EXTRA_OP_SHAPE;
+# and the backward at BACKWARD_FEW_SHAPE no slower than torch eager's
+EXTRA_OP_CEILING = {"fused_add_rms_norm": 0.95, "rms_norm_backward": 0.85}
+BACKWARD_FEW_SHAPE = (32, 5120)
 # Issue 11's host targets, each variant against its own bare launches (see bench.host): the op on raw ints,
 # arrays through pyrms.rms_norm, and pyrms.torch.rms_norm against torch eager's F.rms_norm.
 HOST_VS_BARE = {"pyrms": 1.15, "fused_add_rms_norm": 1.25, "layer_norm": 1.25, "rms_norm_backward": 1.25,
@@ -169,6 +172,18 @@ def _decode_targets(records) -> list[Target]:
     return out
 
 
+def _backward_few_targets(records) -> list[Target]:
+    t, h = BACKWARD_FEW_SHAPE
+    text = f"bf16 rms_norm_backward {_shape(t, h)}: pyrms no slower than torch eager"
+    mine = find(records, "rms_norm_backward", "bfloat16", t, h, "pyrms")
+    eager = find(records, "rms_norm_backward", "bfloat16", t, h, "torch")
+    if mine is None or eager is None:
+        return [Target("backward", text, NA, "pyrms not timed" if mine is None else "torch eager not timed")]
+    ratio = mine.median_us / eager.median_us
+    return [Target("backward", text, PASS if ratio <= 1.0 else FAIL,
+                   f"pyrms {mine.median_us:.2f} us / torch eager {eager.median_us:.2f} us = {ratio:.3f}")]
+
+
 def _bare_for(name: str) -> str:
     """The bare launches a host variant is compared with: its op's own, rms_norm's for the array forms."""
     return f"bare {name}" if name in HOST_VS_BARE and not name.startswith(("pyrms", "rms_norm ")) else "bare"
@@ -209,6 +224,7 @@ def evaluate(records, ceiling_gbps: float | None, host: dict | None = None, floo
     out += _latency_targets(records)
     out += _floor_targets(records, floors)
     out += _decode_targets(records)
+    out += _backward_few_targets(records)
     out += _host_targets(host)
     return out
 

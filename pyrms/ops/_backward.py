@@ -12,14 +12,27 @@ from ._prepared import Pointers, cache_for, scalars_ok, use_pdl
 
 _ROWS_SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32", "i64", "i32",
                    "i32")
-_SUM_SIGNATURE = ("ptr", "ptr", "i32", "i32", "i64", "i32")
+_SUM_SIGNATURE = ("ptr", "ptr", "i32", "i32", "i64", "i32", "i32", "i32")
 
 
-def backward_workspace_bytes(num_tokens: int, hidden_size: int, *, layer_norm: bool = False) -> int:
-    """Bytes of ``workspace=`` that one backward launch of this shape needs (any dtype)."""
+def backward_workspace_bytes(num_tokens: int, hidden_size: int, *, layer_norm: bool = False,
+                             rows_per_block: int | None = None) -> int:
+    """Bytes of ``workspace=`` that one backward launch of this shape needs (any dtype), with the
+    planned launch shape or the given ``rows_per_block``."""
     num_tokens = check.size("num_tokens", num_tokens)
     hidden = check.size("hidden_size", hidden_size)
-    return planner.plan_norm_backward("float32", hidden, layer_norm=layer_norm).workspace_bytes(num_tokens)
+    p = planner.plan_norm_backward("float32", hidden, layer_norm=layer_norm)
+    return p.workspace_bytes(num_tokens, rows_per_block_arg(rows_per_block, p.chunk_rows))
+
+
+def rows_per_block_arg(value, chunk_rows: int) -> int | None:
+    """``rows_per_block=``: None (planned per call), 1, or a positive multiple of the chunk."""
+    if value is None:
+        return None
+    value = check.size("rows_per_block", value)
+    if value != 1 and value % chunk_rows:
+        raise ValueError(f"rows_per_block must be 1 or a multiple of {chunk_rows}, got {value}")
+    return value
 
 
 class Prepared:
@@ -42,7 +55,7 @@ class Prepared:
             ("grad_input_stride", grad_input_stride), ("grad_output_stride", grad_output_stride),
             ("input_stride", input_stride)))
         p = self.plan = planner.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt)
-        self.rows_per_block = check.multiple("rows_per_block", rows_per_block, p.chunk_rows, p.chunk_rows)
+        self.rows_per_block = rows_per_block_arg(rows_per_block, p.chunk_rows)  # None: planned per call
         self.rows_kernel = kernels.get(p.source, p.expression, p.group, _ROWS_SIGNATURE, device)
         self.sum_kernel = kernels.get(p.source, p.sum_expression, p.group, _SUM_SIGNATURE, device)
         if p.shared_bytes:  # opt in whenever dynamic shared memory is used: the kernel's static shared memory
@@ -67,19 +80,22 @@ class Prepared:
             return False
         p, hidden, handle = self.plan, self.hidden, check.stream(stream)
         gi_stride, go_stride, x_stride = self.strides
-        chunks = p.chunks(num_tokens)
+        rows_per_block = self.rows_per_block or p.rows_per_block(num_tokens)
+        # One row per block: kernel 1 writes each row's terms, kernel 2 makes the chunks of them.
+        ws_chunk, group = (1, p.chunk_rows) if rows_per_block == 1 else (p.chunk_rows, 1)
+        ws_rows = p.workspace_rows(num_tokens, rows_per_block)
         weight_phase = weight // self.itemsize % (16 // self.itemsize)  # where column 0 sits in a workspace row
         borrowed = contextlib.nullcontext(workspace) if workspace else _workspace.borrowed(
-            self.device, handle, p.workspace_bytes(num_tokens))
+            self.device, handle, p.workspace_bytes(num_tokens, rows_per_block))
         with borrowed as ws:
-            self.rows_kernel.launch(-(-num_tokens // self.rows_per_block), p.block,
+            self.rows_kernel.launch(-(-num_tokens // rows_per_block), p.block,
                                     (grad_input, ws, grad_output, input, weight, epsilon, num_tokens, hidden, gi_stride,
-                                     go_stride, x_stride, p.chunk_rows, self.rows_per_block, p.ws_stride,
+                                     go_stride, x_stride, ws_chunk, rows_per_block, p.ws_stride,
                                      1 if p.shared_bytes else 0, p.stats_fold), handle, p.shared_bytes, pdl=self.pdl)
             for k, grad in enumerate(grads):  # dweight, then dbias from the next plane
-                plane = ws + k * chunks * p.ws_stride * 4
-                self.sum_kernel.launch(-(-hidden // 32), (32, 32), (grad, plane, hidden, chunks, p.ws_stride, weight_phase),
-                                       handle, pdl=self.pdl)
+                plane = ws + k * ws_rows * p.ws_stride * 4
+                self.sum_kernel.launch(-(-hidden // 32), (32, 32), (grad, plane, hidden, p.chunks(num_tokens), p.ws_stride,
+                                                                     weight_phase, group, ws_rows), handle, pdl=self.pdl)
         return True
 
 
@@ -132,8 +148,8 @@ def _general(layer_norm, grad_input, grads, grad_output, input, weight, epsilon,
                               vectors={"weight": weight}, params=params, params_dtype=grad_weight_dtype)
     strides = (r["grad_input"].stride, r["grad_output"].stride, r["input"].stride)
     p = planner.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt)
-    check.multiple("rows_per_block", rows_per_block, p.chunk_rows, p.chunk_rows)
-    own = None if workspace is None else check.workspace(workspace, p.workspace_bytes(num_tokens))
+    per_call = rows_per_block_arg(rows_per_block, p.chunk_rows)
+    own = None if workspace is None else check.workspace(workspace, p.workspace_bytes(num_tokens, per_call))
     check.disjoint([r["grad_input"], *(r[name] for name in params)],
                    [r["grad_output"], r["input"], r["weight"], *([own] if own else [])],
                    in_place={("grad_input", "grad_output"), ("grad_input", "input")})

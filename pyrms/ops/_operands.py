@@ -406,16 +406,6 @@ def workspace(value, nbytes: int) -> Region:
     return Region(Operand("workspace", ptr), 0, (ptr, ptr + nbytes))
 
 
-def multiple(name: str, value, unit: int, default: int) -> int:
-    """A positive int multiple of `unit` (at most INT32_MAX), or `default` for None."""
-    if value is None:
-        return default
-    value = size(name, value)
-    if value % unit:
-        raise ValueError(f"{name} must be a multiple of {unit}, got {value}")
-    return value
-
-
 def flag(name: str, value) -> bool:
     """An on/off option: True or False (numpy's bool too); anything else is a TypeError naming it."""
     if value is True or value is False or type(value).__name__ == "bool_":

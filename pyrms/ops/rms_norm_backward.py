@@ -20,9 +20,9 @@ def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Op
 
     Nothing from the forward is needed: r is recomputed per row. grad_weight is summed over chunks of
     16 rows, then over chunks, in an order fixed by the row indices alone, so it is bitwise the same
-    from run to run and for every ``rows_per_block`` (a multiple of 16; only the launch shape, for
-    tuning and tests). The rounding options of the forward do not apply: this is the gradient of the
-    exact function.
+    from run to run and for every ``rows_per_block`` (rows per block of the first kernel: 1 or a
+    multiple of 16; by default 1 up to 256 rows, else 16; only the launch shape, for tuning and
+    tests). The rounding options of the forward do not apply: this is the gradient of the exact function.
 
     Memory arguments: raw device pointers (int) or arrays as in ``pyrms.rms_norm`` (sizes then
     inferred). grad_input, grad_output, input: [num_tokens, hidden_size] (or [..., hidden_size]), contiguous along the hidden
@@ -32,7 +32,8 @@ def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Op
     dtype, or in float32 with ``grad_weight_dtype='float32'`` (or a float32 array). ``dtype``,
     ``stream``, ``epsilon``, ``pdl``: as in ``pyrms.rms_norm`` (``pdl`` applies to both launches).
 
-    Workspace: ``pyrms.backward_workspace_bytes(num_tokens, hidden_size)`` bytes of fp32 scratch. By
+    Workspace: ``pyrms.backward_workspace_bytes(num_tokens, hidden_size)`` bytes of fp32 scratch (pass
+    it ``rows_per_block=`` too when you pass one here). By
     default each call takes it from pyrms's stream-ordered memory pool on ``stream`` and frees it there
     after its kernels, so it is safe with any stream use (closing the stream right after, many
     threads, CUDA graph capture: the graph then owns it); the pool keeps freed memory for reuse until
