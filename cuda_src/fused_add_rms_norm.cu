@@ -7,7 +7,7 @@
 // so `input` ends up equal to rms_norm(residual) of the updated residual, bit for bit: both run
 // pyrms::rms_norm_row (rms_norm_row.cuh) on the row core; only pass 1's Source differs (AddedRow).
 // Planned as rms_norm.cu is (pyrms.plan.block_and_cache), with the same variants: T, CACHE, SPREAD,
-// GEMMA, ROUND_ONCE, EARLY_WEIGHTS, ALIGNED. Rows are addressed with 64-bit strides; input and residual each
+// GEMMA, ROUND_ONCE, EARLY_WEIGHTS, ALIGNED, and the weight's type W (rms_norm.cu). Rows are addressed with 64-bit strides; input and residual each
 // have their own row stride. No cache hints: the streaming hints that help rms_norm.cu made this
 // kernel 11% slower (bench/results/2026-11-30/session2/hints2.log).
 //
@@ -55,9 +55,9 @@ template <typename T> struct AddedRow {
     }
 };
 
-template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED>
+template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_norm_kernel(
-    T* input, T* residual, const T* __restrict__ weight, float epsilon, int hidden,
+    T* input, T* residual, const W* __restrict__ weight, float epsilon, int hidden,
     long long input_stride, long long residual_stride) {
     constexpr int N = Vec<T>::N;
     begin_dependent_grid();
@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_
     T* res_row = residual + static_cast<long long>(blockIdx.x) * residual_stride;
     const AddedRow<T> sums{in_row, res_row,
                            ALIGNED ? 16 : load_width<T>((vec_phase(in_row) - vec_phase(res_row)) & (N - 1))};
-    rms_norm_row<T, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, false>(in_row, res_row, sums, weight, epsilon,
-                                                                           hidden);
+    rms_norm_row<T, W, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, false>(in_row, res_row, sums, weight,
+                                                                              epsilon, hidden);
 }
 
 }  // namespace pyrms

@@ -37,14 +37,15 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_ker
     const Shape sh;
     const RowSplit s = sh.split(in_row, hidden);
     const RowIn<T, false> src{in_row};
-    Pack<T> held[Shape::SLOTS], held_w[Shape::SLOTS];
+    Pack<T> held[Shape::SLOTS];
+    WeightVec<T, T> held_w[Shape::SLOTS];
     load_held(sh, s, src, held);
     if constexpr (EARLY_WEIGHTS) load_held_weights(sh, out_row, in_row, weight, hidden, held_w);
     const RowStats st = row_stats<T, CACHE, SPREAD, ALIGNED, true>(sh, s, hidden, epsilon, src, held, scratch[0], scratch[1],
                                                           partials);
-    write_row<T, CACHE, SPREAD, ALIGNED, BIAS, false, EARLY_WEIGHTS>(sh, out_row, in_row, weight, bias, hidden, held, held_w,
-                                                             [st](T x, T w, T b) {
-        const float scaled = __fmul_rn(__fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv), to_float(w));
+    write_row<T, T, CACHE, SPREAD, ALIGNED, BIAS, false, EARLY_WEIGHTS>(sh, out_row, in_row, weight, bias, hidden, held,
+                                                                held_w, [st](T x, float w, T b) {
+        const float scaled = __fmul_rn(__fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv), w);
         return from_float<T>(BIAS ? __fadd_rn(scaled, to_float(b)) : scaled);
     });
 }

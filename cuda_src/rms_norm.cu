@@ -16,7 +16,9 @@
 // vectors per fold thread stay in registers between the passes (0 = re-read them); SPREAD = threads
 // per fold thread (1 for many rows; 2 or 4 for few, the row core's latency shape); GEMMA; ROUND_ONCE;
 // EARLY_WEIGHTS (load the weights before the reduction: a latency choice for few rows); ALIGNED (the
-// launcher found every row 16-byte aligned, hidden a multiple of the vector: see RowShape). The planner
+// launcher found every row 16-byte aligned, hidden a multiple of the vector: see RowShape); W, the
+// weight's type: T (the default), float (an fp32 weight with bf16 or fp16 rows: w_i is read exactly), or
+// void (no weight, w_i = 1: out = round_T(x * inv_rms), either rounding, and weight is not read). The planner
 // (pyrms/plan.py) picks the fold width F = blockDim.x / SPREAD and CACHE from the hidden size only,
 // and every variant computes the same bits for the same F (the row core's tree).
 //
@@ -26,15 +28,15 @@
 
 namespace pyrms {
 
-template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED>
+template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_kernel(
-    T* out, const T* input, const T* __restrict__ weight, float epsilon, int hidden,
+    T* out, const T* input, const W* __restrict__ weight, float epsilon, int hidden,
     long long input_stride, long long out_stride) {
     begin_dependent_grid();
     const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
     T* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
-    rms_norm_row<T, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, true>(out_row, in_row, RowIn<T, true>{in_row},
-                                                                          weight, epsilon, hidden);
+    rms_norm_row<T, W, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, true>(out_row, in_row, RowIn<T, true>{in_row},
+                                                                             weight, epsilon, hidden);
 }
 
 }  // namespace pyrms

@@ -6,9 +6,10 @@
 
 namespace pyrms {
 
+// w: the weight as fp32 (1 without one: the product by 1 is exact, so y = round_T(x * inv) then).
 template <typename T, bool GEMMA, bool ROUND_ONCE>
-__device__ __forceinline__ T rms_scale(T x, T w, float inv) {
-    const float wf = GEMMA ? __fadd_rn(1.0f, to_float(w)) : to_float(w);
+__device__ __forceinline__ T rms_scale(T x, float w, float inv) {
+    const float wf = GEMMA ? __fadd_rn(1.0f, w) : w;
     float xn = __fmul_rn(to_float(x), inv);
     if (!ROUND_ONCE) xn = to_float(from_float<T>(xn));
     return from_float<T>(__fmul_rn(xn, wf));
@@ -19,22 +20,24 @@ __device__ __forceinline__ float square(float x) { return __fmul_rn(x, x); }
 // The RMSNorm of one row, read from `src` (a row core Source) and written to out_row: the body of
 // rms_norm_kernel and of fused_add_rms_norm_kernel, which differ only in their source (and cache hints).
 // x_row is where pass 2 re-reads the row values that are not held.
-template <typename T, int CACHE, int SPREAD, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool STREAMING,
-          typename Src>
-__device__ __forceinline__ void rms_norm_row(T* out_row, const T* x_row, const Src& src, const T* __restrict__ weight,
+// W: the weight's type (T, float, or void: no weight; row_core.cuh's WeightVec).
+template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS,
+          bool STREAMING, typename Src>
+__device__ __forceinline__ void rms_norm_row(T* out_row, const T* x_row, const Src& src, const W* __restrict__ weight,
                                              float epsilon, int hidden) {
     using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
     __shared__ float scratch[32];
     __shared__ float partials[Shape::PARTIALS];
     const Shape sh;
     const RowSplit s = sh.split(x_row, hidden);
-    Pack<T> held[Shape::SLOTS], held_w[Shape::SLOTS];
+    Pack<T> held[Shape::SLOTS];
+    WeightVec<T, W> held_w[Shape::SLOTS];
     load_held(sh, s, src, held);
     if constexpr (EARLY_WEIGHTS) load_held_weights(sh, out_row, x_row, weight, hidden, held_w);
     const float inv = inv_rms(row_sum(sh, s, hidden, src, held, scratch, partials, square), hidden, epsilon);
-    write_row<T, CACHE, SPREAD, ALIGNED, false, STREAMING, EARLY_WEIGHTS>(
+    write_row<T, W, CACHE, SPREAD, ALIGNED, false, STREAMING, EARLY_WEIGHTS>(
         sh, out_row, x_row, weight, nullptr, hidden, held, held_w,
-        [inv](T x, T w, T) { return rms_scale<T, GEMMA, ROUND_ONCE>(x, w, inv); });
+        [inv](T x, float w, T) { return rms_scale<T, GEMMA, ROUND_ONCE>(x, w, inv); });
 }
 
 }  // namespace pyrms

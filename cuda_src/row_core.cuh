@@ -4,8 +4,9 @@
 //
 //   pass 1: load the row (a Source hook: plain or streaming loads, or fused add's sums), and reduce
 //           it in THE reduction tree below (row_sum, row_stats);
-//   pass 2: write_row: out[i] = f(x[i], w[i], b[i]) (an output hook), split at out's 16-byte
-//           boundaries, from the vectors pass 1 kept in registers where the splits agree.
+//   pass 2: write_row: out[i] = f(x[i], w[i], b[i]) (an output hook; the weight of the row's dtype,
+//           fp32, or none), split at out's 16-byte boundaries, from the vectors pass 1 kept in
+//           registers where the splits agree.
 //
 // The reduction tree is a function of (dtype, n, the row's alignment, F) only, where F, the fold
 // width, is the planner's block size for (dtype, n) (pyrms.plan.block_and_cache). For a row split at
@@ -194,61 +195,107 @@ __device__ __forceinline__ RowStats row_stats(const RowShape<CACHE, SPREAD, ALIG
 
 // ---- Pass 2 ---------------------------------------------------------------------------------------
 
+// The weight of the output step: W = T, W = float (an fp32 weight beside bf16 or fp16 rows), or W = void
+// (no weight: every weight is 1, and nothing is loaded). A WeightVec holds the weights of one output
+// vector (N of T's elements); `at(j)` is the j-th as fp32, the value the output step multiplies by.
+template <typename W> struct Weightless { static constexpr bool value = false; };
+template <> struct Weightless<void> { static constexpr bool value = true; };
+
+template <typename T, typename W> struct alignas(16) WeightVec {
+    W e[Vec<T>::N];
+    __device__ __forceinline__ float at(int j) const { return to_float(e[j]); }
+};
+template <typename T> struct WeightVec<T, void> {
+    __device__ __forceinline__ float at(int) const { return 1.0f; }
+};
+
+// The widest load aligned at w + at for every body vector `at` of a split whose vectors start at
+// phase `out_phase` (in T's elements): W's phase relative to it, modulo W's vector.
+template <typename T, typename W, typename Shape>
+__device__ __forceinline__ int weight_width(const Shape& sh, const W* w, int out_phase) {
+    if constexpr (Weightless<W>::value) {
+        return 16;
+    } else {
+        return load_width<W>((sh.phase(w) - out_phase) & (Vec<W>::N - 1));
+    }
+}
+
+// The weights of the output vector at element `at` (w + at `width`-byte aligned): one load of 16
+// bytes per Vec<W>.
+template <typename T, typename W> __device__ __forceinline__ WeightVec<T, W> load_weights(const W* w, int at, int width) {
+    WeightVec<T, W> r;
+    if constexpr (!Weightless<W>::value) {
+#pragma unroll
+        for (int q = 0; q < Vec<T>::N; q += Vec<W>::N) *reinterpret_cast<Pack<W>*>(&r.e[q]) = load_pack(w + at + q, width);
+    }
+    return r;
+}
+
+template <typename W> __device__ __forceinline__ float weight_at(const W* w, int i) {
+    if constexpr (Weightless<W>::value) {
+        return 1.0f;
+    } else {
+        return to_float(w[i]);
+    }
+}
+
+
 // The weights of the thread's held vectors at out's split, loaded before the reduction so that their
 // latency overlaps the row's instead of following the barrier (the few-row kernels: latency, not
 // bandwidth, sets their time). Only where x shares out's phase: then pass 2's vectors are the held ones.
-template <typename T, int CACHE, int SPREAD, bool ALIGNED>
+template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED>
 __device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const T* out, const T* x,
-                                                  const T* __restrict__ w, int n,
-                                                  Pack<T> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS]) {
+                                                  const W* __restrict__ w, int n,
+                                                  WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS]) {
     constexpr int N = Vec<T>::N;
     const int out_phase = sh.phase(out);
     if (((sh.phase(x) - out_phase) & (N - 1)) != 0) return;
-    const int w_width = load_width<T>((sh.phase(w) - out_phase) & (N - 1));
+    const int w_width = weight_width<T>(sh, w, out_phase);
     const RowSplit s = sh.split(out, n);
 #pragma unroll
     for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
         const int v = sh.held_vector(k);
-        if (v < s.vectors) held_w[k] = load_pack(w + s.pre + v * N, w_width);
+        if (v < s.vectors) held_w[k] = load_weights<T>(w, s.pre + v * N, w_width);
     }
 }
 
-// out[i] = f(x[i], w[i], b[i]) (b only when BIAS), split at OUT's 16-byte boundaries so that every
-// body store is 16 bytes wide (streaming stores when STREAMING: the output is not read again here);
-// x, w and b are loaded at the widest width their alignment relative to out allows. When x shares
-// out's phase, the split is x's own, so the thread's body vectors are its held ones (and, when
-// EARLY_WEIGHTS, their weights are in held_w). In place (out == x) is safe: each element is read by
-// the thread that writes it, after the barrier that ends pass 1.
-template <typename T, int CACHE, int SPREAD, bool ALIGNED, bool BIAS, bool STREAMING, bool EARLY_WEIGHTS, typename F>
-__device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED>& sh, T* out, const T* x, const T* __restrict__ w,
+// out[i] = f(x[i], w[i], b[i]) (w as fp32, 1 without a weight; b only when BIAS), split at OUT's
+// 16-byte boundaries so that every body store is 16 bytes wide (streaming stores when STREAMING: the
+// output is not read again here); x, w and b are loaded at the widest width their alignment relative
+// to out allows. When x shares out's phase, the split is x's own, so the thread's body vectors are its
+// held ones (and, when EARLY_WEIGHTS, their weights are in held_w). In place (out == x) is safe: each
+// element is read by the thread that writes it, after the barrier that ends pass 1.
+template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool BIAS, bool STREAMING, bool EARLY_WEIGHTS,
+          typename F>
+__device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED>& sh, T* out, const T* x, const W* __restrict__ w,
                                           const T* __restrict__ b, int n,
                                           const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
-                                          const Pack<T> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS], F f) {
+                                          const WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS], F f) {
     constexpr int N = Vec<T>::N;
     const int u = threadIdx.x;
     const int B = blockDim.x;
     const int out_phase = sh.phase(out);
     const int rel_x = (sh.phase(x) - out_phase) & (N - 1);
-    const int w_width = load_width<T>((sh.phase(w) - out_phase) & (N - 1));
+    const int w_width = weight_width<T>(sh, w, out_phase);
     const int b_width = BIAS ? load_width<T>((sh.phase(b) - out_phase) & (N - 1)) : 16;
     const RowSplit s = sh.split(out, n);
     auto element = [&](int i) {
         if constexpr (BIAS) {
-            out[i] = f(x[i], w[i], b[i]);
+            out[i] = f(x[i], weight_at(w, i), b[i]);
         } else {
-            out[i] = f(x[i], w[i], T());
+            out[i] = f(x[i], weight_at(w, i), T());
         }
     };
-    auto vector = [&](int v, const Pack<T>& xv, const Pack<T>& wv) {
+    auto vector = [&](int v, const Pack<T>& xv, const WeightVec<T, W>& wv) {
         const int at = s.pre + v * N;
         Pack<T> y;
         if constexpr (BIAS) {
             const Pack<T> bv = load_pack(b + at, b_width);
 #pragma unroll
-            for (int j = 0; j < N; ++j) y.e[j] = f(xv.e[j], wv.e[j], bv.e[j]);
+            for (int j = 0; j < N; ++j) y.e[j] = f(xv.e[j], wv.at(j), bv.e[j]);
         } else {
 #pragma unroll
-            for (int j = 0; j < N; ++j) y.e[j] = f(xv.e[j], wv.e[j], T());
+            for (int j = 0; j < N; ++j) y.e[j] = f(xv.e[j], wv.at(j), T());
         }
         if constexpr (STREAMING) {
             store_streaming(out + at, y);
@@ -263,13 +310,13 @@ __device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED>
 #pragma unroll
         for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
             const int v = sh.held_vector(k);
-            if (v < s.vectors) vector(v, held[k], EARLY_WEIGHTS ? held_w[k] : load_pack(w + s.pre + v * N, w_width));
+            if (v < s.vectors) vector(v, held[k], EARLY_WEIGHTS ? held_w[k] : load_weights<T>(w, s.pre + v * N, w_width));
         }
         first_unheld = CACHE * sh.fold + u;
     }
     const int x_width = load_width<T>(rel_x);
     for (int v = first_unheld; v < s.vectors; v += B) {
-        vector(v, load_pack(x + s.pre + v * N, x_width), load_pack(w + s.pre + v * N, w_width));
+        vector(v, load_pack(x + s.pre + v * N, x_width), load_weights<T>(w, s.pre + v * N, w_width));
     }
 }
 

@@ -63,6 +63,24 @@ def _bool(value: bool) -> str:
     return str(bool(value)).lower()
 
 
+# The weight of an RMSNorm row (the kernels' W): the rows' own dtype, float32 beside bf16 or fp16 rows,
+# or none (every weight 1).
+WEIGHT_KINDS = ("same", "float32", "none")
+
+
+def weight_kind(dtype: dtypes.DType, weight_dtype) -> str:
+    """The kind of a weight of `weight_dtype` (a dtype, or "none") beside rows of `dtype`; ValueError
+    for any other dtype."""
+    if isinstance(weight_dtype, str) and weight_dtype == "none":
+        return "none"
+    wdt = dtypes.get(weight_dtype)
+    if wdt is dtype:
+        return "same"
+    if wdt is dtypes.FLOAT32:
+        return "float32"
+    raise ValueError(f"weight dtype must be {dtype.name} (the input's) or float32, got {wdt.name}")
+
+
 @dataclass(frozen=True)
 class _RowPlan:
     """A kernel on the row core (row_core.cuh): `block` is the fold width F, which with the dtype, the
@@ -81,9 +99,13 @@ class _RowPlan:
         """The kernel's option flags, in template order after CACHE and SPREAD (then EARLY_WEIGHTS, ALIGNED)."""
         return ()
 
+    def _weight_type(self) -> str:
+        """The kernel's trailing weight type argument (", float" or ", void"), "" for the default."""
+        return ""
+
     def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None, aligned: bool = False) -> str:
         options = ", ".join(_bool(f) for f in (*(self._flags() if flags is None else flags), early, aligned))
-        return f"pyrms::{self.kernel}<{self.dtype.ctype}, {cache}, {spread}, {options}>"
+        return f"pyrms::{self.kernel}<{self.dtype.ctype}, {cache}, {spread}, {options}{self._weight_type()}>"
 
     @property
     def spread(self) -> int:
@@ -130,12 +152,21 @@ class _RowPlan:
 class RmsNormPlan(_RowPlan):
     gemma: bool = False
     round_once: bool = False
+    weight: str = "same"  # WEIGHT_KINDS
 
     kernel = "rms_norm_kernel"
     source = "rms_norm.cu"
 
     def _flags(self) -> tuple:
         return (self.gemma, self.round_once)
+
+    def _weight_type(self) -> str:
+        return {"same": "", "float32": ", float", "none": ", void"}[self.weight]
+
+    @property
+    def weight_itemsize(self) -> int:
+        """Bytes per weight element (0: no weight)."""
+        return {"same": self.dtype.itemsize, "float32": 4, "none": 0}[self.weight]
 
 
 def kernel_expression(dtype: dtypes.DType, cache: int, spread: int, gemma: bool, round_once: bool,
@@ -170,10 +201,19 @@ def block_and_cache(dtype: dtypes.DType, hidden: int) -> tuple[int, int]:
     return MAX_BLOCK, 0
 
 
-def plan_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool = False) -> RmsNormPlan:
+def _rms_weight(dt: dtypes.DType, weight_dtype, gemma: bool) -> str:
+    kind = "same" if weight_dtype is None else weight_kind(dt, weight_dtype)
+    if kind == "none" and gemma:
+        raise ValueError("gemma needs a weight (it multiplies by 1 + weight); got weight=None")
+    return kind
+
+
+def plan_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool = False,
+                  weight_dtype=None) -> RmsNormPlan:
+    """weight_dtype: None or the dtype (the default), float32, or "none" (no weight)."""
     dt = dtypes.get(dtype)
     block, cache = block_and_cache(dt, hidden)
-    return RmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once))
+    return RmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once), _rms_weight(dt, weight_dtype, gemma))
 
 
 # --- The rest of the family: fused add, LayerNorm, the backward passes ----------------------------
@@ -188,10 +228,12 @@ class FusedAddRmsNormPlan(RmsNormPlan):
     source = "fused_add_rms_norm.cu"
 
 
-def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool = False) -> FusedAddRmsNormPlan:
+def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool = False,
+                            weight_dtype=None) -> FusedAddRmsNormPlan:
     dt = dtypes.get(dtype)
     block, cache = block_and_cache(dt, hidden)
-    return FusedAddRmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once))
+    return FusedAddRmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once),
+                               _rms_weight(dt, weight_dtype, gemma))
 
 
 # The backward kernels launch at most 512 threads of their own (rms_norm_backward's V = 2 variant needs

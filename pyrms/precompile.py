@@ -49,16 +49,18 @@ class Unit:
 
 
 def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool = False, bias: bool = True,
-         grad_dtype=None) -> Unit:
+         grad_dtype=None, weight_dtype=None) -> Unit:
     """The unit a call of ``op`` on rows of ``hidden`` elements compiles (the disk cache entry its
     launch looks up); ValueError for an op or a shape that cannot launch (the seed's limits)."""
     dt = dtypes.get(dtype)
     flags = "".join(f" {name}" for name, on in (("gemma", gemma), ("round_once", round_once)) if on)
+    if weight_dtype is not None:
+        flags += f" weight={weight_dtype}"
     p: plan.RmsNormPlan | plan.FusedAddRmsNormPlan | plan.LayerNormPlan | plan.NormBackwardPlan
     if op == "rms_norm":
-        p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
+        p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype)
     elif op == "fused_add_rms_norm":
-        p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
+        p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype)
     elif op == "layer_norm":
         p = plan.plan_layer_norm(dt, hidden, bias=bias)
         flags = ""  # one unit per dtype: with and without bias, forward and backward
@@ -76,10 +78,12 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
     return Unit(p.source, tuple(p.group), f"{p.source} {dt.name}{flags}")
 
 
-def _options(op: str) -> list[dict]:
-    """Every option set of ``op`` that can change what it compiles."""
+def _options(op: str, dt: dtypes.DType) -> list[dict]:
+    """Every option set of ``op`` on rows of ``dt`` that can change what it compiles."""
     if op in ("rms_norm", "fused_add_rms_norm"):
-        return [dict(gemma=g, round_once=r) for g in (False, True) for r in (False, True)]
+        weights = [None, "none"] + (["float32"] if dt is not dtypes.FLOAT32 else [])
+        return [dict(gemma=g, round_once=r, weight_dtype=w) for w in weights for g in (False, True)
+                for r in (False, True) if not (g and w == "none")]
     if op == "layer_norm":
         return [dict(bias=b) for b in (True, False)]
     if op == "rms_norm_backward":
@@ -97,7 +101,7 @@ def every_unit(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, hidd
     for op in ops:
         for dt in map(dtypes.get, dtype_list):
             for hidden in (seed_hiddens if op == "seed" else hiddens):
-                for options in _options(op):
+                for options in _options(op, dt):
                     try:
                         u = unit(op, dt, hidden, **options)
                     except ValueError:

@@ -27,9 +27,10 @@ def _as_2d(x):
 
 
 def rms_norm_ref(x, weight, epsilon, *, gemma=False):
-    """float64 RMSNorm of the rows of x: x / sqrt(mean(x^2) + eps) * w (w = 1 + weight for Gemma)."""
+    """float64 RMSNorm of the rows of x: x / sqrt(mean(x^2) + eps) * w (w = 1 + weight for Gemma; 1
+    for weight None)."""
     x64 = _as_2d(x).astype(np.float64)
-    w64 = np.asarray(weight).astype(np.float64)
+    w64 = np.float64(1.0) if weight is None else np.asarray(weight).astype(np.float64)
     if gemma:
         w64 = 1.0 + w64
     inv = 1.0 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + float(epsilon))
@@ -87,9 +88,10 @@ def inv_rms_twin(sum_sq, hidden, epsilon):
 
 
 def scale_twin(xf, inv, weight, dtype, *, gemma=False, round_once=False):
-    """rms_scale in rms_norm.cu: the output in storage dtype from fp32 x, per-row inv and weight."""
+    """rms_scale in rms_norm.cu: the output in storage dtype from fp32 x, per-row inv and weight (of
+    the storage dtype or float32: its fp32 value either way; None: no weight, every w = 1)."""
     dt = dtypes.get(dtype)
-    wf = np.asarray(weight).astype(F32)
+    wf = np.ones(xf.shape[1], dtype=F32) if weight is None else np.asarray(weight).astype(F32)
     if gemma:
         wf = F32(1.0) + wf
     with np.errstate(invalid="ignore"):  # 0 * inf = NaN, as on the GPU

@@ -168,33 +168,52 @@ def forced_row_variant(variant: str | None):
             m._FEW_ROWS = value
 
 
+def _weight(rng, dt, hidden, kind: str, offset: int):
+    """The guarded weight of a row op's check: of the dtype ("same"), float32, or none (None)."""
+    if kind not in plan.WEIGHT_KINDS:
+        raise ValueError(f"weight must be one of {plan.WEIGHT_KINDS}, got {kind!r}")
+    if kind == "none":
+        return None
+    return allocate(rng, dtypes.FLOAT32 if kind == "float32" else dt, 1, hidden, misalign=offset, low=-1.0, high=1.0)
+
+
+def _weight_args(w, kind: str):
+    """(pointer, twin values, the op's weight_dtype) of a check's weight."""
+    if w is None:
+        return None, None, None
+    return w.ptr, w.values()[0], ("float32" if kind == "float32" else None)
+
+
 def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in_stride=None, out_stride=None,
                    gemma=False, round_once=False, in_place=False, epsilon=1e-5, stream=None, variant=None,
-                   pdl=None):
+                   pdl=None, weight="same"):
     """One pyrms.rms_norm launch on guarded operands, compared bit for bit with the twin.
 
     Raises AssertionError on any difference: in the rows, the guards, the gaps between strided
-    rows, or the inputs. The offsets are element offsets past a 16-byte boundary. ``variant``
-    forces the kernel for "few" or "many" rows (plan.FEW_ROWS) whatever ``rows`` is (as for the
-    other row ops' checks); ``pdl`` is passed to the op (None: the op's default), as for the others.
+    rows, or the inputs. The offsets are element offsets past a 16-byte boundary (the weight's in its
+    own elements). ``variant`` forces the kernel for "few" or "many" rows (plan.FEW_ROWS) whatever
+    ``rows`` is (as for the other row ops' checks); ``pdl`` is passed to the op (None: the op's
+    default), as for the others; ``weight``: "same" (the dtype's), "float32" or "none" (weight=None).
     """
     from .ops.rms_norm import rms_norm
 
     dt = dtypes.get(dtype)
     x = allocate(rng, dt, rows, hidden, misalign=in_off, stride=in_stride)
-    w = allocate(rng, dt, 1, hidden, misalign=w_off, low=-1.0, high=1.0)
+    w = _weight(rng, dt, hidden, weight, w_off)
     out = x if in_place else allocate(rng, dt, rows, hidden, misalign=out_off, stride=out_stride, poison=True)
-    with _closing(x, w, out):
+    w_ptr, w_values, w_dtype = _weight_args(w, weight)
+    with _closing(x, out, *([w] if w else [])):
         p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
-        want = reference.rms_norm_twin(x.values(), w.values()[0], epsilon, block=p.block, row_phases=phases(x),
+        want = reference.rms_norm_twin(x.values(), w_values, epsilon, block=p.block, row_phases=phases(x),
                                        gemma=gemma, round_once=round_once)
         with forced_row_variant(variant):
             run_checked(f"rms_norm {dt.name} rows={rows} hidden={hidden} offsets={in_off},{w_off},{out_off} "
-                        f"strides={x.stride},{out.stride} variant={variant} pdl={pdl}",
-                        lambda: rms_norm(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, dtype=dt, input_stride=x.stride,
+                        f"strides={x.stride},{out.stride} variant={variant} pdl={pdl} weight={weight}",
+                        lambda: rms_norm(out.ptr, x.ptr, w_ptr, epsilon, rows, hidden, dtype=dt, input_stride=x.stride,
                                          out_stride=out.stride, gemma=gemma, round_once=round_once, stream=stream,
-                                         **_pdl(pdl)),
-                        outputs={"out": (out, want)}, inputs={"weight": w, **({} if in_place else {"input": x})})
+                                         weight_dtype=w_dtype, **_pdl(pdl)),
+                        outputs={"out": (out, want)},
+                        inputs={**({"weight": w} if w else {}), **({} if in_place else {"input": x})})
 
 
 # --- the rest of the family: operands named as the ops name their arguments ------------------------
@@ -226,25 +245,32 @@ def _label(op: str, dt, rows, hidden, offsets, strides, **options) -> str:
 
 
 def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, gemma=False, round_once=False,
-                             epsilon=1e-5, stream=None, variant=None, pdl=None):
+                             epsilon=1e-5, stream=None, variant=None, pdl=None, weight="same"):
     """One pyrms.fused_add_rms_norm launch on guarded operands ('input', 'residual', 'weight'; offsets
-    and strides by name), both in-place outputs compared bit for bit with the twin."""
+    and strides by name), both in-place outputs compared bit for bit with the twin; ``weight`` as in
+    check_rms_norm."""
     from .ops.fused_add_rms_norm import fused_add_rms_norm
 
     dt = dtypes.get(dtype)
-    ops = _allocate(rng, dt, rows, hidden, ("input", "residual"), offsets, strides, vectors=("weight",))
-    x, res, w = ops["input"], ops["residual"], ops["weight"]
-    with _closing(*ops.values()):
+    offsets = dict(offsets or {})
+    w_off = offsets.pop("weight", 0)
+    ops = _allocate(rng, dt, rows, hidden, ("input", "residual"), offsets, strides)
+    w = _weight(rng, dt, hidden, weight, w_off)
+    x, res = ops["input"], ops["residual"]
+    w_ptr, w_values, w_dtype = _weight_args(w, weight)
+    with _closing(*ops.values(), *([w] if w else [])):
         p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
-        out, total = reference.fused_add_rms_norm_twin(x.values(), res.values(), w.values()[0], epsilon, block=p.block,
+        out, total = reference.fused_add_rms_norm_twin(x.values(), res.values(), w_values, epsilon, block=p.block,
                                                        residual_phases=phases(res), gemma=gemma, round_once=round_once)
         with forced_row_variant(variant):
             run_checked(_label("fused_add_rms_norm", dt, rows, hidden, offsets, strides, gemma=gemma,
-                               round_once=round_once, variant=variant, pdl=pdl),
-                        lambda: fused_add_rms_norm(x.ptr, res.ptr, w.ptr, epsilon, rows, hidden, dtype=dt,
+                               round_once=round_once, variant=variant, pdl=pdl, weight=weight),
+                        lambda: fused_add_rms_norm(x.ptr, res.ptr, w_ptr, epsilon, rows, hidden, dtype=dt,
                                                    input_stride=x.stride, residual_stride=res.stride, gemma=gemma,
-                                                   round_once=round_once, stream=stream, **_pdl(pdl)),
-                        outputs={"input": (x, out), "residual": (res, total)}, inputs={"weight": w})
+                                                   round_once=round_once, stream=stream, weight_dtype=w_dtype,
+                                                   **_pdl(pdl)),
+                        outputs={"input": (x, out), "residual": (res, total)},
+                        inputs={"weight": w} if w else {})
 
 
 def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in_place=False, bias=True,

@@ -3,10 +3,11 @@ workspace's bookkeeping, and what NVRTC makes of every kernel variant for sm_90 
 loads and stores on the aligned path)."""
 import re
 
+import numpy as np
 import pytest
 
 import pyrms
-from pyrms import compiler, dtypes, plan, ptx_inspect
+from pyrms import compiler, dtypes, plan, ptx_inspect, reference
 from pyrms.ops import _workspace
 from pyrms.tensor import Tensor
 
@@ -64,6 +65,45 @@ def test_backward_plan(hidden, layer_norm):
             p.workspace_bytes(40, 16)
 
 
+def test_weight_kinds_name_their_kernels():
+    bf16 = dtypes.BFLOAT16
+    same = plan.plan_rms_norm(bf16, 5120)
+    fp32 = plan.plan_rms_norm(bf16, 5120, weight_dtype="float32")
+    none = plan.plan_rms_norm(bf16, 5120, weight_dtype="none")
+    assert same.expression == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, false>"
+    assert fp32.expression == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, false, float>"
+    assert none.latency_expression == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 4, false, false, true, false, void>"
+    assert (same.weight_itemsize, fp32.weight_itemsize, none.weight_itemsize) == (2, 4, 0)
+    assert all(p.expression in p.group and p.aligned_latency_expression in p.group for p in (same, fp32, none))
+    assert not set(same.group) & set(fp32.group) and not set(fp32.group) & set(none.group)  # one unit each
+    # the same tree: the weight does not change the fold width
+    assert (same.block, same.cache) == (fp32.block, fp32.cache) == (none.block, none.cache)
+    assert plan.plan_rms_norm("float32", 64, weight_dtype="float32").weight == "same"
+    assert plan.plan_rms_norm(bf16, 64, weight_dtype="bfloat16").weight == "same"
+    fused = plan.plan_fused_add_rms_norm(dtypes.FLOAT16, 64, weight_dtype="float32")
+    assert fused.expression == "pyrms::fused_add_rms_norm_kernel<__half, 1, 1, false, false, false, false, float>"
+    with pytest.raises(ValueError, match="weight dtype must be bfloat16 \\(the input's\\) or float32, got float16"):
+        plan.plan_rms_norm(bf16, 64, weight_dtype="float16")
+    with pytest.raises(ValueError, match="gemma needs a weight"):
+        plan.plan_fused_add_rms_norm(bf16, 64, gemma=True, weight_dtype="none")
+
+
+def test_twin_without_weight_is_the_product_by_one():
+    rng = np.random.default_rng(3)
+    for dt in dtypes.ALL:
+        x = rng.uniform(-3, 3, (4, 77)).astype(dt.numpy)
+        ones = np.ones(77, dtype=dt.numpy)
+        for round_once in (False, True):
+            a = reference.rms_norm_twin(x, None, 1e-6, block=32, round_once=round_once)
+            b = reference.rms_norm_twin(x, ones, 1e-6, block=32, round_once=round_once)
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+        # an fp32 weight is used at its fp32 value: equal to the dtype's weight where that is exact
+        w = rng.uniform(-1, 1, 77).astype(dt.numpy)
+        assert np.array_equal(reference.rms_norm_twin(x, w.astype(np.float32), 1e-6, block=32).view(np.uint8),
+                              reference.rms_norm_twin(x, w, 1e-6, block=32).view(np.uint8))
+    assert np.allclose(reference.rms_norm_ref(x, None, 1e-6), reference.rms_norm_ref(x, np.ones(77), 1e-6))
+
+
 def test_backward_plan_names_and_errors():
     p = plan.plan_norm_backward("float16", 5120, gemma=True)
     # The H200's best at 16384x5120: 128 threads re-reading 5 vectors each (plan.backward_block), the
@@ -108,7 +148,10 @@ def bwd(layer_norm=False, **kw):
     (fused, dict(residual_stride=63), ValueError, "residual_stride must be >= hidden_size \\(64\\)"),
     (fused, dict(residual=A + 64), ValueError, "input and residual overlap"),
     (fused, dict(weight=B + 4), ValueError, "residual and weight overlap"),
-    (fused, dict(weight=None), TypeError, "weight must be a device pointer"),
+    (fused, dict(weight="w"), TypeError, "weight must be a device pointer"),
+    (fused, dict(weight=None, gemma=True), ValueError, "gemma needs a weight"),
+    (fused, dict(weight=C + 2, weight_dtype="float32", dtype="bfloat16"), ValueError,
+     f"weight pointer {C + 2:#x} is not aligned to 4 bytes"),
     (ln, dict(epsilon=-1), ValueError, "epsilon must be finite and >= 0, got -1.0"),
     (ln, dict(bias="x"), TypeError, "bias must be a device pointer"),
     (ln, dict(bias=A + 8), ValueError, "out and bias overlap; they must be disjoint$"),
@@ -240,9 +283,11 @@ def test_workspace_is_allocated_and_freed_on_the_calls_stream(monkeypatch):
 def _all_variants(source):
     exprs = []
     for dt in dtypes.ALL:
-        if source == "fused_add_rms_norm.cu":
+        if source == "fused_add_rms_norm.cu":  # rms_norm.cu's row (rms_norm_row.cuh), every weight kind
             exprs += [e for g in (False, True) for r in (False, True)
                       for e in plan.plan_fused_add_rms_norm(dt, 64, gemma=g, round_once=r).group]
+            exprs += [e for w in (("none", "float32") if dt is not dtypes.FLOAT32 else ("none",))
+                      for e in plan.plan_fused_add_rms_norm(dt, 64, weight_dtype=w).group]
         elif source == "layer_norm.cu":
             exprs += plan.plan_layer_norm(dt, 64).group
         else:

@@ -107,7 +107,7 @@ def test_every_unit_covers_every_hidden_size_and_option():
     hiddens = sorted({*range(1, 1100), *range(1100, 140000, 97), 4096, 5120, 8192, 16384, 32768, 65536, 131072})
     for op in precompile.OPS[:-1]:
         for dt in dtypes.ALL:
-            for options in precompile._options(op):
+            for options in precompile._options(op, dt):
                 for hidden in hiddens:
                     assert precompile.unit(op, dt, hidden, **options) in listed, (op, dt.name, hidden, options)
 
@@ -134,12 +134,15 @@ def test_every_unit_counts():
     by_source = {}
     for u in units:
         by_source[u.source] = by_source.get(u.source, 0) + 1
-    # 3 dtypes x gemma x round_once; LayerNorm and the backward: one per dtype; the seed at 5120 in
-    # bf16 and fp16 (fp32 would need 1280 threads).
-    assert by_source == {"rms_norm.cu": 12, "fused_add_rms_norm.cu": 12, "layer_norm.cu": 3,
+    # rms_norm and fused add: per dtype, gemma x round_once with the dtype's weight and with an fp32 one
+    # (bf16 and fp16 only), and round_once without a weight: 4 + 4 + 2 for 2-byte dtypes, 4 + 2 for
+    # fp32. LayerNorm and the backward: one per dtype; the seed at 5120 in bf16 and fp16 (fp32 would
+    # need 1280 threads).
+    assert by_source == {"rms_norm.cu": 26, "fused_add_rms_norm.cu": 26, "layer_norm.cu": 3,
                          "rms_norm_backward.cu": 3, "seed_rms_norm.cu": 2}
     assert precompile.every_unit(["rms_norm"], [dtypes.FLOAT32]) == \
-        [u for u in units if u.source == "rms_norm.cu" and "float32" in u.label]
+        [u for u in units if u.label.startswith("rms_norm.cu float32")]
+    assert "rms_norm.cu bfloat16 weight=none" in {u.label for u in units}
 
 
 def test_list_compiles_nothing(capsys, monkeypatch):

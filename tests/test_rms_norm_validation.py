@@ -44,7 +44,10 @@ BAD = [
     (dict(epsilon="1e-6"), TypeError, "epsilon must be a float, got str"),
     (dict(out=0), ValueError, "out must be a non-null device pointer, got 0"),
     (dict(input=-16), ValueError, "input must be a non-null device pointer, got -16"),
-    (dict(weight=None), TypeError, "weight must be a device pointer (int), a pyrms.Tensor, a torch tensor, or an object"),
+    (dict(weight="w"), TypeError, "weight must be a device pointer (int), a pyrms.Tensor, a torch tensor, or an object"),
+    (dict(weight=None, gemma=True), ValueError, "gemma needs a weight"),
+    (dict(weight=W, weight_dtype="float16"), ValueError, "weight dtype must be bfloat16 (the input's) or float32, got float16"),
+    (dict(weight=W + 2, weight_dtype="float32"), ValueError, "weight pointer 0x300002 is not aligned to 4 bytes, as float32"),
     (dict(weight=W + 1), ValueError, "weight pointer 0x300001 is not aligned to 2 bytes, as bfloat16 elements must be"),
     (dict(input=B + 2, dtype="float32"), ValueError, "input pointer 0x200002 is not aligned to 4 bytes, as float32"),
     (dict(out=3.5), TypeError, "out must be a device pointer (int), a pyrms.Tensor, a torch tensor, "

@@ -99,10 +99,19 @@ def check_seed(rng, dtype, rows, hidden, epsilon=1e-5):
 def extra_cases():
     """Layouts the two matrices do not cover: strided LayerNorm rows, strided and in-place backward
     passes with a partial last chunk of rows, LayerNorm's float32 parameter gradients, LayerNorm
-    without bias (forward, and backward without grad_bias), programmatic dependent launch (pdl)."""
+    without bias (forward, and backward without grad_bias), programmatic dependent launch (pdl), and the
+    weight variants of rms_norm and fused add (no weight; an fp32 weight beside 2-byte rows)."""
     for dtype in dtypes.ALL:
         n = dtype.vec_elems
         for hidden in HIDDENS:
+            for weight in ("none",) if dtype is dtypes.FLOAT32 else ("none", "float32"):
+                w_off = 3 if weight == "float32" else 0  # in the weight's own (fp32) elements
+                for variant in ("few", "many"):
+                    yield "rms_norm", check_rms_norm, dict(dtype=dtype, rows=3, hidden=hidden, in_off=n - 1, w_off=w_off,
+                                                           out_off=1, weight=weight, variant=variant)
+                    yield "fused_add_rms_norm", check_fused_add_rms_norm, dict(
+                        dtype=dtype, rows=3, hidden=hidden, offsets={"input": 1, "residual": n - 1, "weight": w_off},
+                        weight=weight, variant=variant)
             for variant in ("few", "many"):
                 yield "rms_norm", check_rms_norm, dict(dtype=dtype, rows=3, hidden=hidden, in_off=1, variant=variant,
                                                        pdl=True)
@@ -175,9 +184,10 @@ def select(ops, quick: bool, shard: tuple[int, int] = (0, 1)):
 def compile_unit(op: str, case: dict) -> precompile_mod.Unit:
     """The unit (source and name expressions compiled together) a case launches: what
     pyrms.kernels.get compiles, so the disk cache entry is the one the launch will look up."""
+    weight = {"same": None}.get(case.get("weight", "same"), case.get("weight"))
     return precompile_mod.unit(op, case["dtype"], case["hidden"], gemma=case.get("gemma", False),
                                round_once=case.get("round_once", False), bias=case.get("bias", True),
-                               grad_dtype=case.get("grad_dtype"))
+                               grad_dtype=case.get("grad_dtype"), weight_dtype=weight)
 
 
 def precompile(ops, quick: bool, arch: str | None, jobs: int) -> int:

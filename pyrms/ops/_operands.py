@@ -224,13 +224,16 @@ def collapse(name: str, view: _adapter.View) -> tuple[int, int, int]:
     return rows, hidden, stride
 
 
-def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list) -> tuple[dtypes.DType, int, int, dict]:
+def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
+           mixed: tuple[str, ...] = ()) -> tuple[dtypes.DType, int, int, dict]:
     """The array (or raw pointer) operands of one call, read and checked against each other.
 
     rows: (name, value, stride argument, its name, written) for [..., hidden] operands; vectors:
     (name, value) for [hidden] ones. num_tokens and hidden_size are taken from the arrays when None,
     checked against them otherwise. Returns (dtype, rows, hidden, name -> (pointer, row stride)) for
     the raw-pointer path, which checks the rest (alignment, extents, overlaps) with its own messages.
+    `mixed`: vectors that may be float32 beside rows of another dtype (an fp32 weight); their entries
+    are (pointer, hidden, dtype), the dtype None for a raw pointer.
     """
     hint = None if dtype is None else dtypes.get(dtype)
     views, raw = {}, {}
@@ -245,12 +248,18 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list) -> tuple[d
             views[name] = _adapter.read(name, value, hint, written=rest[2])
     dt = hint
     for name, view in views.items():
+        if name in mixed:
+            continue
         if dt is None:
             dt = view.dtype
         elif view.dtype is not dt:
             raise ValueError(f"{name} has dtype {view.dtype.name}, but the dtype is {dt.name}"
                              + ("" if hint is not None else f" (that of {next(iter(views))})"))
     dt = dt or dtypes.BFLOAT16
+    for name in mixed:
+        view = views.get(name)
+        if view is not None and view.dtype is not dt and view.dtype is not dtypes.FLOAT32:
+            raise ValueError(f"{name} has dtype {view.dtype.name}; it must be {dt.name} (the input's) or float32")
     found = {}
     for name, value, stride, stride_name, _ in rows:
         view = views.get(name)
@@ -280,7 +289,7 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list) -> tuple[d
     for name, value in vectors:
         view = views.get(name)
         if view is None:
-            found[name] = (raw[name], hidden_size)
+            found[name] = (raw[name], hidden_size, None) if name in mixed else (raw[name], hidden_size)
             continue
         if view.shape != (hidden_size,):
             raise ValueError(f"{name} has shape {view.shape}, expected ({hidden_size},)")
@@ -288,7 +297,7 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list) -> tuple[d
             raise ValueError(f"{name} must be contiguous, got strides {view.strides} (elements)")
         if view.ptr == 0:
             raise ValueError(f"{name} has a null data pointer")
-        found[name] = (view.ptr, hidden_size)
+        found[name] = (view.ptr, hidden_size, view.dtype) if name in mixed else (view.ptr, hidden_size)
     if any(view.device is not None for view in views.values()):  # last: a missing driver after bad arguments
         ordinal = driver.selected_device().ordinal
         for name, view in views.items():
@@ -337,9 +346,10 @@ def layout(num_tokens: int, hidden: int, dtype, rows: dict, vectors: dict, param
     """Validate the memory arguments of one launch, in one dtype (see resolve_dtype).
 
     rows: name -> (value, stride, stride argument's name) for [num_tokens, hidden] operands;
-    vectors: name -> value for [hidden] operands; params: name -> value for [hidden] parameter
-    gradients, in `params_dtype` (default: their arrays' dtype, else the storage dtype), which must
-    be the storage dtype or float32. Returns (dtype, params dtype or None, regions by name).
+    vectors: name -> value for [hidden] operands; params: name -> value for [hidden] vectors of their
+    own dtype (parameter gradients, an fp32 weight), in `params_dtype` (default: their arrays' dtype,
+    else the storage dtype), which must be the storage dtype or float32. Returns (dtype, params dtype
+    or None, regions by name).
     """
     hint = None if dtype is None else dtypes.get(dtype)
     ops = {name: operand(name, value, hint) for name, (value, _, _) in rows.items()}
@@ -404,6 +414,26 @@ def workspace(value, nbytes: int) -> Region:
         raise ValueError(f"workspace has {size_} bytes; this launch needs {nbytes} "
                          "(pyrms.backward_workspace_bytes)")
     return Region(Operand("workspace", ptr), 0, (ptr, ptr + nbytes))
+
+
+def no_weight(weight_dtype) -> str:
+    """The weight_dtype of a call with weight=None: "none" (giving a dtype for no weight is an error)."""
+    if weight_dtype is not None and weight_dtype != "none":
+        raise ValueError(f"weight_dtype={weight_dtype!r} was given for weight=None; leave it out")
+    return "none"
+
+
+def weight_operand(found, weight_dtype) -> tuple[int | None, object]:
+    """(pointer, weight_dtype) of the raw-pointer call from check.arrays' entry for a `mixed` weight
+    (None: weight=None). An array's dtype is the weight's, and must agree with a weight_dtype given."""
+    if found is None:
+        return None, no_weight(weight_dtype)
+    ptr, _, array_dtype = found
+    if array_dtype is None:
+        return ptr, weight_dtype
+    if weight_dtype is not None and dtypes.get(weight_dtype) is not array_dtype:
+        raise ValueError(f"weight has dtype {array_dtype.name}, but weight_dtype is {dtypes.get(weight_dtype).name}")
+    return ptr, array_dtype
 
 
 def flag(name: str, value) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import dtypes
 from .. import plan as planner
 from . import _operands as check
-from .._types import DTypeLike, Operand, StreamLike
+from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
 from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok, use_pdl
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
@@ -15,23 +15,27 @@ _FEW_ROWS = planner.FEW_ROWS
 class Prepared:
     """One (device, dtype, hidden, strides, options) of fused_add_rms_norm, resolved once."""
 
-    __slots__ = ("rows", "max_rows", "pointers")
+    __slots__ = ("rows", "max_rows", "pointers", "weightless")
 
-    def __init__(self, device, dtype, hidden, input_stride, residual_stride, gemma, round_once, pdl):
+    def __init__(self, device, dtype, hidden, input_stride, residual_stride, gemma, round_once, pdl, weight_dtype=None):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
-        p = planner.plan_fused_add_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once))
+        p = planner.plan_fused_add_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once),
+                                            weight_dtype=weight_dtype)
         self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, r_stride), device, use_pdl(device, pdl),
                                 (x_stride, r_stride))
         self.max_rows = check.max_rows(hidden, x_stride, r_stride)
         size = dt.itemsize  # input and residual are both written: disjoint from each other and the weight
-        self.pointers = Pointers(hidden, [(size, x_stride), (size, r_stride), (size, 0)],
-                                 [(0, 1, False), (0, 2, False), (1, 2, False)])
+        self.weightless = p.weight == "none"  # then the weight pointer is null and never read
+        weight = [] if self.weightless else [(p.weight_itemsize, 0)]
+        self.pointers = Pointers(hidden, [(size, x_stride), (size, r_stride), *weight],
+                                 [(0, 1, False)] + ([] if self.weightless else [(0, 2, False), (1, 2, False)]))
 
     def __call__(self, input, residual, weight, epsilon, num_tokens, stream) -> bool:
-        if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok((input, residual, weight), num_tokens)):
+        pointers = (input, residual) if self.weightless else (input, residual, weight)
+        if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok(pointers, num_tokens)):
             return False
         self.rows(_FEW_ROWS, num_tokens, check.stream(stream), input | residual | weight, input, residual, weight, epsilon)
         return True
@@ -40,10 +44,11 @@ class Prepared:
 _prepared = cache_for(Prepared)
 
 
-def fused_add_rms_norm(input: Operand, residual: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
-                       hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
-                       residual_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
-                       round_once: bool = False, pdl: bool = True) -> None:
+def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperand, epsilon: float,
+                       num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
+                       input_stride: int | None = None, residual_stride: int | None = None, stream: StreamLike = None,
+                       gemma: bool = False, round_once: bool = False, pdl: bool = True,
+                       weight_dtype: DTypeLike | None = None) -> None:
     """vLLM's fused_add_rms_norm, in place on ``num_tokens`` rows of ``hidden_size`` elements:
     ``residual <- input + residual`` (added in fp32, rounded once to the dtype), then
     ``input <- rms_norm(residual, weight)`` of that rounded sum, bit for bit what ``pyrms.rms_norm``
@@ -53,38 +58,47 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: Operand, epsil
     ([..., hidden_size], weight [hidden_size]; sizes then inferred), any element alignment of each
     pointer. ``input`` and ``residual`` must be disjoint, each with its own row stride
     (``input_stride``/``residual_stride``, >= hidden_size; default: the array's, or hidden_size).
-    ``dtype``, ``stream``, ``epsilon``, ``pdl``: as in ``pyrms.rms_norm``.
+    ``dtype``, ``stream``, ``epsilon``, ``pdl``, ``weight=None`` (no weight) and an fp32 weight
+    (``weight_dtype``): as in ``pyrms.rms_norm``.
 
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
-    if type(input) is int and type(residual) is int and type(weight) is int:
-        static = (dtype, hidden_size, input_stride, residual_stride, gemma, round_once, pdl)
+    if type(input) is int and type(residual) is int and (type(weight) is int or weight is None):
+        if weight is None:  # no weight: its own kernel (W = void), a null pointer never read
+            weight, weight_dtype = 0, check.no_weight(weight_dtype)
+        static = (dtype, hidden_size, input_stride, residual_stride, gemma, round_once, pdl, weight_dtype)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(input, residual, weight, epsilon, num_tokens, stream):
             return
-        _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, pdl)
+        _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, pdl,
+                 gemma, weight_dtype)
         launched = _prepared.require(*static)(input, residual, weight, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", True),
                                                  ("residual", residual, residual_stride, "residual_stride", True)],
-                                           vectors=[("weight", weight)])
+                                           vectors=[] if weight is None else [("weight", weight)], mixed=("weight",))
     if rows:
-        (x, x_stride), (r, r_stride), (w, _) = found["input"], found["residual"], found["weight"]
+        (x, x_stride), (r, r_stride) = found["input"], found["residual"]
+        w, weight_dtype = check.weight_operand(found.get("weight"), weight_dtype)
         fused_add_rms_norm(x, r, w, epsilon, rows, hidden, dtype=dt, input_stride=x_stride, residual_stride=r_stride,
-                           stream=stream, gemma=gemma, round_once=round_once, pdl=pdl)
+                           stream=stream, gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=weight_dtype)
 
 
 def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride,
-             pdl) -> None:
+             pdl, gemma, weight_dtype) -> None:
     """Raise the error naming what the prepared launch declined."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
-    _, _, r = check.layout(num_tokens, hidden, dtype,
-                           rows={"input": (input, input_stride, "input_stride"),
-                                 "residual": (residual, residual_stride, "residual_stride")},
-                           vectors={"weight": weight})
-    check.disjoint([r["input"], r["residual"]], [r["weight"]])
+    dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+    kind = planner.plan_fused_add_rms_norm(dt, 1, gemma=bool(gemma), weight_dtype=weight_dtype).weight  # checked
+    rows = {"input": (input, input_stride, "input_stride"), "residual": (residual, residual_stride, "residual_stride")}
+    if kind == "float32":  # a [hidden] vector of its own dtype: layout's params
+        _, _, r = check.layout(num_tokens, hidden, dtype, rows=rows, vectors={}, params={"weight": weight},
+                               params_dtype=dtypes.FLOAT32)
+    else:
+        _, _, r = check.layout(num_tokens, hidden, dtype, rows=rows, vectors={} if kind == "none" else {"weight": weight})
+    check.disjoint([r["input"], r["residual"]], [r["weight"]] if "weight" in r else [])

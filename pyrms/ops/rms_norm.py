@@ -21,14 +21,19 @@ class Prepared:
     calls, inline, and returns False, having launched nothing, for anything unusual; the general path
     then says what is wrong."""
 
-    __slots__ = ("rows", "mask", "max_rows", "row_bytes", "x_step", "o_step", "same_steps", "spans")
+    __slots__ = ("rows", "mask", "max_rows", "row_bytes", "x_step", "o_step", "same_steps", "spans", "weightless",
+                 "w_mask", "w_bytes")
 
-    def __init__(self, device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl):
+    def __init__(self, device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype=None):
         hidden = check.size("hidden_size", hidden)
         dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
-        p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once))
+        p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once), weight_dtype=weight_dtype)
+        # The weight: none (a null pointer, never read), or of p.weight_itemsize bytes per element.
+        self.weightless = p.weight == "none"
+        self.w_mask = max(p.weight_itemsize, 1) - 1
+        self.w_bytes = hidden * p.weight_itemsize
         self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
                                 (x_stride, o_stride))
         self.mask = dt.itemsize - 1  # itemsizes are powers of two: alignment is a bit test
@@ -43,7 +48,7 @@ class Prepared:
             return False
         # Null or misaligned pointers; a negative one fails to pack (struct range) before any launch.
         pointers_or = out | input | weight
-        if not (out and input and weight) or pointers_or & self.mask:
+        if not (out and input and (weight or self.weightless)) or pointers_or & self.mask or weight & self.w_mask:
             return False
         rows, o_bytes, x_bytes = self.spans  # a model repeats row counts: the spans of the last one are kept
         if rows != num_tokens:
@@ -53,7 +58,7 @@ class Prepared:
         o_end = out + o_bytes
         if out < input + x_bytes and input < o_end and not (out == input and self.same_steps):
             return False
-        if out < weight + self.row_bytes and weight < o_end:
+        if out < weight + self.w_bytes and weight < o_end:  # never for no weight (0 bytes)
             return False
         if stream is None:
             stream = 0
@@ -71,18 +76,20 @@ class Prepared:
 _prepared = cache_for(Prepared)
 
 
-def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl=True) -> Prepared | None:
+def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl=True,
+             weight_dtype=None) -> Prepared | None:
     """The prepared launch for these static arguments on the calling thread's device, or None where
     they are invalid: for adapters (pyrms.torch) that hold raw pointers and would otherwise pay for
     rms_norm's keyword arguments on every call. Call it as ``p(out, input, weight, epsilon, rows,
-    stream)``; a False return launched nothing, and ``rms_norm`` with the same arguments names why."""
-    return _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl)
+    stream)`` (weight 0 with ``weight_dtype="none"``); a False return launched nothing, and
+    ``rms_norm`` with the same arguments names why."""
+    return _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype)
 
 
-def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
+def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsilon: float, num_tokens: int | None = None,
              hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
              out_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
-             round_once: bool = False, pdl: bool = True) -> OptionalOperand:
+             round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None) -> OptionalOperand:
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
     ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None).
 
@@ -90,6 +97,10 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: flo
     normalized value is rounded to the storage dtype before the weight multiplies it (the seed's and
     Hugging Face LLaMA's rounding); ``round_once=True`` rounds only the final product (PyTorch's
     fused kernel, current vLLM). ``gemma=True`` multiplies by ``1 + weight`` (the addition in fp32).
+    ``weight=None``: no weight, ``out[r] = round(x[r] * inv_rms[r])`` (vLLM's ``weight=None``, Liger's
+    ``elementwise_affine=False``). The weight may be float32 beside bfloat16 or float16 rows (its fp32
+    value multiplies exactly as the dtype's would): a float32 array, or ``weight_dtype='float32'`` for a
+    raw pointer (``weight_dtype`` defaults to the array's dtype, else the rows' dtype).
 
     ``out``, ``input``, ``weight``: raw device pointers (int), pyrms Tensors, torch tensors, or objects
     exposing ``__cuda_array_interface__`` or ``__dlpack__``. Arrays are [..., hidden_size] (weight
@@ -109,49 +120,57 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: Operand, epsilon: flo
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
-    if type(out) is int and type(input) is int and type(weight) is int:
+    if type(out) is int and type(input) is int and (type(weight) is int or weight is None):
+        if weight is None:  # no weight: its own kernel (W = void), a null pointer never read
+            weight, weight_dtype = 0, check.no_weight(weight_dtype)
         try:  # the prepared launch's lookup, inlined (PreparedCache.get does the same)
             prepared = _prepared.items[(driver._selected.device, dtype, hidden_size, input_stride, out_stride,
-                                        gemma, round_once, pdl)]
+                                        gemma, round_once, pdl, weight_dtype)]
         except (KeyError, TypeError):
-            prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl)
+            prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype)
         if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream):
             return out
-        _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl)
-        launched = _prepared.require(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl)(
+        _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
+                 gemma, weight_dtype)
+        launched = _prepared.require(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype)(
             out, input, weight, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", False),
                                                  ("out", out, out_stride, "out_stride", True)],
-                                           vectors=[("weight", weight)])
+                                           vectors=[] if weight is None else [("weight", weight)], mixed=("weight",))
     if out is None:
         out = check.allocate_like(input, dt, max(rows, 1), hidden)
         found["out"] = (out.ptr, hidden)
     if rows == 0:  # an empty batch of arrays: nothing to do
         return out
-    (x, x_stride), (o, o_stride), (w, _) = found["input"], found["out"], found["weight"]
+    (x, x_stride), (o, o_stride) = found["input"], found["out"]
+    w, weight_dtype = check.weight_operand(found.get("weight"), weight_dtype)
     rms_norm(o, x, w, epsilon, rows, hidden, dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream,
-             gemma=gemma, round_once=round_once, pdl=pdl)
+             gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=weight_dtype)
     return out
 
 
 def _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
-             pdl) -> None:
+             pdl, gemma, weight_dtype) -> None:
     """Raise the error that names what the prepared launch declined (the general path's checks)."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
     dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
+    p = planner.plan_rms_norm(dt, 1, gemma=bool(gemma), weight_dtype=weight_dtype)  # the weight's kind, checked
     x_stride = check.stride_arg("input_stride", input_stride, hidden)
     o_stride = check.stride_arg("out_stride", out_stride, hidden)
-    check.raw_pointers(_NAMES, (out, input, weight), dt)
+    check.raw_pointers(_NAMES[:2], (out, input), dt)
+    if p.weight != "none":
+        check.raw_pointers(_NAMES[2:], (weight,), dtypes.FLOAT32 if p.weight == "float32" else dt)
     check.extent("input", num_tokens, x_stride, hidden)
     check.extent("out", num_tokens, o_stride, hidden)
     o, x, w = check.Operand("out", out), check.Operand("input", input), check.Operand("weight", weight)
     o_span = check.span(out, num_tokens, o_stride, hidden, dt.itemsize)
     check.no_partial_overlap(o, o_span, x, check.span(input, num_tokens, x_stride, hidden, dt.itemsize), may_alias=True)
-    check.no_partial_overlap(o, o_span, w, check.span(weight, 1, hidden, hidden, dt.itemsize), may_alias=False)
+    if p.weight != "none":
+        check.no_partial_overlap(o, o_span, w, check.span(weight, 1, hidden, hidden, p.weight_itemsize), may_alias=False)
     check.stream(stream)
     driver.selected_device()  # a missing driver is reported after the arguments
