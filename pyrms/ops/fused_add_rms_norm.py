@@ -1,9 +1,10 @@
 """``pyrms.fused_add_rms_norm``: residual add + RMSNorm in place (kernel: cuda_src/fused_add_rms_norm.cu)."""
 from __future__ import annotations
 
-from .. import dtypes
+from .. import driver, dtypes
 from .. import plan as planner
 from . import _operands as check
+from . import _placement
 from .._types import DTypeLike, Operand, StreamLike
 from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok, use_pdl
 
@@ -15,7 +16,7 @@ _FEW_ROWS = planner.FEW_ROWS
 class Prepared:
     """One (device, dtype, hidden, strides, options) of fused_add_rms_norm, resolved once."""
 
-    __slots__ = ("rows", "max_rows", "pointers")
+    __slots__ = ("rows", "max_rows", "pointers", "placed")
 
     def __init__(self, device, dtype, hidden, input_stride, residual_stride, gemma, round_once, pdl):
         hidden = check.size("hidden_size", hidden)
@@ -29,11 +30,15 @@ class Prepared:
         size = dt.itemsize  # input and residual are both written: disjoint from each other and the weight
         self.pointers = Pointers(hidden, [(size, x_stride), (size, r_stride), (size, 0)],
                                  [(0, 1, False), (0, 2, False), (1, 2, False)])
+        self.placed = _placement.for_device(device)
 
     def __call__(self, input, residual, weight, epsilon, num_tokens, stream) -> bool:
         if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok((input, residual, weight), num_tokens)):
             return False
-        self.rows(_FEW_ROWS, num_tokens, check.stream(stream), input | residual | weight, input, residual, weight, epsilon)
+        handle, placed = check.stream(stream), self.placed
+        if placed is not None and not placed.ok((input, residual, weight), handle):
+            return False
+        self.rows(_FEW_ROWS, num_tokens, handle, input | residual | weight, input, residual, weight, epsilon)
         return True
 
 
@@ -63,7 +68,8 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: Operand, epsil
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(input, residual, weight, epsilon, num_tokens, stream):
             return
-        _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, pdl)
+        _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, stream,
+                 pdl)
         launched = _prepared.require(*static)(input, residual, weight, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return
@@ -77,7 +83,7 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: Operand, epsil
                            stream=stream, gemma=gemma, round_once=round_once, pdl=pdl)
 
 
-def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride,
+def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, stream,
              pdl) -> None:
     """Raise the error naming what the prepared launch declined."""
     check.flag("pdl", pdl)
@@ -88,3 +94,4 @@ def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, i
                                  "residual": (residual, residual_stride, "residual_stride")},
                            vectors={"weight": weight})
     check.disjoint([r["input"], r["residual"]], [r["weight"]])
+    _placement.check(driver.selected_device(), {name: region.ptr for name, region in r.items()}, stream)
