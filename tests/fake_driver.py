@@ -71,6 +71,7 @@ class FakeDriver:
         self.contexts = {}  # module or function handle -> the context it was loaded in
         self.functions = {b"present"}  # the function names every module has
         self.owners = {}  # allocation address, stream or pool handle -> the ordinal of its device
+        self.lock = threading.RLock()  # handles and allocation tables, for threads that allocate at once
         self.param_kinds = ("ptr", "i32")
         self.launch_failures = []  # statuses the next launches return, first one first
 
@@ -83,9 +84,10 @@ class FakeDriver:
         self.calls.append((name, args))
 
     def _handle(self, kind):
-        self.next_handle += 0x10
-        self.live.add(self.next_handle)
-        return kind(self.next_handle)
+        with self.lock:
+            self.next_handle += 0x10
+            self.live.add(self.next_handle)
+            return kind(self.next_handle)
 
     def _destroy(self, name, handle):
         self._log(name, int(handle))
@@ -100,7 +102,9 @@ class FakeDriver:
         return self.threads.stack
 
     def _check_range(self, address, nbytes):
-        for start, block in self.blocks.items():
+        with self.lock:
+            blocks = list(self.blocks.items())
+        for start, block in blocks:
             if start <= address and address + nbytes <= start + len(block):
                 return True
         raise AssertionError(f"access to [{address:#x}, +{nbytes}) outside every allocation")
@@ -132,7 +136,8 @@ class FakeDriver:
         return (OK, self.total)
 
     def cuMemGetInfo(self):
-        return (OK, self.free - sum(len(self.blocks[p]) for p in self.device_blocks), self.total)
+        with self.lock:
+            return (OK, self.free - sum(len(self.blocks[p]) for p in self.device_blocks), self.total)
 
     def cuDevicePrimaryCtxRetain(self, dev):
         self._log("cuDevicePrimaryCtxRetain", int(dev))
@@ -200,9 +205,10 @@ class FakeDriver:
 
     def _allocate(self, nbytes, device=None):
         block = (ctypes.c_char * nbytes)()
-        self.blocks[ctypes.addressof(block)] = block
-        self.live.add(ctypes.addressof(block))
-        self.owners[ctypes.addressof(block)] = self._current_device() if device is None else device
+        with self.lock:
+            self.blocks[ctypes.addressof(block)] = block
+            self.live.add(ctypes.addressof(block))
+            self.owners[ctypes.addressof(block)] = self._current_device() if device is None else device
         return ctypes.addressof(block)
 
     def cuMemAlloc(self, nbytes, device=None):
@@ -211,18 +217,21 @@ class FakeDriver:
         if nbytes > self.cuMemGetInfo()[1]:
             return (real_cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY, real_cu.CUdeviceptr(0))
         ptr = self._allocate(nbytes, device)
-        self.device_blocks.add(ptr)
+        with self.lock:
+            self.device_blocks.add(ptr)
         return (OK, real_cu.CUdeviceptr(ptr))
 
     def cuMemFree(self, ptr):
-        self.blocks.pop(int(ptr), None)
-        self.device_blocks.discard(int(ptr))
-        return self._destroy("cuMemFree", ptr)
+        with self.lock:
+            self.blocks.pop(int(ptr), None)
+            self.device_blocks.discard(int(ptr))
+            return self._destroy("cuMemFree", ptr)
 
     def cuMemPoolCreate(self, props):
         pool = self._handle(real_cu.CUmemoryPool)
-        self.pools[int(pool)] = set()
-        self.owners[int(pool)] = props.location.id
+        with self.lock:
+            self.pools[int(pool)] = set()
+            self.owners[int(pool)] = props.location.id
         return (OK, pool)
 
     def cuMemPoolDestroy(self, pool):
@@ -245,14 +254,16 @@ class FakeDriver:
         self._log("cuMemAllocFromPoolAsync", nbytes, int(pool), int(stream))
         status, ptr = self.cuMemAlloc(nbytes, self.owners[int(pool)])
         if status == OK:
-            self.pools[int(pool)].add(int(ptr))
+            with self.lock:
+                self.pools[int(pool)].add(int(ptr))
         return (status, ptr)
 
     def cuMemFreeAsync(self, ptr, stream):
         self._log("cuMemFreeAsync", int(ptr), int(stream))
-        for owned in self.pools.values():
-            owned.discard(int(ptr))
-        return self.cuMemFree(ptr)
+        with self.lock:
+            for owned in self.pools.values():
+                owned.discard(int(ptr))
+            return self.cuMemFree(ptr)
 
     def cuMemHostAlloc(self, nbytes, flags):
         return (OK, self._allocate(nbytes))
@@ -297,7 +308,9 @@ class FakeDriver:
 
     def cuPointerGetAttribute(self, attribute, ptr):
         self._log("cuPointerGetAttribute", int(ptr))
-        for start, block in self.blocks.items():
+        with self.lock:
+            blocks = list(self.blocks.items())
+        for start, block in blocks:
             if start <= int(ptr) < start + len(block):
                 return (OK, self.owners[start])
         return (real_cu.CUresult.CUDA_ERROR_INVALID_VALUE, None)
