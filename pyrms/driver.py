@@ -418,6 +418,15 @@ def stream_handle(stream) -> int:
                     f"got {type(stream).__name__}")
 
 
+def stream_device(handle: int) -> int:
+    """The ordinal of the device whose context the stream ``handle`` (a raw CUstream other than the
+    default streams 0, 1 and 2, which mean the current context's) was created in (cuStreamGetDevice);
+    CudaError for a handle the driver does not know."""
+    _ensure_init()
+    # A CUdevice is its ordinal: cuDeviceGet(n) gives n.
+    return int(check(_cu.cuStreamGetDevice(handle), "cuStreamGetDevice"))
+
+
 def _stream_arg(stream):
     """``stream`` as cuda.bindings takes it, fastest for the common kinds."""
     if stream is None:

@@ -40,15 +40,18 @@ def read_params(signature, address: int) -> list:
 
 
 class FakeDriver:
-    """cuda.bindings.driver on the CPU: sm_90 devices ("Fake H200", one by default) whose memory is host memory, so
+    """cuda.bindings.driver on the CPU: sm_90 devices ("Fake H200", one by default; ``device_count`` more, each
+    with its primary context 0xC000 + ordinal) whose memory is host memory, so
     copies and memsets really move bytes (and accesses outside every allocation fail the test);
     streams, events, modules, graphs and memory pools as numbered handles that must be alive when
     destroyed; every call's name and arguments logged in ``calls``. Statuses, handle types and enums
     are the real ones, and so are the argument conversions that matter: a size of 2**64 or more does
     not fit cuMemAlloc's size_t (OverflowError, as in cuda.bindings). Free memory counts the device
     allocations; memory-pool frees take effect at once (no work runs). Modules have one function,
-    b"present", which belongs to the context current when its module was loaded: launching it from
-    another context fails with CUDA_ERROR_INVALID_CONTEXT, as on a GPU. Launches (cuLaunchKernel and
+    b"present" (and those named in ``functions``), which belongs to the context current when its module
+    was loaded: launching it from another context fails with CUDA_ERROR_INVALID_CONTEXT, as on a GPU.
+    Allocations and streams belong to the device of the context current when they were made (pool
+    allocations to the pool's), which cuPointerGetAttribute and cuStreamGetDevice report. Launches (cuLaunchKernel and
     cuLaunchKernelEx) read their arguments as ``param_kinds`` and return the statuses queued in
     ``launch_failures`` first."""
 
@@ -66,6 +69,9 @@ class FakeDriver:
         self.next_handle = 0x100
         self.live = set()
         self.contexts = {}  # module or function handle -> the context it was loaded in
+        self.functions = {b"present"}  # the function names every module has
+        self.owners = {}  # allocation address, stream or pool handle -> the ordinal of its device
+        self.lock = threading.RLock()  # handles and allocation tables, for threads that allocate at once
         self.param_kinds = ("ptr", "i32")
         self.launch_failures = []  # statuses the next launches return, first one first
 
@@ -78,9 +84,10 @@ class FakeDriver:
         self.calls.append((name, args))
 
     def _handle(self, kind):
-        self.next_handle += 0x10
-        self.live.add(self.next_handle)
-        return kind(self.next_handle)
+        with self.lock:
+            self.next_handle += 0x10
+            self.live.add(self.next_handle)
+            return kind(self.next_handle)
 
     def _destroy(self, name, handle):
         self._log(name, int(handle))
@@ -95,7 +102,9 @@ class FakeDriver:
         return self.threads.stack
 
     def _check_range(self, address, nbytes):
-        for start, block in self.blocks.items():
+        with self.lock:
+            blocks = list(self.blocks.items())
+        for start, block in blocks:
             if start <= address and address + nbytes <= start + len(block):
                 return True
         raise AssertionError(f"access to [{address:#x}, +{nbytes}) outside every allocation")
@@ -127,7 +136,8 @@ class FakeDriver:
         return (OK, self.total)
 
     def cuMemGetInfo(self):
-        return (OK, self.free - sum(len(self.blocks[p]) for p in self.device_blocks), self.total)
+        with self.lock:
+            return (OK, self.free - sum(len(self.blocks[p]) for p in self.device_blocks), self.total)
 
     def cuDevicePrimaryCtxRetain(self, dev):
         self._log("cuDevicePrimaryCtxRetain", int(dev))
@@ -156,8 +166,20 @@ class FakeDriver:
     def cuCtxSynchronize(self):
         return (OK,)
 
+    def _current_device(self):
+        context = self._current()
+        return context - 0xC000 if 0xC000 <= context < 0xC000 + self.device_count else 0
+
     def cuStreamCreate(self, flags):
-        return (OK, self._handle(real_cu.CUstream))
+        stream = self._handle(real_cu.CUstream)
+        self.owners[int(stream)] = self._current_device()
+        return (OK, stream)
+
+    def cuStreamGetDevice(self, stream):
+        self._log("cuStreamGetDevice", int(stream))
+        if int(stream) not in self.live:
+            return (real_cu.CUresult.CUDA_ERROR_INVALID_HANDLE, None)
+        return (OK, real_cu.CUdevice(self.owners[int(stream)]))
 
     def cuStreamDestroy(self, stream):
         return self._destroy("cuStreamDestroy", stream)
@@ -181,29 +203,35 @@ class FakeDriver:
     def cuEventDestroy(self, event):
         return self._destroy("cuEventDestroy", event)
 
-    def _allocate(self, nbytes):
+    def _allocate(self, nbytes, device=None):
         block = (ctypes.c_char * nbytes)()
-        self.blocks[ctypes.addressof(block)] = block
-        self.live.add(ctypes.addressof(block))
+        with self.lock:
+            self.blocks[ctypes.addressof(block)] = block
+            self.live.add(ctypes.addressof(block))
+            self.owners[ctypes.addressof(block)] = self._current_device() if device is None else device
         return ctypes.addressof(block)
 
-    def cuMemAlloc(self, nbytes):
+    def cuMemAlloc(self, nbytes, device=None):
         if not 0 <= nbytes < 2**64:
             raise OverflowError("Python int too large to convert to C unsigned long")  # cuda.bindings' size_t
         if nbytes > self.cuMemGetInfo()[1]:
             return (real_cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY, real_cu.CUdeviceptr(0))
-        ptr = self._allocate(nbytes)
-        self.device_blocks.add(ptr)
+        ptr = self._allocate(nbytes, device)
+        with self.lock:
+            self.device_blocks.add(ptr)
         return (OK, real_cu.CUdeviceptr(ptr))
 
     def cuMemFree(self, ptr):
-        self.blocks.pop(int(ptr), None)
-        self.device_blocks.discard(int(ptr))
-        return self._destroy("cuMemFree", ptr)
+        with self.lock:
+            self.blocks.pop(int(ptr), None)
+            self.device_blocks.discard(int(ptr))
+            return self._destroy("cuMemFree", ptr)
 
     def cuMemPoolCreate(self, props):
         pool = self._handle(real_cu.CUmemoryPool)
-        self.pools[int(pool)] = set()
+        with self.lock:
+            self.pools[int(pool)] = set()
+            self.owners[int(pool)] = props.location.id
         return (OK, pool)
 
     def cuMemPoolDestroy(self, pool):
@@ -224,16 +252,18 @@ class FakeDriver:
 
     def cuMemAllocFromPoolAsync(self, nbytes, pool, stream):
         self._log("cuMemAllocFromPoolAsync", nbytes, int(pool), int(stream))
-        status, ptr = self.cuMemAlloc(nbytes)
+        status, ptr = self.cuMemAlloc(nbytes, self.owners[int(pool)])
         if status == OK:
-            self.pools[int(pool)].add(int(ptr))
+            with self.lock:
+                self.pools[int(pool)].add(int(ptr))
         return (status, ptr)
 
     def cuMemFreeAsync(self, ptr, stream):
         self._log("cuMemFreeAsync", int(ptr), int(stream))
-        for owned in self.pools.values():
-            owned.discard(int(ptr))
-        return self.cuMemFree(ptr)
+        with self.lock:
+            for owned in self.pools.values():
+                owned.discard(int(ptr))
+            return self.cuMemFree(ptr)
 
     def cuMemHostAlloc(self, nbytes, flags):
         return (OK, self._allocate(nbytes))
@@ -277,9 +307,12 @@ class FakeDriver:
         return self.cuMemsetD8(ptr, byte, nbytes)
 
     def cuPointerGetAttribute(self, attribute, ptr):
-        for start, block in self.blocks.items():
+        self._log("cuPointerGetAttribute", int(ptr))
+        with self.lock:
+            blocks = list(self.blocks.items())
+        for start, block in blocks:
             if start <= int(ptr) < start + len(block):
-                return (OK, 0)
+                return (OK, self.owners[start])
         return (real_cu.CUresult.CUDA_ERROR_INVALID_VALUE, None)
 
     def _current(self):
@@ -292,7 +325,7 @@ class FakeDriver:
         return (OK, module)
 
     def cuModuleGetFunction(self, module, name):
-        if name != b"present":
+        if name not in self.functions:
             return (real_cu.CUresult.CUDA_ERROR_NOT_FOUND, None)
         function = self._handle(real_cu.CUfunction)
         self.contexts[int(function)] = self.contexts[int(module)]
@@ -361,11 +394,11 @@ class FakeDriver:
 
 def fresh_driver_state(set_attr, cu) -> None:
     """Point pyrms's driver layer at ``cu`` (a FakeDriver, or any stand-in for cuda.bindings.driver)
-    with nothing cached from before: no device, context, module, kernel, launch configuration or
-    workspace pool. ``set_attr(obj, name, value)`` does the replacing, so the caller decides how it
+    with nothing cached from before: no device, context, module, kernel, launch configuration,
+    workspace pool, or pointer and stream accepted for a device. ``set_attr(obj, name, value)`` does the replacing, so the caller decides how it
     is undone (``monkeypatch.setattr`` in a fixture, hostile_cases' saved-attribute list)."""
     from pyrms import driver, kernels, launch
-    from pyrms.ops import _backward, _prepared, _workspace
+    from pyrms.ops import _placement, _prepared, _workspace
 
     set_attr(driver, "_cu", cu)
     set_attr(driver, "_initialized", False)
@@ -379,3 +412,5 @@ def fresh_driver_state(set_attr, cu) -> None:
     for cache in _prepared._caches:  # every op's prepared launches
         set_attr(cache, "items", {})
     set_attr(_workspace, "_pools", {})
+    set_attr(_placement, "_pointers", {})
+    set_attr(_placement, "_streams", {})

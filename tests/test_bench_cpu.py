@@ -566,6 +566,9 @@ class SimGpu:
         self.graphs = {}
         self.launched = collections.Counter()
         self.threads = threading.local()
+        self.device_count = 1
+        self.owners = {}  # allocation -> the ordinal of the device whose context was current (0xC000 + ordinal)
+        self.launch_contexts = collections.Counter()
 
     def __getattr__(self, name):
         if name.startswith("cu"):
@@ -589,12 +592,12 @@ class SimGpu:
 
     # context, device
     def cuInit(self, flags): return (OK_STATUS,)
-    def cuDeviceGetCount(self): return (OK_STATUS, 1)
+    def cuDeviceGetCount(self): return (OK_STATUS, self.device_count)
     def cuDeviceGet(self, ordinal): return (OK_STATUS, real_cu.CUdevice(ordinal))
     def cuDeviceGetName(self, length, dev): return (OK_STATUS, b"Simulated H200\0".ljust(length, b"\0"))
     def cuDeviceTotalMem(self, dev): return (OK_STATUS, 1 << 34)
     def cuMemGetInfo(self): return (OK_STATUS, 1 << 33, 1 << 34)
-    def cuDevicePrimaryCtxRetain(self, dev): return (OK_STATUS, real_cu.CUcontext(0xC000))
+    def cuDevicePrimaryCtxRetain(self, dev): return (OK_STATUS, real_cu.CUcontext(0xC000 + int(dev)))
     def cuCtxSynchronize(self): return (OK_STATUS,)
 
     def cuDeviceGetAttribute(self, attribute, dev):
@@ -641,6 +644,7 @@ class SimGpu:
     def cuMemAlloc(self, nbytes):
         block = (ctypes.c_char * nbytes)()
         self.blocks[ctypes.addressof(block)] = block
+        self.owners[ctypes.addressof(block)] = self._current_context() - 0xC000
         return (OK_STATUS, real_cu.CUdeviceptr(ctypes.addressof(block)))
 
     def cuMemFree(self, ptr):
@@ -673,7 +677,11 @@ class SimGpu:
     def cuMemsetD8Async(self, ptr, byte, nbytes, stream): return self.cuMemsetD8(ptr, byte, nbytes)
 
     def cuPointerGetAttribute(self, attribute, ptr):
-        return (OK_STATUS, 0)
+        return (OK_STATUS, next(self.owners[start] for start, b in self.blocks.items() if start <= ptr < start + len(b)))
+
+    def _current_context(self):
+        stack = self._stack()
+        return stack[-1] if stack else 0
 
     # modules, kernels, graphs
     def cuModuleLoadData(self, image): return (OK_STATUS, self._handle(real_cu.CUmodule))
@@ -694,6 +702,7 @@ class SimGpu:
         return self._launch(f, config.gridDimX, config.blockDimX, config.hStream, params, launch_us)
 
     def _launch(self, f, gx, bx, stream, params, launch_us):
+        self.launch_contexts[self._current_context()] += 1
         name = self.functions[int(f)]
         signature = self._signature(name)
         values = []
@@ -876,6 +885,29 @@ def test_simulated_run_end_to_end(sim, tmp_path, capsys):
         assert "no plot: matplotlib is not importable" in captured.err
     # progress went to stderr, one line per problem
     assert captured.err.count("[rms_norm bfloat16 ") == 4
+
+
+def test_simulated_run_on_device_1_runs_everything_there(sim, tmp_path, capsys):
+    sim.device_count = 2
+    status = cli.main(SIM_ARGS + ["--out", str(tmp_path), "--device", "1"])
+    assert status == 0, capsys.readouterr().err
+    data = json.loads((tmp_path / "sim.json").read_text())
+    assert data["device"]["ordinal"] == 1
+    assert all(r["status"] in ("ok", "skipped") for r in data["results"])
+    assert set(sim.launch_contexts) == {0xC001} and sum(sim.launch_contexts.values()) > 100  # every launch
+    assert set(sim.owners.values()) == {1}  # every allocation
+
+
+@pytest.mark.parametrize("ordinal", ["2", "-1"])
+def test_simulated_run_refuses_a_device_ordinal_it_lacks(sim, ordinal, capsys):
+    sim.device_count = 2
+    with pytest.raises(SystemExit) as info:
+        cli.main(SIM_ARGS + ["--device", ordinal])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == (f"python -m pyrms.bench: error: --device: device ordinal {ordinal} is out of range: this machine has 2 "
+                   "CUDA device(s), ordinals 0..1 (see --help)\n")
+    assert sim.launch_contexts == {}
 
 
 def test_simulated_run_reports_a_wrong_output_as_failed(sim, tmp_path, capsys):

@@ -106,6 +106,7 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     monkeypatch.setattr(kernels, "get", lambda source, expression, *rest: Recorder(expression))
     device = StandInDevice()
     monkeypatch.setattr(driver, "selected_device", lambda: device)
+    monkeypatch.setattr(driver, "device_count", lambda: 1)  # one device: no placement check (ops/_placement)
     monkeypatch.setattr(launch.RowLaunch, "__call__", record)
     for cache in _prepared._caches:
         monkeypatch.setattr(cache, "items", {})

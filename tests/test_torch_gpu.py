@@ -339,6 +339,27 @@ def test_tensors_on_another_device_are_refused(gen):
         pt.rms_norm(x, w)
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
+def test_tensors_on_device_1_with_device_1_selected(gen):
+    """Issue 16: pyrms on device 1 (set_device, torch's current device too): the forward bitwise equal to
+    the twin, the backward run there (tests/test_multi_gpu.py checks every op bitwise, and two threads)."""
+    import pyrms
+
+    x = randn(gen, 8, 5120).to("cuda:1").requires_grad_()
+    w = torch.nn.Parameter(randn(gen, 5120).to("cuda:1"))
+    pyrms.driver.set_device(1)
+    try:
+        with torch.cuda.device(1):
+            y = pt.rms_norm(x, w, 1e-6)
+            y.float().square().sum().backward()
+            torch.cuda.synchronize()
+        assert y.device.index == w.grad.device.index == 1
+        assert bitwise_equal(y.detach().cpu(), twin_rms_norm(x.detach(), w.detach(), 1e-6).cpu())
+        assert w.grad is not None and torch.isfinite(w.grad.float()).all()
+    finally:
+        pyrms.driver.set_device(0)
+
+
 # --- Hugging Face models -----------------------------------------------------------------------------
 
 

@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="most device memory for one shape's rotation sets (default 8)")
     t.add_argument("--epsilon", type=float, default=1e-6, help="default 1e-6")
     t.add_argument("--seed", type=int, default=0, help="random inputs' seed (default 0)")
-    t.add_argument("--device", type=int, default=0, help="CUDA device ordinal (default 0)")
+    t.add_argument("--device", type=int, default=0, help="CUDA device ordinal that every measurement runs on (default 0; python -m pyrms.info lists them)")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=Path("bench/results"), metavar="DIR",
                    help="directory for NAME.json, NAME.txt, NAME.png (default bench/results)")
@@ -155,6 +155,10 @@ def main(argv=None) -> int:
     if reason is not None:
         print(f"{PROG}: no CUDA GPU available: {reason}", file=sys.stderr)
         return 2
+    try:  # before anything is measured: an ordinal this machine lacks is a bad argument
+        driver.get_device(config.device)
+    except ValueError as exc:
+        parser.error(f"--device: {exc}")
     from .run import run
 
     return run(config, argv)

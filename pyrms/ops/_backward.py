@@ -7,7 +7,7 @@ import contextlib
 from .. import driver, dtypes, kernels
 from .. import plan as planner
 from . import _operands as check
-from . import _workspace
+from . import _placement, _workspace
 from ._prepared import Pointers, cache_for, scalars_ok, use_pdl
 
 _ROWS_SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32", "i64", "i32",
@@ -40,7 +40,7 @@ class Prepared:
     both kernels, the shared-memory opt-in and the pointer checks."""
 
     __slots__ = ("device", "plan", "rows_kernel", "sum_kernel", "hidden", "strides", "rows_per_block", "max_rows", "pointers",
-                 "itemsize", "params", "pdl")
+                 "itemsize", "params", "pdl", "placed")
 
     def __init__(self, device, layer_norm, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
                  input_stride, gemma, rows_per_block, params, pdl):
@@ -73,12 +73,15 @@ class Prepared:
         pairs = [(i, j, (i, j) in ((0, 1), (0, 2))) for i in written for j in range(len(operands))
                  if j != i and not (j in written and j < i)]
         self.pointers = Pointers(hidden, operands, pairs)
+        self.placed = _placement.for_device(device)
 
     def __call__(self, grad_input, grad_output, input, weight, grads, epsilon, num_tokens, stream, workspace) -> bool:
         if not (scalars_ok(epsilon, num_tokens, self.max_rows)
                 and self.pointers.ok((grad_input, grad_output, input, weight, *grads), num_tokens)):
             return False
-        p, hidden, handle = self.plan, self.hidden, check.stream(stream)
+        p, hidden, handle, placed = self.plan, self.hidden, check.stream(stream), self.placed
+        if placed is not None and not placed.ok((grad_input, grad_output, input, weight, *grads), handle):
+            return False
         gi_stride, go_stride, x_stride = self.strides
         rows_per_block = self.rows_per_block or p.rows_per_block(num_tokens)
         # One row per block: kernel 1 writes each row's terms, kernel 2 makes the chunks of them.
@@ -153,7 +156,10 @@ def _general(layer_norm, grad_input, grads, grad_output, input, weight, epsilon,
     check.disjoint([r["grad_input"], *(r[name] for name in params)],
                    [r["grad_output"], r["input"], r["weight"], *([own] if own else [])],
                    in_place={("grad_input", "grad_output"), ("grad_input", "input")})
-    check.same_device([region.op for region in r.values()], driver.selected_device().ordinal)
+    device = driver.selected_device()
+    check.same_device([region.op for region in r.values()], device.ordinal)
+    pointers = {name: region.ptr for name, region in r.items()}
+    _placement.check(device, {**pointers, "workspace": own.ptr} if own else pointers, stream)
     prepared = _prepared.require(layer_norm, dt, pdt, hidden, *strides, gemma, rows_per_block, len(grads), pdl)
     launched = prepared(r["grad_input"].ptr, r["grad_output"].ptr, r["input"].ptr, r["weight"].ptr,
                         tuple(r[name].ptr for name in params), eps, num_tokens, stream, own.ptr if own else None)

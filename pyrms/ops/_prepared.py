@@ -3,7 +3,10 @@ launch shape, every static check) resolved once per (device, op, dtype, hidden, 
 
 Each op defines its Prepared class (its per-call checks are inline there: they are the hot path);
 this module keeps them, per op, in a bounded dict keyed by the device and the op's static arguments
-exactly as the caller passed them, so that a repeated call costs one dict lookup.
+exactly as the caller passed them, so that a repeated call costs one dict lookup. Where the process
+sees several devices, a Prepared also checks per call, without a driver call, that its pointers and
+stream were accepted for its device before (``_placement.Placed``; ``_placement`` says what is
+checked where).
 """
 from __future__ import annotations
 

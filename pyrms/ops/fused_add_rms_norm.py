@@ -1,9 +1,10 @@
 """``pyrms.fused_add_rms_norm``: residual add + RMSNorm in place (kernel: cuda_src/fused_add_rms_norm.cu)."""
 from __future__ import annotations
 
-from .. import dtypes
+from .. import driver, dtypes
 from .. import plan as planner
 from . import _operands as check
+from . import _placement
 from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
 from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok, use_pdl
 
@@ -15,7 +16,7 @@ _FEW_ROWS = planner.FEW_ROWS
 class Prepared:
     """One (device, dtype, hidden, strides, options) of fused_add_rms_norm, resolved once."""
 
-    __slots__ = ("rows", "max_rows", "pointers", "weightless")
+    __slots__ = ("rows", "max_rows", "pointers", "weightless", "placed")
 
     def __init__(self, device, dtype, hidden, input_stride, residual_stride, gemma, round_once, pdl, weight_dtype=None):
         hidden = check.size("hidden_size", hidden)
@@ -32,12 +33,16 @@ class Prepared:
         weight = [] if self.weightless else [(p.weight_itemsize, 0)]
         self.pointers = Pointers(hidden, [(size, x_stride), (size, r_stride), *weight],
                                  [(0, 1, False)] + ([] if self.weightless else [(0, 2, False), (1, 2, False)]))
+        self.placed = _placement.for_device(device)  # None with one device: nothing to check per call
 
     def __call__(self, input, residual, weight, epsilon, num_tokens, stream) -> bool:
         pointers = (input, residual) if self.weightless else (input, residual, weight)
         if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok(pointers, num_tokens)):
             return False
-        self.rows(_FEW_ROWS, num_tokens, check.stream(stream), input | residual | weight, input, residual, weight, epsilon)
+        handle, placed = check.stream(stream), self.placed
+        if placed is not None and not placed.ok(pointers, handle):
+            return False
+        self.rows(_FEW_ROWS, num_tokens, handle, input | residual | weight, input, residual, weight, epsilon)
         return True
 
 
@@ -71,8 +76,8 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperan
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(input, residual, weight, epsilon, num_tokens, stream):
             return
-        _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, pdl,
-                 gemma, weight_dtype)
+        _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, stream,
+                 pdl, gemma, weight_dtype)
         launched = _prepared.require(*static)(input, residual, weight, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return
@@ -87,7 +92,7 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperan
                            stream=stream, gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=weight_dtype)
 
 
-def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride,
+def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, stream,
              pdl, gemma, weight_dtype) -> None:
     """Raise the error naming what the prepared launch declined."""
     check.flag("pdl", pdl)
@@ -102,3 +107,4 @@ def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, i
     else:
         _, _, r = check.layout(num_tokens, hidden, dtype, rows=rows, vectors={} if kind == "none" else {"weight": weight})
     check.disjoint([r["input"], r["residual"]], [r["weight"]] if "weight" in r else [])
+    _placement.check(driver.selected_device(), {name: region.ptr for name, region in r.items()}, stream)

@@ -1,9 +1,10 @@
 """``pyrms.layer_norm`` and ``pyrms.layer_norm_backward`` (kernels: cuda_src/layer_norm.cu)."""
 from __future__ import annotations
 
-from .. import dtypes
+from .. import driver, dtypes
 from .. import plan as planner
 from . import _operands as check
+from . import _placement
 from ._backward import norm_backward
 from .._types import DTypeLike, OptionalOperand, Operand, StreamLike, Workspace
 from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok, use_pdl
@@ -16,7 +17,7 @@ _FEW_ROWS = planner.FEW_ROWS
 class Prepared:
     """One (device, dtype, hidden, strides, bias or not) of layer_norm, resolved once."""
 
-    __slots__ = ("rows", "max_rows", "pointers")
+    __slots__ = ("rows", "max_rows", "pointers", "placed")
 
     def __init__(self, device, dtype, hidden, input_stride, out_stride, has_bias, pdl):
         hidden = check.size("hidden_size", hidden)
@@ -31,14 +32,19 @@ class Prepared:
         vectors = [(size, 0)] * (2 if has_bias else 1)
         self.pointers = Pointers(hidden, [(size, o_stride), (size, x_stride), *vectors],
                                  [(0, 1, True), *((0, 2 + k, False) for k in range(len(vectors)))])
+        self.placed = _placement.for_device(device)
 
     def __call__(self, out, input, weight, bias, epsilon, num_tokens, stream) -> bool:
         if not scalars_ok(epsilon, num_tokens, self.max_rows):
             return False
-        if not self.pointers.ok((out, input, weight) if bias is None else (out, input, weight, bias), num_tokens):
+        pointers = (out, input, weight) if bias is None else (out, input, weight, bias)
+        if not self.pointers.ok(pointers, num_tokens):
+            return False
+        handle, placed = check.stream(stream), self.placed
+        if placed is not None and not placed.ok(pointers, handle):
             return False
         b = 0 if bias is None else bias
-        self.rows(_FEW_ROWS, num_tokens, check.stream(stream), out | input | weight | b, out, input, weight, b, epsilon)
+        self.rows(_FEW_ROWS, num_tokens, handle, out | input | weight | b, out, input, weight, b, epsilon)
         return True
 
 
@@ -69,7 +75,7 @@ def layer_norm(out: OptionalOperand, input: Operand, weight: Operand, bias: Oper
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(out, input, weight, bias, epsilon, num_tokens, stream):
             return out
-        _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, pdl)
+        _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl)
         launched = _prepared.require(*static)(out, input, weight, bias, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
@@ -87,7 +93,7 @@ def layer_norm(out: OptionalOperand, input: Operand, weight: Operand, bias: Oper
     return out
 
 
-def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride,
+def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
              pdl) -> None:
     """Raise the error naming what the prepared launch declined."""
     check.flag("pdl", pdl)
@@ -98,6 +104,7 @@ def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, 
                            rows={"out": (out, out_stride, "out_stride"), "input": (input, input_stride, "input_stride")},
                            vectors=vectors)
     check.disjoint([r["out"]], [r[name] for name in ("input", *vectors)], in_place={("out", "input")})
+    _placement.check(driver.selected_device(), {name: region.ptr for name, region in r.items()}, stream)
 
 
 def layer_norm_backward(grad_input: Operand, grad_weight: Operand, grad_bias: Operand | None, grad_output: Operand,

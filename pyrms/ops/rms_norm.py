@@ -5,6 +5,7 @@ from .. import driver, dtypes
 from .. import plan as planner
 from . import _operands as check
 from .._types import DTypeLike, OptionalOperand, Operand, StreamLike
+from . import _placement
 from ._prepared import RowLaunches, cache_for, use_pdl
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
@@ -22,7 +23,7 @@ class Prepared:
     then says what is wrong."""
 
     __slots__ = ("rows", "mask", "max_rows", "row_bytes", "x_step", "o_step", "same_steps", "spans", "weightless",
-                 "w_mask", "w_bytes")
+                 "w_mask", "w_bytes", "placed")
 
     def __init__(self, device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype=None):
         hidden = check.size("hidden_size", hidden)
@@ -41,6 +42,7 @@ class Prepared:
         self.row_bytes, self.x_step, self.o_step = hidden * dt.itemsize, x_stride * dt.itemsize, o_stride * dt.itemsize
         self.same_steps = x_stride == o_stride
         self.spans = (1, self.row_bytes, self.row_bytes)  # (rows, out's bytes, input's bytes) of the last call
+        self.placed = _placement.for_device(device)  # None with one device: nothing to check per call
 
     def __call__(self, out, input, weight, epsilon, num_tokens, stream) -> bool:
         if not (type(num_tokens) is int and 0 < num_tokens <= self.max_rows and type(epsilon) is float
@@ -64,6 +66,9 @@ class Prepared:
             stream = 0
         elif type(stream) is not int or not 0 <= stream < 18446744073709551616:
             stream = check.stream(stream)
+        placed = self.placed
+        if placed is not None and not placed.ok((out, input) if self.weightless else (out, input, weight), stream):
+            return False
         rows = self.rows  # RowLaunches.__call__, inlined: a Python frame less on the hot path
         if num_tokens <= _FEW_ROWS:
             few = rows.few_aligned if rows.aligned_layout and not pointers_or & 15 else rows.few
@@ -173,4 +178,6 @@ def _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_
     if p.weight != "none":
         check.no_partial_overlap(o, o_span, w, check.span(weight, 1, hidden, hidden, p.weight_itemsize), may_alias=False)
     check.stream(stream)
-    driver.selected_device()  # a missing driver is reported after the arguments
+    # Last: a missing driver is reported after the arguments.
+    placed = dict(zip(_NAMES, (out, input, weight) if p.weight != "none" else (out, input)))
+    _placement.check(driver.selected_device(), placed, stream)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .. import driver, dtypes, kernels, launch
 from . import _operands as check
+from . import _placement
 from ._prepared import cache_for, scalars_ok
 from .._types import DTypeLike, Operand, StreamLike
 
@@ -46,7 +47,7 @@ def plan_seed(dtype, hidden: int) -> SeedPlan:
 class Prepared:
     """One (device, dtype, hidden) of the seed kernel, resolved once: plan, kernel, row limit."""
 
-    __slots__ = ("kernel", "launch", "row_bytes", "max_rows")
+    __slots__ = ("kernel", "launch", "row_bytes", "max_rows", "placed")
 
     def __init__(self, device, dtype, hidden):
         hidden = check.size("hidden_size", hidden)
@@ -55,6 +56,7 @@ class Prepared:
         self.kernel = kernels.get(p.source, p.expression, (p.expression,), _SIGNATURE, device)
         self.launch = launch.RowLaunch(_SIGNATURE, p.block, (), device)
         self.row_bytes, self.max_rows = hidden * dt.itemsize, check.max_rows(hidden, hidden)
+        self.placed = _placement.for_device(device)
 
     def __call__(self, out, input, weight, epsilon, num_tokens, stream) -> bool:
         if not scalars_ok(epsilon, num_tokens, self.max_rows) or not (out and input and weight) or (
@@ -63,7 +65,10 @@ class Prepared:
         o_end, x_end = out + num_tokens * self.row_bytes, input + num_tokens * self.row_bytes
         if (out < x_end and input < o_end and out != input) or (out < weight + self.row_bytes and weight < o_end):
             return False
-        self.launch(self.kernel, num_tokens, check.stream(stream), out, input, weight, epsilon)
+        handle, placed = check.stream(stream), self.placed
+        if placed is not None and not placed.ok((out, input, weight), handle):
+            return False
+        self.launch(self.kernel, num_tokens, handle, out, input, weight, epsilon)
         return True
 
 
@@ -98,6 +103,8 @@ def seed_rms_norm(out: Operand, input: Operand, weight: Operand, epsilon: float,
     check.no_partial_overlap(ops[0], o_span, ops[2], check.span(ops[2].ptr, 1, hidden, hidden, dt.itemsize),
                              may_alias=False)
     check.stream(stream)
-    check.same_device(ops, driver.selected_device().ordinal)
+    device = driver.selected_device()
+    check.same_device(ops, device.ordinal)
+    _placement.check(device, {op.name: op.ptr for op in ops}, stream)
     launched = _prepared.require(dt, hidden)(ops[0].ptr, ops[1].ptr, ops[2].ptr, eps, num_tokens, stream)
     assert launched, "the checks above accept what the prepared launch declines"
