@@ -2,7 +2,8 @@
 //
 //   mean = sum(x) / n,  var = sum((x - mean)^2) / n  (two passes, over registers),  inv = 1 / sqrt(var + eps)
 //   forward:   y  = round_T(((x - mean) * inv) * w + b)      all in fp32, rounded once at the end
-//              (BIAS = false: y = round_T(((x - mean) * inv) * w), no addition, so -0 stays -0 as in PyTorch)
+//              (BIAS = false: y = round_T(((x - mean) * inv) * w), no addition, so -0 stays -0 as in PyTorch;
+//              W = void, no weight: w = 1, as torch.nn.LayerNorm(elementwise_affine=False))
 //   backward:  x_hat = (x - mean) * inv,  g = w * dy
 //              dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
 //              dw = sum over rows of dy * x_hat,  db = sum over rows of dy   (fp32, fixed order)
@@ -24,9 +25,10 @@
 namespace pyrms {
 
 // bias is not read when BIAS is false (it may be null).
-template <typename T, int CACHE, int SPREAD, bool BIAS, bool EARLY_WEIGHTS, bool ALIGNED>
+// W: the weight's type, T or void (no weight: y = round_T((x - mean) * inv [+ b]), weight not read).
+template <typename T, int CACHE, int SPREAD, bool BIAS, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_kernel(
-    T* out, const T* input, const T* __restrict__ weight, const T* __restrict__ bias, float epsilon, int hidden,
+    T* out, const T* input, const W* __restrict__ weight, const T* __restrict__ bias, float epsilon, int hidden,
     long long input_stride, long long out_stride) {
     using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
     __shared__ float scratch[2][32];
@@ -38,13 +40,14 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_ker
     const RowSplit s = sh.split(in_row, hidden);
     const RowIn<T, false> src{in_row};
     Pack<T> held[Shape::SLOTS];
-    WeightVec<T, T> held_w[Shape::SLOTS];
+    WeightVec<T, W> held_w[Shape::SLOTS];
     load_held(sh, s, src, held);
     if constexpr (EARLY_WEIGHTS) load_held_weights(sh, out_row, in_row, weight, hidden, held_w);
     const RowStats st = row_stats<T, CACHE, SPREAD, ALIGNED, true>(sh, s, hidden, epsilon, src, held, scratch[0], scratch[1],
                                                           partials);
-    write_row<T, T, CACHE, SPREAD, ALIGNED, BIAS, false, EARLY_WEIGHTS>(sh, out_row, in_row, weight, bias, hidden, held,
+    write_row<T, W, CACHE, SPREAD, ALIGNED, BIAS, false, EARLY_WEIGHTS>(sh, out_row, in_row, weight, bias, hidden, held,
                                                                 held_w, [st](T x, float w, T b) {
+        // without a weight, w = 1: the product by 1 is exact
         const float scaled = __fmul_rn(__fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv), w);
         return from_float<T>(BIAS ? __fadd_rn(scaled, to_float(b)) : scaled);
     });

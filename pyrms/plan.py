@@ -276,6 +276,7 @@ SHARED_SUMS_LIMIT = 96 * 1024
 @dataclass(frozen=True)
 class LayerNormPlan(_RowPlan):
     bias: bool = True  # False: y = x_hat * w, no bias term
+    weightless: bool = False  # True: no weight (w = 1), the kernels' W = void
 
     kernel = "layer_norm_kernel"
     source = "layer_norm.cu"
@@ -283,17 +284,24 @@ class LayerNormPlan(_RowPlan):
     def _flags(self) -> tuple:
         return (self.bias,)
 
+    def _weight_type(self) -> str:
+        return ", void" if self.weightless else ""
+
     @property
     def group(self) -> tuple[str, ...]:
-        """Every kernel of layer_norm.cu for one dtype, forward (with and without bias) and backward."""
+        """Every kernel of layer_norm.cu for one dtype, forward (with and without bias) and backward;
+        without a weight, its own unit of the forward kernels (with and without bias)."""
+        if self.weightless:
+            return self._group((True,)) + self._group((False,))
         backward = [NormBackwardPlan(self.dtype, 0, 32, v, True, False, dtypes.FLOAT32).expression
                     for v in (0, *BACKWARD_VECTORS)]
         return self._group((True,)) + self._group((False,)) + tuple(backward + list(_sum_partials(self.dtype)))
 
 
-def plan_layer_norm(dtype, hidden: int, *, bias: bool = True) -> LayerNormPlan:
+def plan_layer_norm(dtype, hidden: int, *, bias: bool = True, weight: bool = True) -> LayerNormPlan:
+    """weight=False: no weight (torch.nn.LayerNorm(elementwise_affine=False) when bias is False too)."""
     dt = dtypes.get(dtype)
-    return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden), bool(bias))
+    return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden), bool(bias), not weight)
 
 
 def _sum_partials(dtype: dtypes.DType) -> dict[str, None]:

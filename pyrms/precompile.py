@@ -62,8 +62,11 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
     elif op == "fused_add_rms_norm":
         p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype)
     elif op == "layer_norm":
-        p = plan.plan_layer_norm(dt, hidden, bias=bias)
-        flags = ""  # one unit per dtype: with and without bias, forward and backward
+        if weight_dtype not in (None, "none"):
+            raise ValueError(f"layer_norm's weight is of the dtype or none, got weight_dtype={weight_dtype!r}")
+        p = plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight_dtype is None)
+        # one unit per dtype: with and without bias, forward and backward; and one without a weight
+        flags = "" if weight_dtype is None else " weight=none"
     elif op in ("rms_norm_backward", "layer_norm_backward"):
         p = plan.plan_norm_backward(dt, hidden, layer_norm=op == "layer_norm_backward", gemma=gemma,
                                     grad_dtype=grad_dtype)
@@ -85,7 +88,7 @@ def _options(op: str, dt: dtypes.DType) -> list[dict]:
         return [dict(gemma=g, round_once=r, weight_dtype=w) for w in weights for g in (False, True)
                 for r in (False, True) if not (g and w == "none")]
     if op == "layer_norm":
-        return [dict(bias=b) for b in (True, False)]
+        return [dict(bias=b, weight_dtype=w) for w in (None, "none") for b in (True, False)]
     if op == "rms_norm_backward":
         return [dict(gemma=g, grad_dtype=d) for g in (False, True) for d in (None, "float32")]
     if op == "layer_norm_backward":

@@ -173,21 +173,27 @@ def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_pha
 
 
 def layer_norm_ref(x, weight, bias, epsilon):
-    """float64 LayerNorm of the rows of x: (x - mean) / sqrt(var + eps) * w + b (population variance)."""
+    """float64 LayerNorm of the rows of x: (x - mean) / sqrt(var + eps) * w + b (population variance;
+    weight None: w = 1, bias None: b = 0)."""
     x64 = _as_2d(x).astype(np.float64)
     centered = x64 - x64.mean(axis=1, keepdims=True)
     inv = 1.0 / np.sqrt(np.mean(centered * centered, axis=1, keepdims=True) + float(epsilon))
-    return centered * inv * np.asarray(weight).astype(np.float64) + np.asarray(bias).astype(np.float64)
+    w64 = 1.0 if weight is None else np.asarray(weight).astype(np.float64)
+    b64 = 0.0 if bias is None else np.asarray(bias).astype(np.float64)
+    return centered * inv * w64 + b64
 
 
 def layer_norm_twin(x, weight, bias, epsilon, *, block, row_phases=0):
     """Bit-exact twin of layer_norm_kernel: fp32 two-pass statistics, one rounding at the end.
-    bias None: no bias term (no addition of 0, which would turn -0 into +0)."""
+    bias None: no bias term (no addition of 0, which would turn -0 into +0); weight None: no weight
+    (the kernel's product by 1, exact)."""
     x = _as_2d(x)
     dt = dtypes.get(x.dtype)
     xf = x.astype(F32)
     mean, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems, centered=True)
-    y = (xf - mean[:, None]) * inv[:, None] * np.asarray(weight).astype(F32)
+    y = (xf - mean[:, None]) * inv[:, None]
+    if weight is not None:
+        y = y * np.asarray(weight).astype(F32)
     if bias is not None:
         y = y + np.asarray(bias).astype(F32)
     return y.astype(dt.numpy)

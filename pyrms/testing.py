@@ -274,27 +274,31 @@ def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=
 
 
 def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in_place=False, bias=True,
-                     epsilon=1e-5, stream=None, variant=None, pdl=None):
+                     epsilon=1e-5, stream=None, variant=None, pdl=None, weight="same"):
     """One pyrms.layer_norm launch on guarded operands ('input', 'out', 'weight', 'bias'), compared bit
     for bit with the twin; in_place writes over the input (then 'out' takes no offset or stride);
-    bias=False passes bias=None (a LayerNorm without bias)."""
+    bias=False passes bias=None (a LayerNorm without bias), weight="none" weight=None ("same": the
+    dtype's, as in check_rms_norm; LayerNorm has no fp32 weight yet)."""
     from .ops.layer_norm import layer_norm
 
+    if weight not in ("same", "none"):
+        raise ValueError(f"weight must be 'same' or 'none' for layer_norm, got {weight!r}")
     dt = dtypes.get(dtype)
     names = ("input",) if in_place else ("input", "out")
-    vectors = ("weight", "bias") if bias else ("weight",)
+    vectors = ("weight",) * (weight == "same") + ("bias",) * bool(bias)
     ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=vectors, outputs=("out",))
-    x, w, b = ops["input"], ops["weight"], ops.get("bias")
+    x, w, b = ops["input"], ops.get("weight"), ops.get("bias")
     out = x if in_place else ops["out"]
     with _closing(*ops.values()):
-        p = plan.plan_layer_norm(dt, hidden, bias=bias)
-        want = reference.layer_norm_twin(x.values(), w.values()[0], b.values()[0] if b else None, epsilon,
-                                         block=p.block, row_phases=phases(x))
+        p = plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight == "same")
+        want = reference.layer_norm_twin(x.values(), w.values()[0] if w else None, b.values()[0] if b else None,
+                                         epsilon, block=p.block, row_phases=phases(x))
         with forced_row_variant(variant):
             run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place, no_bias=not bias,
-                               variant=variant, pdl=pdl),
-                        lambda: layer_norm(out.ptr, x.ptr, w.ptr, b.ptr if b else None, epsilon, rows, hidden, dtype=dt,
-                                           input_stride=x.stride, out_stride=out.stride, stream=stream, **_pdl(pdl)),
+                               weight=weight, variant=variant, pdl=pdl),
+                        lambda: layer_norm(out.ptr, x.ptr, w.ptr if w else None, b.ptr if b else None, epsilon, rows,
+                                           hidden, dtype=dt, input_stride=x.stride, out_stride=out.stride,
+                                           stream=stream, **_pdl(pdl)),
                         outputs={"out": (out, want)},
                         inputs={name: ops[name] for name in (*vectors, *(() if in_place else ("input",)))})
 

@@ -88,6 +88,18 @@ def test_weight_kinds_name_their_kernels():
         plan.plan_fused_add_rms_norm(bf16, 64, gemma=True, weight_dtype="none")
 
 
+def test_layer_norm_without_weight_has_its_own_unit():
+    ln = plan.plan_layer_norm(dtypes.FLOAT16, 5120, weight=False)
+    assert ln.expression == "pyrms::layer_norm_kernel<__half, 4, 1, true, false, false, void>"
+    assert ln.latency_expression in ln.group and len(ln.group) == 2 * len(plan.plan_layer_norm("fp16", 5120, bias=False)._group((True,)))
+    assert not any("backward" in e for e in ln.group) and not set(ln.group) & set(plan.plan_layer_norm("fp16", 5120).group)
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-3, 3, (3, 77)).astype(np.float32)
+    assert np.array_equal(reference.layer_norm_twin(x, None, None, 1e-6, block=32),
+                          reference.layer_norm_twin(x, np.ones(77, np.float32), None, 1e-6, block=32))
+    assert np.allclose(reference.layer_norm_ref(x, None, None, 1e-6), reference.layer_norm_ref(x, np.ones(77), np.zeros(77), 1e-6))
+
+
 def test_twin_without_weight_is_the_product_by_one():
     rng = np.random.default_rng(3)
     for dt in dtypes.ALL:
@@ -289,7 +301,7 @@ def _all_variants(source):
             exprs += [e for w in (("none", "float32") if dt is not dtypes.FLOAT32 else ("none",))
                       for e in plan.plan_fused_add_rms_norm(dt, 64, weight_dtype=w).group]
         elif source == "layer_norm.cu":
-            exprs += plan.plan_layer_norm(dt, 64).group
+            exprs += plan.plan_layer_norm(dt, 64).group + plan.plan_layer_norm(dt, 64, weight=False).group
         else:
             exprs += plan.plan_norm_backward(dt, 64).group
     return list(dict.fromkeys(exprs))

@@ -136,9 +136,9 @@ def test_every_unit_counts():
         by_source[u.source] = by_source.get(u.source, 0) + 1
     # rms_norm and fused add: per dtype, gemma x round_once with the dtype's weight and with an fp32 one
     # (bf16 and fp16 only), and round_once without a weight: 4 + 4 + 2 for 2-byte dtypes, 4 + 2 for
-    # fp32. LayerNorm and the backward: one per dtype; the seed at 5120 in bf16 and fp16 (fp32 would
-    # need 1280 threads).
-    assert by_source == {"rms_norm.cu": 26, "fused_add_rms_norm.cu": 26, "layer_norm.cu": 3,
+    # fp32. LayerNorm: one per dtype, and one per dtype without a weight; the backward: one per dtype;
+    # the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads).
+    assert by_source == {"rms_norm.cu": 26, "fused_add_rms_norm.cu": 26, "layer_norm.cu": 6,
                          "rms_norm_backward.cu": 3, "seed_rms_norm.cu": 2}
     assert precompile.every_unit(["rms_norm"], [dtypes.FLOAT32]) == \
         [u for u in units if u.label.startswith("rms_norm.cu float32")]
@@ -149,8 +149,9 @@ def test_list_compiles_nothing(capsys, monkeypatch):
     monkeypatch.setattr(precompile, "compile_units", None)  # would fail if called
     assert precompile.main(["--list", "--ops", "layer_norm,seed", "--dtypes", "bf16", "--seed-hidden", "769,4096"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == ["layer_norm.cu bfloat16: 33 kernels", "seed_rms_norm.cu bfloat16 hidden 4096: 1 kernel",
-                   "seed_rms_norm.cu bfloat16 hidden 769: 1 kernel", "precompile: 3 compile units"]
+    assert out == ["layer_norm.cu bfloat16: 33 kernels", "layer_norm.cu bfloat16 weight=none: 28 kernels",
+                   "seed_rms_norm.cu bfloat16 hidden 4096: 1 kernel", "seed_rms_norm.cu bfloat16 hidden 769: 1 kernel",
+                   "precompile: 4 compile units"]
 
 
 # --- pyrms.precompile: compiling ------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The weight variants of rms_norm and fused_add_rms_norm on the GPU (issue 13): no weight
+"""The weight variants of rms_norm, fused_add_rms_norm and layer_norm on the GPU (issue 13): no weight
 (``weight=None``) and an fp32 weight beside bf16/fp16 rows, bit for bit against the twin on every
 misalignment of every pointer, both launch shapes, strides, in place, and arrays (torch tensors).
 
@@ -10,7 +10,7 @@ import pytest
 
 import pyrms
 from pyrms import dtypes, plan, reference
-from pyrms.testing import bits, check_fused_add_rms_norm, check_rms_norm
+from pyrms.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm
 
 pytestmark = pytest.mark.gpu
 
@@ -90,3 +90,16 @@ def test_torch_tensors_fp32_weight_and_no_weight():
         assert np.array_equal(bits(out.cpu().numpy()), bits(twin))
     with pytest.raises(ValueError, match="weight has dtype float32, but weight_dtype is float16"):
         pyrms.rms_norm(torch.empty_like(x), x, w, 1e-6, weight_dtype="float16")
+
+
+@pytest.mark.parametrize("variant", ["few", "many"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm_without_weight(rng, dtype, bias, variant):
+    vec = dtypes.get(dtype).vec_elems
+    for hidden in (7, 769, 5125):
+        for name in ("input", "out") + (("bias",) if bias else ()):
+            for off in range(vec):
+                check_layer_norm(rng, dtype, 3, hidden, offsets={name: off}, bias=bias, weight="none", variant=variant)
+    check_layer_norm(rng, dtype, 300, 4096, strides={"input": 4099}, bias=bias, weight="none")
+    check_layer_norm(rng, dtype, 17, 5120, in_place=True, bias=bias, weight="none")

@@ -112,6 +112,10 @@ def extra_cases():
                     yield "fused_add_rms_norm", check_fused_add_rms_norm, dict(
                         dtype=dtype, rows=3, hidden=hidden, offsets={"input": 1, "residual": n - 1, "weight": w_off},
                         weight=weight, variant=variant)
+            for variant in ("few", "many"):  # LayerNorm without a weight, with and without bias
+                for bias in (True, False):
+                    yield "layer_norm", check_layer_norm, dict(dtype=dtype, rows=3, hidden=hidden, weight="none", bias=bias,
+                                                               offsets={"input": 1, "out": n - 1}, variant=variant)
             for variant in ("few", "many"):
                 yield "rms_norm", check_rms_norm, dict(dtype=dtype, rows=3, hidden=hidden, in_off=1, variant=variant,
                                                        pdl=True)
@@ -184,7 +188,7 @@ def select(ops, quick: bool, shard: tuple[int, int] = (0, 1)):
 def compile_unit(op: str, case: dict) -> precompile_mod.Unit:
     """The unit (source and name expressions compiled together) a case launches: what
     pyrms.kernels.get compiles, so the disk cache entry is the one the launch will look up."""
-    weight = {"same": None}.get(case.get("weight", "same"), case.get("weight"))
+    weight = None if case.get("weight", "same") == "same" else case["weight"]
     return precompile_mod.unit(op, case["dtype"], case["hidden"], gemma=case.get("gemma", False),
                                round_once=case.get("round_once", False), bias=case.get("bias", True),
                                grad_dtype=case.get("grad_dtype"), weight_dtype=weight)

@@ -17,19 +17,20 @@ _FEW_ROWS = planner.FEW_ROWS
 class Prepared:
     """One (device, dtype, hidden, strides, bias or not) of layer_norm, resolved once."""
 
-    __slots__ = ("rows", "max_rows", "pointers", "placed")
+    __slots__ = ("rows", "max_rows", "pointers", "placed", "has_weight")
 
-    def __init__(self, device, dtype, hidden, input_stride, out_stride, has_bias, pdl):
+    def __init__(self, device, dtype, hidden, input_stride, out_stride, has_bias, pdl, has_weight=True):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
-        p = planner.plan_layer_norm(dt, hidden, bias=has_bias)
+        p = planner.plan_layer_norm(dt, hidden, bias=has_bias, weight=has_weight)
         self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
                                 (x_stride, o_stride))
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
         size = dt.itemsize  # out: in place over input allowed, disjoint from the weight and bias
-        vectors = [(size, 0)] * (2 if has_bias else 1)
+        self.has_weight = has_weight  # without one, the weight pointer is null and never read
+        vectors = [(size, 0)] * (int(has_weight) + int(has_bias))
         self.pointers = Pointers(hidden, [(size, o_stride), (size, x_stride), *vectors],
                                  [(0, 1, True), *((0, 2 + k, False) for k in range(len(vectors)))])
         self.placed = _placement.for_device(device)
@@ -37,27 +38,28 @@ class Prepared:
     def __call__(self, out, input, weight, bias, epsilon, num_tokens, stream) -> bool:
         if not scalars_ok(epsilon, num_tokens, self.max_rows):
             return False
-        pointers = (out, input, weight) if bias is None else (out, input, weight, bias)
+        pointers = (out, input, *((weight,) if self.has_weight else ()), *(() if bias is None else (bias,)))
         if not self.pointers.ok(pointers, num_tokens):
             return False
         handle, placed = check.stream(stream), self.placed
         if placed is not None and not placed.ok(pointers, handle):
             return False
-        b = 0 if bias is None else bias
-        self.rows(_FEW_ROWS, num_tokens, handle, out | input | weight | b, out, input, weight, b, epsilon)
+        w, b = weight or 0, bias or 0
+        self.rows(_FEW_ROWS, num_tokens, handle, out | input | w | b, out, input, w, b, epsilon)
         return True
 
 
 _prepared = cache_for(Prepared)
 
 
-def layer_norm(out: OptionalOperand, input: Operand, weight: Operand, bias: Operand | None, epsilon: float,
+def layer_norm(out: OptionalOperand, input: Operand, weight: Operand | None, bias: Operand | None, epsilon: float,
                num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
                input_stride: int | None = None, out_stride: int | None = None,
                stream: StreamLike = None, pdl: bool = True) -> OptionalOperand:
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
-    ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``).
+    ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``);
+    ``weight=None`` without a weight (``elementwise_affine=False`` when bias is None too).
     Returns ``out`` (a new pyrms.Tensor when ``out`` is None).
 
     Statistics in fp32 in two passes (the mean, then the squared deviations from it, over values held
@@ -70,8 +72,9 @@ def layer_norm(out: OptionalOperand, input: Operand, weight: Operand, bias: Oper
     ``stream``, ``epsilon``, ``pdl``: as in ``pyrms.rms_norm``. Everything is validated before the launch,
     which is asynchronous on ``stream``.
     """
-    if type(out) is int and type(input) is int and type(weight) is int and (bias is None or type(bias) is int):
-        static = (dtype, hidden_size, input_stride, out_stride, bias is not None, pdl)
+    if type(out) is int and type(input) is int and (weight is None or type(weight) is int) and (
+            bias is None or type(bias) is int):
+        static = (dtype, hidden_size, input_stride, out_stride, bias is not None, pdl, weight is not None)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(out, input, weight, bias, epsilon, num_tokens, stream):
             return out
@@ -79,7 +82,7 @@ def layer_norm(out: OptionalOperand, input: Operand, weight: Operand, bias: Oper
         launched = _prepared.require(*static)(out, input, weight, bias, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
-    vectors = [("weight", weight)] + ([] if bias is None else [("bias", bias)])
+    vectors = ([] if weight is None else [("weight", weight)]) + ([] if bias is None else [("bias", bias)])
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", False),
                                                  ("out", out, out_stride, "out_stride", True)], vectors=vectors)
@@ -88,7 +91,8 @@ def layer_norm(out: OptionalOperand, input: Operand, weight: Operand, bias: Oper
         found["out"] = (out.ptr, hidden)
     if rows:
         (x, x_stride), (o, o_stride) = found["input"], found["out"]
-        layer_norm(o, x, found["weight"][0], None if bias is None else found["bias"][0], epsilon, rows, hidden,
+        layer_norm(o, x, None if weight is None else found["weight"][0], None if bias is None else found["bias"][0],
+                   epsilon, rows, hidden,
                    dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream, pdl=pdl)
     return out
 
@@ -99,7 +103,7 @@ def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, 
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
-    vectors = {"weight": weight} if bias is None else {"weight": weight, "bias": bias}
+    vectors = {name: v for name, v in (("weight", weight), ("bias", bias)) if v is not None}
     _, _, r = check.layout(num_tokens, hidden, dtype,
                            rows={"out": (out, out_stride, "out_stride"), "input": (input, input_stride, "input_stride")},
                            vectors=vectors)
