@@ -211,7 +211,7 @@ template <typename T> struct WeightVec<T, void> {
 
 // The widest load aligned at w + at for every body vector `at` of a split whose vectors start at
 // phase `out_phase` (in T's elements): W's phase relative to it, modulo W's vector.
-template <typename T, typename W, typename Shape>
+template <typename W, typename Shape>
 __device__ __forceinline__ int weight_width(const Shape& sh, const W* w, int out_phase) {
     if constexpr (Weightless<W>::value) {
         return 16;
@@ -239,7 +239,6 @@ template <typename W> __device__ __forceinline__ float weight_at(const W* w, int
     }
 }
 
-
 // The weights of the thread's held vectors at out's split, loaded before the reduction so that their
 // latency overlaps the row's instead of following the barrier (the few-row kernels: latency, not
 // bandwidth, sets their time). Only where x shares out's phase: then pass 2's vectors are the held ones.
@@ -250,7 +249,7 @@ __device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, 
     constexpr int N = Vec<T>::N;
     const int out_phase = sh.phase(out);
     if (((sh.phase(x) - out_phase) & (N - 1)) != 0) return;
-    const int w_width = weight_width<T>(sh, w, out_phase);
+    const int w_width = weight_width(sh, w, out_phase);
     const RowSplit s = sh.split(out, n);
 #pragma unroll
     for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
@@ -276,7 +275,7 @@ __device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED>
     const int B = blockDim.x;
     const int out_phase = sh.phase(out);
     const int rel_x = (sh.phase(x) - out_phase) & (N - 1);
-    const int w_width = weight_width<T>(sh, w, out_phase);
+    const int w_width = weight_width(sh, w, out_phase);
     const int b_width = BIAS ? load_width<T>((sh.phase(b) - out_phase) & (N - 1)) : 16;
     const RowSplit s = sh.split(out, n);
     auto element = [&](int i) {
