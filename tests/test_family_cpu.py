@@ -359,6 +359,17 @@ def test_ptx_dump_knows_the_family():
         assert expression("rms_norm_backward", "gemma") == "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 0, true>"
         assert expression("layer_norm_backward", hidden=65537) == "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0>"
         assert expression("sum_partials", "grad=fp32") == "pyrms::sum_partials_kernel<float>"
+        assert expression("rms_norm", "weight=float32") == \
+            "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, false, float>"
+        assert expression("fused_add_rms_norm", "few,weight=none") == \
+            "pyrms::fused_add_rms_norm_kernel<__nv_bfloat16, 4, 4, false, false, true, false, void>"
+        assert expression("layer_norm", "weightless,bias=false") == \
+            "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, void>"
+        with pytest.raises(ValueError, match="expected weight=same\\|float32\\|none, got 'fp8'"):
+            tool.resolve_variant(tool.FAMILIES["rms_norm"], "weight=fp8", bf16, 64)
+        variant = tool.resolve_variant(tool.FAMILIES["rms_norm"], "weight=none", bf16, 64)
+        assert tool.output_stem("rms_norm", bf16, 64, "sm_90", variant).endswith("-weightnone")
+        assert "weight" not in tool.output_stem("rms_norm", bf16, 64, "sm_90", tool.FAMILIES["rms_norm"].defaults(bf16, 64))
         with pytest.raises(ValueError, match="vectors=0\\|1\\|2"):
             tool.resolve_variant(tool.FAMILIES["rms_norm_backward"], "vectors=3", bf16, 64)
     finally:

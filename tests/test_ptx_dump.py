@@ -281,11 +281,11 @@ def test_cli_bad_arguments_one_line(tmp_path, args, names):
 
 def test_resolve_variant_and_stem(tool):
     family = tool.FAMILIES["rms_norm"]
-    planned = {"few": False, "aligned": False, "gemma": False, "round_once": False}
+    planned = {"few": False, "aligned": False, "gemma": False, "round_once": False, "weight": "same"}
     assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 5120) == {"cache": 4, **planned}
     assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 65536) == {"cache": 0, **planned}
     variant = tool.resolve_variant(family, "cache=0, gemma,round_once=off", dtypes.FLOAT16, 5120)
-    assert variant == {"cache": 0, "few": False, "aligned": False, "gemma": True, "round_once": False}
+    assert variant == {"cache": 0, "few": False, "aligned": False, "gemma": True, "round_once": False, "weight": "same"}
     stem = tool.output_stem("rms_norm", dtypes.FLOAT16, 5120, "sm_90", variant)
     assert stem == "rms_norm-float16-h5120-sm_90-cache0-gemma"
     few = tool.resolve_variant(family, "few", dtypes.BFLOAT16, 5120)
