@@ -437,7 +437,7 @@ def test_decode_targets_against_the_fastest_other():
 
 def test_pyrms_nopdl_calls_rms_norm_with_pdl_only_where_it_has_the_keyword(monkeypatch):
     import pyrms
-    from pyrms.bench import impls
+    from pyrms.bench import impls, registry
 
     problem = types.SimpleNamespace(ptrs=lambda name: {"x": [0x100, 0x200], "y": [0x300, 0x400]}[name],
                                     weight=types.SimpleNamespace(ptr=0x500), tokens=1, hidden=4096, dt=dtypes.BFLOAT16)
@@ -450,10 +450,10 @@ def test_pyrms_nopdl_calls_rms_norm_with_pdl_only_where_it_has_the_keyword(monke
 
     monkeypatch.setattr(pyrms, "rms_norm", lambda out, input, weight, epsilon, *a, dtype=None, stream=None: None)
     with pytest.raises(impls.Unavailable, match="rms_norm has no pdl= keyword"):
-        impls.make("rms_norm", "pyrms_nopdl", ctx, problem)
+        registry.make("rms_norm", "pyrms_nopdl", ctx, problem)
     monkeypatch.setattr(pyrms, "rms_norm", rms_norm)
     for name in ("pyrms", "pyrms_nopdl"):
-        impls.make("rms_norm", name, ctx, problem).launch(1)
+        registry.make("rms_norm", name, ctx, problem).launch(1)
     # the plain implementation leaves pdl to the op's default (on); pyrms_nopdl turns it off
     assert calls == [(0x400, 0x200, 0x500, 1e-6, 1, 4096, "bfloat16", 0x77, pdl) for pdl in ("default", False)]
 
@@ -921,3 +921,19 @@ def test_simulated_run_reports_a_wrong_output_as_failed(sim, tmp_path, capsys):
     assert all(r["samples_us_per_round"] == [] for r in mine)  # never timed
     assert all(r["status"] in ("ok", "skipped") for r in data["results"] if r["impl"] == "seed")
     assert "pyrms failed at" in out and "FAIL" in out
+
+
+def test_targets_are_read_from_their_data_file(tmp_path):
+    data = json.loads(targets.TARGETS_FILE.read_text())
+    loaded = targets.load()
+    assert loaded["FORWARD_CEILING"][(16384, 5120)] == data["forward"]["ceiling"]["16384x5120"] == targets.FORWARD_CEILING[(16384, 5120)]
+    assert loaded["FLOOR_LIMITS"]["pyrms"] == (True, data["decode"]["floor_limits"]["pyrms"]["at_most"])
+    assert loaded["EXTRA_OP_SHAPE"] == (16384, 5120) and loaded["DECODE_TOKENS"] == tuple(data["decode"]["tokens"])
+    data["extra_ops"]["ceiling"]["rms_norm_backward"] = 0.5  # an edited file changes the target
+    edited = tmp_path / "targets.json"
+    edited.write_text(json.dumps(data))
+    assert targets.load(edited)["EXTRA_OP_CEILING"]["rms_norm_backward"] == 0.5
+    del data["host"]["torch_vs_eager"]
+    edited.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="targets.json: missing or malformed target \\(KeyError: 'torch_vs_eager'\\)"):
+        targets.load(edited)

@@ -1,10 +1,11 @@
-"""The implementation registry: for each (op, implementation) a factory that, given a Problem,
-returns an Impl ready to launch on any rotation set, or raises Unavailable saying why it cannot run.
+"""The benchmark's implementations of pyrms and the seed kernel, and what every implementation is:
+a factory that, given a Problem, returns an Impl ready to launch on any rotation set, or raises
+Unavailable saying why it cannot run (registry.make finds the factory of an (op, implementation)).
 
 An Impl queues one call on rotation set i with ``launch(i)`` (on the benchmark's stream), and after
 ``launch(i)`` tells where its outputs are with ``results(i)`` (device pointers of contiguous arrays,
-keyed like ops.OpSpec.results). pyrms and the seed kernel are here; PyTorch eager, torch.compile and
-Triton are in torch_impls.
+keyed like ops.OpSpec.results). PyTorch eager, torch.compile and Triton are in torch_impls, which
+builds on this module (and this module does not import it).
 """
 from __future__ import annotations
 
@@ -144,28 +145,6 @@ class PyrmsBackward(Impl):
 
     def results(self, i):
         return {"dx": self.p.ptr("dx", i), "dw": self.p.ptr("dw", i)}
-
-
-def factories() -> dict:
-    """(op, implementation) -> factory(ctx, problem) -> Impl."""
-    from . import torch_impls
-
-    table = {
-        ("rms_norm", "pyrms"): PyrmsForward,
-        ("rms_norm", "pyrms_nopdl"): PyrmsForwardNoPdl,
-        ("rms_norm", "seed"): SeedForward,
-        ("fused_add_rms_norm", "pyrms"): PyrmsFusedAdd,
-        ("rms_norm_backward", "pyrms"): PyrmsBackward,
-    }
-    table.update(torch_impls.FACTORIES)
-    return table
-
-
-def make(op: str, impl: str, ctx: Context, problem) -> Impl:
-    factory = factories().get((op, impl))
-    if factory is None:
-        raise Unavailable(f"no {impl} implementation of {op}")
-    return factory(ctx, problem)
 
 
 def torch_dtype(torch, dt: dtypes.DType):

@@ -10,6 +10,7 @@ import traceback
 
 from .. import driver
 from . import impls as impls_mod
+from . import registry
 from . import ops as ops_mod
 from . import stats, timing, validate
 from .config import Config, Shape
@@ -44,7 +45,7 @@ def run_problem(config: Config, ctx: impls_mod.Context, timer: timing.EventTimer
             rec.sets, rec.batch = problem.sets, batch
             rec.notes += expected.notes
             try:
-                impl = impls_mod.make(op_name, name, ctx, problem)
+                impl = registry.make(op_name, name, ctx, problem)
             except impls_mod.Unavailable as exc:
                 rec.status, rec.reason = SKIPPED, str(exc)
                 continue

@@ -1,37 +1,64 @@
-"""Issue 6's targets, issue 11's host targets and issue 12's decode, fused add and backward targets, checked against one run's
-numbers: PASS, FAIL or N/A (not measured), each with the numbers that decided it (pure)."""
+"""Issue 6's targets, issue 11's host targets and issue 12's decode, fused add and backward targets
+(the data: targets.json beside this file), checked against one run's numbers: PASS, FAIL or N/A (not
+measured), each with the numbers that decided it (pure)."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import floor as floor_mod
 from .config import DECODE_MAX_TOKENS, DTYPE_SHORT, FLOOR_HIDDEN, IMPL_LABELS, OTHER_IMPLS
 from .results import best_of, find
 
-# bf16 forward, fraction of the copy ceiling, by (tokens, hidden)
-FORWARD_CEILING = {(16384, 5120): 0.95, (32768, 8192): 0.95, (4096, 16384): 0.95,
-                   (4096, 5120): 0.85, (4096, 8192): 0.85}
-VS_OTHERS_MIN_TOKENS = 1024
-SLOW_OTHER_FRACTION = 0.85   # where the best other reaches less than this fraction of the ceiling...
-SLOW_OTHER_SPEEDUP = 1.10    # ...pyrms must be this much faster
-LATENCY_VS_SEED = 0.7        # pyrms device time per launch <= 0.7 x the seed kernel's
-EXTRA_OP_SHAPE = (16384, 5120)
-# issue 12's: fused add and the backward, fraction of the copy ceiling for their own bytes at EXTRA_OP_SHAPE;
-# and the backward at BACKWARD_FEW_SHAPE no slower than torch eager's
-EXTRA_OP_CEILING = {"fused_add_rms_norm": 0.95, "rms_norm_backward": 0.85}
-BACKWARD_FEW_SHAPE = (32, 5120)
-# Issue 11's host targets, each variant against its own bare launches (see bench.host): the op on raw ints,
-# arrays through pyrms.rms_norm, and pyrms.torch.rms_norm against torch eager's F.rms_norm.
-HOST_VS_BARE = {"pyrms": 1.15, "fused_add_rms_norm": 1.25, "layer_norm": 1.25, "rms_norm_backward": 1.25,
-                "rms_norm pyrms.Tensor": 2.0, "rms_norm torch tensors": 2.0}
-HOST_TORCH_VS_EAGER = 1.0
-# Issue 12's decode targets. At one token, device time per launch against the same run's launch floor:
-# the one-row copy of the same hidden, back to back as the sweep times pyrms (bench.floor), pyrms
-# (no pdl) against the floor without PDL and pyrms (its default, PDL) against the floor with it. And at
-# every decode shape, pyrms against the fastest of the others.
-FLOOR_LIMITS = {"pyrms_nopdl": (False, 1.6), "pyrms": (True, 1.3)}  # impl: (the floor's PDL, at most x floor)
-DECODE_TOKENS = (1, 5, 32, 128)
-DECODE_VS_OTHERS = 0.8
+TARGETS_FILE = Path(__file__).with_name("targets.json")
+
+
+def _shape_key(text: str) -> tuple[int, int]:
+    tokens, hidden = text.split("x")
+    return int(tokens), int(hidden)
+
+
+def load(path: Path = TARGETS_FILE) -> dict:
+    """The targets of `path` (targets.json's layout) as this module's constants, by name; ValueError
+    naming the file and the key for a missing or malformed one."""
+    data = json.loads(Path(path).read_text())
+    try:
+        fwd, extra, host, decode = data["forward"], data["extra_ops"], data["host"], data["decode"]
+        return {
+            "FORWARD_CEILING": {_shape_key(k): float(v) for k, v in fwd["ceiling"].items()},
+            "VS_OTHERS_MIN_TOKENS": int(fwd["vs_others_min_tokens"]),
+            "SLOW_OTHER_FRACTION": float(fwd["slow_other_fraction"]),
+            "SLOW_OTHER_SPEEDUP": float(fwd["slow_other_speedup"]),
+            "LATENCY_VS_SEED": float(fwd["latency_vs_seed"]),
+            "EXTRA_OP_SHAPE": _shape_key(extra["shape"]),
+            "EXTRA_OP_CEILING": {k: float(v) for k, v in extra["ceiling"].items()},
+            "BACKWARD_FEW_SHAPE": _shape_key(extra["backward_few_shape"]),
+            "HOST_VS_BARE": {k: float(v) for k, v in host["vs_bare"].items()},
+            "HOST_TORCH_VS_EAGER": float(host["torch_vs_eager"]),
+            "FLOOR_LIMITS": {k: (bool(v["pdl"]), float(v["at_most"])) for k, v in decode["floor_limits"].items()},
+            "DECODE_TOKENS": tuple(int(t) for t in decode["tokens"]),
+            "DECODE_VS_OTHERS": float(decode["vs_others"]),
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: missing or malformed target ({type(exc).__name__}: {exc})") from None
+
+
+# The targets as module constants (read once, at import).
+_T = load()
+FORWARD_CEILING = _T["FORWARD_CEILING"]
+VS_OTHERS_MIN_TOKENS = _T["VS_OTHERS_MIN_TOKENS"]
+SLOW_OTHER_FRACTION = _T["SLOW_OTHER_FRACTION"]
+SLOW_OTHER_SPEEDUP = _T["SLOW_OTHER_SPEEDUP"]
+LATENCY_VS_SEED = _T["LATENCY_VS_SEED"]
+EXTRA_OP_SHAPE = _T["EXTRA_OP_SHAPE"]
+EXTRA_OP_CEILING = _T["EXTRA_OP_CEILING"]
+BACKWARD_FEW_SHAPE = _T["BACKWARD_FEW_SHAPE"]
+HOST_VS_BARE = _T["HOST_VS_BARE"]
+HOST_TORCH_VS_EAGER = _T["HOST_TORCH_VS_EAGER"]
+FLOOR_LIMITS = _T["FLOOR_LIMITS"]  # impl: (the floor's PDL, at most x floor)
+DECODE_TOKENS = _T["DECODE_TOKENS"]
+DECODE_VS_OTHERS = _T["DECODE_VS_OTHERS"]
 
 PASS, FAIL, NA = "PASS", "FAIL", "N/A"
 
