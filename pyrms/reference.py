@@ -10,6 +10,8 @@
   ``fused_add_rms_norm_ref``/``_twin`` (fused_add_rms_norm.cu), ``layer_norm_ref``/``_twin``
   (layer_norm.cu), ``rms_norm_backward_ref``, ``layer_norm_backward_ref`` and ``norm_backward_twin``
   (norm_backward.cuh, both backward kernels and the fixed-order sum over rows).
+- ``quantize_static``, ``quantize_per_token``, ``quantize_per_group``: the fp8/int8 output step on fp32
+  normalized rows (issue 14), defined here before any kernel computes it (docs/numerics.md).
 """
 from __future__ import annotations
 
