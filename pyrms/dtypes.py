@@ -101,3 +101,57 @@ def from_typestr(typestr: str) -> DType:
         f"array typestr {typestr!r} is not supported; allowed: '<f2' (float16), '<f4' (float32), or "
         f"2-byte storage ('<i2', '<u2', '<V2') with dtype='bfloat16'"
     )
+
+
+# --- quantized output dtypes (issue 14) ------------------------------------------------------------
+# Output-only: get() does not resolve them, so no existing op accepts one as its storage dtype.
+
+
+@dataclass(frozen=True)
+class QuantDType:
+    """An 8-bit output dtype of a quantizing norm: its value range and the floor of a dynamic scale."""
+    name: str          # canonical name, as torch spells it
+    numpy: np.dtype    # host representation (the float8 types through ml_dtypes)
+    ctype: str         # CUDA C++ type of one element
+    qmax: np.float32   # largest finite magnitude; outputs saturate to it
+    qmin: np.float32   # most negative output: -qmax for fp8, -128 for int8 (cvt.rni.sat.s8.f32's range)
+    min_scale: np.float32  # floor of a per-token/per-group scale (vLLM's min_scaling_factor, utils.cuh)
+
+    @property
+    def integer(self) -> bool:
+        """int8: rounded to an integer and saturated by the conversion itself; fp8 types are not."""
+        return self.numpy.kind == "i"
+
+
+def _fp8(name: str, numpy_type, ctype: str) -> QuantDType:
+    qmax = np.float32(ml_dtypes.finfo(numpy_type).max)
+    # 1.0f / (qmax * 512.0f), two fp32 operations as in vLLM (the product is exact).
+    return QuantDType(name, np.dtype(numpy_type), ctype, qmax, -qmax, np.float32(1.0) / (qmax * np.float32(512.0)))
+
+
+FLOAT8_E4M3FN = _fp8("float8_e4m3fn", ml_dtypes.float8_e4m3fn, "__nv_fp8_e4m3")
+FLOAT8_E5M2 = _fp8("float8_e5m2", ml_dtypes.float8_e5m2, "__nv_fp8_e5m2")
+# vLLM's min_scaling_factor<int8_t> is FLT_EPSILON, not 1/(127 * 512).
+INT8 = QuantDType("int8", np.dtype(np.int8), "int8_t", np.float32(127.0), np.float32(-128.0),
+                  np.float32(np.finfo(np.float32).eps))
+
+QUANTIZED = (FLOAT8_E4M3FN, FLOAT8_E5M2, INT8)
+
+
+def quantized(dtype) -> QuantDType:
+    """Resolve a quantized output dtype: a QuantDType, its name ('float8_e4m3fn', 'float8_e5m2', 'int8'),
+    or its numpy dtype (ml_dtypes.float8_e4m3fn, np.int8); ValueError naming what is allowed otherwise."""
+    if isinstance(dtype, QuantDType):
+        return dtype
+    if isinstance(dtype, str):
+        found = next((q for q in QUANTIZED if q.name == dtype.strip().lower()), None)
+    else:
+        try:
+            np_dtype = np.dtype(dtype) if dtype is not None else None
+        except TypeError:
+            np_dtype = None
+        found = next((q for q in QUANTIZED if q.numpy == np_dtype), None)
+    if found is None:
+        raise ValueError(f"quantized output dtype {dtype!r} is not supported; allowed: "
+                         f"{', '.join(q.name for q in QUANTIZED)}")
+    return found
