@@ -164,9 +164,14 @@ class RmsNormPlan(_RowPlan):
         return {"same": "", "float32": ", float", "none": ", void"}[self.weight]
 
     @property
+    def weight_dtype(self) -> dtypes.DType | None:
+        """The weight's dtype (None: no weight)."""
+        return {"same": self.dtype, "float32": dtypes.FLOAT32, "none": None}[self.weight]
+
+    @property
     def weight_itemsize(self) -> int:
         """Bytes per weight element (0: no weight)."""
-        return {"same": self.dtype.itemsize, "float32": 4, "none": 0}[self.weight]
+        return self.weight_dtype.itemsize if self.weight_dtype else 0
 
 
 def kernel_expression(dtype: dtypes.DType, cache: int, spread: int, gemma: bool, round_once: bool,

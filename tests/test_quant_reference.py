@@ -155,6 +155,11 @@ def test_all_zero_rows_and_groups_take_the_minimum_scale(qt):
         assert np.all(bits(q[2, :128]) == 0x80)
 
 
+def written_nan(qt) -> int:
+    """The byte a NaN output becomes: ml_dtypes' one fp8 NaN pattern; 0 in int8."""
+    return 0 if qt.integer else int(bits(np.array([np.nan], F32).astype(qt.numpy))[0])
+
+
 @pytest.mark.parametrize("qt", QTYPES, ids=lambda q: q.name)
 def test_nan_is_skipped_by_the_scale_and_propagates_in_fp8(qt):
     y = rows(8, (2, 256))
@@ -162,7 +167,7 @@ def test_nan_is_skipped_by_the_scale_and_propagates_in_fp8(qt):
     y[1, 3] = -np.nan
     q, scales = reference.quantize_per_token(y, qt)
     np.testing.assert_array_equal(scales, reference.quantize_per_token(np.where(np.isnan(y), 0, y).astype(F32), qt)[1])
-    nan_bits = bits(np.array([np.nan], F32).astype(qt.numpy))[0] if not qt.integer else 0
+    nan_bits = written_nan(qt)
     assert bits(q)[0, 10] == nan_bits and bits(q)[1, 3] == nan_bits  # one pattern, sign dropped
     assert reference.quantize_static(y, 1.0, qt)[0, 10].view(np.uint8) == nan_bits
 
@@ -176,7 +181,7 @@ def test_inf_row(qt):
     assert scales[0] == np.inf  # inf / qmax
     finite = np.delete(q[0], [7, 8]).astype(np.float64)
     assert not np.any(finite)  # finite / inf = 0
-    nan = 0 if qt.integer else bits(np.array([np.nan], F32).astype(qt.numpy))[0]
+    nan = written_nan(qt)
     assert bits(q)[0, 7] == nan and bits(q)[0, 8] == nan  # inf / inf = NaN
     if not qt.integer:
         q, scales = reference.quantize_per_token(y, qt, scale_ub=2.0)

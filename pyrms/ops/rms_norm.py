@@ -168,16 +168,16 @@ def _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_
     x_stride = check.stride_arg("input_stride", input_stride, hidden)
     o_stride = check.stride_arg("out_stride", out_stride, hidden)
     check.raw_pointers(_NAMES[:2], (out, input), dt)
-    if p.weight != "none":
-        check.raw_pointers(_NAMES[2:], (weight,), dtypes.FLOAT32 if p.weight == "float32" else dt)
+    if p.weight_dtype:
+        check.raw_pointers(_NAMES[2:], (weight,), p.weight_dtype)
     check.extent("input", num_tokens, x_stride, hidden)
     check.extent("out", num_tokens, o_stride, hidden)
     o, x, w = check.Operand("out", out), check.Operand("input", input), check.Operand("weight", weight)
     o_span = check.span(out, num_tokens, o_stride, hidden, dt.itemsize)
     check.no_partial_overlap(o, o_span, x, check.span(input, num_tokens, x_stride, hidden, dt.itemsize), may_alias=True)
-    if p.weight != "none":
+    if p.weight_dtype:
         check.no_partial_overlap(o, o_span, w, check.span(weight, 1, hidden, hidden, p.weight_itemsize), may_alias=False)
     check.stream(stream)
     # Last: a missing driver is reported after the arguments.
-    placed = dict(zip(_NAMES, (out, input, weight) if p.weight != "none" else (out, input)))
+    placed = dict(zip(_NAMES, (out, input, weight) if p.weight_dtype else (out, input)))
     _placement.check(driver.selected_device(), placed, stream)
