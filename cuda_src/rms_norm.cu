@@ -24,6 +24,14 @@
 //
 // Cache hints: the held input vectors and the body stores are streaming accesses (load_streaming).
 // In place (out == input) is allowed (see write_row).
+//
+// rms_norm_nd_kernel: the same rows (rms_norm_row, the same tree), addressed as an N-D view: row r of
+// `rows` is (i0, i1, i2) of leading sizes (rows / (d1 * d2), d1, d2), at element offset
+// i0 * s0 + i1 * s1 + i2 * s2 with input and output each their own 64-bit strides (a slice of a fused
+// QKV tensor, a transposed [batch, heads, seq, head_dim] view); the weight of row r is row i0 of a
+// [d0, hidden] weight of row stride w_stride (0: one weight for every row; vLLM's batched weight).
+// LANES > 0 packs blockDim.x / LANES rows of LANES lanes into each block (RowShape's packed rows: the
+// planner's shape for short rows, also for plain layouts); LANES = 0 launches one row per block of F.
 #include "rms_norm_row.cuh"
 
 namespace pyrms {
@@ -37,6 +45,25 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_kernel(
     T* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
     rms_norm_row<T, W, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, true>(out_row, in_row, RowIn<T, true>{in_row},
                                                                              weight, epsilon, hidden);
+}
+
+template <typename T, int CACHE, int LANES, bool GEMMA, bool ROUND_ONCE, typename W = T>
+__global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_nd_kernel(
+    T* out, const T* input, const W* __restrict__ weight, float epsilon, int rows, int d1, int d2, int hidden,
+    long long in_s0, long long in_s1, long long in_s2, long long out_s0, long long out_s1, long long out_s2,
+    long long w_stride) {
+    begin_dependent_grid();
+    const int r = LANES > 0 ? blockIdx.x * (blockDim.x / LANES) + threadIdx.x / LANES : blockIdx.x;
+    if (r >= rows) return;  // a packed block's last rows: whole segments, which share no shuffle or barrier
+    // Unsigned: cheaper division, and r, d1, d2 are non-negative.
+    const unsigned q = static_cast<unsigned>(r) / static_cast<unsigned>(d2);
+    const long long i2 = static_cast<unsigned>(r) - q * static_cast<unsigned>(d2);
+    const long long i0 = q / static_cast<unsigned>(d1);
+    const long long i1 = q - static_cast<unsigned>(i0) * static_cast<unsigned>(d1);
+    const T* in_row = input + i0 * in_s0 + i1 * in_s1 + i2 * in_s2;
+    T* out_row = out + i0 * out_s0 + i1 * out_s1 + i2 * out_s2;
+    rms_norm_row<T, W, CACHE, 1, false, GEMMA, ROUND_ONCE, false, true, LANES>(
+        out_row, in_row, RowIn<T, true>{in_row}, weight_row(weight, i0 * w_stride), epsilon, hidden);
 }
 
 }  // namespace pyrms

@@ -20,12 +20,12 @@ __device__ __forceinline__ float square(float x) { return __fmul_rn(x, x); }
 // The RMSNorm of one row, read from `src` (a row core Source) and written to out_row: the body of
 // rms_norm_kernel and of fused_add_rms_norm_kernel, which differ only in their source (and cache hints).
 // x_row is where pass 2 re-reads the row values that are not held.
-// W: the weight's type (T, float, or void: no weight; row_core.cuh's WeightVec).
+// W: the weight's type (T, float, or void: no weight; row_core.cuh's WeightVec). LANES: packed rows (RowShape).
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS,
-          bool STREAMING, typename Src>
+          bool STREAMING, int LANES = 0, typename Src>
 __device__ __forceinline__ void rms_norm_row(T* out_row, const T* x_row, const Src& src, const W* __restrict__ weight,
                                              float epsilon, int hidden) {
-    using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
+    using Shape = RowShape<CACHE, SPREAD, ALIGNED, LANES>;
     __shared__ float scratch[32];
     __shared__ float partials[Shape::PARTIALS];
     const Shape sh;

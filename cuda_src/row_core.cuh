@@ -24,7 +24,10 @@
 //     thread t of the first F folds them in the same order: the latency shape for few rows (and its
 //     ALIGNED variant, for rows without prefix or tail: RowShape's third parameter);
 //   - RowShape<0, 1> with a fold wider than the block (the backward's): each thread computes acc(t) for
-//     t = threadIdx.x, threadIdx.x + blockDim.x, ... in turn.
+//     t = threadIdx.x, threadIdx.x + blockDim.x, ... in turn;
+//   - RowShape<CACHE, 1, false, LANES> (packed rows, F = 32 only): a row per LANES lanes (8, 16 or 32) of
+//     a warp, several rows per block, the butterfly over the row's lanes only: the shape for many short
+//     rows (QK-norm's 64 to 512 elements), where one 32-thread block per row idles most of each SM.
 // So a row's result is bitwise the same whichever shape launched it, and the backward's statistics
 // (RowShape<V, 1> given the forward's F, whatever its own block) are the forward's by construction.
 // pyrms.reference.thread_sums_twin is the same tree in numpy.
@@ -33,26 +36,44 @@
 
 namespace pyrms {
 
-// Which vectors of a row the calling thread holds, for a block of SPREAD * fold threads.
-template <int CACHE, int SPREAD, bool ALIGNED = false> struct RowShape {
+// Which vectors of a row the calling thread holds, for a block of SPREAD * fold threads, or (LANES > 0,
+// packed rows) for a segment of LANES lanes of a warp, one row per segment, blockDim.x / LANES rows per block.
+template <int CACHE, int SPREAD, bool ALIGNED = false, int LANES = 0> struct RowShape {
     static_assert(SPREAD == 1 || (CACHE > 0 && CACHE % SPREAD == 0), "a spread shape divides the cache");
+    static_assert(LANES == 0 || (SPREAD == 1 && (LANES == 8 || LANES == 16 || LANES == 32)),
+                  "packed rows take 8, 16 or 32 lanes each, one thread per fold position");
     static constexpr int HELD = CACHE / SPREAD;              // vectors each thread keeps in registers
     static constexpr int SLOTS = HELD > 0 ? HELD : 1;        // (arrays may not be empty)
     static constexpr int PARTIALS = SPREAD > 1 ? CACHE * 1024 / SPREAD : 1;  // shared floats for P(v)
     int fold, t, s;  // F; the position in the fold; which of the SPREAD slices the thread belongs to
+    int lane, lanes; // the thread's place among the threads that share its row, and their number
 
     // The fold width: blockDim.x / SPREAD, or `width` (SPREAD = 1 and CACHE = 0 only: a multiple of 32,
-    // wider than the block when a backward kernel recomputes the forward's statistics).
+    // wider than the block when a backward kernel recomputes the forward's statistics), or 32 for packed
+    // rows (the planner packs only rows whose fold is one warp).
     __device__ __forceinline__ explicit RowShape(int width = 0) {
-        if constexpr (SPREAD == 1) {
+        if constexpr (LANES > 0) {
+            fold = 32;
+            t = lane = threadIdx.x & (LANES - 1);
+            lanes = LANES;
+            s = 0;
+        } else if constexpr (SPREAD == 1) {
             fold = width > 0 ? width : blockDim.x;
-            t = threadIdx.x;
+            t = lane = threadIdx.x;
+            lanes = blockDim.x;
             s = 0;
         } else {
             fold = blockDim.x / SPREAD;
             s = threadIdx.x / fold;
             t = threadIdx.x - s * fold;
+            lane = threadIdx.x;
+            lanes = blockDim.x;
         }
+    }
+    // Packed rows: the lanes of the warp that share the calling thread's row (shuffles and syncs are
+    // confined to them, so a segment whose row is past the end may return early).
+    __device__ __forceinline__ unsigned segment_mask() const {
+        return LANES == 32 ? 0xffffffffu : ((1u << LANES) - 1u) << ((threadIdx.x & 31) & ~(LANES - 1));
     }
     // The body vector index of held slot k: fold step j = s + k * SPREAD, vector t + j * F.
     __device__ __forceinline__ int held_vector(int k) const { return t + (s + k * SPREAD) * fold; }
@@ -92,17 +113,17 @@ template <typename T, bool STREAMING> struct RowIn {
 
 // The thread's held vectors of a row split `s`: every load issued before any is used, so they are in
 // flight together; then keep() each.
-template <typename T, int CACHE, int SPREAD, bool ALIGNED, typename Src>
-__device__ __forceinline__ void load_held(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const RowSplit& s, const Src& src,
-                                          Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS]) {
+template <typename T, int CACHE, int SPREAD, bool ALIGNED, int LANES, typename Src>
+__device__ __forceinline__ void load_held(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const RowSplit& s, const Src& src,
+                                          Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS]) {
     constexpr int N = Vec<T>::N;
 #pragma unroll
-    for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
+    for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED, LANES>::HELD; ++k) {
         const int v = sh.held_vector(k);
         if (v < s.vectors) held[k] = src.held(s.pre + v * N);
     }
 #pragma unroll
-    for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
+    for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED, LANES>::HELD; ++k) {
         const int v = sh.held_vector(k);
         if (v < s.vectors) src.keep(s.pre + v * N, held[k]);
     }
@@ -120,29 +141,25 @@ template <typename T, typename Term> __device__ __forceinline__ float vector_sum
 // `partials`: RowShape::PARTIALS floats of shared memory (unused when SPREAD == 1). Consecutive calls
 // must alternate `scratch` buffers, or put a barrier between them (the warp totals are read after this
 // function's last barrier); `partials` may be reused, since every read of it precedes that barrier.
-template <typename T, int CACHE, int SPREAD, bool ALIGNED, typename Src, typename Term>
-__device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const RowSplit& s, int n, const Src& src,
-                                         const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS], float* scratch,
+template <typename T, int CACHE, int SPREAD, bool ALIGNED, int LANES, typename Src, typename Term>
+__device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const RowSplit& s, int n, const Src& src,
+                                         const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS], float* scratch,
                                          float* partials, Term term) {
     constexpr int N = Vec<T>::N;
     if constexpr (SPREAD > 1) {
 #pragma unroll
-        for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
+        for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED, LANES>::HELD; ++k) {
             const int v = sh.held_vector(k);
             if (v < s.vectors) partials[v] = vector_sum(held[k], term);
         }
         __syncthreads();
     }
-    // Fold positions t = threadIdx.x + m * blockDim.x below F: one per thread for many rows, none for
-    // the extra threads of a spread shape, several when the fold is wider than the block. F and
-    // blockDim.x are multiples of 32, so the loop and the butterflies in it are uniform across a warp.
-    // Only a re-reading shape of one thread per fold position may have a fold wider than its block.
-    constexpr bool WIDE = CACHE == 0 && SPREAD == 1;
+    // acc(t) of the tree above; m: which of the thread's fold positions t is (held vectors: the first only).
     const int F = sh.fold;
-    for (int t = threadIdx.x, m = 0; t < F; t += blockDim.x, ++m) {
+    auto position = [&](int t, int m) {
         float acc = 0.0f;
         if (t < s.pre) acc = __fadd_rn(acc, term(to_float(src.elem(t))));
-        int j = 0;  // fold steps: held (or their partials) first, for fold position threadIdx.x only
+        int j = 0;  // fold steps: held (or their partials) first, for the thread's first fold position only
         if (m == 0) {
 #pragma unroll
             for (; j < CACHE; ++j) {
@@ -157,12 +174,34 @@ __device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD, ALIGNED>&
         }
         for (int v = t + j * F; v < s.vectors; v += F) acc = __fadd_rn(acc, vector_sum(src.vec(s.pre + v * N), term));
         if (s.tail + t < n) acc = __fadd_rn(acc, term(to_float(src.elem(s.tail + t))));
-        acc = warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) scratch[t >> 5] = acc;
-        if constexpr (!WIDE) break;  // one fold position per thread, at most: no loop to keep registers for
+        return acc;
+    };
+    if constexpr (LANES > 0) {
+        // Packed rows (F = 32): the butterfly of the fold's one warp over the row's LANES lanes only. Fold
+        // positions from LANES up hold no element (the planner packs a row into LANES lanes only when
+        // its vectors fit them), so their acc is +0, and the full butterfly's steps across them add +0:
+        // exact (no acc is -0: it starts at +0 and a sum is -0 only if both terms are). The second level
+        // (sum_of_warp_totals of one warp) adds +0 too. So the same bits as one row per block.
+        const unsigned mask = sh.segment_mask();
+        float acc = position(sh.t, 0);
+#pragma unroll
+        for (int o = LANES / 2; o > 0; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(mask, acc, o));
+        __syncwarp(mask);  // orders pass 1's global writes (fused add's sums) before pass 2's reads
+        return acc;
+    } else {
+        // Fold positions t = threadIdx.x + m * blockDim.x below F: one per thread for many rows, none for
+        // the extra threads of a spread shape, several when the fold is wider than the block. F and
+        // blockDim.x are multiples of 32, so the loop and the butterflies in it are uniform across a warp.
+        // Only a re-reading shape of one thread per fold position may have a fold wider than its block.
+        constexpr bool WIDE = CACHE == 0 && SPREAD == 1;
+        for (int t = threadIdx.x, m = 0; t < F; t += blockDim.x, ++m) {
+            const float acc = warp_sum(position(t, m));
+            if ((threadIdx.x & 31) == 0) scratch[t >> 5] = acc;
+            if constexpr (!WIDE) break;  // one fold position per thread, at most: no loop to keep registers for
+        }
+        __syncthreads();
+        return sum_of_warp_totals(scratch, F >> 5);
     }
-    __syncthreads();
-    return sum_of_warp_totals(scratch, F >> 5);
 }
 
 // What normalizing a row needs: x_hat = (x - mean) * inv (mean = 0 for RMSNorm).
@@ -175,9 +214,9 @@ struct RowStats {
 // inv = inv_rms(sum (x - mean)^2) over the held (or re-read) values: two passes, not E[x^2] - mean^2,
 // which cancels catastrophically when |mean| >> std. Uses scratch_a, then scratch_b, so a caller that
 // alternates the two buffers between consecutive block sums needs no extra barrier.
-template <typename T, int CACHE, int SPREAD, bool ALIGNED, bool CENTERED, typename Src>
-__device__ __forceinline__ RowStats row_stats(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const RowSplit& s, int n, float eps,
-                                              const Src& src, const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
+template <typename T, int CACHE, int SPREAD, bool ALIGNED, bool CENTERED, int LANES, typename Src>
+__device__ __forceinline__ RowStats row_stats(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const RowSplit& s, int n, float eps,
+                                              const Src& src, const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
                                               float* scratch_a, float* scratch_b, float* partials) {
     if constexpr (!CENTERED) {
         const float sum_sq = row_sum(sh, s, n, src, held, scratch_a, partials, [](float x) { return __fmul_rn(x, x); });
@@ -231,6 +270,15 @@ template <typename T, typename W> __device__ __forceinline__ WeightVec<T, W> loa
     return r;
 }
 
+// The weight `at` elements past w (a row of a per-row weight); none stays none (no arithmetic on void*).
+template <typename W> __device__ __forceinline__ const W* weight_row(const W* w, long long at) {
+    if constexpr (Weightless<W>::value) {
+        return w;
+    } else {
+        return w + at;
+    }
+}
+
 template <typename W> __device__ __forceinline__ float weight_at(const W* w, int i) {
     if constexpr (Weightless<W>::value) {
         return 1.0f;
@@ -242,17 +290,17 @@ template <typename W> __device__ __forceinline__ float weight_at(const W* w, int
 // The weights of the thread's held vectors at out's split, loaded before the reduction so that their
 // latency overlaps the row's instead of following the barrier (the few-row kernels: latency, not
 // bandwidth, sets their time). Only where x shares out's phase: then pass 2's vectors are the held ones.
-template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED>
-__device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const T* out, const T* x,
+template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, int LANES>
+__device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const T* out, const T* x,
                                                   const W* __restrict__ w, int n,
-                                                  WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS]) {
+                                                  WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS]) {
     constexpr int N = Vec<T>::N;
     const int out_phase = sh.phase(out);
     if (((sh.phase(x) - out_phase) & (N - 1)) != 0) return;
     const int w_width = weight_width(sh, w, out_phase);
     const RowSplit s = sh.split(out, n);
 #pragma unroll
-    for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
+    for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED, LANES>::HELD; ++k) {
         const int v = sh.held_vector(k);
         if (v < s.vectors) held_w[k] = load_weights<T>(w, s.pre + v * N, w_width);
     }
@@ -265,14 +313,14 @@ __device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, 
 // held ones (and, when EARLY_WEIGHTS, their weights are in held_w). In place (out == x) is safe: each
 // element is read by the thread that writes it, after the barrier that ends pass 1.
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool BIAS, bool STREAMING, bool EARLY_WEIGHTS,
-          typename F>
-__device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED>& sh, T* out, const T* x, const W* __restrict__ w,
+          int LANES, typename F>
+__device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, T* out, const T* x, const W* __restrict__ w,
                                           const T* __restrict__ b, int n,
-                                          const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
-                                          const WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS], F f) {
+                                          const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
+                                          const WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS], F f) {
     constexpr int N = Vec<T>::N;
-    const int u = threadIdx.x;
-    const int B = blockDim.x;
+    const int u = sh.lane;  // the threads that share the row: the block, or a packed row's lanes
+    const int B = sh.lanes;
     const int out_phase = sh.phase(out);
     const int rel_x = (sh.phase(x) - out_phase) & (N - 1);
     const int w_width = weight_width(sh, w, out_phase);
@@ -307,7 +355,7 @@ __device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED>
     int first_unheld = u;
     if (rel_x == 0) {
 #pragma unroll
-        for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
+        for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED, LANES>::HELD; ++k) {
             const int v = sh.held_vector(k);
             if (v < s.vectors) vector(v, held[k], EARLY_WEIGHTS ? held_w[k] : load_weights<T>(w, s.pre + v * N, w_width));
         }

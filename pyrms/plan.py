@@ -19,6 +19,10 @@ FEW_ROWS = 256
 CACHE_CHOICES = (1, 2, 4)
 # (CACHE, SPREAD) of the few-row kernels compiled: for each CACHE, the spreads spread_for can pick.
 FEW_ROW_SHAPES = ((0, 1), (1, 1), (2, 2), (4, 2), (4, 4))
+# Packed rows (row_core.cuh's RowShape LANES): rows whose fold is one warp (block_and_cache's short rows)
+# run LANES lanes each, PACKED_THREADS threads per block, in rms_norm_nd_kernel. (LANES, CACHE) compiled:
+PACKED_SHAPES = ((8, 1), (16, 1), (32, 1), (32, 2), (32, 4))
+PACKED_THREADS = 256
 
 
 def max_threads(held: int) -> int:
@@ -162,6 +166,40 @@ class RmsNormPlan(_RowPlan):
 
     def _weight_type(self) -> str:
         return {"same": "", "float32": ", float", "none": ", void"}[self.weight]
+
+    @property
+    def lanes(self) -> int:
+        """Lanes per row of the packed shape (8, 16 or 32), or 0 where rows are too long to pack (a fold
+        wider than a warp). 8 or 16 only where every alignment of the row leaves at most that many body
+        vectors (row_core.cuh: the lanes past them must hold no element); prefix and tail fit any."""
+        if self.block != 32:
+            return 0
+        body = self.hidden // self.dtype.vec_elems  # the most body vectors any alignment gives
+        return next(n for n, c in PACKED_SHAPES if c == self.cache and (body <= n or n == 32))
+
+    @property
+    def nd_block(self) -> int:
+        """Threads per block of rms_norm_nd_kernel: PACKED_THREADS for packed rows, else the fold."""
+        return PACKED_THREADS if self.lanes else self.block
+
+    @property
+    def nd_rows_per_block(self) -> int:
+        return PACKED_THREADS // self.lanes if self.lanes else 1
+
+    def _nd(self, lanes: int, cache: int) -> str:
+        flags = ", ".join(_bool(f) for f in self._flags())
+        return f"pyrms::rms_norm_nd_kernel<{self.dtype.ctype}, {cache}, {lanes}, {flags}{self._weight_type()}>"
+
+    @property
+    def nd_expression(self) -> str:
+        """The N-D kernel (rms_norm.cu's rms_norm_nd_kernel) for this hidden size: packed rows or one per block."""
+        return self._nd(self.lanes, self.cache)
+
+    @property
+    def nd_group(self) -> tuple[str, ...]:
+        """Every rms_norm_nd_kernel variant of one (dtype, options): a unit of its own (the N-D views,
+        the per-row weight, and many short rows of any layout), apart from the plain rows' group."""
+        return tuple([self._nd(0, c) for c in (0, *CACHE_CHOICES)] + [self._nd(n, c) for n, c in PACKED_SHAPES])
 
     @property
     def weight_dtype(self) -> dtypes.DType | None:

@@ -24,7 +24,9 @@ def bits(a: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Rows:
-    """A [rows, hidden] operand at an element offset and row stride inside a guarded allocation."""
+    """A [rows, hidden] operand at an element offset and row stride inside a guarded allocation; or, with
+    ``lead`` (sizes, strides), an N-D view [*sizes, hidden] whose rows, in row-major order of the sizes,
+    are those element strides apart along each leading dimension (``stride`` then unused)."""
 
     buffer: driver.DeviceBuffer
     host: np.ndarray  # the whole allocation's intended contents
@@ -32,13 +34,18 @@ class Rows:
     rows: int
     hidden: int
     stride: int
+    lead: tuple | None = None
 
     @property
     def ptr(self) -> int:
         return self.buffer.ptr + self.offset * self.host.dtype.itemsize
 
     def index(self, r: int) -> slice:
-        start = self.offset + r * self.stride
+        if self.lead is None:
+            start = self.offset + r * self.stride
+        else:
+            sizes, strides = self.lead
+            start = self.offset + sum(int(i) * s for i, s in zip(np.unravel_index(r, sizes), strides))
         return slice(start, start + self.hidden)
 
     def values(self) -> np.ndarray:
@@ -62,20 +69,27 @@ class Rows:
 
 
 def allocate(rng, dtype, rows: int, hidden: int, *, misalign: int = 0, stride: int | None = None,
-             poison: bool = False, low: float = -2.0, high: float = 2.0) -> Rows:
+             poison: bool = False, low: float = -2.0, high: float = 2.0, lead: tuple | None = None) -> Rows:
     """A guarded operand: random values (or 0xFF poison), `misalign` elements past a 16-byte boundary.
 
     cuMemAlloc returns 256-byte aligned memory and GUARD elements are a multiple of 16 bytes,
-    so row 0 sits exactly `misalign` elements past a 16-byte boundary.
+    so row 0 sits exactly `misalign` elements past a 16-byte boundary. ``lead``: (sizes, strides) of an
+    N-D view (Rows), which then gives the rows (strides >= 0, in elements).
     """
     dt = dtypes.get(dtype)
     stride = hidden if stride is None else stride
-    total = GUARD + misalign + (rows - 1) * stride + hidden + GUARD
+    if lead is not None:
+        sizes, strides = lead
+        rows = int(np.prod(sizes))
+        span = sum((n - 1) * st for n, st in zip(sizes, strides)) + hidden
+    else:
+        span = (rows - 1) * stride + hidden
+    total = GUARD + misalign + span + GUARD
     if poison:
         host = np.full(total * dt.itemsize, 0xFF, dtype=np.uint8).view(dt.numpy)
     else:
         host = rng.uniform(low, high, total).astype(dt.numpy)
-    operand = Rows(driver.DeviceBuffer(total * dt.itemsize), host, GUARD + misalign, rows, hidden, stride)
+    operand = Rows(driver.DeviceBuffer(total * dt.itemsize), host, GUARD + misalign, rows, hidden, stride, lead)
     operand.upload()
     return operand
 
@@ -83,7 +97,7 @@ def allocate(rng, dtype, rows: int, hidden: int, *, misalign: int = 0, stride: i
 def phases(operand: Rows) -> np.ndarray:
     """Each row's position inside its 16-byte vector, in elements (what the twin needs)."""
     n = 16 // operand.host.dtype.itemsize
-    return np.array([(operand.offset + r * operand.stride) % n for r in range(operand.rows)])
+    return np.array([operand.index(r).start % n for r in range(operand.rows)])
 
 
 def expected_whole(operand: Rows, rows_values: np.ndarray | None = None) -> np.ndarray:
@@ -214,6 +228,60 @@ def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in
                                          weight_dtype=w_dtype, **_pdl(pdl)),
                         outputs={"out": (out, want)},
                         inputs={**({"weight": w} if w else {}), **({} if in_place else {"input": x})})
+
+
+def check_rms_norm_nd(rng, dtype, sizes, hidden, *, in_strides=None, out_strides=None, in_off=0, out_off=0, w_off=0,
+                      weight="same", per_row=False, w_stride=None, in_place=False, gemma=False, round_once=False,
+                      epsilon=1e-5, as_arrays=False, stream=None, pdl=None):
+    """One pyrms.rms_norm launch on guarded N-D views [*sizes, hidden] (element strides along the
+    leading dimensions; default contiguous), compared bit for bit with the twin as check_rms_norm.
+    ``per_row``: a weight per outer row, [sizes[0], hidden] of row stride ``w_stride`` (default hidden).
+    ``as_arrays``: pass pyrms Tensor views instead of raw pointers and tuples (the arrays' path, which
+    collapses the leading dimensions itself)."""
+    from .ops._views import contiguous
+    from .ops.rms_norm import rms_norm
+    from .tensor import Tensor
+
+    dt = dtypes.get(dtype)
+    sizes = tuple(sizes)
+    in_strides = tuple(in_strides or contiguous(sizes, hidden))
+    out_strides = in_strides if in_place else tuple(out_strides or contiguous(sizes, hidden))
+    x = allocate(rng, dt, 0, hidden, misalign=in_off, lead=(sizes, in_strides))
+    out = x if in_place else allocate(rng, dt, 0, hidden, misalign=out_off, poison=True, lead=(sizes, out_strides))
+    w = None
+    if weight != "none":
+        wdt = dtypes.FLOAT32 if weight == "float32" else dt
+        if weight not in plan.WEIGHT_KINDS:
+            raise ValueError(f"weight must be one of {plan.WEIGHT_KINDS}, got {weight!r}")
+        w = allocate(rng, wdt, sizes[0] if per_row else 1, hidden, misalign=w_off,
+                     stride=(w_stride or hidden) if per_row else None, low=-1.0, high=1.0)
+    with _closing(x, out, *([w] if w else [])):
+        p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
+        w_values = None
+        if w is not None:
+            w_values = np.repeat(w.values(), x.rows // sizes[0], axis=0) if per_row else w.values()[0]
+        want = reference.rms_norm_twin(x.values(), w_values, epsilon, block=p.block, row_phases=phases(x),
+                                       gemma=gemma, round_once=round_once)
+        options = dict(gemma=gemma, round_once=round_once, stream=stream, **_pdl(pdl))
+        if as_arrays:
+            def view(op, strides, dtype_=dt, shape=(*sizes, hidden)):
+                return Tensor(op.ptr, shape, dtype_, (*strides, 1), driver.selected_device().ordinal, owner=op)
+
+            w_arg = None
+            if w is not None:
+                w_arg = (view(w, (w.stride,), w.host.dtype, (sizes[0], hidden)) if per_row
+                         else view(w, (), w.host.dtype, (hidden,)))
+            launch = lambda: rms_norm(view(out, out_strides), view(x, in_strides), w_arg, epsilon,  # noqa: E731
+                                      **options)
+        else:
+            w_dtype = "float32" if weight == "float32" else None
+            launch = lambda: rms_norm(out.ptr, x.ptr, w.ptr if w else None, epsilon, sizes, hidden,  # noqa: E731
+                                      dtype=dt, input_stride=in_strides, out_stride=out_strides, weight_dtype=w_dtype,
+                                      weight_stride=w.stride if per_row and w else None, **options)
+        run_checked(f"rms_norm N-D {dt.name} sizes={sizes} hidden={hidden} strides={in_strides},{out_strides} "
+                    f"offsets={in_off},{w_off},{out_off} weight={weight} per_row={per_row} in_place={in_place} "
+                    f"arrays={as_arrays}", launch, outputs={"out": (out, want)},
+                    inputs={**({"weight": w} if w else {}), **({} if in_place else {"input": x})})
 
 
 # --- the rest of the family: operands named as the ops name their arguments ------------------------

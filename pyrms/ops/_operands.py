@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .. import driver, dtypes
 from ..tensor import Tensor, contiguous_strides
-from . import _adapter
+from . import _adapter, _views
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -224,8 +224,81 @@ def collapse(name: str, view: _adapter.View) -> tuple[int, int, int]:
     return rows, hidden, stride
 
 
+def _collapses(view: _adapter.View) -> bool:
+    """Whether a [..., hidden] view's leading dimensions collapse to one row stride (collapse's test)."""
+    rows, stride = 1, None
+    for size_, step in zip(reversed(view.shape[:-1]), reversed(view.strides[:-1])):
+        if size_ == 1:
+            continue
+        if stride is not None and step != stride * rows:
+            return False
+        if stride is None:
+            stride = step
+        rows *= size_
+    return True
+
+
+def _nd_arrays(dt, num_tokens, hidden_size, rows: list, views: dict, raw: dict, weight_name: str | None):
+    """The N-D form of arrays(): the row operands' leading dimensions (one shape for all) collapsed
+    jointly (_views.joint_lead) to at most three, each operand with its own strides; a weight of shape
+    [shape[0], hidden] is one per outer row (weight_stride). Raw row pointers take stride tuples along
+    the arrays' leading dimensions (default: contiguous)."""
+    first = next(name for name, *_ in rows if name in views)
+    shape = views[first].shape
+    if len(shape) < 1:
+        raise ValueError(f"{first} is 0-dimensional; expected [..., hidden_size]")
+    lead, hidden = shape[:-1], shape[-1]
+    if hidden_size is not None and hidden_size != hidden:
+        raise ValueError(f"{first} has shape {shape}, whose last dimension is not hidden_size={hidden_size}")
+    strides = {}
+    for name, value, stride, stride_name, _ in rows:
+        view = views.get(name)
+        if view is None:
+            if name not in raw:
+                continue
+            given = stride if stride is not None else _views.contiguous(lead, hidden)
+            if not isinstance(given, tuple) or len(given) != len(lead):
+                raise ValueError(f"{stride_name} must be a tuple of {len(lead)} strides (elements) along "
+                                 f"{first}'s leading dimensions {lead}, got {stride!r}")
+            strides[name] = given
+            continue
+        if view.shape != shape:
+            raise ValueError(f"{name} has shape {view.shape}, but {first} has {shape}")
+        if hidden > 1 and view.strides[-1] != 1:
+            raise ValueError(f"{name} must be contiguous along the hidden dimension (stride 1), got shape "
+                             f"{view.shape} and strides {view.strides} (elements)")
+        if stride is not None:
+            raise ValueError(f"{stride_name} was given for the array {name}, whose strides are its own")
+        strides[name] = tuple(view.strides[:-1])
+    found = {}
+    w_view = views.get(weight_name) if weight_name else None
+    per_row = w_view is not None and len(w_view.shape) == 2
+    if per_row:
+        if w_view.shape != (lead[0] if lead else 1, hidden):
+            raise ValueError(f"{weight_name} has shape {w_view.shape}; a weight per outer row is "
+                             f"[{lead[0] if lead else 1}, {hidden}] ({first}'s first and last dimensions)")
+        if hidden > 1 and w_view.strides[1] != 1:
+            raise ValueError(f"{weight_name} must be contiguous along the hidden dimension, got strides {w_view.strides}")
+    if 0 in lead:
+        return None
+    sizes, steps = _views.joint_lead(lead, strides, per_row and lead[0] > 1, hidden)
+    if num_tokens is not None and num_tokens not in (sizes, lead, _views.rows(sizes)):
+        raise ValueError(f"num_tokens={num_tokens!r} disagrees with {first}'s leading dimensions {lead}")
+    for name in strides:
+        ptr = views[name].ptr if name in views else raw[name]
+        if ptr == 0:
+            raise ValueError(f"{name} has a null data pointer")
+        found[name] = (ptr, steps[name])
+    if w_view is not None:
+        if w_view.ptr == 0:
+            raise ValueError(f"{weight_name} has a null data pointer")
+        w_stride = w_view.strides[0] if per_row and lead[0] > 1 else 0
+        found[weight_name] = (w_view.ptr, hidden, w_view.dtype, w_stride)
+    return sizes, hidden, found
+
+
 def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
-           mixed: tuple[str, ...] = ()) -> tuple[dtypes.DType, int, int, dict]:
+           mixed: tuple[str, ...] = (), nd: bool = False) -> tuple[dtypes.DType, int, int, dict]:
     """The array (or raw pointer) operands of one call, read and checked against each other.
 
     rows: (name, value, stride argument, its name, written) for [..., hidden] operands; vectors:
@@ -234,6 +307,10 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
     the raw-pointer path, which checks the rest (alignment, extents, overlaps) with its own messages.
     `mixed`: vectors that may be float32 beside rows of another dtype (an fp32 weight); their entries
     are (pointer, hidden, dtype), the dtype None for a raw pointer.
+    `nd`: the op takes N-D layouts (rms_norm): where a row array's leading dimensions do not collapse to
+    one stride, or the first `mixed` vector is a [rows' first dimension, hidden] weight per outer row,
+    rows is a tuple of leading sizes, each row operand's stride a tuple (_nd_arrays), and the weight's
+    entry (pointer, hidden, dtype, weight_stride); rows is 0 for an empty batch.
     """
     hint = None if dtype is None else dtypes.get(dtype)
     views, raw = {}, {}
@@ -260,6 +337,15 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
         view = views.get(name)
         if view is not None and view.dtype is not dt and view.dtype is not dtypes.FLOAT32:
             raise ValueError(f"{name} has dtype {view.dtype.name}; it must be {dt.name} (the input's) or float32")
+    weight_name = mixed[0] if mixed else None
+    if nd and views and any(name in views for name, *_ in rows) and (
+            not all(_collapses(views[name]) for name, *_ in rows if name in views)
+            or (weight_name in views and len(views[weight_name].shape) == 2)):
+        made = _nd_arrays(dt, num_tokens, hidden_size, rows, views, raw, weight_name)
+        if made is None:  # an empty batch
+            return dt, 0, views[next(name for name, *_ in rows if name in views)].shape[-1], {}
+        _same_device(views)
+        return (dt, *made)
     found = {}
     for name, value, stride, stride_name, _ in rows:
         view = views.get(name)
@@ -298,13 +384,18 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
         if view.ptr == 0:
             raise ValueError(f"{name} has a null data pointer")
         found[name] = (view.ptr, hidden_size, view.dtype) if name in mixed else (view.ptr, hidden_size)
-    if any(view.device is not None for view in views.values()):  # last: a missing driver after bad arguments
+    _same_device(views)
+    return dt, num_tokens, hidden_size, found
+
+
+def _same_device(views: dict) -> None:
+    """Arrays must be on the calling thread's device; checked last: a missing driver after bad arguments."""
+    if any(view.device is not None for view in views.values()):
         ordinal = driver.selected_device().ordinal
         for name, view in views.items():
             if view.device is not None and view.device != ordinal:
                 raise ValueError(f"{name} is on device {view.device}, but the launch runs on device {ordinal} "
                                  f"(pyrms.driver.set_device selects the calling thread's device)")
-    return dt, num_tokens, hidden_size, found
 
 
 def allocate_like(shape_of, dt: dtypes.DType, rows: int, hidden: int) -> Tensor:

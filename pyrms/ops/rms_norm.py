@@ -5,8 +5,10 @@ from .. import driver, dtypes
 from .. import plan as planner
 from . import _operands as check
 from .._types import DTypeLike, OptionalOperand, Operand, StreamLike
-from . import _placement
+from . import _placement, _views
 from ._prepared import RowLaunches, cache_for, use_pdl
+from .rms_norm_nd import NdLaunch, NdPrepared, is_nd, lead_sizes, lead_strides
+from .rms_norm_nd import explain as explain_nd
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 _NAMES = ("out", "input", "weight")
@@ -22,8 +24,8 @@ class Prepared:
     calls, inline, and returns False, having launched nothing, for anything unusual; the general path
     then says what is wrong."""
 
-    __slots__ = ("rows", "mask", "max_rows", "row_bytes", "x_step", "o_step", "same_steps", "spans", "weightless",
-                 "w_mask", "w_bytes", "placed")
+    __slots__ = ("rows", "packed", "mask", "max_rows", "row_bytes", "x_step", "o_step", "same_steps", "spans",
+                 "weightless", "w_mask", "w_bytes", "placed")
 
     def __init__(self, device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype=None):
         hidden = check.size("hidden_size", hidden)
@@ -37,6 +39,8 @@ class Prepared:
         self.w_bytes = hidden * p.weight_itemsize
         self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
                                 (x_stride, o_stride))
+        # Many short rows: packed several to a warp (rms_norm_nd_kernel), not one 32-thread block each.
+        self.packed = NdLaunch(p, (x_stride, 0, 0, o_stride, 0, 0), 0, device, use_pdl(device, pdl)) if p.lanes else None
         self.mask = dt.itemsize - 1  # itemsizes are powers of two: alignment is a bit test
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
         self.row_bytes, self.x_step, self.o_step = hidden * dt.itemsize, x_stride * dt.itemsize, o_stride * dt.itemsize
@@ -73,28 +77,40 @@ class Prepared:
         if num_tokens <= _FEW_ROWS:
             few = rows.few_aligned if rows.aligned_layout and not pointers_or & 15 else rows.few
             rows.launch_few(few, num_tokens, stream, out, input, weight, epsilon)
+        elif self.packed is not None:
+            self.packed(num_tokens, 1, 1, stream, out, input, weight, epsilon)
         else:
             rows.launch_many(rows.many, num_tokens, stream, out, input, weight, epsilon)
         return True
 
 
-_prepared = cache_for(Prepared)
+def _make(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype, weight_stride):
+    """The prepared launch of one static argument set: N-D (tuple strides, a weight per outer row) or plain."""
+    if is_nd(None, input_stride, out_stride, weight_stride):
+        return NdPrepared(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
+                          weight_stride)
+    return Prepared(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype)
+
+
+_prepared = cache_for(_make)
 
 
 def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl=True,
-             weight_dtype=None) -> Prepared | None:
+             weight_dtype=None, weight_stride=None) -> Prepared | NdPrepared | None:
     """The prepared launch for these static arguments on the calling thread's device, or None where
     they are invalid: for adapters (pyrms.torch) that hold raw pointers and would otherwise pay for
     rms_norm's keyword arguments on every call. Call it as ``p(out, input, weight, epsilon, rows,
-    stream)`` (weight 0 with ``weight_dtype="none"``); a False return launched nothing, and
-    ``rms_norm`` with the same arguments names why."""
-    return _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype)
+    stream)`` (weight 0 with ``weight_dtype="none"``; rows a tuple of leading sizes where the strides
+    are tuples); a False return launched nothing, and ``rms_norm`` with the same arguments names why."""
+    return _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
+                         weight_stride)
 
 
 def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsilon: float, num_tokens: int | None = None,
              hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
              out_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
-             round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None) -> OptionalOperand:
+             round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
+             weight_stride: int | None = None) -> OptionalOperand:
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
     ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None).
 
@@ -108,10 +124,18 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsi
     raw pointer (``weight_dtype`` defaults to the array's dtype, else the rows' dtype).
 
     ``out``, ``input``, ``weight``: raw device pointers (int), pyrms Tensors, torch tensors, or objects
-    exposing ``__cuda_array_interface__`` or ``__dlpack__``. Arrays are [..., hidden_size] (weight
-    [hidden_size]), contiguous along the hidden dimension, with leading dimensions that collapse to one
-    row stride; ``num_tokens`` and ``hidden_size`` then default to theirs (they are required for raw
+    exposing ``__cuda_array_interface__`` or ``__dlpack__``. Arrays are [..., hidden_size], contiguous
+    along the hidden dimension, with any strides along the leading dimensions (QK-norm's slices of a
+    fused QKV tensor, transposed views), as long as they collapse to at most three and out's rows do
+    not overlap; ``num_tokens`` and ``hidden_size`` then default to theirs (they are required for raw
     pointers). Any element alignment of any pointer is allowed; ``out`` may be ``input`` (in place).
+    The weight is [hidden_size], or [L, hidden_size] with L the rows' first dimension: a weight per
+    outer row (vLLM's batched weight; bitwise equal to L separate calls).
+
+    Raw pointers in N-D form: ``num_tokens`` a tuple of 1 to 3 leading sizes (outermost first), and
+    ``input_stride``/``out_stride`` tuples of as many element strides (default: contiguous);
+    ``weight_stride``: elements between the rows of a [num_tokens[0], hidden_size] weight, one per
+    outermost index (None or 0: one weight for every row).
     ``dtype``: a name ('bfloat16', 'bf16', 'float16', 'float32', ...), a numpy or torch dtype; by
     default the arrays' dtype, or bfloat16 for raw pointers. ``input_stride``/``out_stride``: elements
     between rows (>= hidden_size; default: the array's, or hidden_size). ``stream``: a pyrms Stream, a
@@ -128,33 +152,71 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsi
     if type(out) is int and type(input) is int and (type(weight) is int or weight is None):
         if weight is None:  # no weight: its own kernel (W = void), a null pointer never read
             weight, weight_dtype = 0, check.no_weight(weight_dtype)
+        nd = is_nd(num_tokens, input_stride, out_stride, weight_stride)
+        if nd and not (type(input_stride) is tuple and type(out_stride) is tuple):
+            input_stride, out_stride = _nd_strides(num_tokens, hidden_size, input_stride, out_stride)
         try:  # the prepared launch's lookup, inlined (PreparedCache.get does the same)
             prepared = _prepared.items[(driver._selected.device, dtype, hidden_size, input_stride, out_stride,
-                                        gemma, round_once, pdl, weight_dtype)]
+                                        gemma, round_once, pdl, weight_dtype, weight_stride)]
         except (KeyError, TypeError):
-            prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype)
+            prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
+                                     weight_stride)
         if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream):
             return out
-        _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
-                 gemma, weight_dtype)
-        launched = _prepared.require(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype)(
-            out, input, weight, float(epsilon), int(num_tokens), stream)
+        if nd:
+            _explain_nd(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
+                        pdl, gemma, weight_dtype, weight_stride)
+        else:
+            _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
+                     gemma, weight_dtype)
+        launched = _prepared.require(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
+                                     weight_stride)(out, input, weight, float(epsilon), num_tokens, stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", False),
                                                  ("out", out, out_stride, "out_stride", True)],
-                                           vectors=[] if weight is None else [("weight", weight)], mixed=("weight",))
+                                           vectors=[] if weight is None else [("weight", weight)], mixed=("weight",),
+                                           nd=True)
     if out is None:
-        out = check.allocate_like(input, dt, max(rows, 1), hidden)
-        found["out"] = (out.ptr, hidden)
+        out = check.allocate_like(input, dt, max(_views.rows(rows) if type(rows) is tuple else rows, 1), hidden)
+        if type(rows) is tuple:  # a new contiguous output of the input's shape: its strides, collapsed as the input's
+            found["out"] = (out.ptr, _views.contiguous(rows, hidden))
+        else:
+            found["out"] = (out.ptr, hidden)
     if rows == 0:  # an empty batch of arrays: nothing to do
         return out
     (x, x_stride), (o, o_stride) = found["input"], found["out"]
-    w, weight_dtype = check.weight_operand(found.get("weight"), weight_dtype)
+    w_entry = found.get("weight")
+    w_stride = w_entry[3] if w_entry is not None and len(w_entry) == 4 else None
+    w, weight_dtype = check.weight_operand(w_entry[:3] if w_entry is not None else None, weight_dtype)
     rms_norm(o, x, w, epsilon, rows, hidden, dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream,
-             gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=weight_dtype)
+             gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=weight_dtype, weight_stride=w_stride or None)
     return out
+
+
+def _nd_strides(num_tokens, hidden_size, input_stride, out_stride) -> tuple:
+    """The N-D form's stride tuples: as given, or contiguous for num_tokens's leading sizes (None), or
+    one int for one leading dimension; invalid arguments are passed on for the prepared launch's checks."""
+    try:
+        sizes = lead_sizes(num_tokens)
+        hidden = check.size("hidden_size", hidden_size)
+        return (lead_strides("input_stride", input_stride, sizes, hidden),
+                lead_strides("out_stride", out_stride, sizes, hidden))
+    except (TypeError, ValueError):
+        return input_stride, out_stride
+
+
+def _explain_nd(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
+                pdl, gemma, weight_dtype, weight_stride) -> None:
+    """_explain for the N-D form (rms_norm_nd.explain)."""
+    check.flag("pdl", pdl)
+    if num_tokens is None or hidden_size is None:
+        raise TypeError("num_tokens and hidden_size are required when every operand is a raw pointer")
+    hidden = check.size("hidden_size", hidden_size)
+    dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
+    p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), weight_dtype=weight_dtype)
+    explain_nd(out, input, weight, epsilon, num_tokens, hidden, dt, p, input_stride, out_stride, weight_stride, stream)
 
 
 def _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,

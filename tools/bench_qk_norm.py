@@ -1,0 +1,142 @@
+"""QK-norm at Qwen3's shapes on the H200: pyrms against torch eager, torch.compile and Triton, all on the
+same strided views of a fused QKV tensor (issue 13, item 3).
+
+    python tools/bench_qk_norm.py [--tokens 1,16,128,1024,4096,16384] [--reps 15] [--json out.json]
+
+q = qkv[:, :64*128].view(T, 64, 128) and k = qkv[:, 64*128:72*128].view(T, 8, 128) of a bf16
+[T, (64 + 2*8) * 128] tensor; each implementation writes a new contiguous [T, heads, 128] output.
+Device time per call by the benchmark's method (pyrms.bench.timing: events around a batch queued
+behind a spin kernel), the median of --reps samples; bytes = q (or k) read + out written + weight;
+the copy ceiling as pyrms.bench measures it. Needs PyTorch (and Triton for its column).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+import pyrms
+from pyrms import driver
+from pyrms.bench import ceiling, timing
+
+HEAD_DIM, HEADS, KV_HEADS = 128, 64, 8
+EPS = 1e-6
+
+
+def triton_impl():
+    """A Triton QK-norm over the (token, head) rows of a strided view, ROWS rows per program (the best of
+    a few), or None without Triton."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def qk_norm(X, W, Y, sxt, sxh, syt, syh, rows, heads, eps, D: tl.constexpr, ROWS: tl.constexpr):
+        r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+        t, h = r // heads, r % heads
+        cols = tl.arange(0, D)
+        mask = (r < rows)[:, None]
+        x = tl.load(X + (t * sxt + h * sxh)[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        inv = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)
+        w = tl.load(W + cols).to(tl.float32)
+        y = x * inv[:, None] * w[None, :]
+        tl.store(Y + (t * syt + h * syh)[:, None] + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+    def make(rows_per_program, warps):
+        def run(x, w, y):
+            t, h, d = x.shape
+            n = t * h
+            qk_norm[(triton.cdiv(n, rows_per_program),)](x, w, y, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+                                                         n, h, EPS, D=d, ROWS=rows_per_program, num_warps=warps)
+        return run
+
+    return {f"triton r{r}w{w}": make(r, w) for r, w in ((1, 1), (4, 4), (16, 4), (32, 8))}
+
+
+def implementations():
+    def fn(x, w):
+        return torch.nn.functional.rms_norm(x, (HEAD_DIM,), w, EPS)
+
+    compiled_fn = torch.compile(fn, dynamic=False)
+    impls = {
+        "pyrms": lambda x, w, y: pyrms.rms_norm(y, x, w, EPS),
+        # torch's: a new output (copy_ into y would add a kernel); pyrms and Triton write into y.
+        "torch eager": lambda x, w, y: torch.nn.functional.rms_norm(x, (HEAD_DIM,), w, EPS),
+        "torch.compile": lambda x, w, y: compiled_fn(x, w),
+    }
+    impls.update(triton_impl() or {})
+    return impls
+
+
+def views(tokens: int, sets: int):
+    """`sets` independent (q, k, out_q, out_k) rotations, so that no call finds its input in L2 from the last."""
+    out = []
+    for _ in range(sets):
+        qkv = torch.randn(tokens, (HEADS + 2 * KV_HEADS) * HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+        q = qkv[:, :HEADS * HEAD_DIM].view(tokens, HEADS, HEAD_DIM)
+        k = qkv[:, HEADS * HEAD_DIM:(HEADS + KV_HEADS) * HEAD_DIM].view(tokens, KV_HEADS, HEAD_DIM)
+        out.append((qkv, {"q": (q, torch.empty_like(q)), "k": (k, torch.empty_like(k))}))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", default="1,16,128,1024,4096,16384")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    tokens_list = [int(t) for t in args.tokens.split(",")]
+    device = driver.selected_device()
+    stream = torch.cuda.current_stream().cuda_stream
+    timer = timing.EventTimer(device, stream)
+    ceil = ceiling.measure(timer, device, 1024, 10, "dtod 1 GiB")
+    print(f"copy ceiling {ceil.gbps:.0f} GB/s", flush=True)
+    weight = torch.randn(HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    impls = implementations()
+    results = []
+    for part, heads in (("q", HEADS), ("k", KV_HEADS)):
+        for tokens in tokens_list:
+            nbytes = 2 * tokens * heads * HEAD_DIM * 2 + HEAD_DIM * 2
+            sets = max(2, min(16, (512 << 20) // max(nbytes, 1)))
+            data = views(tokens, sets)
+            row = {"part": part, "tokens": tokens, "heads": heads, "bytes": nbytes, "us": {}}
+            ref = None
+            for name, impl in impls.items():
+                def run(i, impl=impl):
+                    x, y = data[i][1][part]
+                    impl(x, weight, y)
+                try:
+                    run(0)
+                    torch.cuda.synchronize()
+                    if name == "pyrms":
+                        ref = data[0][1][part][1].clone()
+                    row["us"][name] = timing.median_us(timer, run, sets, args.reps)
+                except Exception as exc:  # an implementation that cannot run this shape is reported, not fatal
+                    row["us"][name] = None
+                    print(f"  {name} failed at {part} T={tokens}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            # pyrms (the seed's two roundings by default) against torch eager (one): the largest difference
+            x = data[0][1][part][0]
+            torch_out = torch.nn.functional.rms_norm(x, (HEAD_DIM,), weight, EPS)
+            row["max_abs_diff_vs_torch"] = float((ref.float() - torch_out.float()).abs().max())
+            others = [v for k, v in row["us"].items() if k != "pyrms" and v]
+            best_other = min(others) if others else None
+            p = row["us"].get("pyrms")
+            row["speedup_vs_fastest_other"] = best_other / p if p and best_other else None
+            row["fraction_of_ceiling"] = (nbytes / (p * 1e-6)) / (ceil.gbps * 1e9) if p else None
+            results.append(row)
+            cells = " ".join(f"{k}={v:.2f}" if v else f"{k}=n/a" for k, v in row["us"].items())
+            print(f"{part} T={tokens:6d} H={heads:2d}: {cells} | speedup {row['speedup_vs_fastest_other'] or 0:.2f}x "
+                  f"ceiling {row['fraction_of_ceiling'] or 0:.3f}", flush=True)
+            del data
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"ceiling_gbps": ceil.gbps, "results": results, "argv": sys.argv}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
