@@ -32,6 +32,9 @@
 // [d0, hidden] weight of row stride w_stride (0: one weight for every row; vLLM's batched weight).
 // LANES > 0 packs blockDim.x / LANES rows of LANES lanes into each block (RowShape's packed rows: the
 // planner's shape for short rows, also for plain layouts); LANES = 0 launches one row per block of F.
+// ALIGNED (packed rows only): every row, and each weight row, 16-byte aligned and the hidden size a
+// multiple of the vector (RowShape's ALIGNED): the same tree in far fewer instructions, which is what
+// bounds short rows (each thread moves 16 to 64 bytes per row; QK-norm rows are 128 elements).
 #include "rms_norm_row.cuh"
 
 namespace pyrms {
@@ -47,7 +50,7 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_kernel(
                                                                              weight, epsilon, hidden);
 }
 
-template <typename T, int CACHE, int LANES, bool GEMMA, bool ROUND_ONCE, typename W = T>
+template <typename T, int CACHE, int LANES, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, typename W = T>
 __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_nd_kernel(
     T* out, const T* input, const W* __restrict__ weight, float epsilon, int rows, int d1, int d2, int hidden,
     long long in_s0, long long in_s1, long long in_s2, long long out_s0, long long out_s1, long long out_s2,
@@ -62,7 +65,7 @@ __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_nd_kernel(
     const long long i1 = q - static_cast<unsigned>(i0) * static_cast<unsigned>(d1);
     const T* in_row = input + i0 * in_s0 + i1 * in_s1 + i2 * in_s2;
     T* out_row = out + i0 * out_s0 + i1 * out_s1 + i2 * out_s2;
-    rms_norm_row<T, W, CACHE, 1, false, GEMMA, ROUND_ONCE, false, true, LANES>(
+    rms_norm_row<T, W, CACHE, 1, ALIGNED, GEMMA, ROUND_ONCE, false, true, LANES>(
         out_row, in_row, RowIn<T, true>{in_row}, weight_row(weight, i0 * w_stride), epsilon, hidden);
 }
 

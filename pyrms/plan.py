@@ -186,8 +186,8 @@ class RmsNormPlan(_RowPlan):
     def nd_rows_per_block(self) -> int:
         return PACKED_THREADS // self.lanes if self.lanes else 1
 
-    def _nd(self, lanes: int, cache: int) -> str:
-        flags = ", ".join(_bool(f) for f in self._flags())
+    def _nd(self, lanes: int, cache: int, aligned: bool = False) -> str:
+        flags = ", ".join(_bool(f) for f in (aligned, *self._flags()))
         return f"pyrms::rms_norm_nd_kernel<{self.dtype.ctype}, {cache}, {lanes}, {flags}{self._weight_type()}>"
 
     @property
@@ -196,10 +196,17 @@ class RmsNormPlan(_RowPlan):
         return self._nd(self.lanes, self.cache)
 
     @property
+    def nd_aligned_expression(self) -> str | None:
+        """The packed kernel for rows that are all body (ALIGNED, as aligned_latency_expression); None
+        for rows too long to pack."""
+        return self._nd(self.lanes, self.cache, True) if self.lanes else None
+
+    @property
     def nd_group(self) -> tuple[str, ...]:
         """Every rms_norm_nd_kernel variant of one (dtype, options): a unit of its own (the N-D views,
         the per-row weight, and many short rows of any layout), apart from the plain rows' group."""
-        return tuple([self._nd(0, c) for c in (0, *CACHE_CHOICES)] + [self._nd(n, c) for n, c in PACKED_SHAPES])
+        return tuple([self._nd(0, c) for c in (0, *CACHE_CHOICES)]
+                     + [self._nd(n, c, a) for n, c in PACKED_SHAPES for a in (False, True)])
 
     @property
     def weight_dtype(self) -> dtypes.DType | None:

@@ -84,8 +84,8 @@ def test_few_row_shape(dtype, hidden, spread):
 def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     """Batch invariance: whatever the row count, pyrms.rms_norm launches a kernel of the same reduction
     tree (the same fold width F and register cache: the few-row kernel runs SPREAD * F threads, with
-    SPREAD in its name, and loads its weights early) with one block per row. Recorded at the launch,
-    with a stand-in for the kernels and the device."""
+    SPREAD in its name, and loads its weights early) with one block per row, or, for many short rows,
+    packed rows of the same fold. Recorded at the launch, with a stand-in for the kernels and the device."""
     from pyrms import driver, kernels
     from pyrms.ops import _prepared
 
@@ -113,16 +113,24 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     rows = (1, 5, plan.FEW_ROWS, plan.FEW_ROWS + 1, 70001)
     for n in rows:
         pyrms.rms_norm(1 << 20, 1 << 34, 1 << 40, 1e-6, n, hidden, dtype="bfloat16")
-    assert [grid for _, grid, _ in launches] == list(rows)
     p = plan.plan_rms_norm("bfloat16", hidden)
-    for name, grid, block in launches:
-        dtype, cache, spread, *flags = name.split("<")[1].rstrip(">").split(", ")
-        assert (int(cache), block // int(spread)) == (p.cache, p.block)  # the tree: fold width and cache
+    # one block per row; many short rows packed (rms_norm_nd_kernel), nd_rows_per_block rows per block
+    per_block = [1 if n <= plan.FEW_ROWS or not p.lanes else p.nd_rows_per_block for n in rows]
+    assert [grid for _, grid, _ in launches] == [-(-n // k) for n, k in zip(rows, per_block)]
+    for (name, grid, block), n in zip(launches, rows):
+        if "rms_norm_nd_kernel" in name:  # packed: the fold is one warp, LANES lanes per row
+            dtype, cache, lanes, aligned, *flags = name.split("<")[1].rstrip(">").split(", ")
+            assert (int(cache), 32, int(lanes)) == (p.cache, p.block, p.lanes)
+            assert block == plan.PACKED_THREADS and n > plan.FEW_ROWS
+        else:
+            dtype, cache, spread, *flags = name.split("<")[1].rstrip(">").split(", ")
+            assert (int(cache), block // int(spread)) == (p.cache, p.block)  # the tree: fold width and cache
         assert flags[:2] == ["false", "false"]  # gemma, round_once as asked
     # aligned pointers: the all-body few-row kernel where the hidden size is a multiple of the vector
     few = p.aligned_latency_expression if hidden % 8 == 0 else p.latency_expression
-    assert {name for name, grid, _ in launches if grid <= plan.FEW_ROWS} == {few}
-    assert {name for name, grid, _ in launches if grid > plan.FEW_ROWS} == {p.expression}
+    assert {name for (name, _, _), n in zip(launches, rows) if n <= plan.FEW_ROWS} == {few}
+    assert {name for (name, _, _), n in zip(launches, rows) if n > plan.FEW_ROWS} == {
+        p.nd_expression if p.lanes else p.expression}
 
 
 def test_seed_plan_matches_the_cpp_program():

@@ -59,10 +59,11 @@ def test_qk_norm_slices(dtype, tokens, head_dim):
     collapse; out contiguous, or in place over the slice."""
     row, parts = _qkv(8, 2, head_dim)
     for name, (heads, offset) in parts.items():
-        for in_place in (False, True):
-            testing.check_rms_norm_nd(_rng(dtype, tokens, head_dim, name, in_place), dtype, (tokens, heads), head_dim,
-                                      in_strides=(row, head_dim), in_off=offset % 8 + 1 if in_place else offset % 8,
-                                      out_off=3, in_place=in_place)
+        for in_place, in_off, out_off in ((False, 0, 0), (False, offset % 8, 3), (True, 0, 0), (True, 1, 0)):
+            # all aligned (the ALIGNED packed kernel), then misaligned pointers
+            testing.check_rms_norm_nd(_rng(dtype, tokens, head_dim, name, in_place, in_off), dtype, (tokens, heads),
+                                      head_dim, in_strides=(row, head_dim), in_off=in_off, out_off=out_off,
+                                      in_place=in_place)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

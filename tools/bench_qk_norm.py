@@ -88,6 +88,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default="1,16,128,1024,4096,16384")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--only-pyrms", action="store_true", help="leave out torch and Triton (tuning runs)")
     args = ap.parse_args(argv)
     tokens_list = [int(t) for t in args.tokens.split(",")]
     device = driver.selected_device()
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
     ceil = ceiling.measure(timer, device, 1024, 10, "dtod 1 GiB")
     print(f"copy ceiling {ceil.gbps:.0f} GB/s", flush=True)
     weight = torch.randn(HEAD_DIM, dtype=torch.bfloat16, device="cuda")
-    impls = implementations()
+    impls = {"pyrms": lambda x, w, y: pyrms.rms_norm(y, x, w, EPS)} if args.only_pyrms else implementations()
     results = []
     for part, heads in (("q", HEADS), ("k", KV_HEADS)):
         for tokens in tokens_list:

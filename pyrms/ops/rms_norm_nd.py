@@ -21,18 +21,24 @@ _MAX_ELEMS = check.INT64_MAX // 16  # byte offsets of every dtype fit in 64 bits
 
 class NdLaunch:
     """rms_norm_nd_kernel for one plan and fixed trailing arguments (hidden, strides, weight stride):
-    a call gives the leading ones and the rows, and gets ceil(rows / rows per block) blocks."""
+    a call gives the leading ones and the rows, and gets ceil(rows / rows per block) blocks. Packed rows
+    whose strides (and weight stride) keep every row 16-byte aligned get the ALIGNED kernel too, for
+    calls whose pointers are 16-byte aligned."""
 
-    __slots__ = ("kernel", "launch", "per_block")
+    __slots__ = ("kernel", "aligned", "launch", "per_block")
 
     def __init__(self, p: planner.RmsNormPlan, strides: tuple[int, ...], w_stride: int, device, pdl: bool):
         self.kernel = kernels.get(p.source, p.nd_expression, p.nd_group, SIGNATURE, device)
+        self.aligned = None
+        if p.nd_aligned_expression and p.aligned_layout(*strides) and w_stride * p.weight_itemsize % 16 == 0:
+            self.aligned = kernels.get(p.source, p.nd_aligned_expression, p.nd_group, SIGNATURE, device)
         self.launch = launch.RowLaunch(SIGNATURE, p.nd_block, (p.hidden, *strides, w_stride), device, pdl=pdl)
         self.per_block = p.nd_rows_per_block
 
     def __call__(self, rows: int, d1: int, d2: int, stream: int, out: int, input: int, weight: int,
                  epsilon: float) -> None:
-        self.launch(self.kernel, -(-rows // self.per_block), stream, out, input, weight, epsilon, rows, d1, d2)
+        kernel = self.aligned if self.aligned is not None and not (out | input | weight) & 15 else self.kernel
+        self.launch(kernel, -(-rows // self.per_block), stream, out, input, weight, epsilon, rows, d1, d2)
 
 
 def lead_strides(name: str, value, sizes: tuple[int, ...], hidden: int) -> tuple[int, ...]:
