@@ -28,7 +28,10 @@ from typing import Callable, Iterable, Sequence
 
 from . import dtypes, plan
 
-OPS = ("rms_norm", "fused_add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward", "seed")
+# rms_norm_nd: rms_norm's N-D views, weight per outer row and packed short rows (plan.RmsNormPlan.nd_group),
+# which a plain rms_norm call of many short rows compiles too.
+OPS = ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward",
+       "seed")
 # The units do not depend on the hidden size today (groups hold every launch shape); enumerating
 # over sizes that reach every branch of the planners keeps every_unit complete if one ever does.
 HIDDENS = (1, 7, 9, 255, 769, 1024, 4096, 5120, 5125, 8192, 16384, 32776, 65536, 65537)
@@ -57,8 +60,10 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
     if weight_dtype is not None:
         flags += f" weight={weight_dtype}"
     p: plan.RmsNormPlan | plan.FusedAddRmsNormPlan | plan.LayerNormPlan | plan.NormBackwardPlan
-    if op == "rms_norm":
+    if op in ("rms_norm", "rms_norm_nd"):
         p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype)
+        if op == "rms_norm_nd":
+            return Unit(p.source, p.nd_group, f"{p.source} {dt.name} nd{flags}")
     elif op == "fused_add_rms_norm":
         p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype)
     elif op == "layer_norm":
@@ -83,7 +88,7 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
 
 def _options(op: str, dt: dtypes.DType) -> list[dict]:
     """Every option set of ``op`` on rows of ``dt`` that can change what it compiles."""
-    if op in ("rms_norm", "fused_add_rms_norm"):
+    if op in ("rms_norm", "rms_norm_nd", "fused_add_rms_norm"):
         weights = [None, "none"] + (["float32"] if dt is not dtypes.FLOAT32 else [])
         return [dict(gemma=g, round_once=r, weight_dtype=w) for w in weights for g in (False, True)
                 for r in (False, True) if not (g and w == "none")]

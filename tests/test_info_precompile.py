@@ -138,10 +138,12 @@ def test_every_unit_counts():
     # (bf16 and fp16 only), and round_once without a weight: 4 + 4 + 2 for 2-byte dtypes, 4 + 2 for
     # fp32. LayerNorm: one per dtype, and one per dtype without a weight; the backward: one per dtype;
     # the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads).
-    assert by_source == {"rms_norm.cu": 26, "fused_add_rms_norm.cu": 26, "layer_norm.cu": 6,
+    # rms_norm.cu twice over: its plain rows and its N-D kernel (rms_norm_nd), one unit each.
+    assert by_source == {"rms_norm.cu": 52, "fused_add_rms_norm.cu": 26, "layer_norm.cu": 6,
                          "rms_norm_backward.cu": 3, "seed_rms_norm.cu": 2}
-    assert precompile.every_unit(["rms_norm"], [dtypes.FLOAT32]) == \
+    assert precompile.every_unit(["rms_norm", "rms_norm_nd"], [dtypes.FLOAT32]) == \
         [u for u in units if u.label.startswith("rms_norm.cu float32")]
+    assert "rms_norm.cu bfloat16 nd weight=none" in {u.label for u in units}
     assert "rms_norm.cu bfloat16 weight=none" in {u.label for u in units}
 
 

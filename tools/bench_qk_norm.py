@@ -15,8 +15,6 @@ import argparse
 import json
 import sys
 
-import torch
-
 import pyrms
 from pyrms import driver
 from pyrms.bench import ceiling, timing
@@ -58,6 +56,8 @@ def triton_impl():
 
 
 def implementations():
+    import torch
+
     def fn(x, w):
         return torch.nn.functional.rms_norm(x, (HEAD_DIM,), w, EPS)
 
@@ -74,6 +74,8 @@ def implementations():
 
 def views(tokens: int, sets: int):
     """`sets` independent (q, k, out_q, out_k) rotations, so that no call finds its input in L2 from the last."""
+    import torch
+
     out = []
     for _ in range(sets):
         qkv = torch.randn(tokens, (HEADS + 2 * KV_HEADS) * HEAD_DIM, dtype=torch.bfloat16, device="cuda")
@@ -90,6 +92,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--only-pyrms", action="store_true", help="leave out torch and Triton (tuning runs)")
     args = ap.parse_args(argv)
+    import torch  # after the arguments: --help needs no PyTorch
+
     tokens_list = [int(t) for t in args.tokens.split(",")]
     device = driver.selected_device()
     stream = torch.cuda.current_stream().cuda_stream
