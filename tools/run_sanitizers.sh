@@ -40,7 +40,6 @@ PARALLEL=${PARALLEL:-1}
 PORT=${PORT:-49152}
 declare -A SHARDS=([memcheck]=${SHARDS_MEMCHECK:-3} [racecheck]=${SHARDS_RACECHECK:-11}
                    [initcheck]=${SHARDS_INITCHECK:-3} [synccheck]=${SHARDS_SYNCCHECK:-3})
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 mkdir -p "$OUT" || exit 2
 rm -f "$OUT"/{memcheck,racecheck,initcheck,synccheck}.*.{log,rc,seconds}
