@@ -1,7 +1,7 @@
 """The driver and launch layers where no GPU is needed: the missing-driver path, error descriptions,
 stream handle conversion, argument validation, argument packing (read back through ctypes, and
 through a stand-in for cuLaunchKernel that reads the packed arguments as the driver would), and
-every driver.py code path over a fake cuda.bindings.driver whose "device memory" is host memory."""
+every pyrms.driver code path over a fake cuda.bindings.driver whose "device memory" is host memory."""
 import ctypes
 import gc
 import threading

@@ -39,7 +39,7 @@ def pdl_config(bx: int = 1, by: int = 1, bz: int = 1, shared_bytes: int = 0):
 
 class _ThreadConfig(threading.local):
     """The calling thread's config for launch_kernel's PDL launches, made at its first one (the
-    class default makes an unset one a plain read, as in _Selected)."""
+    class default makes an unset one a plain read, as in _process._Selected)."""
 
     config = None
 

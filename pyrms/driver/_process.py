@@ -1,6 +1,7 @@
 """The process's view of the driver: ``cuInit`` once, the device count, one Device per ordinal, and
-each thread's selected device. The driver layer's only module-level state lives here, so a test that
-swaps the driver (tests/fake_driver.py) resets this one module.
+each thread's selected device. The driver layer's state lives here (beside it only _launcher's
+per-thread launch configuration, scratch that holds no handle), so a test that swaps the driver
+(tests/fake_driver.py) resets this one module.
 
 Importing touches no driver: ``cuInit`` is called at first use, where a missing driver (or no
 device) becomes ``errors.NoDriverError``, raised then and on every later use.
