@@ -1,9 +1,9 @@
 """One stand-in for cuda.bindings.driver on the CPU, for the driver tests (tests/test_driver_cpu.py)
 and the hostile-input cases that need a device (tests/hostile_cases.py).
 
-pyrms.driver reaches the driver only through its module attribute ``_cu``, so a stand-in that keeps
-cuda.bindings' calling conventions ((status, *values) tuples, the real handle and enum types) runs
-every code path of the driver layer without a GPU."""
+Each module of the pyrms.driver package reaches the driver only through its global ``_cu``, so a
+stand-in that keeps cuda.bindings' calling conventions ((status, *values) tuples, the real handle and
+enum types), swapped into every one of them, runs every code path of the driver layer without a GPU."""
 import ctypes
 import sys
 import threading
@@ -392,20 +392,38 @@ class FakeDriver:
         return [name for name, _ in self.calls]
 
 
+def driver_modules() -> list:
+    """The modules of the pyrms.driver package that call the driver (those with a global ``_cu``),
+    found by walking the package, so that a new module cannot be missed by fresh_driver_state."""
+    import importlib
+    import pkgutil
+
+    from pyrms import driver
+
+    modules = [importlib.import_module(f"{driver.__name__}.{info.name}") for info in pkgutil.iter_modules(driver.__path__)]
+    return [module for module in modules if hasattr(module, "_cu")]
+
+
 def fresh_driver_state(set_attr, cu) -> None:
     """Point pyrms's driver layer at ``cu`` (a FakeDriver, or any stand-in for cuda.bindings.driver)
     with nothing cached from before: no device, context, module, kernel, launch configuration,
     workspace pool, or pointer and stream accepted for a device. ``set_attr(obj, name, value)`` does the replacing, so the caller decides how it
-    is undone (``monkeypatch.setattr`` in a fixture, hostile_cases' saved-attribute list)."""
-    from pyrms import driver, kernels, launch
+    is undone (``monkeypatch.setattr`` in a fixture, hostile_cases' saved-attribute list).
+
+    The driver's per-process state lives in ``pyrms.driver._process``. Its thread-local device selection
+    is one object for the life of the process (the hot path reads it through the package), so it is
+    reset for the calling thread; threads started later begin with none selected."""
+    from pyrms import kernels, launch
+    from pyrms.driver import _process
     from pyrms.ops import _placement, _prepared, _workspace
 
-    set_attr(driver, "_cu", cu)
-    set_attr(driver, "_initialized", False)
-    set_attr(driver, "_init_failure", None)
-    set_attr(driver, "_devices", {})
-    set_attr(driver, "_device_count", None)
-    set_attr(driver, "_selected", driver._Selected())
+    for module in driver_modules():
+        set_attr(module, "_cu", cu)
+    set_attr(_process, "_initialized", False)
+    set_attr(_process, "_init_failure", None)
+    set_attr(_process, "_devices", {})
+    set_attr(_process, "_device_count", None)
+    set_attr(_process._selected, "device", None)
     set_attr(launch, "_modules", {})
     set_attr(launch, "_launch_context", {})
     set_attr(kernels, "_kernels", {})

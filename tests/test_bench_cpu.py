@@ -1,8 +1,8 @@
 """pyrms.bench without a GPU: the pure parts (byte counts, statistics, rotation, targets, reports,
 the command line), the missing-GPU message, and whole runs on a simulated GPU.
 
-The simulator stands in for cuda.bindings.driver (pyrms.driver reaches the driver only through its
-``_cu`` attribute): device memory is host memory, the pyrms and seed kernels run in numpy, and a
+The simulator stands in for cuda.bindings.driver (each pyrms.driver module reaches the driver only
+through its ``_cu`` global): device memory is host memory, the pyrms and seed kernels run in numpy, and a
 simulated device clock advances by each kernel's bytes over a fixed bandwidth, so events, the spin
 kernel, rotation, validation, timing, graphs, the report, JSON and targets all run for real.
 """

@@ -1,7 +1,7 @@
 """The driver and launch layers where no GPU is needed: the missing-driver path, error descriptions,
 stream handle conversion, argument validation, argument packing (read back through ctypes, and
 through a stand-in for cuLaunchKernel that reads the packed arguments as the driver would), and
-every driver.py code path over a fake cuda.bindings.driver whose "device memory" is host memory."""
+every pyrms.driver code path over a fake cuda.bindings.driver whose "device memory" is host memory."""
 import ctypes
 import gc
 import threading
@@ -418,3 +418,10 @@ def test_fake_modules_kernels_and_launches(fake):
     kernel.set_max_dynamic_shared(100_000)
     assert fake.calls[-1][1][1:] == (real_cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                      100_000)
+
+
+def test_a_fresh_fake_starts_with_no_device_selected_where_the_hot_path_reads_it(fake):
+    assert driver._selected.device is None  # ops/rms_norm.py's prepared-launch key reads it so
+    device = driver.set_device(0)
+    assert driver._selected.device is device is driver.selected_device()
+    assert device.name == "Fake H200"

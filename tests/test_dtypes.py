@@ -90,9 +90,6 @@ def test_bench_dtypes_resolve_through_pyrms_dtypes():
 
 
 def test_ptx_dump_takes_the_aliases(monkeypatch):
-    spec = importlib.util.spec_from_file_location("ptx_dump_for_dtypes", ROOT / "tools" / "ptx_dump.py")
-    ptx_dump = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, ptx_dump)  # its dataclasses look their module up
-    spec.loader.exec_module(ptx_dump)
+    ptx_dump = importlib.import_module("tools.ptx_dump")
     args = ptx_dump.build_parser().parse_args(["--dtype", "fp16"])
     assert args.dtype is dtypes.FLOAT16

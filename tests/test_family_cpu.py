@@ -332,45 +332,36 @@ def test_every_variant_compiles_without_spills_and_aligned_paths_are_16_bytes_wi
 
 
 def test_ptx_dump_knows_the_family():
-    import importlib.util
-    import sys
-    from pathlib import Path
+    import importlib
 
-    path = Path(__file__).resolve().parent.parent / "tools" / "ptx_dump.py"
-    spec = importlib.util.spec_from_file_location("ptx_dump_family", path)
-    tool = importlib.util.module_from_spec(spec)
-    sys.modules["ptx_dump_family"] = tool  # its dataclasses look themselves up
-    try:
-        spec.loader.exec_module(tool)
-        bf16 = dtypes.BFLOAT16
+    tool = importlib.import_module("tools.ptx_dump")
+    bf16 = dtypes.BFLOAT16
 
-        def expression(kernel, variant=None, hidden=5120):
-            family = tool.FAMILIES[kernel]
-            return family.expression(bf16, hidden, tool.resolve_variant(family, variant, bf16, hidden))
+    def expression(kernel, variant=None, hidden=5120):
+        family = tool.FAMILIES[kernel]
+        return family.expression(bf16, hidden, tool.resolve_variant(family, variant, bf16, hidden))
 
-        assert expression("fused_add_rms_norm", "gemma") == plan.plan_fused_add_rms_norm(bf16, 5120, gemma=True).expression
-        assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0, 1, true, false, false>"
-        assert expression("layer_norm", "bias=false") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 1, false, false, false>"
-        assert expression("layer_norm", "few") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 4, true, true, false>"
-        assert expression("rms_norm", "few,gemma") == plan.plan_rms_norm(bf16, 5120, gemma=True).latency_expression
-        assert expression("rms_norm", "few", hidden=16384) == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 2, false, false, true, false>"
-        assert expression("fused_add_rms_norm", "few,cache=2") == \
-            "pyrms::fused_add_rms_norm_kernel<__nv_bfloat16, 2, 2, false, false, true, false>"
-        assert expression("rms_norm_backward", "gemma") == "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 0, true>"
-        assert expression("layer_norm_backward", hidden=65537) == "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0>"
-        assert expression("sum_partials", "grad=fp32") == "pyrms::sum_partials_kernel<float>"
-        assert expression("rms_norm", "weight=float32") == \
-            "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, false, float>"
-        assert expression("fused_add_rms_norm", "few,weight=none") == \
-            "pyrms::fused_add_rms_norm_kernel<__nv_bfloat16, 4, 4, false, false, true, false, void>"
-        assert expression("layer_norm", "weightless,bias=false") == \
-            "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, void>"
-        with pytest.raises(ValueError, match="expected weight=same\\|float32\\|none, got 'fp8'"):
-            tool.resolve_variant(tool.FAMILIES["rms_norm"], "weight=fp8", bf16, 64)
-        variant = tool.resolve_variant(tool.FAMILIES["rms_norm"], "weight=none", bf16, 64)
-        assert tool.output_stem("rms_norm", bf16, 64, "sm_90", variant).endswith("-weightnone")
-        assert "weight" not in tool.output_stem("rms_norm", bf16, 64, "sm_90", tool.FAMILIES["rms_norm"].defaults(bf16, 64))
-        with pytest.raises(ValueError, match="vectors=0\\|1\\|2"):
-            tool.resolve_variant(tool.FAMILIES["rms_norm_backward"], "vectors=3", bf16, 64)
-    finally:
-        del sys.modules["ptx_dump_family"]
+    assert expression("fused_add_rms_norm", "gemma") == plan.plan_fused_add_rms_norm(bf16, 5120, gemma=True).expression
+    assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0, 1, true, false, false>"
+    assert expression("layer_norm", "bias=false") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 1, false, false, false>"
+    assert expression("layer_norm", "few") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 4, true, true, false>"
+    assert expression("rms_norm", "few,gemma") == plan.plan_rms_norm(bf16, 5120, gemma=True).latency_expression
+    assert expression("rms_norm", "few", hidden=16384) == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 2, false, false, true, false>"
+    assert expression("fused_add_rms_norm", "few,cache=2") == \
+        "pyrms::fused_add_rms_norm_kernel<__nv_bfloat16, 2, 2, false, false, true, false>"
+    assert expression("rms_norm_backward", "gemma") == "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 0, true>"
+    assert expression("layer_norm_backward", hidden=65537) == "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0>"
+    assert expression("sum_partials", "grad=fp32") == "pyrms::sum_partials_kernel<float>"
+    assert expression("rms_norm", "weight=float32") == \
+        "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, false, float>"
+    assert expression("fused_add_rms_norm", "few,weight=none") == \
+        "pyrms::fused_add_rms_norm_kernel<__nv_bfloat16, 4, 4, false, false, true, false, void>"
+    assert expression("layer_norm", "weightless,bias=false") == \
+        "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, void>"
+    with pytest.raises(ValueError, match="expected weight=same\\|float32\\|none, got 'fp8'"):
+        tool.resolve_variant(tool.FAMILIES["rms_norm"], "weight=fp8", bf16, 64)
+    variant = tool.resolve_variant(tool.FAMILIES["rms_norm"], "weight=none", bf16, 64)
+    assert tool.output_stem("rms_norm", bf16, 64, "sm_90", variant).endswith("-weightnone")
+    assert "weight" not in tool.output_stem("rms_norm", bf16, 64, "sm_90", tool.FAMILIES["rms_norm"].defaults(bf16, 64))
+    with pytest.raises(ValueError, match="vectors=0\\|1\\|2"):
+        tool.resolve_variant(tool.FAMILIES["rms_norm_backward"], "vectors=3", bf16, 64)

@@ -49,10 +49,16 @@ def test_the_list_covers_the_public_api():
 
 
 def test_environments_leave_the_driver_module_as_they_found_it():
+    from fake_driver import driver_modules
     from pyrms import driver, kernels
+    from pyrms.driver import _process
 
-    before = (driver._cu, driver._devices, driver.launch_kernel, kernels.get, driver._Owned._own)
+    def state():
+        return ([module._cu for module in driver_modules()], _process._devices, _process._selected.device,
+                driver.launch_kernel, kernels.get, driver._Owned._own)
+
+    before = state()
     for case in CASES:
         if case.needs != "nothing":
             run_case(case)
-    assert (driver._cu, driver._devices, driver.launch_kernel, kernels.get, driver._Owned._own) == before
+    assert state() == before

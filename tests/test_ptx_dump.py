@@ -186,18 +186,15 @@ def test_memory_listing_with_context():
 
 @pytest.fixture(scope="module")
 def tool():
-    """tools/ptx_dump.py imported as a module (registered first: its dataclasses look themselves up)."""
-    spec = importlib.util.spec_from_file_location("ptx_dump", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["ptx_dump"] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["ptx_dump"]
+    """tools/ptx_dump.py imported as a module of the checkout's tools package."""
+    return importlib.import_module("tools.ptx_dump")
 
 
 def _run(args, tmp_path, path_prefix=None):
-    """The CLI as a user runs it: from the checkout, with a throwaway cache, without PYTHONPATH."""
+    """The CLI as the README runs it, ``python tools/ptx_dump.py``, from another directory, with a throwaway
+    cache; PYTHONPATH names the checkout, as its ``pip install -e .`` would (whatever else is installed)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYRMS_ARCH", "PYRMS_DISABLE_CACHE")}
+    env["PYTHONPATH"] = str(ROOT)
     env["PYRMS_CACHE_DIR"] = str(tmp_path / "cache")
     if path_prefix:
         env["PATH"] = f"{path_prefix}{os.pathsep}{env.get('PATH', '')}"

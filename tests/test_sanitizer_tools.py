@@ -10,14 +10,7 @@ TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
 
 def _load(name):
-    sys.path.insert(0, str(TOOLS))
-    try:
-        spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(TOOLS))
+    return importlib.import_module(f"tools.{name}")
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,13 @@ max |GPU - CPU| line goes to standard error); ``--out DIR`` keeps both (``cpp.tx
 ``diff``. Needs a GPU and nvcc. Exit status 0 when the outputs are identical, 1 when they differ, 2
 when the program, nvcc or a GPU is missing.
 
-    python tools/compare_seed_demo.py ../shared/seeds/000_a564d65ec8370cc8.txt --seed 42
-    python tools/compare_seed_demo.py rmsnorm.cu --seed 42
+    python -m tools.compare_seed_demo ../shared/seeds/000_a564d65ec8370cc8.txt --seed 42
+    python -m tools.compare_seed_demo rmsnorm.cu --seed 42
 """
 from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import shutil
 import subprocess
 import sys
@@ -57,7 +56,6 @@ def load_program(path: Path, seed: int) -> str:
 
 
 def gpu_arch() -> str:
-    sys.path.insert(0, str(ROOT))
     from pyrms import driver
 
     return driver.current_device().arch
@@ -101,9 +99,9 @@ def main(argv=None) -> int:
         build = [args.nvcc, str(source), "-o", str(binary), "-std=c++17", "-O3", f"-arch={arch}", "-lcuda"]
         subprocess.run(build, check=True, capture_output=True, text=True)
         cpp = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    # From the checkout's root, whose pyrms ``-m`` then imports first, installed or not.
     demo = subprocess.run([sys.executable, "-m", "pyrms.demo", "--seed", str(args.seed)], check=True,
-                          capture_output=True, text=True, env=env).stdout
+                          capture_output=True, text=True, cwd=ROOT).stdout
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "cpp.txt").write_text(cpp)

@@ -16,7 +16,7 @@ compared with the numpy twin, its slot whole (rows bit for bit, the rest still p
   shared stream      rms_norm_backward again, all threads queueing on ONE stream: each launch pair must
                      stay with its own workspace while the threads' calls interleave on the stream.
 
-    python tools/concurrency_check.py [--quick] [--threads 8] [--launches 1000] [--out FILE.json]
+    python -m tools.concurrency_check [--quick] [--threads 8] [--launches 1000] [--out FILE.json]
 
 --quick: 100 launches per thread. Prints one line per phase, then "concurrency_check: PASS|FAIL ..."
 last; exit status 1 on any difference or error.
@@ -31,13 +31,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import pyrms  # noqa: E402
-from pyrms import driver, dtypes, plan, reference  # noqa: E402
-from pyrms.testing import bits  # noqa: E402
+import pyrms
+from pyrms import driver, dtypes, plan, reference
+from pyrms.testing import bits
 
 DT = dtypes.BFLOAT16
 POISON = 0xFF

@@ -11,7 +11,7 @@ for step in $STEPS; do
     start=$(date +%s)
     case "$step" in
         suite) timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider > "$OUT/gpu_suite.log" 2>&1 ;;
-        demo) timeout 120 python3 tools/compare_seed_demo.py .carry/000_a564d65ec8370cc8.txt --seed 42 --out "$OUT/demo" > "$OUT/demo_compare.log" 2>&1
+        demo) timeout 120 python3 -m tools.compare_seed_demo .carry/000_a564d65ec8370cc8.txt --seed 42 --out "$OUT/demo" > "$OUT/demo_compare.log" 2>&1
               diff "$OUT/demo/cpp.txt" "$OUT/demo/demo.txt" > "$OUT/demo_diff.txt" 2>&1; echo "diff rc=$?" >> "$OUT/demo_diff.txt" ;;
         host) timeout 200 python3 -m pyrms.bench --no-sweep --no-floor --no-graphs --out "$OUT" --name host > "$OUT/host.stdout" 2>&1
               grep -A30 "^Host time per call" "$OUT/host.txt" | sed '/^$/q' ;;
@@ -19,7 +19,7 @@ for step in $STEPS; do
                    --out "$OUT" --name floor > "$OUT/floor.stdout" 2>&1
                grep -A16 "^Launch floor" "$OUT/floor.txt" | sed '/^$/q'; grep -A6 "decode shapes against" "$OUT/floor.txt" ;;
         random) timeout 300 python3 -m pyrms.random_check --seed 2026 --count 5000 --precompile --out "$OUT/random_check.json" > "$OUT/random_check.log" 2>&1 ;;
-        readme) timeout 300 python3 tools/readme_examples.py > "$OUT/readme_examples.txt" 2>&1; tail -3 "$OUT/readme_examples.txt" ;;
+        readme) timeout 300 python3 -m tools.readme_examples > "$OUT/readme_examples.txt" 2>&1; tail -3 "$OUT/readme_examples.txt" ;;
         bench) timeout 200 python3 -m pyrms.bench --quick --out "$OUT" --name quick > "$OUT/bench_quick.stdout" 2>&1 ;;
     esac
     echo "$step rc=$? $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.txt"

@@ -6,7 +6,7 @@ needed, a launch sentinel in place of cuLaunchKernel), in this one process, whic
 all. The table gives, per input, the exception raised and its message, whether anything reached
 cuLaunchKernel, and whether the outcome is the one specified or a known defect.
 
-    python tools/hostile_table.py [--out docs/hostile_inputs.md] [--real-device]
+    python -m tools.hostile_table [--out docs/hostile_inputs.md] [--real-device]
 
 --real-device: run the cases that need a device on the real driver (on the GPU machine).
 Prints "hostile_table: N inputs, ..." last; exit status 1 if any case launched or ended otherwise
@@ -15,15 +15,27 @@ than its list entry says (as specified, or as its known defect).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from hostile_cases import CASES, run_case  # noqa: E402
+
+def _test_module(name: str):
+    """A module of tests/, which is not a package (pytest puts the directory itself on sys.path): loaded
+    from its file and registered under its own name, where the test modules importing it by that name
+    (hostile_cases imports fake_driver) find it."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_test_module("fake_driver")
+_cases = _test_module("hostile_cases")
+CASES, run_case = _cases.CASES, _cases.run_case
 
 ENVIRONMENTS = {"nothing": "as is", "device": "device", "no-driver": "no driver"}
 
@@ -97,7 +109,7 @@ def main(argv=None) -> int:
     text = f"""# Hostile inputs
 
 Every bad input below is one entry of `tests/hostile_cases.py`, tested by `tests/test_hostile_inputs.py`
-and tabulated by `python tools/hostile_table.py` (this file is its output: do not edit by hand). {len(CASES)} inputs across {apis} entry points of the public API; all ran in one Python process,
+and tabulated by `python -m tools.hostile_table` (this file is its output: do not edit by hand). {len(CASES)} inputs across {apis} entry points of the public API; all ran in one Python process,
 which survived them all. "Launched" is whether anything reached `cuLaunchKernel`: each case runs with a
 sentinel in its place, so an input that got past validation shows YES here ({launched_note}).
 

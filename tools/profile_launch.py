@@ -2,7 +2,7 @@
 """Launch one pyrms op a few times on one shape, for a profiler to catch (needs a GPU):
 
     ncu --set full -k regex:rms_norm_kernel --launch-skip 2 --launch-count 1 \\
-        python tools/profile_launch.py --op rms_norm --shape 1x5120 --variant few
+        python -m tools.profile_launch --op rms_norm --shape 1x5120 --variant few
 
 --variant few|many forces the row core's few-row or many-row kernel (pyrms.testing.forced_row_variant);
 --pdl launches with programmatic dependent launch. Inputs are random bf16 (or --dtype), weights in
@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import pyrms  # noqa: E402
-from pyrms import driver, dtypes  # noqa: E402
-from pyrms.ops import seed as seed_op  # noqa: E402
-from pyrms.testing import forced_row_variant  # noqa: E402
+import pyrms
+from pyrms import driver, dtypes
+from pyrms.ops import seed as seed_op
+from pyrms.testing import forced_row_variant
 
 OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "rms_norm_backward", "seed")
 

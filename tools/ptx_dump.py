@@ -4,9 +4,9 @@
 Needs no GPU: NVRTC compiles for the arch given (default $PYRMS_ARCH, else sm_90), with
 --ptxas-options=-v so that the log carries registers, stack and spills per kernel.
 
-    python tools/ptx_dump.py                          # pyrms::rms_norm_kernel, bfloat16, hidden 5120
-    python tools/ptx_dump.py --kernel seed            # the seed kernel, VEC and BLOCK as the seed picks
-    python tools/ptx_dump.py --variant cache=0,round_once --show-loads --context 2
+    python -m tools.ptx_dump                          # pyrms::rms_norm_kernel, bfloat16, hidden 5120
+    python -m tools.ptx_dump --kernel seed            # the seed kernel, VEC and BLOCK as the seed picks
+    python -m tools.ptx_dump --variant cache=0,round_once --show-loads --context 2
 
 Writes <out>/<kernel>-<dtype>-h<hidden>-<arch>[-<variant>].ptx, .cubin and .ptxas.txt, and .sass
 when cuobjdump or nvdisasm is found. Another kernel family is one more entry in FAMILIES.
@@ -22,14 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-# The checkout's own pyrms, installed or not: another installed version must not stand in for it.
-_CHECKOUT = Path(__file__).resolve().parent.parent
-if (_CHECKOUT / "pyrms" / "__init__.py").is_file():
-    sys.path.insert(0, str(_CHECKOUT))
-
-from pyrms import compiler, dtypes, plan, ptx_inspect  # noqa: E402
-from pyrms.errors import CompileError, PyrmsError  # noqa: E402
-from pyrms.ops.seed import plan_seed  # noqa: E402
+from pyrms import compiler, dtypes, plan, ptx_inspect
+from pyrms.errors import CompileError, PyrmsError
+from pyrms.ops.seed import plan_seed
 
 PTXAS_VERBOSE = "--ptxas-options=-v"
 _SASS_ARGS = {"cuobjdump": ["--dump-sass"], "nvdisasm": []}  # in order of preference

@@ -7,7 +7,7 @@ launches replaced by nothing; the comparisons run in full and their (expected) d
 counted, not raised. What is left is what the GPU run spends on the CPU: drawing operands, the numpy
 twin, and the bitwise comparisons. The twin is timed on its own too.
 
-    PYTHONPATH=. python tools/random_check_host_time.py --seed 2026 --count 5000
+    python -m tools.random_check_host_time --seed 2026 --count 5000
 """
 from __future__ import annotations
 
@@ -16,14 +16,11 @@ import sys
 import time
 import types
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pyrms import random_check, reference, testing  # noqa: E402
-from pyrms.random_cases import draw_cases  # noqa: E402
+from pyrms import random_check, reference, testing
+from pyrms.random_cases import draw_cases
 
 OP_MODULES = {"pyrms.ops.rms_norm": "rms_norm", "pyrms.ops.fused_add_rms_norm": "fused_add_rms_norm",
               "pyrms.ops.layer_norm": ("layer_norm", "layer_norm_backward"),

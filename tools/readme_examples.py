@@ -2,11 +2,11 @@
 """Run every ```python block of README.md, each in a fresh interpreter, from the checkout: the README's
 examples must work as written. Exit status 0 when all ran; prints each block's outcome.
 
-    PYTHONPATH=. python3 tools/readme_examples.py
+    python -m tools.readme_examples
 """
 from __future__ import annotations
 
-import os
+import argparse
 import re
 import subprocess
 import sys
@@ -19,11 +19,12 @@ def blocks(text: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
 
 
-def main() -> int:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+def main(argv=None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     failed = 0
     for i, code in enumerate(blocks((ROOT / "README.md").read_text()), 1):
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        # From the checkout's root, whose pyrms ``-c`` then imports first, installed or not.
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
         status = "ok" if done.returncode == 0 else f"FAILED (rc {done.returncode})"
         print(f"README python block {i} ({code.splitlines()[0]!r} ...): {status}")
         if done.returncode:

@@ -40,7 +40,6 @@ PARALLEL=${PARALLEL:-1}
 PORT=${PORT:-49152}
 declare -A SHARDS=([memcheck]=${SHARDS_MEMCHECK:-3} [racecheck]=${SHARDS_RACECHECK:-11}
                    [initcheck]=${SHARDS_INITCHECK:-3} [synccheck]=${SHARDS_SYNCCHECK:-3})
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 mkdir -p "$OUT" || exit 2
 rm -f "$OUT"/{memcheck,racecheck,initcheck,synccheck}.*.{log,rc,seconds}
@@ -53,7 +52,7 @@ start=$(date +%s)
     echo "tools: $TOOLS; --quick for: ${QUICK_TOOLS:-none}; ops: $OPS; processes: memcheck ${SHARDS[memcheck]}, racecheck ${SHARDS[racecheck]}, initcheck ${SHARDS[initcheck]}, synccheck ${SHARDS[synccheck]}; timeout ${TIMEOUT} s each"
 } > "$OUT/environment.txt"
 
-if ! "$PY" tools/sanitize_all.py --precompile --ops "$OPS" > "$OUT/precompile.log" 2>&1; then
+if ! "$PY" -m tools.sanitize_all --precompile --ops "$OPS" > "$OUT/precompile.log" 2>&1; then
     echo "run_sanitizers: the precompile step failed (see $OUT/precompile.log):"
     tail -n 20 "$OUT/precompile.log"
     exit 2
@@ -73,7 +72,7 @@ run_shard() {  # TOOL K N QUICK_FLAG PORT
     # timeout signals the whole process group: the sanitizer and the Python process under it.
     # shellcheck disable=SC2046 # the options are words or nothing
     timeout --kill-after=15 "$TIMEOUT" "$SAN" --tool "$tool" --error-exitcode 3 $(port_option "$port") $timeout_option \
-        "$PY" tools/sanitize_all.py --ops "$OPS" $flag --verbose --shard "$k/$n" > "$OUT/$tool.$k.log" 2>&1
+        "$PY" -m tools.sanitize_all --ops "$OPS" $flag --verbose --shard "$k/$n" > "$OUT/$tool.$k.log" 2>&1
     echo $? > "$OUT/$tool.$k.rc"
     echo $(( $(date +%s) - t0 )) > "$OUT/$tool.$k.seconds"
 }
@@ -94,4 +93,4 @@ for tool in $TOOLS; do
 done
 wait
 echo "elapsed: $(( $(date +%s) - start )) s for the precompile and all shards" >> "$OUT/environment.txt"
-"$PY" tools/sanitizer_summary.py "$OUT"
+"$PY" -m tools.sanitizer_summary "$OUT"

@@ -14,9 +14,9 @@ VEC-1 (elements) of each pointer: half of the launches, for the slower tools. --
 every kernel the selection needs in parallel processes, into the disk cache (PYRMS_CACHE_DIR), and
 exits: run it once before the sanitizers so that no compile happens under them.
 
-    python tools/sanitize_all.py --precompile
-    compute-sanitizer --tool memcheck --error-exitcode 3 python tools/sanitize_all.py
-    compute-sanitizer --tool racecheck --error-exitcode 3 python tools/sanitize_all.py --quick
+    python -m tools.sanitize_all --precompile
+    compute-sanitizer --tool memcheck --error-exitcode 3 python -m tools.sanitize_all
+    compute-sanitizer --tool racecheck --error-exitcode 3 python -m tools.sanitize_all --quick
 
 Prints "<op>: N launches checked, M failed" per op, then the total on the last line; exit status 1
 if any check failed. tools/run_sanitizers.sh runs all four tools.
@@ -28,20 +28,14 @@ import os
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
-TOOLS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TOOLS.parent))
-sys.path.insert(0, str(TOOLS))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import sanitize_family  # noqa: E402
-import sanitize_matrix  # noqa: E402
-from pyrms import dtypes, errors, reference  # noqa: E402
-from pyrms import precompile as precompile_mod  # noqa: E402
-from pyrms.testing import (allocate, check_fused_add_rms_norm, check_layer_norm, check_norm_backward,  # noqa: E402
+from pyrms import dtypes, errors, reference
+from pyrms import precompile as precompile_mod
+from pyrms.testing import (allocate, check_fused_add_rms_norm, check_layer_norm, check_norm_backward,
                            check_rms_norm, run_checked)
+from tools import sanitize_family, sanitize_matrix
 
 OPS = precompile_mod.OPS
 parse_ops = precompile_mod.parse_ops

@@ -6,21 +6,18 @@ Every dtype x every element misalignment of each pointer x hidden sizes with pre
 in-place x options x (fused add, LayerNorm) the kernels for few and for many rows, each launch checked bit for bit against its twin (pyrms.testing). Prints the
 number of launches; exit status 1 if any check failed. Run it under each tool:
 
-    compute-sanitizer --tool memcheck --error-exitcode 3 python tools/sanitize_family.py
-    compute-sanitizer --tool racecheck --error-exitcode 3 python tools/sanitize_family.py --quick
-    compute-sanitizer --tool initcheck --error-exitcode 3 python tools/sanitize_family.py --quick
+    compute-sanitizer --tool memcheck --error-exitcode 3 python -m tools.sanitize_family
+    compute-sanitizer --tool racecheck --error-exitcode 3 python -m tools.sanitize_family --quick
+    compute-sanitizer --tool initcheck --error-exitcode 3 python -m tools.sanitize_family --quick
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import sanitize_matrix  # noqa: E402  (tools/ is this script's directory, hence on sys.path)
-from pyrms import dtypes  # noqa: E402
-from pyrms.testing import check_fused_add_rms_norm, check_layer_norm, check_norm_backward  # noqa: E402
+from pyrms import dtypes
+from pyrms.testing import check_fused_add_rms_norm, check_layer_norm, check_norm_backward
+from tools import sanitize_matrix
 
 BACKWARD = ("grad_output", "input", "weight", "grad_input", "grad_weight")
 

@@ -5,8 +5,8 @@ Every dtype x every element misalignment of each pointer x hidden sizes with pre
 tails x strided rows x options x the kernels for few and for many rows, each launch checked bit for bit against the twin (pyrms.testing).
 Prints the number of launches; exit status 1 if any check failed. Run it under each tool:
 
-    compute-sanitizer --tool memcheck --error-exitcode 3 python tools/sanitize_matrix.py
-    compute-sanitizer --tool racecheck --error-exitcode 3 python tools/sanitize_matrix.py --quick
+    compute-sanitizer --tool memcheck --error-exitcode 3 python -m tools.sanitize_matrix
+    compute-sanitizer --tool racecheck --error-exitcode 3 python -m tools.sanitize_matrix --quick
 """
 from __future__ import annotations
 
@@ -14,14 +14,11 @@ import argparse
 import itertools
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from pyrms import dtypes  # noqa: E402
-from pyrms.testing import check_rms_norm  # noqa: E402
+from pyrms import dtypes
+from pyrms.testing import check_rms_norm
 
 
 def cases(quick: bool):

@@ -6,10 +6,11 @@ status) and TOOL.K.seconds; writes summary.txt and summary.json beside them and 
 A shard passes when its log has the matrix's closing line with 0 failed, the sanitizer's own summary
 line with 0 errors, and exit status 0. Exit status: 0 if every shard of every tool passed, else 1.
 
-    python tools/sanitizer_summary.py OUT_DIR
+    python -m tools.sanitizer_summary OUT_DIR
 """
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -111,11 +112,9 @@ def summarize(out_dir: Path) -> tuple[list[str], dict, bool]:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python tools/sanitizer_summary.py OUT_DIR", file=sys.stderr)
-        return 2
-    out_dir = Path(argv[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path, help="the directory tools/run_sanitizers.sh wrote")
+    out_dir = parser.parse_args(argv).out_dir
     lines, tools, ok = summarize(out_dir)
     header = _read(out_dir / "environment.txt").strip()
     text = "\n".join(([header, ""] if header else []) + lines) + "\n"

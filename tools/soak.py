@@ -22,7 +22,7 @@ Before and after each phase (after a warm-up, a synchronize and gc.collect()): d
 (Device.mem_info) and host RSS (VmRSS of /proc/self/status); sampled ten times during each phase.
 Bounds: device free memory may drop by at most DEVICE_BOUND, RSS grow by at most RSS_BOUND per phase.
 
-    python tools/soak.py [--quick] [--launches N] [--cycles N] [--streams N] [--no-streams] [--no-exhaust]
+    python -m tools.soak [--quick] [--launches N] [--cycles N] [--streams N] [--no-streams] [--no-exhaust]
                          [--out FILE.json]
 
 --quick: 10,000 launches, 1,000 cycles, 100 streams. Prints one line per phase, then "soak: PASS|FAIL ..."
@@ -37,13 +37,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import pyrms  # noqa: E402
-from pyrms import driver, dtypes, errors, plan, reference  # noqa: E402
-from pyrms.testing import bits  # noqa: E402
+import pyrms
+from pyrms import driver, dtypes, errors, plan, reference
+from pyrms.testing import bits
 
 MiB = 1 << 20
 GiB = 1 << 30

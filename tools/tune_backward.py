@@ -5,7 +5,7 @@ Each configuration is checked against the float64 reference, then timed like the
 (pyrms.bench.timing: CUDA events around batches queued behind a spin kernel) on rotated inputs. Needs a
 GPU. Used to choose pyrms.plan's backward table (backward_block, BACKWARD_FEW_ROWS).
 
-    python tools/tune_backward.py --shapes 16384x5120,32x5120 --configs planned,128/0/16,128/0/1,160/0/1
+    python -m tools.tune_backward --shapes 16384x5120,32x5120 --configs planned,128/0/16,128/0/1,160/0/1
 
 A config is `planned` or block/V/rows_per_block (rows_per_block 0: the planned one for the shape);
 shapes a plan refuses are reported and skipped. Every configuration computes the statistics in the
@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import pyrms  # noqa: E402
-from pyrms import driver, dtypes, plan, reference  # noqa: E402
-from pyrms.bench import timing  # noqa: E402
-from pyrms.ops import _backward  # noqa: E402
+import pyrms
+from pyrms import driver, dtypes, plan, reference
+from pyrms.bench import timing
+from pyrms.ops import _backward
 
 
 def main() -> int:

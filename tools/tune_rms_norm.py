@@ -10,8 +10,8 @@ few-row one (SPREAD * FOLD threads, weights loaded early; SPREAD 1 is written x1
 all-body ALIGNED variant, which the aligned test buffers allow), as compiled (plan.FEW_ROW_SHAPES). --pdl launches with programmatic dependent launch. Used to choose pyrms.plan's
 table; needs a GPU.
 
-    python tools/tune_rms_norm.py --shapes 16384x5120,4096x16384 --json out.json
-    python tools/tune_rms_norm.py --shapes 1x5120 --configs 160/4,160/4x4e,160/4x2e --pdl
+    python -m tools.tune_rms_norm --shapes 16384x5120,4096x16384 --json out.json
+    python -m tools.tune_rms_norm --shapes 1x5120 --configs 160/4,160/4x4e,160/4x2e --pdl
 """
 from __future__ import annotations
 
@@ -20,13 +20,11 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from pyrms import driver, dtypes, kernels, plan, reference  # noqa: E402
-from pyrms.bench import ceiling, timing  # noqa: E402
-from pyrms.ops.rms_norm import _SIGNATURE  # noqa: E402
+from pyrms import driver, dtypes, kernels, plan, reference
+from pyrms.bench import ceiling, timing
+from pyrms.ops.rms_norm import _SIGNATURE
 
 
 def configs(dt, hidden):
