@@ -749,6 +749,8 @@ class SimGpu:
             return ()
         if name == floor.COPY_NAME:
             return floor.COPY_SIGNATURE
+        if name.startswith("rms_norm.cu::pyrms::rms_norm_nd_kernel"):
+            return importlib.import_module("pyrms.ops.rms_norm_nd").SIGNATURE
         if name.startswith("rms_norm.cu::"):
             return rms_norm_module._SIGNATURE
         if name.startswith("seed_rms_norm.cu::"):
@@ -769,7 +771,11 @@ class SimGpu:
             self.clock_us += 2 * 16 * vectors / self.SIM_GBPS / 1e3 + launch_us
             return
         dt = CTYPES[re.search(r"<\s*([\w:]+)", name).group(1)]
-        if name.startswith("rms_norm.cu::"):
+        tokens = grid
+        if name.startswith("rms_norm.cu::pyrms::rms_norm_nd_kernel"):  # packed short rows of a plain layout
+            out, x, w, eps, tokens, d1, d2, hidden, x_stride, _, _, o_stride, _, _, w_stride = values
+            assert (d1, d2, w_stride) == (1, 1, 0), "the simulator runs rms_norm_nd_kernel on one row stride only"
+        elif name.startswith("rms_norm.cu::"):
             assert len(values) == 7, ("the simulator runs rms_norm.cu as (out, x, w, eps, hidden, x_stride, "
                                       f"out_stride), but pyrms launched {len(values)} arguments: update SimGpu._run")
             out, x, w, eps, hidden, x_stride, o_stride = values
@@ -777,7 +783,7 @@ class SimGpu:
             out, x, w, eps = values
             hidden = block * int(re.search(r"<\s*[\w:]+,\s*(\d+)", name).group(1))
             x_stride = o_stride = hidden
-        tokens, isz = grid, dt.itemsize
+        isz = dt.itemsize
         xs = np.lib.stride_tricks.as_strided(self._view(x, (tokens - 1) * x_stride + hidden, dt.numpy),
                                              (tokens, hidden), (x_stride * isz, isz)).astype(np.float32)
         ys = np.lib.stride_tricks.as_strided(self._view(out, (tokens - 1) * o_stride + hidden, dt.numpy),
