@@ -389,9 +389,17 @@ CASES = [
     Case("array-shape", "pyrms.rms_norm", "input array of shape (4, 65) for hidden_size 64",
          lambda: rms_arrays(input=FakeArray(B, (4, 65))), ValueError,
          "input has shape (4, 65), expected (4, 64)"),
-    Case("array-3d", "pyrms.rms_norm", "input of shape (2, 2, 64) whose leading dimensions do not collapse",
-         lambda: rms_arrays(input=FakeArray(B, (2, 2, 64), strides=(512, 128, 2))), ValueError,
-         "leading dimensions do not collapse to one row stride; pass input.contiguous()"),
+    Case("array-3d", "pyrms.rms_norm", "input of shape (2, 2, 64) whose leading dimensions do not collapse, "
+         "beside an out of shape (4, 64)", lambda: rms_arrays(input=FakeArray(B, (2, 2, 64), strides=(512, 128, 2))),
+         ValueError, "out has shape (4, 64), but input has (2, 2, 64)"),
+    Case("array-5d", "pyrms.rms_norm", "input and out of shape (2, 2, 2, 2, 64) whose leading dimensions collapse "
+         "to four", lambda: rms_arrays(input=FakeArray(B, (2, 2, 2, 2, 64), strides=(8192, 2048, 512, 128, 2)),
+                                       out=FakeArray(A, (2, 2, 2, 2, 64), strides=(8192, 2048, 512, 128, 2))),
+         ValueError, "pyrms addresses at most 3"),
+    Case("array-out-rows-overlap", "pyrms.rms_norm", "out of shape (2, 2, 64) whose rows overlap (element strides "
+         "96, 32)", lambda: rms_arrays(input=FakeArray(B, (2, 2, 64), strides=(512, 128, 2)),
+                                       out=FakeArray(A, (2, 2, 64), strides=(192, 64, 2))),
+         ValueError, "makes rows of out overlap"),
     Case("array-dtype", "pyrms.rms_norm", "input float32 while out and weight are float16",
          lambda: rms_arrays(input=FakeArray(B, (4, 64), typestr="<f4")), ValueError,
          "out has dtype float16, but the dtype is float32 (that of input)"),

@@ -31,10 +31,10 @@ from collections import Counter
 
 import numpy as np
 
-from pyrms import dtypes, errors, reference
+from pyrms import dtypes, errors, plan, reference
 from pyrms import precompile as precompile_mod
 from pyrms.testing import (allocate, check_fused_add_rms_norm, check_layer_norm, check_norm_backward,
-                           check_rms_norm, run_checked)
+                           check_rms_norm, check_rms_norm_nd, run_checked)
 from tools import sanitize_family, sanitize_matrix
 
 OPS = precompile_mod.OPS
@@ -138,6 +138,35 @@ def extra_cases():
                     grad_dtype="float32" if layer_norm else None)
 
 
+def nd_cases():
+    """rms_norm's N-D kernel (rms_norm_nd_kernel): QKV-like slices, transposed views, in place, a weight
+    per outer row, the weight kinds, and many short rows of a plain layout (packed, 8 to 32 lanes a row),
+    each aligned (the ALIGNED packed variant where the layout allows) and misaligned."""
+    for dtype in dtypes.ALL:
+        n = dtype.vec_elems
+        weights = ("none",) if dtype is dtypes.FLOAT32 else ("none", "float32")
+        for hidden in (7, 64, 128, 130, 1000, 5125):
+            row = 3 * hidden + 5  # a fused row: this slice's heads, then the others'
+            for in_off, out_off in ((0, 0), (1, n - 1), (n - 1, 1)):
+                yield "rms_norm_nd", check_rms_norm_nd, dict(dtype=dtype, sizes=(3, 2), hidden=hidden,
+                                                             in_strides=(row, hidden), in_off=in_off, out_off=out_off,
+                                                             w_off=in_off)
+            yield "rms_norm_nd", check_rms_norm_nd, dict(dtype=dtype, sizes=(2, 3, 2), hidden=hidden,
+                                                         in_strides=(6 * hidden, hidden, 3 * hidden), in_off=1)
+            yield "rms_norm_nd", check_rms_norm_nd, dict(dtype=dtype, sizes=(3, 2), hidden=hidden,
+                                                         in_strides=(row, hidden), in_off=n - 1, in_place=True)
+            yield "rms_norm_nd", check_rms_norm_nd, dict(dtype=dtype, sizes=(3, 4), hidden=hidden, per_row=True,
+                                                         w_stride=hidden + 1, w_off=1, in_off=1)
+            for weight in weights:
+                yield "rms_norm_nd", check_rms_norm_nd, dict(dtype=dtype, sizes=(3, 2), hidden=hidden,
+                                                             in_strides=(row, hidden), in_off=1, weight=weight,
+                                                             w_off=3 if weight == "float32" else 0)
+        for hidden in (64, 128, 1000):
+            for in_off, out_off in ((0, 0), (1, n - 1)):
+                yield "rms_norm_nd", check_rms_norm, dict(dtype=dtype, rows=plan.FEW_ROWS + 3, hidden=hidden,
+                                                          in_off=in_off, out_off=out_off)
+
+
 def seed_cases():
     for dtype in dtypes.ALL:
         for hidden in SEED_HIDDENS:
@@ -151,11 +180,12 @@ def all_cases():
     for check, case in sanitize_family.cases(quick=False):
         yield _op_of(check, case), check, case
     yield from extra_cases()
+    yield from nd_cases()
     yield from seed_cases()
 
 
 def _offsets(op: str, case: dict) -> list[int]:
-    if op == "rms_norm":
+    if op in ("rms_norm", "rms_norm_nd"):
         return [case.get(k, 0) for k in ("in_off", "w_off", "out_off")]
     return list((case.get("offsets") or {}).values())
 

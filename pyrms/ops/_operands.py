@@ -275,8 +275,9 @@ def _nd_arrays(dt, num_tokens, hidden_size, rows: list, views: dict, raw: dict, 
     per_row = w_view is not None and len(w_view.shape) == 2
     if per_row:
         if w_view.shape != (lead[0] if lead else 1, hidden):
-            raise ValueError(f"{weight_name} has shape {w_view.shape}; a weight per outer row is "
-                             f"[{lead[0] if lead else 1}, {hidden}] ({first}'s first and last dimensions)")
+            raise ValueError(f"{weight_name} has shape {w_view.shape}, expected ({hidden},), or "
+                             f"[{lead[0] if lead else 1}, {hidden}] for a weight per outer row ({first}'s first "
+                             f"and last dimensions)")
         if hidden > 1 and w_view.strides[1] != 1:
             raise ValueError(f"{weight_name} must be contiguous along the hidden dimension, got strides {w_view.strides}")
     if 0 in lead:

@@ -84,7 +84,8 @@ class Prepared:
         return True
 
 
-def _make(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype, weight_stride):
+def _make(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype=None,
+          weight_stride=None):
     """The prepared launch of one static argument set: N-D (tuple strides, a weight per outer row) or plain."""
     if is_nd(None, input_stride, out_stride, weight_stride):
         return NdPrepared(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
