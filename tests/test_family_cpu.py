@@ -373,6 +373,12 @@ def test_ptx_dump_knows_the_family():
         variant = tool.resolve_variant(tool.FAMILIES["rms_norm"], "weight=none", bf16, 64)
         assert tool.output_stem("rms_norm", bf16, 64, "sm_90", variant).endswith("-weightnone")
         assert "weight" not in tool.output_stem("rms_norm", bf16, 64, "sm_90", tool.FAMILIES["rms_norm"].defaults(bf16, 64))
+        assert expression("rms_norm_backward", "weightless") == \
+            "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 0, false, void>"
+        assert expression("layer_norm_backward", "weightless,grad_bias=false") == \
+            "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0, void, false>"
+        with pytest.raises(ValueError, match="grad_bias=false is a variant of the kernel without weight"):
+            expression("layer_norm_backward", "grad_bias=false")
         with pytest.raises(ValueError, match="vectors=0\\|1\\|2"):
             tool.resolve_variant(tool.FAMILIES["rms_norm_backward"], "vectors=3", bf16, 64)
     finally:
