@@ -18,8 +18,9 @@
 // (out == input) is allowed. The planner picks the fold width and CACHE from the hidden size only, and
 // every variant computes the row core's one tree, so a row's result does not depend on its batch.
 //
-// layer_norm_backward_kernel<T, V> + sum_partials_kernel<OutT>: see norm_backward.cuh (dw and db are
-// two planes of the workspace, summed by two launches of sum_partials_kernel).
+// layer_norm_backward_kernel<T, V, W, DBIAS> + sum_partials_kernel<OutT>: see norm_backward.cuh (dw and
+// db are two planes of the workspace, summed by two launches of sum_partials_kernel). W = void: no
+// weight (g = dy, no dw); DBIAS = false (without a weight only) sums nothing: no workspace, no kernel 2.
 #include "norm_backward.cuh"
 
 namespace pyrms {
@@ -53,15 +54,18 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_ker
     });
 }
 
-template <typename T, int V>
+// W: T, or void (no weight; weight not read). DBIAS: sum dbias (always with a weight: one variant, whose
+// dbias plane the launcher sums only when asked); partials are not read when nothing is summed.
+template <typename T, int V, typename W = T, bool DBIAS = true>
 __global__ void __launch_bounds__(backward_max_threads(V, true), 1) layer_norm_backward_kernel(
-    T* grad_input, float* partials, const T* grad_output, const T* input, const T* __restrict__ weight,
+    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
     int fold) {
-    norm_backward_rows<T, V, true, false>(grad_input, partials, grad_output, input, weight, epsilon, rows, hidden,
-                                          grad_input_stride, grad_output_stride, input_stride, chunk_rows,
-                                          rows_per_block, ws_stride, sums_in_shared, fold);
+    static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
+    norm_backward_rows<T, V, true, false, W, DBIAS>(grad_input, partials, grad_output, input, weight, epsilon, rows,
+                                                    hidden, grad_input_stride, grad_output_stride, input_stride,
+                                                    chunk_rows, rows_per_block, ws_stride, sums_in_shared, fold);
 }
 
 }  // namespace pyrms

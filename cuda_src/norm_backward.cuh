@@ -4,6 +4,9 @@
 //   RMSNorm:   dx = inv * (g - x_hat * mean(x_hat * g))
 //   LayerNorm: dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
 //   dweight = sum over rows of dy * x_hat;  dbias (LayerNorm) = sum over rows of dy.
+// W, the weight's type: T, or void (no weight: every w = 1, so g = dy, and no dweight). DBIAS: LayerNorm
+// sums dbias (always beside a weight; without one only when asked, so that a backward without weight
+// and bias sums nothing over rows: no workspace, no kernel 2).
 // Nothing is saved by the forward: each row's statistics are recomputed by the row core's row_stats
 // (row_core.cuh) with the forward's fold width `fold` (the planner passes it; the backward's own block
 // may be narrower), so they are the forward's bit for bit by construction.
@@ -15,7 +18,9 @@
 // block sum),
 // and (3) dx and the parameter-gradient terms, both split at the WEIGHT's boundaries: the weight is
 // the one operand whose split is the same in every row, so thread t owns the same columns in every
-// row, and only it ever touches their running sums (no atomics, no barrier). The sums live in
+// row, and only it ever touches their running sums (no atomics, no barrier). Without a weight the
+// columns split as a 16-byte aligned weight's would (column_split), so that (2)'s tree, and so dx,
+// are bitwise those of a weighted backward with an aligned all-ones weight. The sums live in
 // shared memory when they fit (sums_in_shared; copied to the chunk's workspace row at the end of
 // the chunk), else directly in that workspace row. x and dy are loaded, and dx stored, at the
 // widest width their alignment relative to the weight allows: 16 bytes when they share its phase,
@@ -32,8 +37,9 @@
 // rows_per_block, every run.
 // pyrms.reference.norm_backward_twin reproduces all of it bit for bit.
 //
-// Workspace: P planes (dweight; dbias) of [workspace rows][ws_stride] floats (a row per chunk, or per
-// input row with one row per block), 16-byte aligned, ws_stride a multiple of 4 and >= hidden + 7.
+// Workspace: P planes (those of dweight and dbias that are summed, in that order) of [workspace rows]
+// [ws_stride] floats (a row per chunk, or per input row with one row per block), 16-byte aligned,
+// ws_stride a multiple of 4 and >= hidden + 7; none (P = 0) without a weight or a dbias to sum.
 // Column i lives at plane[row * ws_stride + phase(weight) + i],
 // which puts every owned body vector on a 16-byte boundary for float4 stores.
 //
@@ -110,6 +116,26 @@ __device__ __forceinline__ void copy_columns(float* dst, long long dst_plane, co
     }
 }
 
+// The columns of a row as the backward splits them: at the weight's 16-byte boundaries, or without a
+// weight at an aligned weight's (no prefix), the split every weighted backward with a freshly allocated
+// weight computes.
+template <typename T, typename W> __device__ __forceinline__ RowSplit column_split(const W* weight, int hidden) {
+    if constexpr (Weightless<W>::value) {
+        const int vectors = hidden / Vec<T>::N;
+        return {0, vectors, vectors * Vec<T>::N};
+    } else {
+        return split_row(weight, hidden);
+    }
+}
+
+template <typename W> __device__ __forceinline__ int column_phase(const W* weight) {
+    if constexpr (Weightless<W>::value) {
+        return 0;
+    } else {
+        return vec_phase(weight);
+    }
+}
+
 // Threads a block of the backward kernels may have, by V: two cached vectors per thread (x and dy)
 // need up to 128 registers (512 threads), and LayerNorm's one cached vector more than 64; RMSNorm's one,
 // or none, fit in the 64 that 1024 threads leave.
@@ -128,24 +154,27 @@ __device__ __forceinline__ void for_owned_columns(const RowSplit& ws, int hidden
     if (ws.tail + t < hidden) f(ws.tail + t, 1);
 }
 
-template <typename T, int V, bool CENTERED, bool GEMMA>
+template <typename T, int V, bool CENTERED, bool GEMMA, typename W, bool DBIAS>
 __device__ __forceinline__ void norm_backward_rows(
-    T* grad_input, float* partials, const T* grad_output, const T* input, const T* __restrict__ weight,
+    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
     int fold) {
+    static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
+    static_assert(CENTERED || !DBIAS, "dbias is LayerNorm's");
     constexpr int N = Vec<T>::N;
-    constexpr int P = CENTERED ? 2 : 1;  // parameter gradients: dweight (and dbias)
+    constexpr bool WEIGHTED = !Weightless<W>::value;
+    constexpr int P = int(WEIGHTED) + int(DBIAS);  // parameter gradients summed over rows: dweight, dbias
+    constexpr int PS = P > 0 ? P : 1;              // (arrays may not be empty; nothing is summed when P = 0)
     constexpr int VC = V > 0 ? V : 1;
     __shared__ float scratch[2][32];
     extern __shared__ __align__(16) float shared_sums[];  // P * ws_stride floats when sums_in_shared
     begin_dependent_grid();
     const int t = threadIdx.x;
     const int B = blockDim.x;
-    const RowSplit ws = split_row(weight, hidden);  // the columns thread t owns, in every row
-    const int w_phase = vec_phase(weight);
+    const RowSplit ws = column_split<T>(weight, hidden);  // the columns thread t owns, in every row
+    const int w_phase = column_phase(weight);
     const long long plane = (static_cast<long long>(rows) + chunk_rows - 1) / chunk_rows * ws_stride;
-
 
     using Shape = RowShape<V, 1>;
     const Shape sh(fold);
@@ -155,10 +184,13 @@ __device__ __forceinline__ void norm_backward_rows(
     const int end = rows - first < rows_per_block ? rows : first + rows_per_block;
     for (int c0 = first, c1; c0 < end; c0 = c1) {
         c1 = end - c0 < chunk_rows ? end : c0 + chunk_rows;  // never past end: no int overflow
-        float* part = partials + static_cast<long long>(c0 / chunk_rows) * ws_stride + w_phase;  // this chunk's column 0
-        ColumnSums<P> sums = sums_in_shared ? ColumnSums<P>{shared_sums + w_phase, ws_stride}
-                                               : ColumnSums<P>{part, plane};
-        for_owned_columns<N>(ws, hidden, [&](int at, int count) { copy_columns<P, N>(sums.at + at, sums.plane, nullptr, 0, count); });
+        // This chunk's column 0 in the workspace, and its running sums (unused when P = 0: no workspace).
+        float* part = partials + static_cast<long long>(c0 / chunk_rows) * ws_stride + w_phase;
+        ColumnSums<PS> sums = sums_in_shared ? ColumnSums<PS>{shared_sums + w_phase, ws_stride}
+                                                : ColumnSums<PS>{part, plane};
+        if constexpr (P > 0) {
+            for_owned_columns<N>(ws, hidden, [&](int at, int count) { copy_columns<P, N>(sums.at + at, sums.plane, nullptr, 0, count); });
+        }
         for (int r = c0; r < c1; ++r) {
             const T* x = input + static_cast<long long>(r) * input_stride;
             const T* dy = grad_output + static_cast<long long>(r) * grad_output_stride;
@@ -182,14 +214,14 @@ __device__ __forceinline__ void norm_backward_rows(
                 dot_acc = __fadd_rn(dot_acc, __fmul_rn(normalized<CENTERED>(xv, st), g));
                 if (CENTERED) g_acc = __fadd_rn(g_acc, g);
             };
-            auto add_vector = [&](const Pack<T>& xv, const Pack<T>& w, const Pack<T>& dv) {
+            auto add_vector = [&](const Pack<T>& xv, const WeightVec<T, W>& w, const Pack<T>& dv) {
                 float dot_p = 0.0f, g_p = 0.0f;
 #pragma unroll
-                for (int j = 0; j < N; ++j) add(dot_p, g_p, to_float(xv.e[j]), to_float(w.e[j]), to_float(dv.e[j]));
+                for (int j = 0; j < N; ++j) add(dot_p, g_p, to_float(xv.e[j]), w.at(j), to_float(dv.e[j]));
                 dot = __fadd_rn(dot, dot_p);
                 if (CENTERED) g_sum = __fadd_rn(g_sum, g_p);
             };
-            if (t < ws.pre) add(dot, g_sum, to_float(x[t]), to_float(weight[t]), to_float(dy[t]));
+            if (t < ws.pre) add(dot, g_sum, to_float(x[t]), weight_at(weight, t), to_float(dy[t]));
 #pragma unroll
             for (int k = 0; k < V; ++k) {
                 const int i = t + k * B;
@@ -198,16 +230,16 @@ __device__ __forceinline__ void norm_backward_rows(
                     // xc[k] is already this vector where x shares the weight's phase and the block is the fold
                     if (rel_x != 0 || fold != B) xc[k] = load_pack(x + at, x_width);
                     dyc[k] = load_pack(dy + at, dy_width);
-                    add_vector(xc[k], load_aligned(weight + at), dyc[k]);
+                    add_vector(xc[k], load_weights<T>(weight, at, 16), dyc[k]);
                 }
             }
             for (int i = t + V * B; i < ws.vectors; i += B) {
                 const int at = ws.pre + i * N;
-                add_vector(load_pack(x + at, x_width), load_aligned(weight + at), load_pack(dy + at, dy_width));
+                add_vector(load_pack(x + at, x_width), load_weights<T>(weight, at, 16), load_pack(dy + at, dy_width));
             }
             if (ws.tail + t < hidden) {
                 const int at = ws.tail + t;
-                add(dot, g_sum, to_float(x[at]), to_float(weight[at]), to_float(dy[at]));
+                add(dot, g_sum, to_float(x[at]), weight_at(weight, at), to_float(dy[at]));
             }
             // RMSNorm's stats used scratch[0], LayerNorm's scratch[0] then [1]: keep alternating.
             const int warps = B >> 5;
@@ -218,30 +250,34 @@ __device__ __forceinline__ void norm_backward_rows(
             const int dx_width = load_width<T>((vec_phase(dx) - w_phase) & (N - 1));
             auto scalar = [&](int at) {
                 const float dyv = to_float(dy[at]);
-                const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(x[at]), to_float(weight[at]), dyv, st,
+                const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(x[at]), weight_at(weight, at), dyv, st,
                                                                     g_mean, dot_mean);
                 dx[at] = from_float<T>(e.dx);
-                float terms[P];
-                terms[0] = e.dweight;
-                if constexpr (CENTERED) terms[1] = dyv;
-                sums.add(at, terms);
+                if constexpr (P > 0) {
+                    float terms[P];
+                    terms[0] = WEIGHTED ? e.dweight : dyv;  // plane 0: dweight, or dbias without a weight
+                    if constexpr (P == 2) terms[1] = dyv;
+                    sums.add(at, terms);
+                }
             };
             auto vector = [&](int at, const Pack<T>& xv, const Pack<T>& dv) {
-                const Pack<T> w = load_aligned(weight + at);
+                const WeightVec<T, W> w = load_weights<T>(weight, at, 16);
                 Pack<T> out;
 #pragma unroll
                 for (int q = 0; q < N; q += 4) {  // four columns at a time: fewer live registers
-                    float terms[P][4];
+                    float terms[PS][4];
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
                         const float dyv = to_float(dv.e[q + j]);
-                        const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), to_float(w.e[q + j]),
-                                                                            dyv, st, g_mean, dot_mean);
+                        const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), w.at(q + j), dyv, st,
+                                                                            g_mean, dot_mean);
                         out.e[q + j] = from_float<T>(e.dx);
-                        terms[0][j] = e.dweight;
-                        if constexpr (CENTERED) terms[1][j] = dyv;
+                        if constexpr (P > 0) {
+                            terms[0][j] = WEIGHTED ? e.dweight : dyv;
+                            if constexpr (P == 2) terms[1][j] = dyv;
+                        }
                     }
-                    sums.add4(at + q, terms);
+                    if constexpr (P > 0) sums.add4(at + q, terms);
                 }
                 store_pack(dx + at, out, dx_width);
             };
@@ -256,8 +292,10 @@ __device__ __forceinline__ void norm_backward_rows(
             }
             if (ws.tail + t < hidden) scalar(ws.tail + t);
         }
-        if (sums_in_shared) {  // the chunk's sums of the columns this thread owns, to its workspace row
-            for_owned_columns<N>(ws, hidden, [&](int at, int count) { copy_columns<P, N>(part + at, plane, sums.at + at, ws_stride, count); });
+        if constexpr (P > 0) {
+            if (sums_in_shared) {  // the chunk's sums of the columns this thread owns, to its workspace row
+                for_owned_columns<N>(ws, hidden, [&](int at, int count) { copy_columns<P, N>(part + at, plane, sums.at + at, ws_stride, count); });
+            }
         }
     }
 }

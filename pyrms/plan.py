@@ -339,13 +339,9 @@ class LayerNormPlan(_RowPlan):
 
     @property
     def group(self) -> tuple[str, ...]:
-        """Every kernel of layer_norm.cu for one dtype, forward (with and without bias) and backward;
-        without a weight, its own unit of the forward kernels (with and without bias)."""
-        if self.weightless:
-            return self._group((True,)) + self._group((False,))
-        backward = [NormBackwardPlan(self.dtype, 0, 32, v, True, False, dtypes.FLOAT32).expression
-                    for v in (0, *BACKWARD_VECTORS)]
-        return self._group((True,)) + self._group((False,)) + tuple(backward + list(_sum_partials(self.dtype)))
+        """Every kernel of layer_norm.cu for one dtype and weight (the dtype's, or none: its own unit),
+        forward (with and without bias) and backward (without a weight, summing grad_bias or nothing)."""
+        return self._group((True,)) + self._group((False,)) + _backward_group(self.dtype, True, self.weightless)
 
 
 def plan_layer_norm(dtype, hidden: int, *, bias: bool = True, weight: bool = True) -> LayerNormPlan:
@@ -358,9 +354,26 @@ def _sum_partials(dtype: dtypes.DType) -> dict[str, None]:
     return dict.fromkeys(f"pyrms::sum_partials_kernel<{d.ctype}>" for d in (dtype, dtypes.FLOAT32))
 
 
+def _backward_group(dtype: dtypes.DType, centered: bool, weightless: bool) -> tuple[str, ...]:
+    """The backward kernels of one dtype and weight kind: every V, gemma (RMSNorm with a weight) and
+    dbias (LayerNorm without a weight) variant, and the sums over rows where any variant has them."""
+    variants = [NormBackwardPlan(dtype, 0, 32, v, centered, g, dtype, weightless=weightless, grad_bias=b)
+                for v in (0, *BACKWARD_VECTORS)
+                for g in ((False,) if centered or weightless else (False, True))
+                for b in ((True, False) if centered and weightless else (True,))]
+    sums = _sum_partials(dtype) if any(p.params for p in variants) else {}
+    return tuple(p.expression for p in variants) + tuple(sums)
+
+
 @dataclass(frozen=True)
 class NormBackwardPlan:
-    """The backward of RMSNorm (centered=False) or LayerNorm (centered=True): cuda_src/norm_backward.cuh."""
+    """The backward of RMSNorm (centered=False) or LayerNorm (centered=True): cuda_src/norm_backward.cuh.
+
+    weightless: no weight (every weight 1, the kernels' W = void): dx only, no dweight; its columns
+    split as a 16-byte aligned weight's, so dx is bitwise a weighted backward's with such a weight of
+    ones. grad_bias: whether a LayerNorm without weight sums grad_bias (with a weight the kernel always
+    does: one variant, the launch sums the plane only when asked). Nothing summed (RMSNorm without a
+    weight, LayerNorm without weight and grad_bias): no workspace and no second kernel."""
 
     dtype: dtypes.DType
     hidden: int
@@ -370,11 +383,15 @@ class NormBackwardPlan:
     gemma: bool
     grad_dtype: dtypes.DType  # of dweight (and dbias): dtype or float32
     chunk_rows: int = GRAD_CHUNK_ROWS
+    weightless: bool = False
+    grad_bias: bool = True  # LayerNorm without a weight only (see above)
 
     def __post_init__(self):
         if self.vectors and self.stats_fold > self.block:  # row_core.cuh: only re-reading rows fold wider
             raise ValueError(f"a backward that keeps {self.vectors} vectors per thread needs at least the fold's "
                              f"{self.stats_fold} threads, got {self.block}")
+        if self.weightless and self.gemma:
+            raise ValueError("gemma needs a weight (it multiplies by 1 + weight); got weight=None")
 
     @property
     def stats_fold(self) -> int:
@@ -389,8 +406,10 @@ class NormBackwardPlan:
     @property
     def expression(self) -> str:
         if self.centered:
-            return f"pyrms::layer_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}>"
-        return f"pyrms::rms_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}, {_bool(self.gemma)}>"
+            without = f", void, {_bool(self.sums_bias)}" if self.weightless else ""
+            return f"pyrms::layer_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}{without}>"
+        without = ", void" if self.weightless else ""
+        return f"pyrms::rms_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}, {_bool(self.gemma)}{without}>"
 
     @property
     def sum_expression(self) -> str:
@@ -398,16 +417,22 @@ class NormBackwardPlan:
 
     @property
     def group(self) -> tuple[str, ...]:
+        """The compile unit: LayerNorm's is layer_norm.cu's for the dtype and weight kind (forward and
+        backward); RMSNorm's every backward variant of the dtype and weight kind."""
         if self.centered:
-            return LayerNormPlan(self.dtype, 0, 0, 0).group
-        rows = [f"pyrms::rms_norm_backward_kernel<{self.dtype.ctype}, {v}, {_bool(g)}>"
-                for v in (0, *BACKWARD_VECTORS) for g in (False, True)]
-        return tuple(rows + list(_sum_partials(self.dtype)))
+            return LayerNormPlan(self.dtype, 0, 0, 0, weightless=self.weightless).group
+        return _backward_group(self.dtype, False, self.weightless)
+
+    @property
+    def sums_bias(self) -> bool:
+        """Whether kernel 1 sums dbias: LayerNorm's always beside dweight, without a weight for grad_bias."""
+        return self.centered and (self.grad_bias or not self.weightless)
 
     @property
     def params(self) -> int:
-        """Parameter gradients summed over rows: dweight, and dbias for LayerNorm."""
-        return 2 if self.centered else 1
+        """Parameter gradients kernel 1 sums over rows (the workspace's planes, in order): dweight unless
+        weightless, then dbias where sums_bias."""
+        return int(not self.weightless) + int(self.sums_bias)
 
     @property
     def ws_stride(self) -> int:
@@ -440,7 +465,9 @@ class NormBackwardPlan:
 
 
 def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: bool = False,
-                       grad_dtype=None) -> NormBackwardPlan:
+                       grad_dtype=None, weight: bool = True, grad_bias: bool = True) -> NormBackwardPlan:
+    """weight=False: no weight (weight=None); grad_bias=False: LayerNorm without a weight sums no
+    grad_bias either (NormBackwardPlan says what each sums)."""
     dt = dtypes.get(dtype)
     gdt = dt if grad_dtype is None else dtypes.get(grad_dtype)
     if gdt not in (dt, dtypes.FLOAT32):
@@ -448,4 +475,5 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
     if layer_norm and gemma:
         raise ValueError("gemma applies to RMSNorm only")
     block, vectors = backward_block(dt, hidden), 0
-    return NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt)
+    return NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt, weightless=not weight,
+                            grad_bias=bool(grad_bias))

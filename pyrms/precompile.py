@@ -73,9 +73,13 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
         # one unit per dtype: with and without bias, forward and backward; and one without a weight
         flags = "" if weight_dtype is None else " weight=none"
     elif op in ("rms_norm_backward", "layer_norm_backward"):
+        if weight_dtype not in (None, "none"):
+            raise ValueError(f"{op}'s weight is of the dtype or none, got weight_dtype={weight_dtype!r}")
         p = plan.plan_norm_backward(dt, hidden, layer_norm=op == "layer_norm_backward", gemma=gemma,
-                                    grad_dtype=grad_dtype)
-        flags = ""  # one unit per dtype: every option, both gradient dtypes
+                                    grad_dtype=grad_dtype, weight=weight_dtype is None)
+        # one unit per dtype: every option, both gradient dtypes; and one without a weight (LayerNorm's is
+        # layer_norm's unit without a weight, forward and backward)
+        flags = "" if weight_dtype is None else " weight=none"
     elif op == "seed":
         from .ops.seed import plan_seed
 
@@ -95,9 +99,10 @@ def _options(op: str, dt: dtypes.DType) -> list[dict]:
     if op == "layer_norm":
         return [dict(bias=b, weight_dtype=w) for w in (None, "none") for b in (True, False)]
     if op == "rms_norm_backward":
-        return [dict(gemma=g, grad_dtype=d) for g in (False, True) for d in (None, "float32")]
+        return [dict(gemma=g, grad_dtype=d) for g in (False, True) for d in (None, "float32")] + [
+            dict(weight_dtype="none")]
     if op == "layer_norm_backward":
-        return [dict(grad_dtype=d) for d in (None, "float32")]
+        return [dict(grad_dtype=d, weight_dtype=w) for d in (None, "float32") for w in (None, "none")]
     return [{}]
 
 

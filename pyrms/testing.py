@@ -52,6 +52,11 @@ class Rows:
         """The [rows, hidden] values as the host mirror holds them."""
         return np.stack([self.host[self.index(r)] for r in range(self.rows)])
 
+    def device_values(self) -> np.ndarray:
+        """The [rows, hidden] values as the device holds them now."""
+        whole = self.download()
+        return np.stack([whole[self.index(r)] for r in range(self.rows)])
+
     def set_values(self, values: np.ndarray) -> None:
         for r in range(self.rows):
             self.host[self.index(r)] = values[r]
@@ -373,46 +378,59 @@ def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in
 
 def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=None, strides=None, in_place=None,
                         gemma=False, grad_dtype=None, rows_per_block=None, own_workspace=False, grad_bias=True,
-                        epsilon=1e-5, stream=None, pdl=None) -> dict[str, np.ndarray]:
+                        epsilon=1e-5, stream=None, pdl=None, weight="same") -> dict[str, np.ndarray]:
     """One pyrms.rms_norm_backward (or layer_norm_backward) launch on guarded operands ('grad_output',
     'input', 'weight', 'grad_input', 'grad_weight', 'grad_bias'), every output compared bit for bit with
     the twin. in_place: 'grad_output' or 'input', the operand grad_input overwrites. own_workspace:
     pass a guarded workspace (its guards are checked) instead of the pooled one. grad_bias=False: a
-    LayerNorm without bias (grad_bias=None). Returns the parameter gradients as computed, by name, for
-    comparisons between launches."""
+    LayerNorm without bias (grad_bias=None). weight: "same" (random, of the dtype), "ones" (the dtype's,
+    every element 1) or "none" (weight=None, grad_weight=None: dx and LayerNorm's grad_bias only).
+    Returns the outputs as computed, by name (grad_input as [rows, hidden]), for comparisons between
+    launches."""
     from .ops.layer_norm import layer_norm_backward
     from .ops.rms_norm_backward import rms_norm_backward
 
+    if weight not in ("same", "ones", "none"):
+        raise ValueError(f"weight must be 'same', 'ones' or 'none' for the backward, got {weight!r}")
     dt = dtypes.get(dtype)
-    p = plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype=grad_dtype)
-    params = ("grad_weight", "grad_bias") if layer_norm and grad_bias else ("grad_weight",)
+    weighted = weight != "none"
+    p = plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype=grad_dtype, weight=weighted,
+                                grad_bias=grad_bias)
+    # The twin's parameter gradients, in its order, and those this launch writes.
+    sums = ("grad_weight",) * weighted + ("grad_bias",) * layer_norm
+    params = tuple(name for name in sums if name != "grad_bias" or grad_bias)
     names = ("grad_output", "input") if in_place else ("grad_output", "input", "grad_input")
-    ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=("weight", *params),
+    ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=("weight",) * weighted + params,
                     outputs=("grad_input", *params), out_dtype=p.grad_dtype)
-    dy, x, w = ops["grad_output"], ops["input"], ops["weight"]
+    dy, x, w = ops["grad_output"], ops["input"], ops.get("weight")
+    if weight == "ones":
+        w.set_values(np.ones((1, hidden), dtype=dt.numpy))
+        w.upload()
     dx = ops[in_place] if in_place else ops["grad_input"]
     ws = allocate(rng, "float32", 1, p.workspace_bytes(rows, rows_per_block) // 4, poison=True) if own_workspace else None
     with _closing(*ops.values(), *([ws] if ws else [])):
-        want = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], epsilon, block=p.block,
-                                            fold=p.stats_fold,
-                                            x_phases=phases(x), weight_phase=int(phases(w)[0]), chunk_rows=p.chunk_rows,
+        want = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0] if w else None, epsilon,
+                                            block=p.block, fold=p.stats_fold, x_phases=phases(x),
+                                            weight_phase=int(phases(w)[0]) if w else 0, chunk_rows=p.chunk_rows,
                                             layer_norm=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype)
-        grads = {"grad_bias": None, **{name: ops[name].ptr for name in params}}
+        wanted = dict(zip(sums, want[1:]))
+        grads = {"grad_weight": None, "grad_bias": None, **{name: ops[name].ptr for name in params}}
         common = dict(dtype=dt, grad_output_stride=dy.stride, input_stride=x.stride, grad_input_stride=dx.stride,
-                      grad_weight_dtype=p.grad_dtype, workspace=ws.ptr if ws else None,
+                      grad_weight_dtype=p.grad_dtype if params else None, workspace=ws.ptr if ws else None,
                       rows_per_block=rows_per_block, stream=stream, **_pdl(pdl))
+        w_ptr = w.ptr if w else None
         if layer_norm:
-            launch = lambda: layer_norm_backward(dx.ptr, grads["grad_weight"], grads["grad_bias"], dy.ptr, x.ptr, w.ptr,
+            launch = lambda: layer_norm_backward(dx.ptr, grads["grad_weight"], grads["grad_bias"], dy.ptr, x.ptr, w_ptr,
                                                  epsilon, rows, hidden, **common)  # noqa: E731
         else:
-            launch = lambda: rms_norm_backward(dx.ptr, grads["grad_weight"], dy.ptr, x.ptr, w.ptr, epsilon, rows,
+            launch = lambda: rms_norm_backward(dx.ptr, grads["grad_weight"], dy.ptr, x.ptr, w_ptr, epsilon, rows,
                                                hidden, gemma=gemma, **common)  # noqa: E731
-        inputs = {name: ops[name] for name in ("grad_output", "input", "weight") if name != in_place}
+        inputs = {name: ops[name] for name in ("grad_output", "input", "weight") if name in ops and name != in_place}
         run_checked(_label("layer_norm_backward" if layer_norm else "rms_norm_backward", dt, rows, hidden, offsets,
                            strides, in_place=in_place, gemma=gemma, grad_dtype=grad_dtype,
                            rows_per_block=rows_per_block, own_workspace=own_workspace,
-                           no_grad_bias=layer_norm and not grad_bias, pdl=pdl),
-                    launch, outputs={"grad_input": (dx, want[0]),
-                                     **{name: (ops[name], want[1 + k][None]) for k, name in enumerate(params)}},
+                           no_grad_bias=layer_norm and not grad_bias, pdl=pdl,
+                           weight=None if weight == "same" else weight),
+                    launch, outputs={"grad_input": (dx, want[0]), **{name: (ops[name], wanted[name][None]) for name in params}},
                     inputs=inputs, scratch={"workspace": ws} if ws else None)
-        return {name: ops[name].download()[ops[name].index(0)] for name in params}
+        return {"grad_input": dx.device_values(), **{name: ops[name].download()[ops[name].index(0)] for name in params}}

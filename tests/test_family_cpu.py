@@ -91,8 +91,11 @@ def test_weight_kinds_name_their_kernels():
 def test_layer_norm_without_weight_has_its_own_unit():
     ln = plan.plan_layer_norm(dtypes.FLOAT16, 5120, weight=False)
     assert ln.expression == "pyrms::layer_norm_kernel<__half, 4, 1, true, false, false, void>"
-    assert ln.latency_expression in ln.group and len(ln.group) == 2 * len(plan.plan_layer_norm("fp16", 5120, bias=False)._group((True,)))
-    assert not any("backward" in e for e in ln.group) and not set(ln.group) & set(plan.plan_layer_norm("fp16", 5120).group)
+    forward = [e for e in ln.group if "backward" not in e and "sum_partials" not in e]
+    assert ln.latency_expression in ln.group and len(forward) == 2 * len(plan.plan_layer_norm("fp16", 5120, bias=False)._group((True,)))
+    # with the backward without weight (summing grad_bias or nothing): the weighted unit shares only kernel 2
+    assert set(ln.group) & set(plan.plan_layer_norm("fp16", 5120).group) == {"pyrms::sum_partials_kernel<__half>",
+                                                                            "pyrms::sum_partials_kernel<float>"}
     rng = np.random.default_rng(5)
     x = rng.uniform(-3, 3, (3, 77)).astype(np.float32)
     assert np.array_equal(reference.layer_norm_twin(x, None, None, 1e-6, block=32),
@@ -303,7 +306,7 @@ def _all_variants(source):
         elif source == "layer_norm.cu":
             exprs += plan.plan_layer_norm(dt, 64).group + plan.plan_layer_norm(dt, 64, weight=False).group
         else:
-            exprs += plan.plan_norm_backward(dt, 64).group
+            exprs += plan.plan_norm_backward(dt, 64).group + plan.plan_norm_backward(dt, 64, weight=False).group
     return list(dict.fromkeys(exprs))
 
 
@@ -363,5 +366,11 @@ def test_ptx_dump_knows_the_family():
     variant = tool.resolve_variant(tool.FAMILIES["rms_norm"], "weight=none", bf16, 64)
     assert tool.output_stem("rms_norm", bf16, 64, "sm_90", variant).endswith("-weightnone")
     assert "weight" not in tool.output_stem("rms_norm", bf16, 64, "sm_90", tool.FAMILIES["rms_norm"].defaults(bf16, 64))
+    assert expression("rms_norm_backward", "weightless") == \
+        "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 0, false, void>"
+    assert expression("layer_norm_backward", "weightless,grad_bias=false") == \
+        "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0, void, false>"
+    with pytest.raises(ValueError, match="grad_bias=false is a variant of the kernel without weight"):
+        expression("layer_norm_backward", "grad_bias=false")
     with pytest.raises(ValueError, match="vectors=0\\|1\\|2"):
         tool.resolve_variant(tool.FAMILIES["rms_norm_backward"], "vectors=3", bf16, 64)

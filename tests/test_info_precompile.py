@@ -120,6 +120,15 @@ def test_units_are_what_the_ops_compile():
     u = precompile.unit("layer_norm_backward", "fp16", 769, grad_dtype="float32")
     assert (u.source, u.names) == (b.source, b.group)
     assert u == precompile.unit("layer_norm", "fp16", 5, bias=False)  # one layer_norm.cu unit per dtype
+    # ... and one without a weight, forward and backward (with or without grad_bias)
+    none = precompile.unit("layer_norm_backward", "fp16", 769, weight_dtype="none")
+    assert none == precompile.unit("layer_norm", "fp16", 5, weight_dtype="none") != u
+    assert none.names == plan.plan_norm_backward("fp16", 769, layer_norm=True, weight=False, grad_bias=False).group
+    w = precompile.unit("rms_norm_backward", "bf16", 5120, weight_dtype="none")
+    assert w.names == plan.plan_norm_backward("bf16", 5120, weight=False).group and str(w) == \
+        "rms_norm_backward.cu bfloat16 weight=none"
+    with pytest.raises(ValueError, match="rms_norm_backward's weight is of the dtype or none, got weight_dtype='float32'"):
+        precompile.unit("rms_norm_backward", "bf16", 8, weight_dtype="float32")
     s = plan_seed(dtypes.BFLOAT16, 5120)
     assert precompile.unit("seed", "bf16", 5120).names == (s.expression,)
     with pytest.raises(ValueError, match="1024 a block allows"):
@@ -136,22 +145,22 @@ def test_every_unit_counts():
         by_source[u.source] = by_source.get(u.source, 0) + 1
     # rms_norm and fused add: per dtype, gemma x round_once with the dtype's weight and with an fp32 one
     # (bf16 and fp16 only), and round_once without a weight: 4 + 4 + 2 for 2-byte dtypes, 4 + 2 for
-    # fp32. LayerNorm: one per dtype, and one per dtype without a weight; the backward: one per dtype;
-    # the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads).
+    # fp32. LayerNorm (forward and backward): one per dtype, and one per dtype without a weight; the
+    # RMSNorm backward: the same; the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads).
     # rms_norm.cu twice over: its plain rows and its N-D kernel (rms_norm_nd), one unit each.
     assert by_source == {"rms_norm.cu": 52, "fused_add_rms_norm.cu": 26, "layer_norm.cu": 6,
-                         "rms_norm_backward.cu": 3, "seed_rms_norm.cu": 2}
+                         "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2}
     assert precompile.every_unit(["rms_norm", "rms_norm_nd"], [dtypes.FLOAT32]) == \
         [u for u in units if u.label.startswith("rms_norm.cu float32")]
     assert "rms_norm.cu bfloat16 nd weight=none" in {u.label for u in units}
-    assert "rms_norm.cu bfloat16 weight=none" in {u.label for u in units}
+    assert {"rms_norm.cu bfloat16 weight=none", "rms_norm_backward.cu bfloat16 weight=none"} <= {u.label for u in units}
 
 
 def test_list_compiles_nothing(capsys, monkeypatch):
     monkeypatch.setattr(precompile, "compile_units", None)  # would fail if called
     assert precompile.main(["--list", "--ops", "layer_norm,seed", "--dtypes", "bf16", "--seed-hidden", "769,4096"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == ["layer_norm.cu bfloat16: 33 kernels", "layer_norm.cu bfloat16 weight=none: 28 kernels",
+    assert out == ["layer_norm.cu bfloat16: 33 kernels", "layer_norm.cu bfloat16 weight=none: 36 kernels",
                    "seed_rms_norm.cu bfloat16 hidden 4096: 1 kernel", "seed_rms_norm.cu bfloat16 hidden 769: 1 kernel",
                    "precompile: 4 compile units"]
 

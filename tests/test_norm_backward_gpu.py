@@ -123,8 +123,9 @@ def test_layer_norm_without_bias_gives_the_same_grad_input_and_grad_weight(dtype
         with_bias = run_case(np.random.default_rng(hidden), dtype, 33, hidden, layer_norm=True, offsets=offsets)
         without = run_case(np.random.default_rng(hidden), dtype, 33, hidden, layer_norm=True, offsets=offsets,
                            grad_bias=False)
-        assert set(without) == {"grad_weight"}
-        assert np.array_equal(bits(without["grad_weight"]), bits(with_bias["grad_weight"]))
+        assert set(without) == {"grad_input", "grad_weight"}
+        for name, got in without.items():
+            assert np.array_equal(bits(got), bits(with_bias[name])), name
 
 
 @pytest.mark.parametrize("op", OPS)

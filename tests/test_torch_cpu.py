@@ -99,7 +99,7 @@ def test_fake_outputs(layout):
         w = torch.empty(16, dtype=BF16, device="cuda")
         contiguous = torch.empty(shape, dtype=BF16, device="cuda").stride()
         rms_dx, rms_dw = torch.ops.pyrms.rms_norm_backward(x, x, w, 1e-6, False)
-        ln_dx, ln_dw, ln_db = torch.ops.pyrms.layer_norm_backward(x, x, w, 1e-5)
+        ln_dx, ln_dw, ln_db = torch.ops.pyrms.layer_norm_backward(x, x, w, 1e-5, True)
         rows = [torch.ops.pyrms.rms_norm(x, w, 1e-6, False, False), torch.ops.pyrms.layer_norm(x, w, None, 1e-5),
                 torch.ops.pyrms.layer_norm(x, w, w, 1e-5), rms_dx, ln_dx]
         assert torch.ops.pyrms.fused_add_rms_norm(x, torch.empty_like(x), w, 1e-6, False, False) is None
@@ -179,7 +179,7 @@ def test_make_fx_traces_the_backward_through_pyrms_kernels():
     x, w = cpu(4, 8).requires_grad_(), cpu(8).requires_grad_()
     code = make_fx(grads, tracing_mode="fake")(x, w, cpu(8).requires_grad_()).code
     assert "torch.ops.pyrms.rms_norm_backward.default(ones_like, x_1, w_1, 1e-06, True)" in code
-    assert "torch.ops.pyrms.layer_norm_backward.default(ones_like_1, x_1, w_1, 1e-05)" in code
+    assert "torch.ops.pyrms.layer_norm_backward.default(ones_like_1, x_1, w_1, 1e-05, True)" in code
 
 
 # --- routing and autograd, with the launches stubbed ---------------------------------------------
@@ -192,19 +192,20 @@ def stub_launches(monkeypatch):
 
     def forward(x, weight, eps, gemma, round_once):
         calls.append(("rms_norm", eps, gemma, round_once))
-        return x * weight
+        return x * (1 if weight is None else weight)
 
     def backward(grad_out, x, weight, eps, gemma):
         calls.append(("rms_norm_backward", eps, gemma))
-        return grad_out * 2, torch.full_like(weight, 3)
+        return grad_out * 2, x.new_full((x.shape[-1] if weight is not None else 0,), 3)
 
-    def ln_backward(grad_out, x, weight, eps):
-        calls.append(("layer_norm_backward", eps))
-        return grad_out * 4, torch.full_like(weight, 5), torch.full_like(weight, 6)
+    def ln_backward(grad_out, x, weight, eps, has_bias):
+        calls.append(("layer_norm_backward", eps, weight is not None, has_bias))
+        hidden = x.shape[-1]
+        return grad_out * 4, x.new_full((hidden if weight is not None else 0,), 5), x.new_full((hidden if has_bias else 0,), 6)
 
     monkeypatch.setattr(_kernels, "rms_norm", forward)
     monkeypatch.setattr(_kernels, "rms_norm_backward", backward)
-    monkeypatch.setattr(_kernels, "layer_norm", lambda x, weight, bias, eps: x * weight)
+    monkeypatch.setattr(_kernels, "layer_norm", lambda x, weight, bias, eps: x * (1 if weight is None else weight))
     monkeypatch.setattr(_kernels, "layer_norm_backward", ln_backward)
     return calls
 
@@ -238,7 +239,7 @@ def test_layer_norm_autograd(stub_launches, with_bias):
     x, w = cpu(2, 8).requires_grad_(), nn.Parameter(cpu(8))
     b = nn.Parameter(cpu(8)) if with_bias else None
     pt.layer_norm(x, w, b, 1e-4).sum().backward()
-    assert stub_launches == [("layer_norm_backward", 1e-4)]
+    assert stub_launches == [("layer_norm_backward", 1e-4, True, with_bias)]
     assert torch.equal(x.grad, torch.full_like(x, 4)) and torch.equal(w.grad, torch.full_like(w, 5))
     if with_bias:
         assert torch.equal(b.grad, torch.full_like(b, 6))
@@ -315,7 +316,8 @@ def test_replace_norms_swaps_hf_norms_and_layer_norms_keeping_their_parameters(h
         assert not (layer.input_layernorm.gemma or layer.input_layernorm.round_once)
         assert type(layer.ln) is pt.LayerNorm and layer.ln.eps == 1e-4 and layer.ln.bias is not None
         assert type(layer.ln_no_bias) is pt.LayerNorm and layer.ln_no_bias.bias is None
-        assert type(layer.ln_no_affine) is nn.LayerNorm and type(layer.ln_2d) is nn.LayerNorm
+        assert type(layer.ln_no_affine) is pt.LayerNorm and layer.ln_no_affine.weight is None is layer.ln_no_affine.bias
+        assert type(layer.ln_2d) is nn.LayerNorm
         assert type(layer.ln_fp32) is FloatLayerNorm and type(layer.self_attn.q_proj) is nn.Linear
     assert type(model.norm) is pt.RMSNorm and model.norm.gemma and model.norm.round_once and model.norm.eps == 1e-6
 
@@ -354,7 +356,95 @@ def test_layer_norm_loads_nn_layer_norm_state_dicts(bias):
 
 
 def test_layer_norm_without_a_kernel_is_not_implemented():
-    with pytest.raises(NotImplementedError, match="without weight"):
-        pt.LayerNorm(8, elementwise_affine=False)
     with pytest.raises(NotImplementedError, match="last dimension only"):
         pt.LayerNorm((2, 8))
+
+
+# --- without a weight (torch.nn.RMSNorm / LayerNorm with elementwise_affine=False) ----------------
+
+
+def test_fake_outputs_without_weight():
+    with FakeTensorMode():
+        x = torch.empty(2, 3, 16, dtype=BF16, device="cuda")
+        rows = [torch.ops.pyrms.rms_norm(x, None, 1e-6, False, True), torch.ops.pyrms.layer_norm(x, None, None, 1e-5)]
+        rms_dx, rms_dw = torch.ops.pyrms.rms_norm_backward(x, x, None, 1e-6, False)
+        ln_dx, ln_dw, ln_db = torch.ops.pyrms.layer_norm_backward(x, x, None, 1e-5, False)
+        _, _, with_db = torch.ops.pyrms.layer_norm_backward(x, x, None, 1e-5, True)
+    for y in (*rows, rms_dx, ln_dx):
+        assert (y.shape, y.dtype, y.device.type) == ((2, 3, 16), BF16, "cuda")
+    for empty in (rms_dw, ln_dw, ln_db):  # not computed: empty, as a custom op cannot return None
+        assert (empty.shape, empty.dtype) == ((0,), BF16)
+    assert with_db.shape == (16,)
+
+
+def test_bad_operands_without_weight_are_named():
+    with pytest.raises(ValueError, match="x is a cpu tensor"):
+        pt.rms_norm(cpu(2, 8), None)
+    with pytest.raises(ValueError, match="x is a cpu tensor"):
+        pt.layer_norm(cpu(2, 8).requires_grad_(), None, None)
+    with pytest.raises(TypeError, match="x has dtype torch.float64"):
+        pt.rms_norm(cpu(2, 8, dtype=torch.float64), None)
+
+
+def test_tracing_without_weight(dynamo):
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(x, b):
+        return pt.rms_norm(x, None, 1e-6), pt.layer_norm(x, None, b), pt.layer_norm(x, None)
+
+    with pytest.raises(ValueError, match="x is a cpu tensor"):
+        torch.compile(f, backend=capture, fullgraph=True)(cpu(4, 8), cpu(8))
+    code = graphs[0].code
+    assert "torch.ops.pyrms.rms_norm.default(l_x_, None, 1e-06, False, False)" in code
+    assert "torch.ops.pyrms.layer_norm.default(l_x_, None, l_b_, 1e-05)" in code
+    assert "torch.ops.pyrms.layer_norm.default(l_x_, None, None, 1e-05)" in code
+
+    def grads(x, b):
+        y = torch.ops.pyrms.rms_norm(x, None, 1e-6, False, False)
+        z = torch.ops.pyrms.layer_norm(x, None, b, 1e-5)
+        return torch.autograd.grad((y, z), (x, b), (torch.ones_like(y), torch.ones_like(z)))
+
+    code = make_fx(grads, tracing_mode="fake")(cpu(4, 8).requires_grad_(), cpu(8).requires_grad_()).code
+    assert "torch.ops.pyrms.rms_norm_backward.default(ones_like, x_1, None, 1e-06, False)" in code
+    assert "torch.ops.pyrms.layer_norm_backward.default(ones_like_1, x_1, None, 1e-05, True)" in code
+
+
+def test_autograd_without_weight(stub_launches):
+    x = cpu(2, 8).requires_grad_()
+    grad = cpu(2, 8)
+    pt.rms_norm(x, None, 1e-5).backward(grad)
+    assert stub_launches == [("rms_norm", 1e-5, False, False), ("rms_norm_backward", 1e-5, False)]
+    assert torch.equal(x.grad, grad * 2)
+    stub_launches.clear()
+    for bias in (None, nn.Parameter(cpu(8))):
+        x = cpu(2, 8).requires_grad_()
+        pt.layer_norm(x, None, bias, 1e-4).sum().backward()
+        assert stub_launches[-1] == ("layer_norm_backward", 1e-4, False, bias is not None)
+        assert torch.equal(x.grad, torch.full_like(x, 4))
+        if bias is not None:
+            assert torch.equal(bias.grad, torch.full_like(bias, 6))
+    # a bias alone requiring grad is recorded too
+    b = nn.Parameter(cpu(8))
+    assert pt.layer_norm(cpu(2, 8), None, b).grad_fn is not None
+
+
+def test_modules_without_weight(stub_launches):
+    rms = pt.RMSNorm(8, 1e-5, elementwise_affine=False)
+    assert rms.weight is None and list(rms.state_dict()) == [] and list(rms.parameters()) == []
+    assert repr(rms) == "RMSNorm(8, eps=1e-05, elementwise_affine=False)"
+    x = cpu(2, 8).requires_grad_()
+    rms(x).sum().backward()
+    assert stub_launches == [("rms_norm", 1e-5, False, False), ("rms_norm_backward", 1e-5, False)]
+    with pytest.raises(ValueError, match="gemma scales by 1 \\+ weight, so it needs a weight"):
+        pt.RMSNorm(8, gemma=True, elementwise_affine=False)
+    theirs = nn.LayerNorm(8, elementwise_affine=False)
+    ours = pt.LayerNorm(8, elementwise_affine=False)
+    assert ours.weight is None and ours.bias is None and list(ours.state_dict()) == list(theirs.state_dict()) == []
+    assert repr(ours) == "LayerNorm((8,), eps=1e-05, elementwise_affine=False, bias=False)"
+    swapped = pt.LayerNorm.from_module(theirs)
+    assert swapped.weight is None and swapped.bias is None and not swapped.elementwise_affine
+    assert type(pt.replace_norms(nn.LayerNorm(8, elementwise_affine=False, bias=True))) is pt.LayerNorm

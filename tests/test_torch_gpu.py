@@ -86,8 +86,8 @@ def rows(t: torch.Tensor) -> np.ndarray:
 
 def twin_rms_norm(x, weight, eps, *, gemma=False, round_once=False):
     block = plan.plan_rms_norm(DTYPE_NAMES[x.dtype], x.shape[-1]).block
-    y = reference.rms_norm_twin(rows(x), to_numpy(weight), eps, block=block, row_phases=row_phases(x), gemma=gemma,
-                                round_once=round_once)
+    y = reference.rms_norm_twin(rows(x), None if weight is None else to_numpy(weight), eps, block=block,
+                                row_phases=row_phases(x), gemma=gemma, round_once=round_once)
     return from_numpy(y).reshape(x.shape)
 
 
@@ -106,8 +106,9 @@ def hf_gemma_rms_norm(x, weight, eps):
 
 
 def exact_rms_norm(x, weight, eps, gemma=False):
-    """The formula in x's own dtype throughout (float64 for the gradient references)."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1 + weight if gemma else weight)
+    """The formula in x's own dtype throughout (float64 for the gradient references); weight None: none."""
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y if weight is None else y * (1 + weight if gemma else weight)
 
 
 def layouts(gen, dtype, hidden, mean=0.0):
@@ -256,12 +257,23 @@ def opcheck_cases(gen):
         "layer_norm": (ops.layer_norm.default, (x.clone().requires_grad_(), w.clone().requires_grad_(),
                                                 b.clone().requires_grad_(), 1e-5)),
         "layer_norm no bias": (ops.layer_norm.default, (x.clone().requires_grad_(), w.clone().requires_grad_(), None, 1e-5)),
-        "layer_norm_backward": (ops.layer_norm_backward.default, (g, x, w, 1e-5)),
+        "layer_norm_backward": (ops.layer_norm_backward.default, (g, x, w, 1e-5, True)),
+        "layer_norm_backward no bias": (ops.layer_norm_backward.default, (g, x, w, 1e-5, False)),
+        "rms_norm no weight": (ops.rms_norm.default, (x.clone().requires_grad_(), None, 1e-6, False, True)),
+        "rms_norm_backward no weight": (ops.rms_norm_backward.default, (g, x, None, 1e-6, False)),
+        "layer_norm no weight": (ops.layer_norm.default, (x.clone().requires_grad_(), None, b.clone().requires_grad_(),
+                                                          1e-5)),
+        "layer_norm no weight no bias": (ops.layer_norm.default, (x.clone().requires_grad_(), None, None, 1e-5)),
+        "layer_norm_backward no weight": (ops.layer_norm_backward.default, (g, x, None, 1e-5, True)),
+        "layer_norm_backward no weight no bias": (ops.layer_norm_backward.default, (g, x, None, 1e-5, False)),
     }
 
 
 @pytest.mark.parametrize("case", ["rms_norm", "rms_norm gemma round_once", "rms_norm_backward", "fused_add_rms_norm",
-                                  "layer_norm", "layer_norm no bias", "layer_norm_backward"])
+                                  "layer_norm", "layer_norm no bias", "layer_norm_backward",
+                                  "layer_norm_backward no bias", "rms_norm no weight", "rms_norm_backward no weight",
+                                  "layer_norm no weight", "layer_norm no weight no bias", "layer_norm_backward no weight",
+                                  "layer_norm_backward no weight no bias"])
 def test_opcheck(gen, case):
     op, args = opcheck_cases(gen)[case]
     torch.library.opcheck(op, args)
@@ -303,6 +315,72 @@ def test_compile_fullgraph_backward_matches_eager(gen, dynamo):
         y = module(leaf)
         y.backward(grad)
         results.append((y.detach(), leaf.grad, norm.weight.grad))
+    assert all(bitwise_equal(a, c) for a, c in zip(*results))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_without_weight_matches_the_twin_on_every_layout(gen, dtype):
+    """torch.nn.RMSNorm/LayerNorm(elementwise_affine=False): weight=None, bit for bit the twins'."""
+    hidden = 769
+    b = randn(gen, hidden, dtype=dtype)
+    for name, x in layouts(gen, dtype, hidden, mean=1.0):
+        for round_once in (False, True):
+            assert bitwise_equal(pt.rms_norm(x, None, 1e-6, round_once=round_once),
+                                 twin_rms_norm(x, None, 1e-6, round_once=round_once)), (name, round_once)
+        for bias in (b, None):
+            block = plan.plan_layer_norm(DTYPE_NAMES[dtype], hidden, bias=bias is not None, weight=False).block
+            want = reference.layer_norm_twin(rows(x), None, None if bias is None else to_numpy(bias), 1e-5, block=block,
+                                             row_phases=row_phases(x))
+            assert bitwise_equal(pt.layer_norm(x, None, bias, 1e-5), from_numpy(want).reshape(x.shape)), (name, bias)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grads_without_weight_match_float64_autograd(gen, dtype):
+    grad = randn(gen, 3, 22, 769, dtype=dtype)
+    x = randn(gen, 3, 22, 769, dtype=dtype).requires_grad_()
+    pt.RMSNorm(769, 1e-6, elementwise_affine=False)(x).backward(grad)
+    x64 = x.detach().double().requires_grad_()
+    exact_rms_norm(x64, None, 1e-6).backward(grad.double())
+    assert x.grad.dtype == dtype
+    assert_close_to(x.grad, x64.grad, dtype, "rms_norm dx")
+    for b in (torch.nn.Parameter(randn(gen, 769, dtype=dtype)), None):
+        x = (randn(gen, 3, 22, 769, dtype=dtype) + 2).requires_grad_()
+        pt.layer_norm(x, None, b, 1e-5).backward(grad)
+        leaves = [t.detach().double().requires_grad_() for t in (x, *([b] if b is not None else []))]
+        torch.nn.functional.layer_norm(leaves[0], (769,), None, *leaves[1:], eps=1e-5).backward(grad.double())
+        assert_close_to(x.grad, leaves[0].grad, dtype, "layer_norm dx")
+        if b is not None:
+            assert_close_to(b.grad, leaves[1].grad, dtype, "layer_norm dbias")
+    module = pt.LayerNorm(769, elementwise_affine=False)  # torch.nn.LayerNorm's twin: no parameters at all
+    x = randn(gen, 5, 769, dtype=dtype).requires_grad_()
+    module(x).backward(grad[0, :5])
+    leaf = x.detach().double().requires_grad_()
+    torch.nn.LayerNorm(769, elementwise_affine=False, device="cuda", dtype=torch.float64)(leaf).backward(grad[0, :5].double())
+    assert_close_to(x.grad, leaf.grad, dtype, "nn.LayerNorm(elementwise_affine=False) dx")
+
+
+def test_grads_without_weight_are_the_weighted_grads_with_ones(gen):
+    """The same kernels' trees: dx of a weightless norm is bitwise dx of the weighted one with ones."""
+    for hidden in (769, 4096, 5125):
+        x, grad = randn(gen, 300, hidden), randn(gen, 300, hidden)
+        for norm in (pt.rms_norm, lambda x, w: pt.layer_norm(x, w, None)):
+            dx = []
+            for weight in (None, torch.ones(hidden, dtype=BF16, device="cuda", requires_grad=True)):
+                leaf = x.clone().requires_grad_()
+                norm(leaf, weight).backward(grad)
+                dx.append(leaf.grad)
+            assert bitwise_equal(*dx), hidden
+
+
+def test_compile_fullgraph_backward_without_weight_matches_eager(gen, dynamo):
+    norm = pt.RMSNorm(1024, elementwise_affine=False)
+    x, grad = randn(gen, 4, 8, 1024), randn(gen, 4, 8, 1024)
+    results = []
+    for module in (norm, torch.compile(norm, fullgraph=True)):
+        leaf = x.clone().requires_grad_()
+        y = module(leaf)
+        y.backward(grad)
+        results.append((y.detach(), leaf.grad))
     assert all(bitwise_equal(a, c) for a, c in zip(*results))
 
 

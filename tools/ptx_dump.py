@@ -60,14 +60,19 @@ def _grad_dtype(text: str | None):
 
 
 def _backward_plan(dt: dtypes.DType, hidden: int, v: dict, layer_norm: bool) -> plan.NormBackwardPlan:
+    weightless = v.get("weightless", False)
+    if not v.get("grad_bias", True) and not weightless:
+        raise ValueError("grad_bias=false is a variant of the kernel without weight (with one, dbias is always "
+                         "summed): add weightless")
     planned = plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=v.get("gemma", False),
-                                      grad_dtype=v.get("grad"))
+                                      grad_dtype=v.get("grad"), weight=not weightless, grad_bias=v.get("grad_bias", True))
     return replace(planned, vectors=v.get("vectors", planned.vectors))
 
 
 def _backward_defaults(layer_norm: bool):
     def defaults(dt: dtypes.DType, hidden: int) -> dict:
-        return {"vectors": _backward_plan(dt, hidden, {}, layer_norm).vectors, **({} if layer_norm else {"gemma": False})}
+        flags = {"grad_bias": True} if layer_norm else {"gemma": False}
+        return {"vectors": _backward_plan(dt, hidden, {}, layer_norm).vectors, **flags, "weightless": False}
     return defaults
 
 
@@ -127,13 +132,15 @@ FAMILIES = {
         plan.plan_layer_norm, "layer_norm.cu", "pyrms::layer_norm_kernel (forward), planned like rms_norm; "
         "weightless = no weight", {"bias": True, "weightless": False}),
     "rms_norm_backward": Family(
-        "rms_norm_backward.cu", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums)",
+        "rms_norm_backward.cu", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums); "
+        "weightless = no weight (dx only)",
         lambda dt, hidden, v: _backward_plan(dt, hidden, v, False).expression,
-        _backward_defaults(False), {"vectors": _backward_vectors, "gemma": _flag}),
+        _backward_defaults(False), {"vectors": _backward_vectors, "gemma": _flag, "weightless": _flag}),
     "layer_norm_backward": Family(
-        "layer_norm.cu", "pyrms::layer_norm_backward_kernel (dx and the per-chunk dweight, dbias sums)",
+        "layer_norm.cu", "pyrms::layer_norm_backward_kernel (dx and the per-chunk dweight, dbias sums); "
+        "weightless = no weight (dx, and dbias unless grad_bias=false)",
         lambda dt, hidden, v: _backward_plan(dt, hidden, v, True).expression,
-        _backward_defaults(True), {"vectors": _backward_vectors}),
+        _backward_defaults(True), {"vectors": _backward_vectors, "weightless": _flag, "grad_bias": _flag}),
     "sum_partials": Family(
         "rms_norm_backward.cu", "pyrms::sum_partials_kernel<grad dtype>, the fixed-order sum over row chunks",
         lambda dt, hidden, v: _backward_plan(dt, hidden, v, False).sum_expression,

@@ -41,11 +41,11 @@ OPS = precompile_mod.OPS
 parse_ops = precompile_mod.parse_ops
 def kernels_per_call(op: str, case: dict) -> int:
     """Kernel launches behind one checked op call: the backward passes are a rows kernel, then one
-    column-sum kernel per parameter gradient (LayerNorm: dweight and dbias, unless grad_bias=False)."""
-    if op == "rms_norm_backward":
-        return 2
-    if op == "layer_norm_backward":
-        return 3 if case.get("grad_bias", True) else 2
+    column-sum kernel per parameter gradient written (dweight unless weight="none"; LayerNorm's dbias
+    unless grad_bias=False)."""
+    if op in ("rms_norm_backward", "layer_norm_backward"):
+        weighted = case.get("weight", "same") != "none"
+        return 1 + int(weighted) + int(op == "layer_norm_backward" and case.get("grad_bias", True))
     return 1
 
 
@@ -93,8 +93,9 @@ def check_seed(rng, dtype, rows, hidden, epsilon=1e-5):
 def extra_cases():
     """Layouts the two matrices do not cover: strided LayerNorm rows, strided and in-place backward
     passes with a partial last chunk of rows, LayerNorm's float32 parameter gradients, LayerNorm
-    without bias (forward, and backward without grad_bias), programmatic dependent launch (pdl), and the
-    weight variants of rms_norm and fused add (no weight; an fp32 weight beside 2-byte rows)."""
+    without bias (forward, and backward without grad_bias), programmatic dependent launch (pdl), the
+    weight variants of rms_norm and fused add (no weight; an fp32 weight beside 2-byte rows), and both
+    backward passes without a weight (LayerNorm's with and without grad_bias)."""
     for dtype in dtypes.ALL:
         n = dtype.vec_elems
         for hidden in HIDDENS:
@@ -136,6 +137,13 @@ def extra_cases():
                     dtype=dtype, rows=17, hidden=hidden, layer_norm=layer_norm, in_place="input",
                     offsets={"input": n - 1}, strides={"input": hidden + 3},
                     grad_dtype="float32" if layer_norm else None)
+                for grad_bias in (True, False) if layer_norm else (False,):  # no weight: nothing summed, or dbias
+                    yield op, check_norm_backward, dict(
+                        dtype=dtype, rows=33, hidden=hidden, layer_norm=layer_norm, weight="none", grad_bias=grad_bias,
+                        offsets={"grad_input": n - 1, "input": 1}, strides={"grad_output": hidden + 2})
+                yield op, check_norm_backward, dict(dtype=dtype, rows=17, hidden=hidden, layer_norm=layer_norm,
+                                                    weight="none", in_place="grad_output", offsets={"grad_output": 1},
+                                                    own_workspace=True)
 
 
 def nd_cases():
@@ -212,7 +220,7 @@ def select(ops, quick: bool, shard: tuple[int, int] = (0, 1)):
 def compile_unit(op: str, case: dict) -> precompile_mod.Unit:
     """The unit (source and name expressions compiled together) a case launches: what
     pyrms.kernels.get compiles, so the disk cache entry is the one the launch will look up."""
-    weight = None if case.get("weight", "same") == "same" else case["weight"]
+    weight = None if case.get("weight", "same") in ("same", "ones") else case["weight"]
     return precompile_mod.unit(op, case["dtype"], case["hidden"], gemma=case.get("gemma", False),
                                round_once=case.get("round_once", False), bias=case.get("bias", True),
                                grad_dtype=case.get("grad_dtype"), weight_dtype=weight)

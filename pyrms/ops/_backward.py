@@ -16,12 +16,17 @@ _SUM_SIGNATURE = ("ptr", "ptr", "i32", "i32", "i64", "i32", "i32", "i32")
 
 
 def backward_workspace_bytes(num_tokens: int, hidden_size: int, *, layer_norm: bool = False,
-                             rows_per_block: int | None = None) -> int:
+                             rows_per_block: int | None = None, weight: bool = True, grad_bias: bool = True) -> int:
     """Bytes of ``workspace=`` that one backward launch of this shape needs (any dtype), with the
-    planned launch shape or the given ``rows_per_block``."""
+    planned launch shape or the given ``rows_per_block``.
+
+    ``weight=False``: a backward without weight (``weight=None``), which sums no weight gradient: 0
+    bytes for RMSNorm, and for LayerNorm the grad_bias sums unless ``grad_bias=False`` (then 0 too).
+    With a weight, LayerNorm's workspace holds both sums whether grad_bias is asked for or not."""
     num_tokens = check.size("num_tokens", num_tokens)
     hidden = check.size("hidden_size", hidden_size)
-    p = planner.plan_norm_backward("float32", hidden, layer_norm=layer_norm)
+    p = planner.plan_norm_backward("float32", hidden, layer_norm=check.flag("layer_norm", layer_norm),
+                                   weight=check.flag("weight", weight), grad_bias=check.flag("grad_bias", grad_bias))
     return p.workspace_bytes(num_tokens, rows_per_block_arg(rows_per_block, p.chunk_rows))
 
 
@@ -37,13 +42,15 @@ def rows_per_block_arg(value, chunk_rows: int) -> int | None:
 
 class Prepared:
     """One (device, op, dtypes, hidden, strides, options) of a backward pass, resolved once: the plan,
-    both kernels, the shared-memory opt-in and the pointer checks."""
+    both kernels (kernel 1 alone where nothing is summed over rows), the shared-memory opt-in and the
+    pointer checks. weightless: no weight (its pointer is 0, never read), no grad_weight; grad_bias:
+    LayerNorm's grad_bias is asked for."""
 
     __slots__ = ("device", "plan", "rows_kernel", "sum_kernel", "hidden", "strides", "rows_per_block", "max_rows", "pointers",
-                 "itemsize", "params", "pdl", "placed")
+                 "itemsize", "weightless", "pdl", "placed")
 
     def __init__(self, device, layer_norm, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
-                 input_stride, gemma, rows_per_block, params, pdl):
+                 input_stride, gemma, rows_per_block, weightless, grad_bias, pdl):
         self.device = device
         self.pdl = use_pdl(device, pdl)
         hidden = check.size("hidden_size", hidden)
@@ -54,42 +61,53 @@ class Prepared:
         self.strides = tuple(check.stride_arg(name, value, hidden) for name, value in (
             ("grad_input_stride", grad_input_stride), ("grad_output_stride", grad_output_stride),
             ("input_stride", input_stride)))
-        p = self.plan = planner.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt)
+        grad_bias = bool(layer_norm and grad_bias)
+        self.weightless = weightless = bool(weightless)
+        p = self.plan = planner.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
+                                                   weight=not weightless, grad_bias=grad_bias)
         self.rows_per_block = rows_per_block_arg(rows_per_block, p.chunk_rows)  # None: planned per call
         self.rows_kernel = kernels.get(p.source, p.expression, p.group, _ROWS_SIGNATURE, device)
-        self.sum_kernel = kernels.get(p.source, p.sum_expression, p.group, _SUM_SIGNATURE, device)
+        params = int(not weightless) + int(grad_bias)  # the parameter gradients written, in plane order
+        self.sum_kernel = kernels.get(p.source, p.sum_expression, p.group, _SUM_SIGNATURE, device) if params else None
         if p.shared_bytes:  # opt in whenever dynamic shared memory is used: the kernel's static shared memory
             # counts against the 48 KiB default too, so 48 KiB of sums alone may already not fit (found by
             # the randomized check: fp32, hidden 12280, 49,120 bytes of sums failed with INVALID_VALUE)
             self.rows_kernel.set_max_dynamic_shared(planner.SHARED_SUMS_LIMIT)
-        self.hidden, self.itemsize, self.params = hidden, dt.itemsize, params
+        self.hidden, self.itemsize = hidden, dt.itemsize
         self.max_rows = check.max_rows(hidden, *self.strides)
         gi, go, x = self.strides
-        # grad_input, grad_output, input, weight, then the parameter gradients: what is written (grad_input
-        # and the parameter gradients) is disjoint from everything else, but grad_input may be exactly
-        # grad_output or input.
-        operands = [(dt.itemsize, gi), (dt.itemsize, go), (dt.itemsize, x), (dt.itemsize, 0)] + [(pdt.itemsize, 0)] * params
-        written = [0, *range(4, 4 + params)]
+        # grad_input, grad_output, input, the weight (if any), then the parameter gradients: what is
+        # written (grad_input and the parameter gradients) is disjoint from everything else, but
+        # grad_input may be exactly grad_output or input.
+        vectors = [(dt.itemsize, 0)] * (not weightless) + [(pdt.itemsize, 0)] * params
+        operands = [(dt.itemsize, gi), (dt.itemsize, go), (dt.itemsize, x), *vectors]
+        first_param = len(operands) - params
+        written = [0, *range(first_param, len(operands))]
         pairs = [(i, j, (i, j) in ((0, 1), (0, 2))) for i in written for j in range(len(operands))
                  if j != i and not (j in written and j < i)]
         self.pointers = Pointers(hidden, operands, pairs)
         self.placed = _placement.for_device(device)
 
     def __call__(self, grad_input, grad_output, input, weight, grads, epsilon, num_tokens, stream, workspace) -> bool:
-        if not (scalars_ok(epsilon, num_tokens, self.max_rows)
-                and self.pointers.ok((grad_input, grad_output, input, weight, *grads), num_tokens)):
+        """Launch, or return False having launched nothing. weight: 0 when weightless; grads: the parameter
+        gradients' pointers in plane order (grad_weight unless weightless, then grad_bias if asked for)."""
+        pointers = (grad_input, grad_output, input, *grads) if self.weightless else (
+            grad_input, grad_output, input, weight, *grads)
+        if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok(pointers, num_tokens)):
             return False
         p, hidden, handle, placed = self.plan, self.hidden, check.stream(stream), self.placed
-        if placed is not None and not placed.ok((grad_input, grad_output, input, weight, *grads), handle):
+        if placed is not None and not placed.ok(pointers, handle):
             return False
         gi_stride, go_stride, x_stride = self.strides
         rows_per_block = self.rows_per_block or p.rows_per_block(num_tokens)
         # One row per block: kernel 1 writes each row's terms, kernel 2 makes the chunks of them.
         ws_chunk, group = (1, p.chunk_rows) if rows_per_block == 1 else (p.chunk_rows, 1)
         ws_rows = p.workspace_rows(num_tokens, rows_per_block)
-        weight_phase = weight // self.itemsize % (16 // self.itemsize)  # where column 0 sits in a workspace row
-        borrowed = contextlib.nullcontext(workspace) if workspace else _workspace.borrowed(
-            self.device, handle, p.workspace_bytes(num_tokens, rows_per_block))
+        # Where column 0 sits in a workspace row: the weight's phase (0 without one, as the kernel splits then).
+        weight_phase = weight // self.itemsize % (16 // self.itemsize)
+        needed = p.workspace_bytes(num_tokens, rows_per_block)  # 0 where nothing is summed: none borrowed
+        borrowed = contextlib.nullcontext(workspace or 0) if workspace or not needed else _workspace.borrowed(
+            self.device, handle, needed)
         with borrowed as ws:
             self.rows_kernel.launch(-(-num_tokens // rows_per_block), p.block,
                                     (grad_input, ws, grad_output, input, weight, epsilon, num_tokens, hidden, gi_stride,
@@ -105,62 +123,84 @@ class Prepared:
 _prepared = cache_for(Prepared)
 
 
+def parameter_gradients(layer_norm: bool, weight, grad_weight, grad_bias, grad_weight_dtype) -> dict:
+    """The parameter gradients a call writes, by name, in the workspace's plane order: grad_weight
+    (required with a weight, refused without one), then LayerNorm's grad_bias unless None; ValueError
+    for a grad_weight_dtype given where none is written."""
+    if weight is None and grad_weight is not None:
+        raise ValueError("grad_weight was given, but weight is None: without a weight there is no weight "
+                         "gradient; pass grad_weight=None")
+    grads = {} if weight is None else {"grad_weight": grad_weight}
+    if layer_norm and grad_bias is not None:
+        grads["grad_bias"] = grad_bias
+    if not grads and grad_weight_dtype is not None:
+        raise ValueError(f"grad_weight_dtype={grad_weight_dtype!r} was given, but no parameter gradient is written "
+                         "(weight=None and no grad_bias); leave it out")
+    return grads
+
+
 def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon,
                   num_tokens, hidden_size, dtype, grad_output_stride, input_stride, grad_input_stride, gemma,
                   grad_weight_dtype, workspace, rows_per_block, stream, pdl):
-    grads = (grad_weight,) if not layer_norm or grad_bias is None else (grad_weight, grad_bias)
-    if (type(grad_input) is int and type(grad_output) is int and type(input) is int and type(weight) is int
-            and all(type(g) is int for g in grads) and workspace is None):
+    params = parameter_gradients(layer_norm, weight, grad_weight, grad_bias, grad_weight_dtype)
+    grads = tuple(params.values())
+    if (type(grad_input) is int and type(grad_output) is int and type(input) is int
+            and (weight is None or type(weight) is int) and all(type(g) is int for g in grads) and workspace is None):
         static = (layer_norm, dtype, grad_weight_dtype, hidden_size, grad_input_stride, grad_output_stride,
-                  input_stride, gemma, rows_per_block, len(grads), pdl)
+                  input_stride, gemma, rows_per_block, weight is None, "grad_bias" in params, pdl)
         prepared = _prepared.get(*static)
-        if prepared is not None and prepared(grad_input, grad_output, input, weight, grads, epsilon, num_tokens,
+        if prepared is not None and prepared(grad_input, grad_output, input, weight or 0, grads, epsilon, num_tokens,
                                              stream, None):
             return
-    rows_or_vectors = (grad_input, grad_output, input, weight)
+    rows_or_vectors = (grad_input, grad_output, input, *(() if weight is None else (weight,)))
     if not all(isinstance(v, int) for v in rows_or_vectors):  # arrays: read once, then the raw-pointer path
         dt, num_tokens, hidden_size, found = check.arrays(
             dtype, num_tokens, hidden_size,
             rows=[("grad_output", grad_output, grad_output_stride, "grad_output_stride", False),
                   ("input", input, input_stride, "input_stride", False),
                   ("grad_input", grad_input, grad_input_stride, "grad_input_stride", True)],
-            vectors=[("weight", weight)])
+            vectors=[] if weight is None else [("weight", weight)])
         if not num_tokens:
             return
-        (grad_output, grad_output_stride), (input, input_stride), (grad_input, grad_input_stride), (weight, _) = (
-            found[name] for name in ("grad_output", "input", "grad_input", "weight"))
+        (grad_output, grad_output_stride), (input, input_stride), (grad_input, grad_input_stride) = (
+            found[name] for name in ("grad_output", "input", "grad_input"))
+        weight = None if weight is None else found["weight"][0]
         dtype = dt
-    _general(layer_norm, grad_input, grads, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
+    _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
              stream, pdl)
 
 
-def _general(layer_norm, grad_input, grads, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
+def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
              stream, pdl):
     """Every check with its message (the rows and the weight are raw pointers by now; the parameter
-    gradients may still be arrays), then the prepared launch on the pointers."""
+    gradients, by name, may still be arrays), then the prepared launch on the pointers."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     eps = check.epsilon(epsilon)
-    params = dict(zip(("grad_weight", "grad_bias"), grads))
+    weightless = weight is None
     dt, pdt, r = check.layout(num_tokens, hidden, dtype,
                               rows={"grad_input": (grad_input, grad_input_stride, "grad_input_stride"),
                                     "grad_output": (grad_output, grad_output_stride, "grad_output_stride"),
                                     "input": (input, input_stride, "input_stride")},
-                              vectors={"weight": weight}, params=params, params_dtype=grad_weight_dtype)
+                              vectors={} if weightless else {"weight": weight}, params=params,
+                              params_dtype=grad_weight_dtype)
     strides = (r["grad_input"].stride, r["grad_output"].stride, r["input"].stride)
-    p = planner.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt)
+    grad_bias = "grad_bias" in params
+    p = planner.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
+                                   weight=not weightless, grad_bias=grad_bias)
     per_call = rows_per_block_arg(rows_per_block, p.chunk_rows)
     own = None if workspace is None else check.workspace(workspace, p.workspace_bytes(num_tokens, per_call))
     check.disjoint([r["grad_input"], *(r[name] for name in params)],
-                   [r["grad_output"], r["input"], r["weight"], *([own] if own else [])],
+                   [r["grad_output"], r["input"], *(() if weightless else (r["weight"],)), *([own] if own else [])],
                    in_place={("grad_input", "grad_output"), ("grad_input", "input")})
     device = driver.selected_device()
     check.same_device([region.op for region in r.values()], device.ordinal)
     pointers = {name: region.ptr for name, region in r.items()}
     _placement.check(device, {**pointers, "workspace": own.ptr} if own else pointers, stream)
-    prepared = _prepared.require(layer_norm, dt, pdt, hidden, *strides, gemma, rows_per_block, len(grads), pdl)
-    launched = prepared(r["grad_input"].ptr, r["grad_output"].ptr, r["input"].ptr, r["weight"].ptr,
+    prepared = _prepared.require(layer_norm, dt, pdt, hidden, *strides, gemma, rows_per_block, weightless, grad_bias,
+                                 pdl)
+    launched = prepared(r["grad_input"].ptr, r["grad_output"].ptr, r["input"].ptr, 0 if weightless else r["weight"].ptr,
                         tuple(r[name].ptr for name in params), eps, num_tokens, stream, own.ptr if own else None)
     assert launched, "the checks above accept what the prepared launch declines"

@@ -111,8 +111,9 @@ def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, 
     _placement.check(driver.selected_device(), {name: region.ptr for name, region in r.items()}, stream)
 
 
-def layer_norm_backward(grad_input: Operand, grad_weight: Operand, grad_bias: Operand | None, grad_output: Operand,
-                        input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
+def layer_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_bias: OptionalOperand,
+                        grad_output: Operand, input: Operand, weight: OptionalOperand, epsilon: float,
+                        num_tokens: int | None = None,
                         hidden_size: int | None = None, *,
                         dtype: DTypeLike | None = None, grad_output_stride: int | None = None,
                         input_stride: int | None = None, grad_input_stride: int | None = None,
@@ -125,12 +126,17 @@ def layer_norm_backward(grad_input: Operand, grad_weight: Operand, grad_bias: Op
         grad_weight = sum over rows of dy * x_hat,  grad_bias = sum over rows of dy
 
     ``grad_bias=None`` skips grad_bias (a LayerNorm without bias); grad_input and grad_weight are the same.
+    ``weight=None`` (with ``grad_weight=None``): the backward of a LayerNorm without weight (``layer_norm``'s
+    ``weight=None``; ``torch.nn.LayerNorm(elementwise_affine=False)`` when grad_bias is None too): g = dy,
+    grad_input bitwise what a 16-byte aligned weight of ones would give, and grad_bias if asked for.
+    Without weight and grad_bias: one launch, no sum over rows and no workspace.
 
     mean and r recomputed per row exactly as ``layer_norm`` computes them. grad_weight and grad_bias
     are summed in fp32 in a fixed order (bitwise reproducible for every ``rows_per_block``), written in
     the dtype or, with ``grad_weight_dtype='float32'`` (or float32 arrays), in fp32; both get the same
     dtype. Arguments, in-place rules, the workspace and ``pdl`` as in ``pyrms.rms_norm_backward``, with
-    ``pyrms.backward_workspace_bytes(num_tokens, hidden_size, layer_norm=True)`` bytes of workspace.
+    ``pyrms.backward_workspace_bytes(num_tokens, hidden_size, layer_norm=True)`` bytes of workspace
+    (``weight=False`` and ``grad_bias=`` for a backward without weight).
     """
     norm_backward(layer_norm=True, grad_input=grad_input, grad_weight=grad_weight, grad_bias=grad_bias,
                   grad_output=grad_output, input=input, weight=weight, epsilon=epsilon, num_tokens=num_tokens,

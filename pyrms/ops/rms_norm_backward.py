@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from ._backward import norm_backward
-from .._types import DTypeLike, Operand, StreamLike, Workspace
+from .._types import DTypeLike, Operand, OptionalOperand, StreamLike, Workspace
 
 
-def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Operand, input: Operand, weight: Operand,
+def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_output: Operand, input: Operand,
+                      weight: OptionalOperand,
                       epsilon: float, num_tokens: int | None = None, hidden_size: int | None = None, *,
                       dtype: DTypeLike | None = None,
                       grad_output_stride: int | None = None, input_stride: int | None = None,
@@ -17,6 +18,10 @@ def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Op
         r = 1 / sqrt(mean(x^2) + epsilon),  x_hat = x * r,  g = weight * dy   (1 + weight with gemma)
         grad_input  = r * (g - x_hat * mean(x_hat * g))        per row, fp32, rounded once to the dtype
         grad_weight = sum over all rows of dy * x_hat          fp32, in a fixed order, rounded once
+
+    ``weight=None`` (with ``grad_weight=None``): the backward of an RMSNorm without weight (``pyrms.rms_norm``'s
+    ``weight=None``, ``torch.nn.RMSNorm(elementwise_affine=False)``): g = dy, grad_input only, bitwise what a
+    16-byte aligned weight of ones would give; one launch, no sum over rows and no workspace.
 
     Nothing from the forward is needed: r is recomputed per row. grad_weight is summed over chunks of
     16 rows, then over chunks, in an order fixed by the row indices alone, so it is bitwise the same
@@ -33,7 +38,7 @@ def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Op
     ``stream``, ``epsilon``, ``pdl``: as in ``pyrms.rms_norm`` (``pdl`` applies to both launches).
 
     Workspace: ``pyrms.backward_workspace_bytes(num_tokens, hidden_size)`` bytes of fp32 scratch (pass
-    it ``rows_per_block=`` too when you pass one here). By
+    it ``rows_per_block=`` too when you pass one here; none without a weight). By
     default each call takes it from pyrms's stream-ordered memory pool on ``stream`` and frees it there
     after its kernels, so it is safe with any stream use (closing the stream right after, many
     threads, CUDA graph capture: the graph then owns it); the pool keeps freed memory for reuse until
@@ -41,7 +46,8 @@ def rms_norm_backward(grad_input: Operand, grad_weight: Operand, grad_output: Op
     array you own).
 
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
-    the argument. Two launches are queued on ``stream``, asynchronously.
+    the argument (grad_weight given with ``weight=None``, or gemma without a weight, too). Two launches are
+    queued on ``stream`` (one without a weight), asynchronously.
     """
     norm_backward(layer_norm=False, grad_input=grad_input, grad_weight=grad_weight, grad_bias=None,
                   grad_output=grad_output, input=input, weight=weight, epsilon=epsilon, num_tokens=num_tokens,

@@ -6,6 +6,9 @@ Layouts: ``x`` is [..., hidden]; its rows are addressed with one row stride when
 dimensions nest (contiguous tensors, row slices such as ``big[..., :hidden]``), and read from a
 contiguous copy otherwise. Outputs are new tensors whose rows lie ``hidden`` apart (contiguous).
 The in-place op (fused_add_rms_norm) cannot copy, so it raises ValueError for such layouts.
+``weight=None`` (and LayerNorm's bias) means none: the kernels without weight. The backward
+launches return an empty tensor in the place of a gradient they do not compute (a custom op's
+outputs cannot be None).
 """
 from __future__ import annotations
 
@@ -21,18 +24,18 @@ from ..ops.rms_norm import prepared as _prepared_rms_norm
 from ._layout import DTYPE_NAMES, check_device, check_meta, current_stream, empty_rows_like, rows_of, row_stride
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool, round_once: bool) -> torch.Tensor:
-    """RMSNorm of x's rows into a new tensor (see pyrms.torch.rms_norm)."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool,
+             round_once: bool) -> torch.Tensor:
+    """RMSNorm of x's rows into a new tensor (see pyrms.torch.rms_norm); weight None: no weight."""
     # The hot path: every check reads one torch attribute, and any failure goes to _explain for its message.
     # get_device() is -1 on the CPU: two equal indices >= 0 mean two tensors on one GPU (and no driver is
     # asked about a CPU tensor, which _explain refuses by name).
     try:
         dtype = DTYPE_NAMES.get(x.dtype)
-        ok = (dtype is not None and weight.dtype is x.dtype
-              and (device := x.get_device()) >= 0 and device == weight.get_device()
-              and device == driver.selected_device().ordinal)
+        ok = (dtype is not None and (device := x.get_device()) >= 0 and device == driver.selected_device().ordinal)
         hidden = x.shape[-1]
-        ok = ok and weight.shape == (hidden,) and weight.is_contiguous()
+        ok = ok and (weight is None or (weight.dtype is x.dtype and device == weight.get_device()
+                                        and weight.shape == (hidden,) and weight.is_contiguous()))
     except (AttributeError, IndexError):  # not a tensor, or a 0-d one
         ok = False
     if not ok:
@@ -44,11 +47,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool, rou
         out = empty_rows_like(x)
     numel = x.numel()
     if numel:
-        args = (out.data_ptr(), x.data_ptr(), weight.data_ptr(), float(eps), numel // hidden, current_stream(device))
-        launch = _prepared_rms_norm(dtype, hidden, stride, hidden, gemma, round_once)
+        weightless = weight is None  # its own kernel (pyrms.rms_norm's weight_dtype "none"), a null weight
+        args = (out.data_ptr(), x.data_ptr(), 0 if weightless else weight.data_ptr(), float(eps), numel // hidden,
+                current_stream(device))
+        launch = _prepared_rms_norm(dtype, hidden, stride, hidden, gemma, round_once, True,
+                                    "none" if weightless else None)
         if launch is None or not launch(*args):  # the general path says what is wrong
-            _rms_norm(*args[:4], args[4], hidden, dtype=dtype, input_stride=stride, out_stride=hidden, stream=args[5],
-                      gemma=gemma, round_once=round_once)
+            _rms_norm(args[0], args[1], None if weightless else args[2], args[3], args[4], hidden, dtype=dtype,
+                      input_stride=stride, out_stride=hidden, stream=args[5], gemma=gemma, round_once=round_once)
     return out
 
 
@@ -84,50 +90,62 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
                             stream=current_stream(device), gemma=gemma, round_once=round_once)
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """LayerNorm of x's rows into a new tensor (see pyrms.torch.layer_norm)."""
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """LayerNorm of x's rows into a new tensor (see pyrms.torch.layer_norm); weight/bias None: none."""
     dtype, device = _operands(x, {"weight": weight, "bias": bias})
     x, stride = rows_of(x)
     out = empty_rows_like(x)
     numel = x.numel()
     if numel:
         hidden = x.shape[-1]
-        _layer_norm(out.data_ptr(), x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(), eps,
-                    numel // hidden, hidden, dtype=dtype, input_stride=stride, out_stride=hidden,
-                    stream=current_stream(device))
+        _layer_norm(out.data_ptr(), x.data_ptr(), _ptr(weight), _ptr(bias), eps, numel // hidden, hidden, dtype=dtype,
+                    input_stride=stride, out_stride=hidden, stream=current_stream(device))
     return out
 
 
-def rms_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float,
+def parameter_grad_like(x: torch.Tensor, wanted: bool) -> torch.Tensor:
+    """A parameter gradient's output: [hidden] of x's dtype, or empty where it is not computed. The
+    fake implementations call this too, so that fake and real outputs agree."""
+    return x.new_empty(x.shape[-1] if wanted else 0)
+
+
+def rms_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
                       gemma: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad_input, grad_weight) of rms_norm; grad_weight summed over all rows in a fixed order, in
-    weight's dtype."""
+    weight's dtype; empty without a weight (nothing summed then: one launch, no workspace)."""
     dtype, device = _operands(x, {"weight": weight}, {"grad_out": grad_out})
-    grad_input, grad_weight = empty_rows_like(x), torch.empty_like(weight)
+    grad_input, grad_weight = empty_rows_like(x), parameter_grad_like(x, weight is not None)
     numel = x.numel()
     if not numel:
         return grad_input, grad_weight.zero_()
     hidden = x.shape[-1]
     (x, x_stride), (grad_out, g_stride) = rows_of(x), rows_of(grad_out)  # autograd's grads may be broadcast views
-    _rms_norm_backward(grad_input.data_ptr(), grad_weight.data_ptr(), grad_out.data_ptr(), x.data_ptr(),
-                       weight.data_ptr(), eps, numel // hidden, hidden, dtype=dtype, grad_output_stride=g_stride,
-                       input_stride=x_stride, grad_input_stride=hidden, gemma=gemma, stream=current_stream(device))
+    _rms_norm_backward(grad_input.data_ptr(), None if weight is None else grad_weight.data_ptr(), grad_out.data_ptr(),
+                       x.data_ptr(), _ptr(weight), eps, numel // hidden, hidden, dtype=dtype,
+                       grad_output_stride=g_stride, input_stride=x_stride, grad_input_stride=hidden, gemma=gemma,
+                       stream=current_stream(device))
     return grad_input, grad_weight
 
 
-def layer_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                        eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(grad_input, grad_weight, grad_bias) of layer_norm, the sums over rows in a fixed order. grad_bias
-    (the sum of grad_out over rows) is the same whether the forward had a bias or not."""
+def layer_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
+                        has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad_input, grad_weight, grad_bias) of layer_norm, the sums over rows in a fixed order; grad_weight
+    empty without a weight, grad_bias (the sum of grad_out over rows) empty unless has_bias. Without
+    either, nothing is summed: one launch, no workspace."""
     dtype, device = _operands(x, {"weight": weight}, {"grad_out": grad_out})
-    grad_input, grad_weight, grad_bias = empty_rows_like(x), torch.empty_like(weight), torch.empty_like(weight)
+    grad_input = empty_rows_like(x)
+    grad_weight, grad_bias = parameter_grad_like(x, weight is not None), parameter_grad_like(x, has_bias)
     numel = x.numel()
     if not numel:
         return grad_input, grad_weight.zero_(), grad_bias.zero_()
     hidden = x.shape[-1]
     (x, x_stride), (grad_out, g_stride) = rows_of(x), rows_of(grad_out)
-    _layer_norm_backward(grad_input.data_ptr(), grad_weight.data_ptr(), grad_bias.data_ptr(), grad_out.data_ptr(),
-                         x.data_ptr(), weight.data_ptr(), eps, numel // hidden, hidden, dtype=dtype,
-                         grad_output_stride=g_stride, input_stride=x_stride, grad_input_stride=hidden,
-                         stream=current_stream(device))
+    _layer_norm_backward(grad_input.data_ptr(), None if weight is None else grad_weight.data_ptr(),
+                         grad_bias.data_ptr() if has_bias else None, grad_out.data_ptr(), x.data_ptr(), _ptr(weight),
+                         eps, numel // hidden, hidden, dtype=dtype, grad_output_stride=g_stride, input_stride=x_stride,
+                         grad_input_stride=hidden, stream=current_stream(device))
     return grad_input, grad_weight, grad_bias

@@ -4,11 +4,16 @@ and the same autograd as ``torch.autograd.Function``s for eager calls (RmsNormFu
 which cost the host a fraction of a custom op's dispatch (about 8 against 40 µs per call, measured
 on the development machine with the launches stubbed).
 
-    torch.ops.pyrms.rms_norm(x, weight, eps, gemma, round_once) -> Tensor
-    torch.ops.pyrms.rms_norm_backward(grad_out, x, weight, eps, gemma) -> (grad_input, grad_weight)
+    torch.ops.pyrms.rms_norm(x, weight?, eps, gemma, round_once) -> Tensor
+    torch.ops.pyrms.rms_norm_backward(grad_out, x, weight?, eps, gemma) -> (grad_input, grad_weight)
     torch.ops.pyrms.fused_add_rms_norm(input, residual, weight, eps, gemma, round_once) -> ()   mutates input, residual
-    torch.ops.pyrms.layer_norm(x, weight, bias, eps) -> Tensor
-    torch.ops.pyrms.layer_norm_backward(grad_out, x, weight, eps) -> (grad_input, grad_weight, grad_bias)
+    torch.ops.pyrms.layer_norm(x, weight?, bias?, eps) -> Tensor
+    torch.ops.pyrms.layer_norm_backward(grad_out, x, weight?, eps, has_bias) -> (grad_input, grad_weight, grad_bias)
+
+``weight?``: None for a norm without weight (``torch.nn.RMSNorm``/``LayerNorm`` with
+``elementwise_affine=False``). A backward op returns an empty tensor for a gradient it does not
+compute (grad_weight without a weight, grad_bias without has_bias), since a custom op's tensor
+outputs cannot be None; autograd then gets None for them.
 
 The fake implementations check dtypes and shapes as the kernels do, but not the device: which
 device pyrms launches on is known only at run time. No ``from __future__ import annotations`` here:
@@ -25,7 +30,7 @@ from ._layout import check_meta, empty_rows_like
 
 
 @torch.library.custom_op("pyrms::rms_norm", mutates_args=())
-def rms_norm(x: Tensor, weight: Tensor, eps: float, gemma: bool, round_once: bool) -> Tensor:
+def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, gemma: bool, round_once: bool) -> Tensor:
     return kernels.rms_norm(x, weight, eps, gemma, round_once)
 
 
@@ -36,14 +41,15 @@ def _(x, weight, eps, gemma, round_once):
 
 
 @torch.library.custom_op("pyrms::rms_norm_backward", mutates_args=())
-def rms_norm_backward(grad_out: Tensor, x: Tensor, weight: Tensor, eps: float, gemma: bool) -> tuple[Tensor, Tensor]:
+def rms_norm_backward(grad_out: Tensor, x: Tensor, weight: Optional[Tensor], eps: float,
+                      gemma: bool) -> tuple[Tensor, Tensor]:
     return kernels.rms_norm_backward(grad_out, x, weight, eps, gemma)
 
 
 @rms_norm_backward.register_fake
 def _(grad_out, x, weight, eps, gemma):
     check_meta(x, {"weight": weight}, {"grad_out": grad_out})
-    return empty_rows_like(x), torch.empty_like(weight)
+    return empty_rows_like(x), kernels.parameter_grad_like(x, weight is not None)
 
 
 def _save_rms_norm(ctx, inputs, output):
@@ -55,7 +61,7 @@ def _save_rms_norm(ctx, inputs, output):
 def _rms_norm_grads(ctx, grad):
     x, weight = ctx.saved_tensors
     grad_input, grad_weight = rms_norm_backward(grad, x, weight, ctx.eps, ctx.gemma)
-    return grad_input, grad_weight, None, None, None
+    return grad_input, None if weight is None else grad_weight, None, None, None
 
 
 rms_norm.register_autograd(_rms_norm_grads, setup_context=_save_rms_norm)
@@ -73,7 +79,7 @@ def _(input, residual, weight, eps, gemma, round_once):
 
 
 @torch.library.custom_op("pyrms::layer_norm", mutates_args=())
-def layer_norm(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float) -> Tensor:
+def layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tensor:
     return kernels.layer_norm(x, weight, bias, eps)
 
 
@@ -84,14 +90,16 @@ def _(x, weight, bias, eps):
 
 
 @torch.library.custom_op("pyrms::layer_norm_backward", mutates_args=())
-def layer_norm_backward(grad_out: Tensor, x: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    return kernels.layer_norm_backward(grad_out, x, weight, eps)
+def layer_norm_backward(grad_out: Tensor, x: Tensor, weight: Optional[Tensor], eps: float,
+                        has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
+    return kernels.layer_norm_backward(grad_out, x, weight, eps, has_bias)
 
 
 @layer_norm_backward.register_fake
-def _(grad_out, x, weight, eps):
+def _(grad_out, x, weight, eps, has_bias):
     check_meta(x, {"weight": weight}, {"grad_out": grad_out})
-    return empty_rows_like(x), torch.empty_like(weight), torch.empty_like(weight)
+    return (empty_rows_like(x), kernels.parameter_grad_like(x, weight is not None),
+            kernels.parameter_grad_like(x, has_bias))
 
 
 def _save_layer_norm(ctx, inputs, output):
@@ -102,8 +110,8 @@ def _save_layer_norm(ctx, inputs, output):
 
 def _layer_norm_grads(ctx, grad):
     x, weight = ctx.saved_tensors
-    grad_input, grad_weight, grad_bias = layer_norm_backward(grad, x, weight, ctx.eps)
-    return grad_input, grad_weight, grad_bias if ctx.has_bias else None, None
+    grad_input, grad_weight, grad_bias = layer_norm_backward(grad, x, weight, ctx.eps, ctx.has_bias)
+    return grad_input, None if weight is None else grad_weight, grad_bias if ctx.has_bias else None, None
 
 
 layer_norm.register_autograd(_layer_norm_grads, setup_context=_save_layer_norm)
@@ -122,7 +130,8 @@ class RmsNormFunction(torch.autograd.Function):
     @once_differentiable  # pyrms's backward kernels have no backward: a second derivative raises
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        return (*kernels.rms_norm_backward(grad, x, weight, ctx.eps, ctx.gemma), None, None, None)
+        grad_input, grad_weight = kernels.rms_norm_backward(grad, x, weight, ctx.eps, ctx.gemma)
+        return grad_input, None if weight is None else grad_weight, None, None, None
 
 
 class LayerNormFunction(torch.autograd.Function):
@@ -135,5 +144,5 @@ class LayerNormFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        grad_input, grad_weight, grad_bias = kernels.layer_norm_backward(grad, x, weight, ctx.eps)
-        return grad_input, grad_weight, grad_bias if ctx.has_bias else None, None
+        grad_input, grad_weight, grad_bias = kernels.layer_norm_backward(grad, x, weight, ctx.eps, ctx.has_bias)
+        return grad_input, None if weight is None else grad_weight, grad_bias if ctx.has_bias else None, None

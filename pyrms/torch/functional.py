@@ -25,20 +25,21 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack  # how many TorchDispatchMo
 
 
 def _records(x, weight, other=None) -> bool:
-    """Whether autograd must record an eager call on these tensors."""
+    """Whether autograd must record an eager call on these tensors (weight and other: None where absent)."""
     try:
-        return ((x.requires_grad or weight.requires_grad or (other is not None and other.requires_grad))
-                and torch.is_grad_enabled())
+        return ((x.requires_grad or (weight is not None and weight.requires_grad)
+                 or (other is not None and other.requires_grad)) and torch.is_grad_enabled())
     except AttributeError:
         return False  # not tensors: the launch raises the TypeError that says so
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, gemma: bool = False,
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *, gemma: bool = False,
              round_once: bool = False) -> torch.Tensor:
     """RMSNorm over the last dimension: ``x / sqrt(mean(x**2, -1) + eps) * weight``, fp32 inside.
 
     ``x``: a CUDA tensor [..., hidden] of bfloat16, float16 or float32; ``weight``: [hidden], contiguous,
-    of x's dtype (an ``nn.Parameter`` is fine). Rows one stride apart (contiguous tensors, slices
+    of x's dtype (an ``nn.Parameter`` is fine), or None for no weight (``round(x * r)``, as
+    ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma). Rows one stride apart (contiguous tensors, slices
     such as ``big[..., :hidden]``) are read in place; other layouts (transposed, broadcast) from a
     contiguous copy. Returns a new tensor shaped like x, rows contiguous.
 
@@ -47,7 +48,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, gemma:
     ``gemma=True`` multiplies by ``1 + weight``, the addition in fp32 (Gemma's RMSNorm is
     ``gemma=True, round_once=True``). Differentiable once in x and weight (pyrms's backward kernels,
     the gradient of the exact function; dweight summed over rows in a fixed order, bitwise
-    reproducible, in weight's dtype). With eps = 0 an all-zero row gives NaN, as in PyTorch.
+    reproducible, in weight's dtype; without a weight the backward computes dx alone, in one launch).
+    With eps = 0 an all-zero row gives NaN, as in PyTorch.
 
     Raises TypeError for unsupported dtypes or mismatched ones, ValueError for CPU tensors, tensors
     on another device than pyrms's, or a weight of the wrong shape.
@@ -81,14 +83,15 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     _increment_version(residual)
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None = None,
                eps: float = 1e-5) -> torch.Tensor:
     """LayerNorm over the last dimension: ``(x - mean) / sqrt(var + eps) * weight + bias`` (population
-    variance; ``bias=None`` adds nothing), statistics and expression in fp32, rounded once.
+    variance; ``bias=None`` adds nothing, ``weight=None`` multiplies by nothing: with both None,
+    ``torch.nn.LayerNorm(elementwise_affine=False)``), statistics and expression in fp32, rounded once.
 
     Operands, layouts and errors as in rms_norm; ``bias`` like ``weight``. Differentiable once in x,
-    weight and bias (pyrms's backward kernels, the sums over rows in a fixed order). pyrms has no
-    kernel for a LayerNorm without weight: pass ``torch.ones(hidden)``.
+    weight and bias (pyrms's backward kernels, the sums over rows in a fixed order; only the gradients
+    of the tensors given are computed: with neither weight nor bias, dx alone in one launch).
     """
     if torch.compiler.is_compiling() or _dispatch_modes():
         return _LAYER_NORM(x, weight, bias, float(eps))

@@ -31,17 +31,24 @@ class RMSNorm(nn.Module):
     """RMSNorm over the last dimension through ``pyrms.torch.rms_norm``; one parameter, ``weight``
     [hidden_size] (initialized to ones, or zeros with ``gemma=True``, where it scales by 1 + weight),
     so Hugging Face's RMSNorm state dicts load as they are. ``variance_epsilon`` is ``eps`` under
-    Hugging Face's name."""
+    Hugging Face's name. ``elementwise_affine=False``: no weight (``weight`` is None, the state dict
+    empty), as ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma."""
 
     def __init__(self, hidden_size: int, eps: float = 1e-6, *, gemma: bool = False, round_once: bool = False,
-                 device=None, dtype: torch.dtype | None = None):
+                 elementwise_affine: bool = True, device=None, dtype: torch.dtype | None = None):
         super().__init__()
+        if gemma and not elementwise_affine:
+            raise ValueError("gemma scales by 1 + weight, so it needs a weight: elementwise_affine=False was given")
         self.hidden_size = hidden_size
         self.eps = float(eps)
         self.gemma = bool(gemma)
         self.round_once = bool(round_once)
-        init = torch.zeros if gemma else torch.ones
-        self.weight = nn.Parameter(init(hidden_size, device=device, dtype=dtype))
+        self.elementwise_affine = bool(elementwise_affine)
+        if self.elementwise_affine:
+            init = torch.zeros if gemma else torch.ones
+            self.weight = nn.Parameter(init(hidden_size, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
 
     @property
     def variance_epsilon(self) -> float:
@@ -56,7 +63,8 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         options = "".join(f", {name}=True" for name in ("gemma", "round_once") if getattr(self, name))
-        return f"{self.hidden_size}, eps={self.eps}{options}"
+        affine = "" if self.elementwise_affine else ", elementwise_affine=False"
+        return f"{self.hidden_size}, eps={self.eps}{options}{affine}"
 
     @classmethod
     def from_module(cls, norm: nn.Module, *, gemma: bool | None = None, round_once: bool | None = None) -> "RMSNorm":
@@ -80,8 +88,9 @@ class RMSNorm(nn.Module):
 class LayerNorm(nn.Module):
     """``torch.nn.LayerNorm`` over the last dimension through ``pyrms.torch.layer_norm``: the same
     arguments, attributes (``normalized_shape``, ``eps``, ``elementwise_affine``) and state dict
-    (``weight``, and ``bias`` unless ``bias=False``). NotImplementedError for what pyrms has no kernel
-    for: ``elementwise_affine=False`` or a normalized_shape of more than one dimension."""
+    (``weight`` and ``bias``: ``bias`` not with ``bias=False``, neither with
+    ``elementwise_affine=False``). NotImplementedError for a normalized_shape of more than one
+    dimension, which pyrms has no kernel for."""
 
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  device=None, dtype: torch.dtype | None = None):
@@ -89,14 +98,14 @@ class LayerNorm(nn.Module):
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         if len(shape) != 1:
             raise NotImplementedError(f"pyrms normalizes over the last dimension only; normalized_shape={shape}")
-        if not elementwise_affine:
-            raise NotImplementedError("pyrms has no LayerNorm kernel without weight (elementwise_affine=False); "
-                                      "use a weight of ones")
         self.normalized_shape = shape
         self.eps = float(eps)
-        self.elementwise_affine = True
-        self.weight = nn.Parameter(torch.ones(shape, device=device, dtype=dtype))
-        if bias:
+        self.elementwise_affine = bool(elementwise_affine)
+        if self.elementwise_affine:  # as torch.nn.LayerNorm: without it, no bias either
+            self.weight = nn.Parameter(torch.ones(shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        if self.elementwise_affine and bias:
             self.bias = nn.Parameter(torch.zeros(shape, device=device, dtype=dtype))
         else:
             self.register_parameter("bias", None)
@@ -105,13 +114,15 @@ class LayerNorm(nn.Module):
         return layer_norm(x, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine=True, bias={self.bias is not None}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
 
     @classmethod
     def from_module(cls, norm: nn.LayerNorm) -> "LayerNorm":
         """A LayerNorm computing what ``norm`` (an ``nn.LayerNorm``) computes, sharing its Parameters."""
         module = cls(norm.normalized_shape, norm.eps, norm.elementwise_affine, norm.bias is not None, device="meta")
-        module.weight = norm.weight
+        if norm.weight is not None:
+            module.weight = norm.weight
         if norm.bias is not None:
             module.bias = norm.bias
         module.train(norm.training)
@@ -123,7 +134,7 @@ def _replacement(module: nn.Module) -> nn.Module | None:
     if type(module).__name__ in HF_RMS_NORMS:
         return RMSNorm.from_module(module)
     # The exact class: a subclass of nn.LayerNorm may compute something else (say, in fp32).
-    if type(module) is nn.LayerNorm and module.elementwise_affine and len(module.normalized_shape) == 1:
+    if type(module) is nn.LayerNorm and len(module.normalized_shape) == 1:
         return LayerNorm.from_module(module)
     return None
 
@@ -133,8 +144,7 @@ def replace_norms(model: nn.Module) -> nn.Module:
     (the class itself, not subclasses) inside ``model`` for pyrms's RMSNorm/LayerNorm, which share their Parameters. Returns ``model``,
     or the replacement when ``model`` is itself such a norm.
 
-    ``nn.LayerNorm``s without weight or over several dimensions stay as they are (pyrms has no
-    kernel for them). Works as ``replace_norms(model)`` or as ``model.apply(replace_norms)``.
+    ``nn.LayerNorm``s over several dimensions stay as they are (pyrms has no kernel for them). Works as ``replace_norms(model)`` or as ``model.apply(replace_norms)``.
     """
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
