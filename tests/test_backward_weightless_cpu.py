@@ -191,7 +191,7 @@ def recorded(monkeypatch):
 
         monkeypatch.setattr(kernels, "get", get)
         monkeypatch.setattr(launch.Kernel, "launch", launch_kernel)
-        yield calls, driver._cu
+        yield calls, driver._memory._cu  # the fake, as every driver module holds it (tests/fake_driver.py)
         monkeypatch.undo()
 
 
