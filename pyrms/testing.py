@@ -187,13 +187,15 @@ def forced_row_variant(variant: str | None):
             m._FEW_ROWS = value
 
 
-def _weight(rng, dt, hidden, kind: str, offset: int):
-    """The guarded weight of a row op's check: of the dtype ("same"), float32, or none (None)."""
+def _weight(rng, dt, hidden, kind: str, offset: int, rows: int = 1, stride: int | None = None):
+    """The guarded weight of a row op's check: of the dtype ("same"), float32, or none (None); `rows`
+    rows `stride` apart for a weight per outer row."""
     if kind not in plan.WEIGHT_KINDS:
         raise ValueError(f"weight must be one of {plan.WEIGHT_KINDS}, got {kind!r}")
     if kind == "none":
         return None
-    return allocate(rng, dtypes.FLOAT32 if kind == "float32" else dt, 1, hidden, misalign=offset, low=-1.0, high=1.0)
+    return allocate(rng, dtypes.FLOAT32 if kind == "float32" else dt, rows, hidden, misalign=offset, stride=stride,
+                    low=-1.0, high=1.0)
 
 
 def _weight_args(w, kind: str):
@@ -253,13 +255,7 @@ def check_rms_norm_nd(rng, dtype, sizes, hidden, *, in_strides=None, out_strides
     out_strides = in_strides if in_place else tuple(out_strides or contiguous(sizes, hidden))
     x = allocate(rng, dt, 0, hidden, misalign=in_off, lead=(sizes, in_strides))
     out = x if in_place else allocate(rng, dt, 0, hidden, misalign=out_off, poison=True, lead=(sizes, out_strides))
-    w = None
-    if weight != "none":
-        wdt = dtypes.FLOAT32 if weight == "float32" else dt
-        if weight not in plan.WEIGHT_KINDS:
-            raise ValueError(f"weight must be one of {plan.WEIGHT_KINDS}, got {weight!r}")
-        w = allocate(rng, wdt, sizes[0] if per_row else 1, hidden, misalign=w_off,
-                     stride=(w_stride or hidden) if per_row else None, low=-1.0, high=1.0)
+    w = _weight(rng, dt, hidden, weight, w_off, sizes[0] if per_row else 1, (w_stride or hidden) if per_row else None)
     with _closing(x, out, *([w] if w else [])):
         p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
         w_values = None
