@@ -137,9 +137,10 @@ def test_every_unit_counts():
     # rms_norm and fused add: per dtype, gemma x round_once with the dtype's weight and with an fp32 one
     # (bf16 and fp16 only), and round_once without a weight: 4 + 4 + 2 for 2-byte dtypes, 4 + 2 for
     # fp32. LayerNorm: one per dtype, and one per dtype without a weight; the backward: one per dtype;
-    # the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads).
+    # the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads); the quantizing ops: per op, dtype,
+    # output dtype (3), mode (2) and rounding (2): 2 x 3 x 3 x 2 x 2.
     assert by_source == {"rms_norm.cu": 26, "fused_add_rms_norm.cu": 26, "layer_norm.cu": 6,
-                         "rms_norm_backward.cu": 3, "seed_rms_norm.cu": 2}
+                         "rms_norm_backward.cu": 3, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 72}
     assert precompile.every_unit(["rms_norm"], [dtypes.FLOAT32]) == \
         [u for u in units if u.label.startswith("rms_norm.cu float32")]
     assert "rms_norm.cu bfloat16 weight=none" in {u.label for u in units}
