@@ -32,14 +32,16 @@ template <typename T> struct alignas(16) Pack {
     T e[Vec<T>::N];
 };
 
-// Position of p inside its 16-byte vector, in elements (0 .. N-1). p must be T-aligned.
-template <typename T> __device__ __forceinline__ int vec_phase(const T* p) {
-    return static_cast<int>((reinterpret_cast<unsigned long long>(p) / sizeof(T)) & (Vec<T>::N - 1));
+// Position of p inside its vector of N elements (by default 16 bytes: Vec<T>::N), in elements
+// (0 .. N-1). p must be T-aligned. A smaller N serves an output narrower than the rows it is computed
+// from: a quantized row of 1-byte elements written in vectors of the input's N elements.
+template <typename T, int N = Vec<T>::N> __device__ __forceinline__ int vec_phase(const T* p) {
+    return static_cast<int>((reinterpret_cast<unsigned long long>(p) / sizeof(T)) & (N - 1));
 }
 
-// Elements before the first 16-byte boundary of a row of n elements starting at p.
-template <typename T> __device__ __forceinline__ int prefix_len(const T* p, int n) {
-    return min((Vec<T>::N - vec_phase(p)) & (Vec<T>::N - 1), n);
+// Elements before the first vector boundary (N elements, 16 bytes by default) of a row of n elements at p.
+template <typename T, int N = Vec<T>::N> __device__ __forceinline__ int prefix_len(const T* p, int n) {
+    return min((N - vec_phase<T, N>(p)) & (N - 1), n);
 }
 
 // Widest load (bytes) that is aligned at p whenever the 16-byte-aligned q = p + k*N... is:
@@ -120,43 +122,90 @@ template <typename T> __device__ __forceinline__ void store_pack(T* p, const Pac
     }
 }
 
-// A row of n elements at p cut at p's 16-byte boundaries: scalar prefix [0, pre), `vectors`
-// 16-byte vectors from pre, scalar tail [tail, n). The same for every pointer of the same phase.
+// A row of n elements at p cut at p's vector boundaries (N elements, 16 bytes by default): scalar
+// prefix [0, pre), `vectors` vectors from pre, scalar tail [tail, n). The same for every pointer of the
+// same phase.
 struct RowSplit {
     int pre, vectors, tail;
 };
 
-template <typename T> __device__ __forceinline__ RowSplit split_row(const T* p, int n) {
-    const int pre = prefix_len(p, n);
-    const int vectors = (n - pre) / Vec<T>::N;
-    return {pre, vectors, pre + vectors * Vec<T>::N};
+template <typename T, int N = Vec<T>::N> __device__ __forceinline__ RowSplit split_row(const T* p, int n) {
+    const int pre = prefix_len<T, N>(p, n);
+    const int vectors = (n - pre) / N;
+    return {pre, vectors, pre + vectors * N};
 }
 
-// The xor butterfly (16, 8, 4, 2, 1) over the 32 lanes of a warp: every lane gets the same sum.
-__device__ __forceinline__ float warp_sum(float v) {
+// The output vector of a row of T written as O: Vec<T>::N elements of O, so that its split matches the
+// row's (16 bytes when O is T; 8 bytes of a 1-byte O beside 2-byte rows). Stored as one word.
+template <typename T, typename O> struct alignas(sizeof(O) * Vec<T>::N) OutPack {
+    O e[Vec<T>::N];
+};
+
+template <int BYTES> struct Word;
+template <> struct Word<16> { using type = uint4; };
+template <> struct Word<8> { using type = uint2; };
+template <> struct Word<4> { using type = unsigned; };
+
+// Store an output vector at p, aligned to its size; STREAMING: with the cache-streaming hint (st.global.cs).
+template <bool STREAMING, typename T, typename O> __device__ __forceinline__ void store_out(O* p, const OutPack<T, O>& v) {
+    using W = typename Word<sizeof(OutPack<T, O>)>::type;
+    if constexpr (STREAMING) {
+        __stcs(reinterpret_cast<W*>(p), *reinterpret_cast<const W*>(&v));
+    } else {
+        *reinterpret_cast<W*>(p) = *reinterpret_cast<const W*>(&v);
+    }
+}
+
+// The operations of the block reductions: an fp32 sum, correctly rounded (its order is fixed below), and
+// a maximum, which is exact, so any order gives the same bits (fmaxf: NaN loses to a number).
+struct AddRn {
+    __device__ __forceinline__ float operator()(float a, float b) const { return __fadd_rn(a, b); }
+};
+struct MaxF {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// The xor butterfly (16, 8, 4, 2, 1) over the 32 lanes of a warp: every lane gets the same result.
+template <typename Op> __device__ __forceinline__ float warp_reduce(float v, Op op) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
-// The second level of a block sum, after the barrier that follows the writes of the warp totals to
-// scratch[0 .. warps): the same butterfly over them padded with zeros to 32 lanes, done by every warp
-// so no second barrier is needed.
-__device__ __forceinline__ float sum_of_warp_totals(const float* scratch, int warps) {
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, AddRn{}); }
+
+// The second level of a block reduction, after the barrier that follows the writes of the warp totals
+// to scratch[0 .. warps): the same butterfly over them padded with zeros to 32 lanes (the identity of
+// the sum, and of the maximum of values >= 0, its only use), done by every warp so no second barrier is
+// needed.
+template <typename Op> __device__ __forceinline__ float reduce_warp_totals(const float* scratch, int warps, Op op) {
     const int lane = threadIdx.x & 31;
-    return warp_sum(lane < warps ? scratch[lane] : 0.0f);
+    return warp_reduce(lane < warps ? scratch[lane] : 0.0f, op);
 }
 
-// Sum of v over the first `warps` warps of the block, returned to every thread. blockDim.x must be a
-// multiple of 32 (at most 1024); `scratch` holds 32 floats of shared memory; every thread of the
-// block must call it (the values of warps past `warps` are ignored). The order is fixed: warp_sum in
-// each warp, then sum_of_warp_totals. It depends only on `warps`, never on the grid, so a row's
-// result does not depend on its batch. The caller must __syncthreads() before reusing `scratch`.
-__device__ __forceinline__ float block_sum(float v, float* scratch, int warps) {
-    v = warp_sum(v);
+__device__ __forceinline__ float sum_of_warp_totals(const float* scratch, int warps) {
+    return reduce_warp_totals(scratch, warps, AddRn{});
+}
+
+// op-reduction of v over the first `warps` warps of the block, returned to every thread. blockDim.x must
+// be a multiple of 32 (at most 1024); `scratch` holds 32 floats of shared memory; every thread of the
+// block must call it (the values of warps past `warps` are ignored). The order is fixed: warp_reduce in
+// each warp, then reduce_warp_totals. It depends only on `warps`, never on the grid, so a row's result
+// does not depend on its batch. The caller must __syncthreads() before reusing `scratch`.
+template <typename Op> __device__ __forceinline__ float block_reduce(float v, float* scratch, int warps, Op op) {
+    v = warp_reduce(v, op);
     if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
     __syncthreads();
-    return sum_of_warp_totals(scratch, warps);
+    return reduce_warp_totals(scratch, warps, op);
+}
+
+__device__ __forceinline__ float block_sum(float v, float* scratch, int warps) {
+    return block_reduce(v, scratch, warps, AddRn{});
+}
+
+// The maximum of v >= 0 over the block (block_reduce's rules).
+__device__ __forceinline__ float block_max(float v, float* scratch, int warps) {
+    return block_reduce(v, scratch, warps, MaxF{});
 }
 
 // 1 / sqrt(sum / n + eps), correctly rounded at each step (not rsqrtf, which is approximate).

@@ -1,6 +1,7 @@
 // The RMSNorm of one row on the row core (row_core.cuh): its output step (rms_scale) and the two
 // passes, shared by rms_norm.cu and fused_add_rms_norm.cu, which differ only in how pass 1 reads the
-// row (a Source) and in their cache hints. Formulas and rounding: rms_norm.cu.
+// row (a Source) and in their cache hints, and by the quantizing kernels (rms_norm_quant.cu), which
+// differ in the output hook. Formulas and rounding: rms_norm.cu.
 #pragma once
 #include "row_core.cuh"
 
@@ -17,24 +18,38 @@ __device__ __forceinline__ T rms_scale(T x, float w, float inv) {
 
 __device__ __forceinline__ float square(float x) { return __fmul_rn(x, x); }
 
-// The RMSNorm of one row, read from `src` (a row core Source) and written to out_row: the body of
-// rms_norm_kernel and of fused_add_rms_norm_kernel, which differ only in their source (and cache hints).
-// x_row is where pass 2 re-reads the row values that are not held.
+// Pass 1 of the RMSNorm of one row: loads the thread's held vectors of the row from `src` (a row core
+// Source) into `held` and returns inv_rms; with EARLY_WEIGHTS, also their weights at out_row's split into
+// held_w (out_row: of any element type O, as write_row then walks it). The output step is the caller's:
+// rms_norm_row's store below, or a quantizing one (rms_norm_quant.cu).
 // W: the weight's type (T, float, or void: no weight; row_core.cuh's WeightVec). LANES: packed rows (RowShape).
+template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool EARLY_WEIGHTS, int LANES, typename O,
+          typename Src>
+__device__ __forceinline__ float row_inv_rms(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const O* out_row,
+                                             const T* x_row, const Src& src, const W* __restrict__ weight, float epsilon,
+                                             int hidden, Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
+                                             WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS]) {
+    __shared__ float scratch[32];
+    __shared__ float partials[RowShape<CACHE, SPREAD, ALIGNED, LANES>::PARTIALS];
+    const RowSplit s = sh.split(x_row, hidden);
+    load_held(sh, s, src, held);
+    if constexpr (EARLY_WEIGHTS) load_held_weights(sh, out_row, x_row, weight, hidden, held_w);
+    return inv_rms(row_sum(sh, s, hidden, src, held, scratch, partials, square), hidden, epsilon);
+}
+
+// The RMSNorm of one row, read from `src` and written to out_row: the body of rms_norm_kernel and of
+// fused_add_rms_norm_kernel, which differ only in their source (and cache hints).
+// x_row is where pass 2 re-reads the row values that are not held.
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS,
           bool STREAMING, int LANES = 0, typename Src>
 __device__ __forceinline__ void rms_norm_row(T* out_row, const T* x_row, const Src& src, const W* __restrict__ weight,
                                              float epsilon, int hidden) {
     using Shape = RowShape<CACHE, SPREAD, ALIGNED, LANES>;
-    __shared__ float scratch[32];
-    __shared__ float partials[Shape::PARTIALS];
     const Shape sh;
-    const RowSplit s = sh.split(x_row, hidden);
     Pack<T> held[Shape::SLOTS];
     WeightVec<T, W> held_w[Shape::SLOTS];
-    load_held(sh, s, src, held);
-    if constexpr (EARLY_WEIGHTS) load_held_weights(sh, out_row, x_row, weight, hidden, held_w);
-    const float inv = inv_rms(row_sum(sh, s, hidden, src, held, scratch, partials, square), hidden, epsilon);
+    const float inv = row_inv_rms<T, W, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(sh, out_row, x_row, src, weight, epsilon,
+                                                                               hidden, held, held_w);
     write_row<T, W, CACHE, SPREAD, ALIGNED, false, STREAMING, EARLY_WEIGHTS>(
         sh, out_row, x_row, weight, nullptr, hidden, held, held_w,
         [inv](T x, float w, T) { return rms_scale<T, GEMMA, ROUND_ONCE>(x, w, inv); });

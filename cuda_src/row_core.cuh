@@ -83,9 +83,12 @@ template <int CACHE, int SPREAD, bool ALIGNED = false, int LANES = 0> struct Row
     // load and store 16 bytes wide. The same tree (a row without prefix or tail elements adds none) in
     // far fewer instructions: the few-row kernels are latency-bound, and the executed code is a large
     // part of their time (bench/results/2026-12-01/issue12/run5: 3.44 -> 2.97 us at 1x5120 bf16).
-    template <typename T> __device__ __forceinline__ int phase(const T* p) const { return ALIGNED ? 0 : vec_phase(p); }
-    template <typename T> __device__ __forceinline__ RowSplit split(const T* p, int n) const {
-        return ALIGNED ? RowSplit{0, n / Vec<T>::N, n} : split_row(p, n);
+    // N: the vector in elements of p's type (a quantized output's is the rows' N: write_row).
+    template <typename T, int N = Vec<T>::N> __device__ __forceinline__ int phase(const T* p) const {
+        return ALIGNED ? 0 : vec_phase<T, N>(p);
+    }
+    template <typename T, int N = Vec<T>::N> __device__ __forceinline__ RowSplit split(const T* p, int n) const {
+        return ALIGNED ? RowSplit{0, n / N, n} : split_row<T, N>(p, n);
     }
 };
 
@@ -290,15 +293,16 @@ template <typename W> __device__ __forceinline__ float weight_at(const W* w, int
 // The weights of the thread's held vectors at out's split, loaded before the reduction so that their
 // latency overlaps the row's instead of following the barrier (the few-row kernels: latency, not
 // bandwidth, sets their time). Only where x shares out's phase: then pass 2's vectors are the held ones.
-template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, int LANES>
-__device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const T* out, const T* x,
+// O: out's element type (write_row).
+template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, int LANES, typename O>
+__device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const O* out, const T* x,
                                                   const W* __restrict__ w, int n,
                                                   WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS]) {
     constexpr int N = Vec<T>::N;
-    const int out_phase = sh.phase(out);
+    const int out_phase = sh.template phase<O, N>(out);
     if (((sh.phase(x) - out_phase) & (N - 1)) != 0) return;
     const int w_width = weight_width(sh, w, out_phase);
-    const RowSplit s = sh.split(out, n);
+    const RowSplit s = sh.template split<O, N>(out, n);
 #pragma unroll
     for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED, LANES>::HELD; ++k) {
         const int v = sh.held_vector(k);
@@ -306,26 +310,61 @@ __device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, 
     }
 }
 
-// out[i] = f(x[i], w[i], b[i]) (w as fp32, 1 without a weight; b only when BIAS), split at OUT's
-// 16-byte boundaries so that every body store is 16 bytes wide (streaming stores when STREAMING: the
-// output is not read again here); x, w and b are loaded at the widest width their alignment relative
-// to out allows. When x shares out's phase, the split is x's own, so the thread's body vectors are its
-// held ones (and, when EARLY_WEIGHTS, their weights are in held_w). In place (out == x) is safe: each
-// element is read by the thread that writes it, after the barrier that ends pass 1.
+// Pass 2's walk over a row split at OUT's vector boundaries (out's elements of any type O, in vectors of
+// T's N elements: 16 bytes when O is T): element(i) for each prefix and tail element, vector(xv, wv, at,
+// b_width) for each body vector at element `at`, with x's values and the weights there (w as fp32 through
+// WeightVec::at), and the width at which b + at may be loaded (b: a bias, or null where BIAS is false). x
+// and w are loaded at the widest width their alignment relative to out allows. When
+// x shares out's phase, the split is x's own, so the thread's body vectors are its held ones (and, when
+// EARLY_WEIGHTS, their weights are in held_w). Each element is visited by exactly one thread. (`at` comes
+// last, and is spelled out in each argument: so the unquantized kernels compile to the PTX they had before.)
+template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool BIAS, bool EARLY_WEIGHTS, int LANES,
+          typename O, typename Elem, typename Vector>
+__device__ __forceinline__ void for_each_out(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const O* out, const T* x,
+                                             const W* __restrict__ w, const T* __restrict__ b, int n,
+                                             const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
+                                             const WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
+                                             Elem element, Vector vector) {
+    constexpr int N = Vec<T>::N;
+    const int u = sh.lane;  // the threads that share the row: the block, or a packed row's lanes
+    const int B = sh.lanes;
+    const int out_phase = sh.template phase<O, N>(out);
+    const int rel_x = (sh.phase(x) - out_phase) & (N - 1);
+    const int w_width = weight_width(sh, w, out_phase);
+    const int b_width = BIAS ? load_width<T>((sh.phase(b) - out_phase) & (N - 1)) : 16;
+    const RowSplit s = sh.template split<O, N>(out, n);
+    if (u < s.pre) element(u);
+    if (s.tail + u < n) element(s.tail + u);
+    int first_unheld = u;
+    if (rel_x == 0) {
+#pragma unroll
+        for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED, LANES>::HELD; ++k) {
+            const int v = sh.held_vector(k);
+            if (v < s.vectors) {
+                vector(held[k], EARLY_WEIGHTS ? held_w[k] : load_weights<T>(w, s.pre + v * N, w_width), s.pre + v * N,
+                       b_width);
+            }
+        }
+        first_unheld = CACHE * sh.fold + u;
+    }
+    const int x_width = load_width<T>(rel_x);
+    for (int v = first_unheld; v < s.vectors; v += B) {
+        vector(load_pack(x + s.pre + v * N, x_width), load_weights<T>(w, s.pre + v * N, w_width), s.pre + v * N, b_width);
+    }
+}
+
+// out[i] = f(x[i], w[i], b[i]) (w as fp32, 1 without a weight; b only when BIAS), walked by for_each_out:
+// split at OUT's vector boundaries so that every body store is one aligned word (16 bytes when O is T;
+// streaming stores when STREAMING: the output is not read again here). O: out's element type, what f
+// returns (T, or a quantized type: cuda_src/quant.cuh). In place (out == x) is safe: each element is read
+// by the thread that writes it, after the barrier that ends pass 1.
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool BIAS, bool STREAMING, bool EARLY_WEIGHTS,
-          int LANES, typename F>
-__device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, T* out, const T* x, const W* __restrict__ w,
+          int LANES, typename F, typename O>
+__device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, O* out, const T* x, const W* __restrict__ w,
                                           const T* __restrict__ b, int n,
                                           const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
                                           const WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS], F f) {
     constexpr int N = Vec<T>::N;
-    const int u = sh.lane;  // the threads that share the row: the block, or a packed row's lanes
-    const int B = sh.lanes;
-    const int out_phase = sh.phase(out);
-    const int rel_x = (sh.phase(x) - out_phase) & (N - 1);
-    const int w_width = weight_width(sh, w, out_phase);
-    const int b_width = BIAS ? load_width<T>((sh.phase(b) - out_phase) & (N - 1)) : 16;
-    const RowSplit s = sh.split(out, n);
     auto element = [&](int i) {
         if constexpr (BIAS) {
             out[i] = f(x[i], weight_at(w, i), b[i]);
@@ -333,9 +372,8 @@ __device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED,
             out[i] = f(x[i], weight_at(w, i), T());
         }
     };
-    auto vector = [&](int v, const Pack<T>& xv, const WeightVec<T, W>& wv) {
-        const int at = s.pre + v * N;
-        Pack<T> y;
+    auto vector = [&](const Pack<T>& xv, const WeightVec<T, W>& wv, int at, int b_width) {
+        OutPack<T, O> y;
         if constexpr (BIAS) {
             const Pack<T> bv = load_pack(b + at, b_width);
 #pragma unroll
@@ -344,27 +382,9 @@ __device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED,
 #pragma unroll
             for (int j = 0; j < N; ++j) y.e[j] = f(xv.e[j], wv.at(j), T());
         }
-        if constexpr (STREAMING) {
-            store_streaming(out + at, y);
-        } else {
-            store_aligned(out + at, y);
-        }
+        store_out<STREAMING>(out + at, y);
     };
-    if (u < s.pre) element(u);
-    if (s.tail + u < n) element(s.tail + u);
-    int first_unheld = u;
-    if (rel_x == 0) {
-#pragma unroll
-        for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED, LANES>::HELD; ++k) {
-            const int v = sh.held_vector(k);
-            if (v < s.vectors) vector(v, held[k], EARLY_WEIGHTS ? held_w[k] : load_weights<T>(w, s.pre + v * N, w_width));
-        }
-        first_unheld = CACHE * sh.fold + u;
-    }
-    const int x_width = load_width<T>(rel_x);
-    for (int v = first_unheld; v < s.vectors; v += B) {
-        vector(v, load_pack(x + s.pre + v * N, x_width), load_weights<T>(w, s.pre + v * N, w_width));
-    }
+    for_each_out<T, W, CACHE, SPREAD, ALIGNED, BIAS, EARLY_WEIGHTS>(sh, out, x, w, b, n, held, held_w, element, vector);
 }
 
 }  // namespace pyrms

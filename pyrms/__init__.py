@@ -3,7 +3,8 @@
     import pyrms
     pyrms.rms_norm(out, input, weight, 1e-6, num_tokens, hidden_size)   # raw pointers or arrays
 
-and the rest of the family: fused_add_rms_norm, rms_norm_backward, layer_norm, layer_norm_backward.
+and the rest of the family: fused_add_rms_norm, rms_norm_backward, layer_norm, layer_norm_backward, and the
+quantizing rms_norm_quant and fused_add_rms_norm_quant (fp8/int8 outputs).
 
 Importing pyrms never touches the GPU; the driver is initialized at first use, and a machine
 without one raises pyrms.NoDriverError then.
@@ -12,12 +13,13 @@ from ._version import __version__
 from .driver import DeviceBuffer, Event, PinnedBuffer, Stream, get_device, synchronize
 from .dtypes import BFLOAT16, FLOAT16, FLOAT32
 from .errors import CompileError, CudaError, HeaderNotFoundError, NoDriverError, OutOfMemoryError, PyrmsError
-from .ops import (backward_workspace_bytes, fused_add_rms_norm, layer_norm, layer_norm_backward, release_workspaces,
-                  rms_norm, rms_norm_backward, seed_rms_norm)
+from .ops import (backward_workspace_bytes, fused_add_rms_norm, fused_add_rms_norm_quant, layer_norm, layer_norm_backward,
+                  release_workspaces, rms_norm, rms_norm_backward, rms_norm_quant, seed_rms_norm)
 from .tensor import Tensor
 
 __all__ = [
     "__version__", "rms_norm", "seed_rms_norm", "fused_add_rms_norm", "rms_norm_backward", "layer_norm",
+    "rms_norm_quant", "fused_add_rms_norm_quant",
     "layer_norm_backward", "backward_workspace_bytes", "release_workspaces", "Tensor", "Stream", "Event", "DeviceBuffer", "PinnedBuffer",
     "get_device", "synchronize", "BFLOAT16", "FLOAT16", "FLOAT32", "PyrmsError", "CudaError", "NoDriverError",
     "OutOfMemoryError", "CompileError", "HeaderNotFoundError",

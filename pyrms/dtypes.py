@@ -132,7 +132,8 @@ def _fp8(name: str, numpy_type, ctype: str) -> QuantDType:
 FLOAT8_E4M3FN = _fp8("float8_e4m3fn", ml_dtypes.float8_e4m3fn, "__nv_fp8_e4m3")
 FLOAT8_E5M2 = _fp8("float8_e5m2", ml_dtypes.float8_e5m2, "__nv_fp8_e5m2")
 # vLLM's min_scaling_factor<int8_t> is FLT_EPSILON, not 1/(127 * 512).
-INT8 = QuantDType("int8", np.dtype(np.int8), "int8_t", np.float32(127.0), np.float32(-128.0),
+# ctype "signed char": NVRTC defines no int8_t without <cstdint>, which it cannot always find.
+INT8 = QuantDType("int8", np.dtype(np.int8), "signed char", np.float32(127.0), np.float32(-128.0),
                   np.float32(np.finfo(np.float32).eps))
 
 QUANTIZED = (FLOAT8_E4M3FN, FLOAT8_E5M2, INT8)

@@ -477,3 +477,50 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
     block, vectors = backward_block(dt, hidden), 0
     return NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt, weightless=not weight,
                             grad_bias=bool(grad_bias))
+
+
+# --- Quantized outputs (rms_norm_quant.cu) ---------------------------------------------------------
+
+# The kernels' MODE, by position: one given scale, or one computed per row (per token).
+QUANT_MODES = ("static", "per_token")
+
+
+@dataclass(frozen=True)
+class RmsNormQuantPlan(_RowPlan):
+    """For rms_norm_quant.cu: rms_norm's row (its fold width, cache and launch shapes) with a quantizing
+    output step; the weight is of the rows' dtype. round_input: quantize rms_norm's output rounded to
+    the rows' dtype (vLLM's kernels) instead of the fp32 value."""
+
+    out_dtype: dtypes.QuantDType = dtypes.FLOAT8_E4M3FN
+    mode: str = "static"
+    round_input: bool = False
+
+    kernel = "rms_norm_quant_kernel"
+    source = "rms_norm_quant.cu"
+
+    def _flags(self) -> tuple:
+        return (self.round_input,)
+
+    def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None, aligned: bool = False) -> str:
+        (round_input,) = self._flags() if flags is None else flags
+        return (f"pyrms::{self.kernel}<{self.dtype.ctype}, {self.out_dtype.ctype}, {QUANT_MODES.index(self.mode)}, "
+                f"{_bool(round_input)}, {cache}, {spread}, {_bool(early)}, {_bool(aligned)}>")
+
+
+@dataclass(frozen=True)
+class FusedAddRmsNormQuantPlan(RmsNormQuantPlan):
+    """rms_norm_quant.cu's kernel after fused_add_rms_norm's residual add (added_row.cuh)."""
+
+    kernel = "fused_add_rms_norm_quant_kernel"
+
+
+def plan_rms_norm_quant(dtype, hidden: int, out_dtype, *, mode: str = "static", round_input: bool = False,
+                        residual: bool = False) -> RmsNormQuantPlan:
+    """The plan of rms_norm_quant (residual=True: fused_add_rms_norm_quant); ValueError for an unknown
+    mode or output dtype."""
+    dt, qt = dtypes.get(dtype), dtypes.quantized(out_dtype)
+    if mode not in QUANT_MODES:
+        raise ValueError(f"mode must be one of {QUANT_MODES}, got {mode!r}")
+    block, cache = block_and_cache(dt, hidden)
+    cls = FusedAddRmsNormQuantPlan if residual else RmsNormQuantPlan
+    return cls(dt, hidden, block, cache, qt, mode, bool(round_input))

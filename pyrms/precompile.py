@@ -31,7 +31,7 @@ from . import dtypes, plan
 # rms_norm_nd: rms_norm's N-D views, weight per outer row and packed short rows (plan.RmsNormPlan.nd_group),
 # which a plain rms_norm call of many short rows compiles too.
 OPS = ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward",
-       "seed")
+       "rms_norm_quant", "fused_add_rms_norm_quant", "seed")
 # The units do not depend on the hidden size today (groups hold every launch shape); enumerating
 # over sizes that reach every branch of the planners keeps every_unit complete if one ever does.
 HIDDENS = (1, 7, 9, 255, 769, 1024, 4096, 5120, 5125, 8192, 16384, 32776, 65536, 65537)
@@ -52,10 +52,16 @@ class Unit:
 
 
 def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool = False, bias: bool = True,
-         grad_dtype=None, weight_dtype=None) -> Unit:
+         grad_dtype=None, weight_dtype=None, out_dtype=None, mode: str = "static", round_input: bool = False) -> Unit:
     """The unit a call of ``op`` on rows of ``hidden`` elements compiles (the disk cache entry its
-    launch looks up); ValueError for an op or a shape that cannot launch (the seed's limits)."""
+    launch looks up); ValueError for an op or a shape that cannot launch (the seed's limits).
+    out_dtype, mode, round_input: the quantizing ops' (one unit per dtype, output dtype, mode, rounding)."""
     dt = dtypes.get(dtype)
+    if op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
+        q = plan.plan_rms_norm_quant(dt, hidden, out_dtype or dtypes.FLOAT8_E4M3FN, mode=mode, round_input=round_input,
+                                     residual=op == "fused_add_rms_norm_quant")
+        label = f"{q.source} {q.kernel} {dt.name} {q.out_dtype.name} {mode}" + (" round_input" if round_input else "")
+        return Unit(q.source, tuple(q.group), label)
     flags = "".join(f" {name}" for name, on in (("gemma", gemma), ("round_once", round_once)) if on)
     if weight_dtype is not None:
         flags += f" weight={weight_dtype}"
@@ -103,6 +109,9 @@ def _options(op: str, dt: dtypes.DType) -> list[dict]:
             dict(weight_dtype="none")]
     if op == "layer_norm_backward":
         return [dict(grad_dtype=d, weight_dtype=w) for d in (None, "float32") for w in (None, "none")]
+    if op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
+        return [dict(out_dtype=q, mode=m, round_input=r) for q in dtypes.QUANTIZED for m in plan.QUANT_MODES
+                for r in (False, True)]
     return [{}]
 
 

@@ -11,7 +11,8 @@
   (layer_norm.cu), ``rms_norm_backward_ref``, ``layer_norm_backward_ref`` and ``norm_backward_twin``
   (norm_backward.cuh, both backward kernels and the fixed-order sum over rows).
 - ``quantize_static``, ``quantize_per_token``, ``quantize_per_group``: the fp8/int8 output step on fp32
-  normalized rows (issue 14), defined here before any kernel computes it (docs/numerics.md).
+  normalized rows (issue 14, docs/numerics.md), and the twins of the kernels that apply it
+  (rms_norm_quant.cu): ``normalized_twin``, ``rms_norm_quant_twin``, ``fused_add_rms_norm_quant_twin``.
 """
 from __future__ import annotations
 
@@ -413,3 +414,39 @@ def quantize_per_group(y, out_dtype, group, ue8m0=False, column_major=False) -> 
         scales = _pow2_ceil(scales)
     q = _quantize(grouped, scales[..., None], qt, divide=not qt.integer).reshape(rows, hidden)
     return q, (np.ascontiguousarray(scales.T).T if column_major else scales)
+
+
+def normalized_twin(x, weight, epsilon, *, block, row_phases=0, round_input=False) -> np.ndarray:
+    """The fp32 values rms_norm_quant.cu quantizes (its `normalized`): (x * inv_rms) * w in fp32, or with
+    round_input rms_norm's output (the seed's rounding: round(round(x * inv_rms) * w)) as fp32 (vLLM's).
+    x: (rows, hidden) in the storage dtype; weight of that dtype; block and row_phases as rms_norm_twin."""
+    x = _as_2d(x)
+    dt = dtypes.get(x.dtype)
+    xf = x.astype(F32)
+    _, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems)
+    if round_input:
+        return scale_twin(xf, inv, weight, dt).astype(F32)
+    with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf = NaN, as on the GPU
+        return (xf * inv[:, None]) * np.asarray(weight).astype(F32)
+
+
+def rms_norm_quant_twin(x, weight, epsilon, out_dtype, *, block, row_phases=0, mode="static", scale=None,
+                        scale_ub=None, round_input=False) -> tuple[np.ndarray, np.ndarray | None]:
+    """Bit-exact twin of rms_norm_quant_kernel: (q, per-row scales or None for static): normalized_twin,
+    then quantize_static(y, scale) or quantize_per_token(y, scale_ub)."""
+    y = normalized_twin(x, weight, epsilon, block=block, row_phases=row_phases, round_input=round_input)
+    if mode == "static":
+        return quantize_static(y, scale, out_dtype), None
+    if mode == "per_token":
+        return quantize_per_token(y, out_dtype, scale_ub)
+    raise ValueError(f"mode must be 'static' or 'per_token', got {mode!r}")
+
+
+def fused_add_rms_norm_quant_twin(x, residual, weight, epsilon, out_dtype, *, block, residual_phases=0, **options):
+    """Bit-exact twin of fused_add_rms_norm_quant_kernel: (q, scales or None, new residual): the rounded sum
+    (fused_add_rms_norm_twin's), quantized as rms_norm_quant_twin (options: its mode, scale, ...)."""
+    x, residual = _as_2d(x), _as_2d(residual)
+    total = (x.astype(F32) + residual.astype(F32)).astype(x.dtype)
+    q, scales = rms_norm_quant_twin(total, weight, epsilon, out_dtype, block=block, row_phases=residual_phases,
+                                    **options)
+    return q, scales, total

@@ -19,7 +19,7 @@ GUARD = 64  # elements on each side: more than one 16-byte vector in every dtype
 
 def bits(a: np.ndarray) -> np.ndarray:
     """Raw bits, so that NaN compares equal to itself and -0 differs from +0."""
-    return a.view({2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
 
 
 @dataclass
@@ -162,12 +162,12 @@ def _pdl(pdl) -> dict:
 
 
 # The ops whose launches choose between the row core's few-row and many-row kernels.
-_ROW_OPS = ("pyrms.ops.rms_norm", "pyrms.ops.fused_add_rms_norm", "pyrms.ops.layer_norm")
+_ROW_OPS = ("pyrms.ops.rms_norm", "pyrms.ops.fused_add_rms_norm", "pyrms.ops.layer_norm", "pyrms.ops.rms_norm_quant")
 
 
 @contextlib.contextmanager
 def forced_row_variant(variant: str | None):
-    """Within the block, pyrms.rms_norm, fused_add_rms_norm and layer_norm launch their kernel for
+    """Within the block, pyrms.rms_norm, fused_add_rms_norm, layer_norm and the quantizing ops launch their kernel for
     "few" or for "many" rows whatever the row count (None: as planned); the thresholds are restored on
     the way out, exception or not."""
     import importlib
@@ -430,3 +430,103 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
                     launch, outputs={"grad_input": (dx, want[0]), **{name: (ops[name], wanted[name][None]) for name in params}},
                     inputs=inputs, scratch={"workspace": ws} if ws else None)
         return {"grad_input": dx.device_values(), **{name: ops[name].download()[ops[name].index(0)] for name in params}}
+
+
+# --- quantized outputs -----------------------------------------------------------------------------
+
+
+def _raw(host: np.ndarray, offset: int, rows: int, hidden: int, stride: int) -> Rows:
+    """A guarded operand of any numpy dtype (a quantized output's bytes, fp32 scales) holding `host`."""
+    operand = Rows(driver.DeviceBuffer(host.nbytes), host, offset, rows, hidden, stride)
+    operand.upload()
+    return operand
+
+
+def _guarded(dtype: np.dtype, rows: int, hidden: int, misalign: int, stride: int | None, fill) -> Rows:
+    stride = hidden if stride is None else stride
+    total = GUARD + misalign + (rows - 1) * stride + hidden + GUARD
+    return _raw(np.full(total, fill, dtype=dtype), GUARD + misalign, rows, hidden, stride)
+
+
+def _specials(rng, values: np.ndarray) -> None:
+    """NaN, +inf and -inf in row 0 and an all-zero last row (per-token's minimum scale), in place."""
+    cols = rng.choice(values.shape[1], size=min(3, values.shape[1]), replace=False)
+    for col, special in zip(cols, (np.nan, np.inf, -np.inf)):
+        values[0, col] = special
+    if values.shape[0] > 1:
+        values[-1] = 0
+
+
+def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", fused=False, offsets=None,
+                         strides=None, device_scale=False, scale_ub=None, round_input=False, specials=False,
+                         epsilon=1e-5, variant=None, pdl=None):
+    """One pyrms.rms_norm_quant (fused: fused_add_rms_norm_quant) launch on guarded operands, every output
+    compared bit for bit with the twin: q, the per-token scales, the updated residual.
+
+    offsets: elements past a 16-byte boundary by name ('input', 'residual', 'weight', 'out' in bytes,
+    'scale': fp32 elements, for the per-token scales or a device scale, 'scale_ub'); strides: 'input',
+    'residual', 'out'. device_scale: the static scale read from a device pointer. scale_ub: None, a
+    float, or "device" (a device pointer to a drawn value). specials: NaN, inf and -inf in row 0, zeros in
+    the last row. The quantized output is poisoned with a byte the expected output does not hold.
+    """
+    from .ops.rms_norm_quant import fused_add_rms_norm_quant, rms_norm_quant
+
+    dt, qt = dtypes.get(dtype), dtypes.quantized(out_dtype)
+    offsets, strides = dict(offsets or {}), dict(strides or {})
+    names = ("input", "residual") if fused else ("input",)
+    ops = _allocate(rng, dt, rows, hidden, names, {n: offsets.get(n, 0) for n in names},
+                    {n: strides[n] for n in names if n in strides})
+    w = allocate(rng, dt, 1, hidden, misalign=offsets.get("weight", 0), low=-1.0, high=1.0)
+    if specials:
+        values = ops["input"].values().astype(np.float32)
+        _specials(rng, values)
+        ops["input"].set_values(values.astype(dt.numpy))
+        ops["input"].upload()
+    scale = float(np.float32(rng.uniform(0.5, 1.5) * 2.5 / float(qt.qmax)))
+    ub = None if scale_ub is None else float(np.float32(rng.uniform(1.0, 3.0) if scale_ub == "device" else scale_ub))
+    p = plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, round_input=round_input, residual=fused)
+    twin = dict(block=p.block, mode=mode, scale=scale, scale_ub=ub, round_input=round_input)
+    x, res = ops["input"], ops.get("residual")
+    if fused:
+        q, scales, total = reference.fused_add_rms_norm_quant_twin(x.values(), res.values(), w.values()[0], epsilon,
+                                                                   qt, residual_phases=phases(res), **twin)
+    else:
+        q, scales = reference.rms_norm_quant_twin(x.values(), w.values()[0], epsilon, qt, row_phases=phases(x), **twin)
+    q = q.view(np.uint8)
+    poison = next((b for b in (0xFF, 0x80, 0x55) if not np.any(q == b)), 0xFF)
+    out = _guarded(np.uint8, rows, hidden, offsets.get("out", 0), strides.get("out"), poison)
+    extra, outputs = [], {"out": (out, q)}
+    if mode == "per_token":
+        sc = _guarded(np.float32, 1, rows, offsets.get("scale", 0), None, np.nan)
+        outputs["scales"] = (sc, scales[None])
+        extra.append(sc)
+        scale_arg = sc.ptr
+    elif device_scale:
+        sc = _guarded(np.float32, 1, 1, offsets.get("scale", 0), None, scale)
+        extra.append(sc)
+        scale_arg = sc.ptr
+    else:
+        sc, scale_arg = None, scale
+    ub_arg, inputs = ub, {"weight": w}
+    if scale_ub == "device":
+        ub_op = _guarded(np.float32, 1, 1, offsets.get("scale_ub", 0), None, ub)
+        extra.append(ub_op)
+        inputs["scale_ub"], ub_arg = ub_op, ub_op.ptr
+    if mode == "static" and device_scale:
+        inputs["scale"] = sc
+    if fused:
+        outputs["residual"] = (res, total)
+    inputs["input"] = x
+    common = dict(scale=scale_arg, out_dtype=qt, mode=mode, scale_ub=ub_arg, dtype=dt, input_stride=x.stride,
+                  out_stride=out.stride, round_input=round_input, **_pdl(pdl))
+    if fused:
+        launch = lambda: fused_add_rms_norm_quant(out.ptr, x.ptr, res.ptr, w.ptr, epsilon, rows, hidden,  # noqa: E731
+                                                  residual_stride=res.stride, **common)
+    else:
+        launch = lambda: rms_norm_quant(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, **common)  # noqa: E731
+    with _closing(*ops.values(), w, out, *extra):
+        with forced_row_variant(variant):
+            run_checked(_label("fused_add_rms_norm_quant" if fused else "rms_norm_quant", dt, rows, hidden, offsets,
+                               strides, out_dtype=qt.name, mode=mode, device_scale=device_scale, scale_ub=scale_ub,
+                               round_input=round_input, specials=specials, variant=variant, pdl=pdl),
+                        launch, outputs=outputs, inputs=inputs)

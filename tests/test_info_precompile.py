@@ -147,9 +147,10 @@ def test_every_unit_counts():
     # (bf16 and fp16 only), and round_once without a weight: 4 + 4 + 2 for 2-byte dtypes, 4 + 2 for
     # fp32. LayerNorm (forward and backward): one per dtype, and one per dtype without a weight; the
     # RMSNorm backward: the same; the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads).
-    # rms_norm.cu twice over: its plain rows and its N-D kernel (rms_norm_nd), one unit each.
+    # rms_norm.cu twice over: its plain rows and its N-D kernel (rms_norm_nd), one unit each. The
+    # quantizing ops: per op, dtype, output dtype (3), mode (2) and rounding (2): 2 x 3 x 3 x 2 x 2.
     assert by_source == {"rms_norm.cu": 52, "fused_add_rms_norm.cu": 26, "layer_norm.cu": 6,
-                         "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2}
+                         "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 72}
     assert precompile.every_unit(["rms_norm", "rms_norm_nd"], [dtypes.FLOAT32]) == \
         [u for u in units if u.label.startswith("rms_norm.cu float32")]
     assert "rms_norm.cu bfloat16 nd weight=none" in {u.label for u in units}

@@ -34,7 +34,7 @@ import numpy as np
 from pyrms import dtypes, errors, plan, reference
 from pyrms import precompile as precompile_mod
 from pyrms.testing import (allocate, check_fused_add_rms_norm, check_layer_norm, check_norm_backward,
-                           check_rms_norm, check_rms_norm_nd, run_checked)
+                           check_rms_norm, check_rms_norm_nd, check_rms_norm_quant, run_checked)
 from tools import sanitize_family, sanitize_matrix
 
 OPS = precompile_mod.OPS
@@ -175,6 +175,28 @@ def nd_cases():
                                                           in_off=in_off, out_off=out_off)
 
 
+def quant_cases():
+    """rms_norm_quant and its fused add: every dtype, output dtype and mode; misalignments 0, 1 and VEC-1 of
+    input, weight, residual and the output, one of the fp32 scales, NaN/inf rows, both launch shapes."""
+    for fused in (False, True):
+        op = "fused_add_rms_norm_quant" if fused else "rms_norm_quant"
+        for dtype in dtypes.ALL:
+            n = dtypes.get(dtype).vec_elems
+            for out_dtype in dtypes.QUANTIZED:
+                for mode in ("static", "per_token"):
+                    for hidden in (7, 769, 5125):
+                        for name in ("input", "weight", "out") + (("residual",) if fused else ()):
+                            for off in (1, n - 1):
+                                yield op, check_rms_norm_quant, dict(
+                                    dtype=dtype, rows=3, hidden=hidden, out_dtype=out_dtype.name, mode=mode,
+                                    fused=fused, offsets={name: off}, device_scale=mode == "static")
+                    for variant in ("few", "many"):
+                        yield op, check_rms_norm_quant, dict(
+                            dtype=dtype, rows=5, hidden=16384, out_dtype=out_dtype.name, mode=mode, fused=fused,
+                            offsets={"scale": 1}, strides={"input": 16387, "out": 16390}, specials=True,
+                            variant=variant)
+
+
 def seed_cases():
     for dtype in dtypes.ALL:
         for hidden in SEED_HIDDENS:
@@ -189,6 +211,7 @@ def all_cases():
         yield _op_of(check, case), check, case
     yield from extra_cases()
     yield from nd_cases()
+    yield from quant_cases()
     yield from seed_cases()
 
 
@@ -223,7 +246,9 @@ def compile_unit(op: str, case: dict) -> precompile_mod.Unit:
     weight = None if case.get("weight", "same") in ("same", "ones") else case["weight"]
     return precompile_mod.unit(op, case["dtype"], case["hidden"], gemma=case.get("gemma", False),
                                round_once=case.get("round_once", False), bias=case.get("bias", True),
-                               grad_dtype=case.get("grad_dtype"), weight_dtype=weight)
+                               grad_dtype=case.get("grad_dtype"), weight_dtype=weight,
+                               out_dtype=case.get("out_dtype"), mode=case.get("mode", "static"),
+                               round_input=case.get("round_input", False))
 
 
 def precompile(ops, quick: bool, arch: str | None, jobs: int) -> int:

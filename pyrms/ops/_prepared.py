@@ -74,8 +74,10 @@ class Pointers:
     non-null, element-aligned, and no overlap between what it writes and anything else it touches
     (except exactly the same memory where in place is allowed).
 
-    Operands are given in call order as (itemsize, row stride in elements, or 0 for a [hidden] vector);
-    ``pairs`` are (i, j, in_place_allowed) index pairs whose spans must be disjoint.
+    Operands are given in call order as (itemsize, row stride in elements, or 0 for a [hidden] vector),
+    or (itemsize, row stride, elements per row) for an operand whose rows are not `hidden` long (one
+    scale per row: (4, 1, 1)); ``pairs`` are (i, j, in_place_allowed) index pairs whose spans must be
+    disjoint.
     """
 
     __slots__ = ("operands", "hidden", "pairs")
@@ -85,10 +87,11 @@ class Pointers:
 
     def ok(self, pointers, rows: int) -> bool:
         hidden, ends = self.hidden, []
-        for ptr, (itemsize, stride) in zip(pointers, self.operands):
+        for ptr, (itemsize, stride, *length) in zip(pointers, self.operands):
             if ptr <= 0 or ptr % itemsize:
                 return False
-            ends.append(ptr + ((rows - 1) * stride + hidden) * itemsize if stride else ptr + hidden * itemsize)
+            n = length[0] if length else hidden
+            ends.append(ptr + ((rows - 1) * stride + n) * itemsize if stride else ptr + n * itemsize)
         for i, j, in_place in self.pairs:
             if pointers[i] < ends[j] and pointers[j] < ends[i] and not (
                     in_place and pointers[i] == pointers[j] and ends[i] == ends[j]):

@@ -1,0 +1,70 @@
+// The quantizing output step (docs/numerics.md, "Quantized outputs"; twin: pyrms.reference.quantize_*):
+// an fp32 value y to float8_e4m3fn, float8_e5m2 or int8 through one scale s, every step one correctly
+// rounded fp32 operation (__fdiv_rn, __fmul_rn; no fast math, no flush to zero).
+//
+//   fp8:  q = cvt.rn.satfinite(z): round to nearest even, finite overflow and ±inf saturate to ±qmax;
+//         NaN is written as the one positive NaN pattern (0x7F e4m3fn, 0x7E e5m2: ml_dtypes' float32 NaN
+//         conversion), whatever its sign and whatever pattern cvt would give.
+//   int8: q = cvt.rni.sat.s8.f32(z): round to nearest even, saturate to [-128, 127], NaN -> 0.
+//   z = y / s or y * (1/s), the reciprocal an fp32 division: as vLLM's kernel of each mode (Scaled).
+//   dynamic scales: s = fmaxf(amax / qmax, min_scale), min_scale = 1/(qmax * 512) for fp8, FLT_EPSILON
+//   for int8 (vLLM's min_scaling_factor).
+#pragma once
+#include <cuda_fp8.h>
+#include "common.cuh"
+
+namespace pyrms {
+
+// The modes of a quantizing kernel: one given scale, one computed per row, one per group of a row.
+enum QuantMode { STATIC = 0, PER_TOKEN = 1 };
+
+template <typename Q> struct Quant;
+
+template <__nv_fp8_interpretation_t KIND, unsigned char NAN_BITS, typename Q> struct Fp8Quant {
+    static constexpr bool integer = false;
+    __device__ __forceinline__ static Q convert(float z) {
+        Q q;
+        q.__x = z != z ? NAN_BITS : __nv_cvt_float_to_fp8(z, __NV_SATFINITE, KIND);
+        return q;
+    }
+};
+
+template <> struct Quant<__nv_fp8_e4m3> : Fp8Quant<__NV_E4M3, 0x7F, __nv_fp8_e4m3> {
+    static constexpr float qmax = 448.0f;
+};
+template <> struct Quant<__nv_fp8_e5m2> : Fp8Quant<__NV_E5M2, 0x7E, __nv_fp8_e5m2> {
+    static constexpr float qmax = 57344.0f;
+};
+template <> struct Quant<signed char> {
+    static constexpr bool integer = true;
+    static constexpr float qmax = 127.0f;
+    __device__ __forceinline__ static signed char convert(float z) {
+        unsigned q;
+        asm("cvt.rni.sat.s8.f32 %0, %1;" : "=r"(q) : "f"(z));
+        return static_cast<signed char>(q);
+    }
+};
+
+// The floor of a dynamic scale, so that an all-zero row or group gets a finite, positive one.
+template <typename Q> __device__ __forceinline__ float min_scale() {
+    return Quant<Q>::integer ? 1.1920928955078125e-07f : __fdiv_rn(1.0f, __fmul_rn(Quant<Q>::qmax, 512.0f));
+}
+
+// The scale of values whose largest magnitude is amax (amax >= 0, never NaN).
+template <typename Q> __device__ __forceinline__ float dynamic_scale(float amax) {
+    return fmaxf(__fdiv_rn(amax, Quant<Q>::qmax), min_scale<Q>());
+}
+
+// y -> q through scale s: y / s where DIVIDE, else y * (1/s). vLLM divides for static int8 and for
+// dynamic fp8, and multiplies by the reciprocal for static fp8 and dynamic int8: divide_for says which.
+template <typename Q, bool DIVIDE> struct Scaled {
+    float f;  // s, or 1/s
+    __device__ __forceinline__ explicit Scaled(float s) : f(DIVIDE ? s : __fdiv_rn(1.0f, s)) {}
+    __device__ __forceinline__ Q operator()(float y) const {
+        return Quant<Q>::convert(DIVIDE ? __fdiv_rn(y, f) : __fmul_rn(y, f));
+    }
+};
+
+template <typename Q, int MODE> __host__ __device__ constexpr bool divide_for() { return (MODE == STATIC) == Quant<Q>::integer; }
+
+}  // namespace pyrms

@@ -1,0 +1,224 @@
+"""``pyrms.rms_norm_quant`` and ``pyrms.fused_add_rms_norm_quant``: RMSNorm (after vLLM's residual add) with
+an fp8 or int8 output and a static or per-token scale (kernels: cuda_src/rms_norm_quant.cu; the semantics:
+docs/numerics.md, "Quantized outputs"; the twin: pyrms.reference.rms_norm_quant_twin)."""
+from __future__ import annotations
+
+import math
+import numbers
+
+from .. import driver, dtypes
+from .. import plan as planner
+from . import _operands as check
+from . import _placement
+from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
+from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok, use_pdl
+
+# Leading arguments: out, input, [residual,] weight, scales, given_ptr, given, epsilon; then the packed tail.
+_HEAD = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "f32")
+_FUSED_HEAD = ("ptr",) + _HEAD
+# Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
+_FEW_ROWS = planner.FEW_ROWS
+# The smallest positive float32 (2^-149): a smaller scale would be 0 in the kernel's fp32.
+_FLOAT32_TINY = 1.401298464324817e-45
+
+
+class Prepared:
+    """One (device, dtype, output dtype, mode, hidden, strides, options, where the scale is) of the quantizing
+    ops, resolved once. `given_on_device`: the static scale (or per-token's scale_ub) is read from a device
+    pointer, not passed as a value. A call checks pointers, rows, epsilon and the scale value; False launches
+    nothing and the general path names what is wrong."""
+
+    __slots__ = ("rows", "max_rows", "pointers", "per_token", "placed", "residual", "given_on_device", "value_allowed")
+
+    def __init__(self, device, residual, dtype, out_dtype, mode, hidden, input_stride, residual_stride, out_stride,
+                 round_input, given_on_device, pdl):
+        hidden = check.size("hidden_size", hidden)
+        dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+        p = planner.plan_rms_norm_quant(dt, hidden, out_dtype, mode=mode, round_input=check.flag("round_input", round_input),
+                                        residual=bool(residual))
+        x_stride = check.stride_arg("input_stride", input_stride, hidden)
+        o_stride = check.stride_arg("out_stride", out_stride, hidden)
+        strides = (x_stride, check.stride_arg("residual_stride", residual_stride, hidden)) if residual else (x_stride,)
+        self.residual, self.per_token = bool(residual), mode == "per_token"
+        self.given_on_device = check.flag("given_on_device", given_on_device)
+        if self.per_token and p.out_dtype.integer and self.given_on_device:
+            raise ValueError("scale_ub applies to float8 outputs only (as in vLLM), not int8")
+        # `given` is a static scale, or per-token's scale_ub (+inf: none; int8 has none).
+        self.value_allowed = not (self.per_token and p.out_dtype.integer)
+        head = _FUSED_HEAD if residual else _HEAD
+        self.rows = RowLaunches(p, head + ("i32",) + ("i64",) * (len(strides) + 1), (hidden, *strides, o_stride),
+                                device, use_pdl(device, pdl), (*strides, o_stride))
+        self.max_rows = check.max_rows(hidden, *strides, o_stride)
+        # In call order: out, input, [residual,] weight, [scales,] [given]; what is written is disjoint from all.
+        operands = [(1, o_stride)] + [(dt.itemsize, s) for s in strides] + [(dt.itemsize, 0)]
+        written = [0] + ([2] if residual else [])
+        if self.per_token:
+            written.append(len(operands))
+            operands.append((4, 1, 1))
+        if self.given_on_device:
+            operands.append((4, 0, 1))
+        pairs = {(min(i, j), max(i, j)) for i in written for j in range(len(operands)) if i != j}
+        self.pointers = Pointers(hidden, operands, [(i, j, False) for i, j in sorted(pairs)])
+        self.placed = _placement.for_device(device)
+
+    def __call__(self, pointers: tuple, given: float, epsilon, num_tokens, stream) -> bool:
+        """pointers: (out, input, [residual,] weight, [scales,] [given pointer]), as in __init__."""
+        if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok(pointers, num_tokens)
+                and type(given) is float and ((given == math.inf and self.per_token)
+                                              or (self.value_allowed and _FLOAT32_TINY <= given <= check.FLOAT32_MAX))):
+            return False
+        handle, placed = check.stream(stream), self.placed
+        if placed is not None and not placed.ok(pointers, handle):
+            return False
+        rows = 3 if self.residual else 2  # out, input, [residual], weight: the pointers of the alignment test
+        scales = pointers[rows + 1] if self.per_token else 0
+        given_ptr = pointers[-1] if self.given_on_device else 0
+        pointers_or = 0
+        for ptr in pointers[:rows + 1]:
+            pointers_or |= ptr
+        self.rows(_FEW_ROWS, num_tokens, handle, pointers_or, *pointers[:rows + 1], scales, given_ptr, given, epsilon)
+        return True
+
+
+_prepared = cache_for(Prepared)
+
+
+def rms_norm_quant(out: int, input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
+                   hidden_size: int | None = None, *, scale, out_dtype: DTypeLike = "float8_e4m3fn",
+                   mode: str = "static", scale_ub=None, dtype: DTypeLike | None = None, input_stride: int | None = None,
+                   out_stride: int | None = None, stream: StreamLike = None, round_input: bool = False,
+                   pdl: bool = True) -> None:
+    """RMSNorm of each row of ``input`` quantized into ``out`` (``out_dtype``: 'float8_e4m3fn',
+    'float8_e5m2' or 'int8'; docs/numerics.md gives every formula).
+
+    ``y = (x * inv_rms) * weight`` in fp32 (``round_input=True``: rms_norm's output rounded to the input
+    dtype, what vLLM's kernels quantize), then ``mode``:
+
+    - ``'static'``: ``q = saturate(round(y / scale))``; ``scale`` a Python float (finite, > 0, within
+      float32) or a device pointer (int) to one fp32, read by the kernel (not checked: as in vLLM).
+    - ``'per_token'``: each row's ``s = max(min(max|y|, scale_ub) / qmax, min_scale)`` is written to
+      ``scale``, a device pointer (int) to ``num_tokens`` fp32; ``q = saturate(round(y / s))``.
+      ``scale_ub`` (float8 outputs only): None, a float > 0, or a device pointer to one fp32.
+
+    ``out``: a device pointer (int) to rows of ``out_stride`` (default hidden_size) 1-byte elements, at any
+    address. ``input`` and ``weight``: raw pointers or arrays as in ``pyrms.rms_norm`` (the weight of the
+    input's dtype). What is written (``out``, per-token scales) must not overlap anything else.
+    ``epsilon``, ``dtype``, ``stream``, ``pdl``: as in ``pyrms.rms_norm``. Everything is validated before
+    the launch; the launch is asynchronous on ``stream``.
+    """
+    _run(False, out, input, None, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub, dtype,
+         input_stride, None, out_stride, stream, round_input, pdl)
+
+
+def fused_add_rms_norm_quant(out: int, input: Operand, residual: Operand, weight: Operand, epsilon: float,
+                             num_tokens: int | None = None, hidden_size: int | None = None, *, scale,
+                             out_dtype: DTypeLike = "float8_e4m3fn", mode: str = "static", scale_ub=None,
+                             dtype: DTypeLike | None = None, input_stride: int | None = None,
+                             residual_stride: int | None = None, out_stride: int | None = None,
+                             stream: StreamLike = None, round_input: bool = False, pdl: bool = True) -> None:
+    """vLLM's residual add, then ``rms_norm_quant`` of the rounded sum: ``residual <- round(input +
+    residual)`` in place (as ``pyrms.fused_add_rms_norm``; ``input`` is only read), and ``out`` the
+    quantized RMSNorm of the new residual, bit for bit ``rms_norm_quant(out, residual, ...)`` on it. The
+    arguments as in ``rms_norm_quant``; ``residual`` with its own ``residual_stride``, disjoint from the rest.
+    """
+    _run(True, out, input, residual, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
+         dtype, input_stride, residual_stride, out_stride, stream, round_input, pdl)
+
+
+def _given(mode, scale, scale_ub) -> tuple[float, int | None]:
+    """(the kernel's `given` value, its device pointer or None) for these scale arguments (checked later)."""
+    source = scale if mode == "static" else scale_ub
+    if type(source) is int:
+        return 1.0, source
+    if source is None and mode != "static":
+        return math.inf, None
+    return (float(source) if isinstance(source, numbers.Real) and not isinstance(source, bool) else source), None
+
+
+def _run(residual, out, input, res, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub, dtype,
+         input_stride, residual_stride, out_stride, stream, round_input, pdl) -> None:
+    if not (type(input) is int and type(weight) is int and (res is None or type(res) is int)):
+        rows = [("input", input, input_stride, "input_stride", False)]
+        if residual:
+            rows.append(("residual", res, residual_stride, "residual_stride", True))
+        dt, num_tokens, hidden_size, found = check.arrays(dtype, num_tokens, hidden_size, rows=rows,
+                                                          vectors=[("weight", weight)])
+        if num_tokens == 0:
+            return
+        (input, input_stride), (weight, _) = found["input"], found["weight"]
+        if residual:
+            res, residual_stride = found["residual"]
+        dtype = dt
+    given, given_ptr = _given(mode, scale, scale_ub)
+    pointers = (out, input, *((res,) if residual else ()), weight, *((scale,) if mode == "per_token" else ()),
+                *((given_ptr,) if given_ptr is not None else ()))
+    static = (residual, dtype, out_dtype, mode, hidden_size, input_stride, residual_stride, out_stride, round_input,
+              given_ptr is not None, pdl)
+    prepared = _prepared.get(*static)
+    if prepared is not None and all(type(p) is int for p in pointers) and prepared(pointers, given, epsilon,
+                                                                                     num_tokens, stream):
+        return
+    _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub,
+             input_stride, residual_stride, out_stride, stream, round_input, pdl)
+    launched = _prepared.require(*static)(pointers, given, float(epsilon), int(num_tokens), stream)
+    assert launched, "the checks above accept what the prepared launch declines"
+
+
+def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub,
+             input_stride, residual_stride, out_stride, stream, round_input, pdl) -> None:
+    """Raise the error that names what the prepared launch declined (the general path's checks)."""
+    check.flag("pdl", pdl)
+    check.flag("round_input", round_input)
+    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
+    check.epsilon(epsilon)
+    dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+    qt = dtypes.quantized(out_dtype)
+    if mode not in planner.QUANT_MODES:
+        raise ValueError(f"mode must be one of {planner.QUANT_MODES}, got {mode!r}")
+    names = ["out", "input", *(["residual"] if residual else []), "weight"]
+    if mode == "per_token":
+        names.append("scale")
+        if scale_ub is not None and qt.integer:
+            raise ValueError("scale_ub applies to float8 outputs only (as in vLLM), not int8")
+    elif scale_ub is not None:
+        raise ValueError("scale_ub applies to mode='per_token' only")
+    if len(pointers) > len(names):
+        names.append("scale" if mode == "static" else "scale_ub")
+    for name, ptr in zip(names, pointers):
+        if type(ptr) is not int:
+            kind = "a device pointer (int) to num_tokens float32" if name == "scale" else "a device pointer (int)"
+            if name == "out":
+                kind += " (arrays for out are not supported yet)"
+            raise TypeError(f"{name} must be {kind}, got {type(ptr).__name__}")
+    if type(given) is not float:
+        what = "scale" if mode == "static" else "scale_ub"
+        raise TypeError(f"{what} must be a float or a device pointer (int), got {type(given).__name__} {given!r}")
+    if not (given == math.inf and mode == "per_token") and not (math.isfinite(given) and _FLOAT32_TINY <= given
+                                                                <= check.FLOAT32_MAX):
+        what = "scale" if mode == "static" else "scale_ub"
+        raise ValueError(f"{what} must be finite and > 0 in float32 (between 2^-149 and {check.FLOAT32_MAX:.7g}), "
+                         f"got {given!r}")
+    x_stride = check.stride_arg("input_stride", input_stride, hidden)
+    o_stride = check.stride_arg("out_stride", out_stride, hidden)
+    r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
+    shapes = {"out": (1, o_stride, hidden), "input": (dt.itemsize, x_stride, hidden),
+              "residual": (dt.itemsize, r_stride, hidden), "weight": (dt.itemsize, 0, hidden),
+              "scale": (4, 1, 1) if mode == "per_token" else (4, 0, 1), "scale_ub": (4, 0, 1)}
+    spans = {}
+    for name, ptr in zip(names, pointers):
+        itemsize, stride, length = shapes[name]
+        if ptr <= 0 or ptr % itemsize:
+            if ptr <= 0:
+                raise ValueError(f"{name} must be a non-null device pointer, got {ptr}")
+            raise ValueError(f"{name} pointer {ptr:#x} is not aligned to {itemsize} bytes, as its "
+                             f"{'float32' if itemsize == 4 and name.startswith('scale') else dt.name} elements must be")
+        if stride:
+            check.extent(name, num_tokens, stride, length)
+        spans[name] = (check.Operand(name, ptr), check.span(ptr, num_tokens if stride else 1, stride, length, itemsize))
+    written = {"out", "residual"} | ({"scale"} if mode == "per_token" else set())
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if a in written or b in written:
+                check.no_partial_overlap(*spans[a], *spans[b], may_alias=False)
+    check.stream(stream)
+    _placement.check(driver.selected_device(), dict(zip(names, pointers)), stream)
