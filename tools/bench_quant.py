@@ -1,0 +1,142 @@
+"""Norm + fp8 quantization on the H200: pyrms.rms_norm_quant and fused_add_rms_norm_quant against torch's
+norm then quantize (eager, torch.compile of each step apart, torch.compile of both together), issue 14 item 4.
+
+    python -m tools.bench_quant [--tokens 1,16,128,1024,16384] [--hidden 5120] [--reps 15] [--json out.json]
+
+bf16 rows of `hidden` elements, a bf16 weight, float8_e4m3fn output; modes static (one scale) and per_token
+(a scale per row, written). Bytes: read x (and the residual) and the weight, write q and the scales (and
+the residual). Device time per call by the benchmark's method (pyrms.bench.timing: events around a batch
+queued behind a spin kernel), the median of --reps samples; the copy ceiling as pyrms.bench measures it.
+"agree" is the fraction of q's bytes equal to torch eager's (which rounds the norm to bf16 first: pyrms
+does so too with round_input, the vLLM rounding the rows here use). Needs PyTorch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import pyrms
+from pyrms import driver
+from pyrms.bench import ceiling, timing
+
+EPS = 1e-6
+QMAX = 448.0  # float8_e4m3fn
+MIN_SCALE = 1.0 / (QMAX * 512.0)  # the minimum per-token scale (docs/numerics.md)
+STATIC_SCALE = 0.02
+
+
+def torch_steps(torch):
+    """(norm, add-then-norm, static quantize, per-token quantize) as torch code, the pair an unfused stack runs."""
+    f = torch.nn.functional
+
+    def norm(x, w):
+        return f.rms_norm(x, (x.shape[-1],), w, EPS)
+
+    def add_norm(x, r, w):
+        r = x + r
+        return norm(r, w), r
+
+    def static(y):
+        return (y.float() * (1.0 / STATIC_SCALE)).clamp(-QMAX, QMAX).to(torch.float8_e4m3fn)
+
+    def per_token(y):
+        s = (y.abs().amax(-1, keepdim=True).float() / QMAX).clamp(min=MIN_SCALE)
+        return (y.float() / s).clamp(-QMAX, QMAX).to(torch.float8_e4m3fn), s
+
+    return norm, add_norm, static, per_token
+
+
+def implementations(torch, fused: bool, mode: str):
+    """name -> run(x, r, w, q, s): each writes q (and s), reading x (and r, updated in place by pyrms)."""
+    norm, add_norm, static, per_token = torch_steps(torch)
+    quant = static if mode == "static" else per_token
+
+    def pyrms_run(x, r, w, q, s):
+        scale = STATIC_SCALE if mode == "static" else s.data_ptr()
+        if fused:
+            pyrms.fused_add_rms_norm_quant(q.data_ptr(), x, r, w, EPS, scale=scale, mode=mode, round_input=True)
+        else:
+            pyrms.rms_norm_quant(q.data_ptr(), x, w, EPS, scale=scale, mode=mode, round_input=True)
+
+    def eager(x, r, w, q, s, n=norm, a=add_norm, qf=quant):
+        return qf(a(x, r, w)[0] if fused else n(x, w))
+
+    c_norm, c_add, c_quant = torch.compile(norm, dynamic=False), torch.compile(add_norm, dynamic=False), \
+        torch.compile(quant, dynamic=False)
+    whole = torch.compile(eager, dynamic=False)
+    return {
+        "pyrms": pyrms_run,
+        "torch eager": eager,
+        "compile pair": lambda x, r, w, q, s: eager(x, r, w, q, s, c_norm, c_add, c_quant),
+        "compile fused": whole,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", default="1,16,128,1024,16384")
+    ap.add_argument("--hidden", type=int, default=5120)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    import torch  # after the arguments: --help needs no PyTorch
+
+    device = driver.selected_device()
+    timer = timing.EventTimer(device, torch.cuda.current_stream().cuda_stream)
+    ceil = ceiling.measure(timer, device, 1024, 10, "dtod 1 GiB")
+    print(f"copy ceiling {ceil.gbps:.0f} GB/s", flush=True)
+    hidden = args.hidden
+    w = torch.randn(hidden, dtype=torch.bfloat16, device="cuda")
+    results = []
+    for fused in (False, True):
+        for mode in ("static", "per_token"):
+            impls = implementations(torch, fused, mode)
+            for tokens in (int(t) for t in args.tokens.split(",")):
+                elems = tokens * hidden
+                nbytes = elems * 2 + hidden * 2 + elems + (4 * tokens if mode == "per_token" else 0) + \
+                    (2 * elems * 2 if fused else 0)
+                sets = max(2, min(16, (512 << 20) // nbytes))
+                data = [(torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda"),
+                         torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda"),
+                         torch.empty(tokens, hidden, dtype=torch.float8_e4m3fn, device="cuda"),
+                         torch.empty(tokens, dtype=torch.float32, device="cuda")) for _ in range(sets)]
+                row = {"op": "fused_add_rms_norm_quant" if fused else "rms_norm_quant", "mode": mode, "tokens": tokens,
+                       "hidden": hidden, "bytes": nbytes, "us": {}}
+                # agreement with torch eager on fresh copies (pyrms's fused add updates the residual in place)
+                x, r, q, s = (t.clone() for t in data[0])
+                want = impls["torch eager"](x, r.clone(), w, q, s)
+                want = want[0] if isinstance(want, tuple) else want
+                impls["pyrms"](x, r, w, q, s)
+                torch.cuda.synchronize()
+                row["agree"] = float((q.view(torch.uint8) == want.view(torch.uint8)).float().mean())
+                for name, impl in impls.items():
+                    def run(i, impl=impl):
+                        x, r, q, s = data[i]
+                        impl(x, r, w, q, s)
+                    try:
+                        run(0)
+                        torch.cuda.synchronize()
+                        row["us"][name] = timing.median_us(timer, run, sets, args.reps)
+                    except Exception as exc:  # an implementation that cannot run this shape is reported, not fatal
+                        row["us"][name] = None
+                        print(f"  {name} failed at T={tokens}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                p, pair = row["us"].get("pyrms"), row["us"].get("compile pair")
+                others = [v for k, v in row["us"].items() if k != "pyrms" and v]
+                row["speedup_vs_compile_pair"] = pair / p if p and pair else None
+                row["speedup_vs_fastest_other"] = min(others) / p if p and others else None
+                row["fraction_of_ceiling"] = (nbytes / (p * 1e-6)) / (ceil.gbps * 1e9) if p else None
+                results.append(row)
+                cells = " ".join(f"{k}={v:.2f}" if v else f"{k}=n/a" for k, v in row["us"].items())
+                print(f"{row['op']} {mode} T={tokens:6d}: {cells} | vs pair {row['speedup_vs_compile_pair'] or 0:.2f}x "
+                      f"vs fastest {row['speedup_vs_fastest_other'] or 0:.2f}x ceiling "
+                      f"{row['fraction_of_ceiling'] or 0:.3f} agree {row['agree']:.4f}", flush=True)
+                del data
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"ceiling_gbps": ceil.gbps, "results": results, "argv": sys.argv}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
