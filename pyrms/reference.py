@@ -161,12 +161,25 @@ def fused_add_rms_norm_ref(x, residual, weight, epsilon, *, gemma=False):
     return rms_norm_ref(total, weight, epsilon, gemma=gemma), total
 
 
+def rounded_sum(x, residual):
+    """The fused add's new residual: round_T(fp32(x) + fp32(residual)), [rows, hidden]. A NaN sum is the
+    GPU's one NaN: its fp32 add returns 0x7FFFFFFF whatever the operands' payloads, which bf16 and fp16
+    keep as 0x7FFF; numpy would carry an operand's payload (and ml_dtypes writes 0x7FC0)."""
+    x, residual = _as_2d(x), _as_2d(residual)
+    with np.errstate(invalid="ignore"):  # inf + -inf = NaN, as on the GPU
+        total = (x.astype(F32) + residual.astype(F32)).astype(x.dtype)
+    nan = np.isnan(total.astype(F32))
+    if nan.any():
+        word = np.uint16 if total.dtype.itemsize == 2 else np.uint32
+        total.view(word)[nan] = word(0x7FFF if word is np.uint16 else 0x7FFFFFFF)
+    return total
+
+
 def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_phases=0, gemma=False,
                             round_once=False):
     """Bit-exact twin of fused_add_rms_norm.cu: (new input, new residual) in the storage dtype. The
     rounded sum is what gets normalized, with the sum of squares split at the residual's phases."""
-    x, residual = _as_2d(x), _as_2d(residual)
-    total = (x.astype(F32) + residual.astype(F32)).astype(x.dtype)
+    total = rounded_sum(x, residual)
     out = rms_norm_twin(total, weight, epsilon, block=block, row_phases=residual_phases, gemma=gemma,
                         round_once=round_once)
     return out, total
@@ -445,8 +458,7 @@ def rms_norm_quant_twin(x, weight, epsilon, out_dtype, *, block, row_phases=0, m
 def fused_add_rms_norm_quant_twin(x, residual, weight, epsilon, out_dtype, *, block, residual_phases=0, **options):
     """Bit-exact twin of fused_add_rms_norm_quant_kernel: (q, scales or None, new residual): the rounded sum
     (fused_add_rms_norm_twin's), quantized as rms_norm_quant_twin (options: its mode, scale, ...)."""
-    x, residual = _as_2d(x), _as_2d(residual)
-    total = (x.astype(F32) + residual.astype(F32)).astype(x.dtype)
+    total = rounded_sum(x, residual)
     q, scales = rms_norm_quant_twin(total, weight, epsilon, out_dtype, block=block, row_phases=residual_phases,
                                     **options)
     return q, scales, total

@@ -3,7 +3,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pyrms import plan, reference
+from pyrms import dtypes, plan, reference
 from pyrms.crand import GlibcRand
 from pyrms.demo import format_row, seed_inputs
 
@@ -158,3 +158,20 @@ def test_row_core_tree_sums_each_vector_before_the_thread():
     terms[0, 0:4] = [1e8, 1, 1, 1]
     terms[0, 128:132] = [-1e8, 1, 1, 1]
     assert reference.thread_sums_twin(terms, 32, 0, 4)[0] == _tree_by_hand(terms[0], 32, 0, 4) == 0.0
+
+
+@pytest.mark.parametrize("dtype, nan", [("bfloat16", 0x7FFF), ("float16", 0x7FFF), ("float32", 0x7FFFFFFF)])
+def test_the_fused_adds_nan_sum_is_the_gpus_one_nan(dtype, nan):
+    """A NaN operand's payload (numpy's 0x7FC00000, rounded: 0x7FC0 / 0x7E00) and inf + -inf both give
+    the one NaN the GPU's fp32 add returns, as T; other sums are round_T(x + r) (run 26 saw the payload
+    differ)."""
+    dt = dtypes.get(dtype).numpy
+    x = np.array([[np.nan, np.inf, 1.5, -np.inf, 2.0]], dtype=dt)
+    r = np.array([[1.0, -np.inf, 2.25, 1.0, np.nan]], dtype=dt)
+    got = reference.rounded_sum(x, r)
+    word = np.uint16 if got.dtype.itemsize == 2 else np.uint32
+    want = np.array([[0, 0, 3.75, -np.inf, 0]], dtype=dt).view(word)
+    want[0, [0, 1, 4]] = nan
+    assert got.view(word).tolist() == want.tolist()
+    _, total = reference.fused_add_rms_norm_twin(x, r, np.ones(5, dt), 1e-5, block=32)
+    assert total.view(word).tolist() == want.tolist()
