@@ -91,6 +91,9 @@ def main(argv=None) -> int:
     results = []
     for fused in (False, True):
         for mode in ("static", "per_token"):
+            # Dynamo keys its cache by code object: the four configurations' `eager` share one, and 8 shapes
+            # (its recompile limit) would leave the later ones running uncompiled (run 27's fused add rows).
+            torch._dynamo.reset()
             impls = implementations(torch, fused, mode)
             for tokens in (int(t) for t in args.tokens.split(",")):
                 elems = tokens * hidden
