@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 import pyrms.torch as pt  # noqa: E402
 from pyrms import plan, reference  # noqa: E402
+from pyrms.torch._kernels import _nd_view  # noqa: E402
 from pyrms.torch._layout import DTYPE_NAMES, row_stride  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no CUDA device")]
@@ -71,13 +72,16 @@ def from_numpy(a: np.ndarray) -> torch.Tensor:
     return t.cuda()
 
 
-def row_phases(x: torch.Tensor) -> np.ndarray:
+def row_phases(x: torch.Tensor, nd: bool = False) -> np.ndarray:
     """Each row's position (in elements) inside its 16-byte vector where pyrms.torch reads it: x's own
-    memory when its rows are one stride apart, else a contiguous copy (torch's allocator aligns it)."""
+    memory when its rows are one stride apart (or, with ``nd``, for rms_norm, when its N-D kernel
+    addresses them: pyrms.torch._kernels._nd_view), else a contiguous copy (torch's allocator aligns it)."""
     hidden, size = x.shape[-1], x.element_size()
-    stride = row_stride(x)
-    base, stride = (0, hidden) if stride is None else (x.data_ptr(), stride)
-    return (base + np.arange(x.numel() // hidden) * stride * size) % 16 // size
+    if row_stride(x) is None and not (nd and _nd_view(x)):
+        return np.arange(x.numel() // hidden) * hidden % (16 // size)
+    lead, steps = x.shape[:-1], np.array(x.stride()[:-1], dtype=np.int64)
+    offsets = (np.indices(lead).reshape(len(lead), -1) * steps[:, None]).sum(0) if lead else np.zeros(1, np.int64)
+    return (x.data_ptr() + offsets * size) % 16 // size
 
 
 def rows(t: torch.Tensor) -> np.ndarray:
@@ -87,7 +91,7 @@ def rows(t: torch.Tensor) -> np.ndarray:
 def twin_rms_norm(x, weight, eps, *, gemma=False, round_once=False):
     block = plan.plan_rms_norm(DTYPE_NAMES[x.dtype], x.shape[-1]).block
     y = reference.rms_norm_twin(rows(x), None if weight is None else to_numpy(weight), eps, block=block,
-                                row_phases=row_phases(x), gemma=gemma, round_once=round_once)
+                                row_phases=row_phases(x, nd=True), gemma=gemma, round_once=round_once)
     return from_numpy(y).reshape(x.shape)
 
 
@@ -120,7 +124,8 @@ def layouts(gen, dtype, hidden, mean=0.0):
     yield "1-D", base(hidden)
     yield "300 rows", base(300, hidden)  # past plan.FEW_ROWS: the kernel for many rows
     yield "row slice", base(2, 3, hidden + 11)[..., 3:3 + hidden]  # rows hidden + 11 apart, starting 3 elements in
-    yield "transposed", base(3, 2, hidden).transpose(0, 1)  # no one row stride: read from a contiguous copy
+    # no one row stride: rms_norm reads it where it lies (the N-D kernel), the other ops from a contiguous copy
+    yield "transposed", base(3, 2, hidden).transpose(0, 1)
 
 
 # --- forward, bit for bit ---------------------------------------------------------------------------
@@ -135,6 +140,26 @@ def test_rms_norm_matches_the_twin_on_every_layout(gen, dtype):
                 y = pt.rms_norm(x, weight, 1e-6)
             assert y.grad_fn is None and y.is_contiguous()
             assert bitwise_equal(y, twin_rms_norm(x, weight, 1e-6)), f"{name}, hidden {hidden}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_reads_strided_views_where_they_lie(gen, dtype):
+    """QK-norm's q of a fused QKV projection and a transposed [batch, heads, seq, head_dim]: bit for bit
+    the twin on the rows where they lie, and no copy of x (one allocation: the output)."""
+    tokens, heads, d = 5, 4, 128
+    qkv = randn(gen, tokens, (heads + 2) * d + 3, dtype=dtype)
+    q = qkv[:, 3:3 + heads * d].view(tokens, heads, d)  # rows 3 elements past the tensor's start
+    bhsd = randn(gen, 2, 7, 3, d, dtype=dtype).transpose(1, 2)  # [b, s, h, d] read as [b, h, s, d]
+    for name, x in (("q of qkv", q), ("transposed", bhsd)):
+        assert row_stride(x) is None and _nd_view(x), name
+        for weight in (randn(gen, d, dtype=dtype), None):
+            pt.rms_norm(x, weight, 1e-6)  # compiled and loaded before the count
+            before = torch.cuda.memory_stats()["allocation.all.allocated"]
+            y = pt.rms_norm(x, weight, 1e-6)
+            assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 1, name
+            assert y.is_contiguous() and bitwise_equal(y, twin_rms_norm(x, weight, 1e-6)), (name, weight is None)
+    wide = randn(gen, 2, 3, 4, 5, d, dtype=dtype).permute(0, 2, 1, 3, 4)[..., ::2, :]  # four leading dimensions
+    assert not _nd_view(wide) and bitwise_equal(pt.rms_norm(wide, None, 1e-6), twin_rms_norm(wide, None, 1e-6))
 
 
 def test_rms_norm_options_match_the_twin(gen):

@@ -3,8 +3,9 @@ with torch's pointers, strides and current stream. The custom ops of _ops.py run
 pyrms.torch's functions when they need no custom op (functional.py says when).
 
 Layouts: ``x`` is [..., hidden]; its rows are addressed with one row stride when its leading
-dimensions nest (contiguous tensors, row slices such as ``big[..., :hidden]``), and read from a
-contiguous copy otherwise. Outputs are new tensors whose rows lie ``hidden`` apart (contiguous).
+dimensions nest (contiguous tensors, row slices such as ``big[..., :hidden]``); rms_norm reads other
+views of up to three leading dimensions where they lie (pyrms.rms_norm's N-D kernel), and every op
+reads from a contiguous copy otherwise. Outputs are new tensors whose rows lie ``hidden`` apart (contiguous).
 The in-place op (fused_add_rms_norm) cannot copy, so it raises ValueError for such layouts.
 ``weight=None`` (and LayerNorm's bias) means none: the kernels without weight. The backward
 launches return an empty tensor in the place of a gradient they do not compute (a custom op's
@@ -21,6 +22,7 @@ from .. import layer_norm_backward as _layer_norm_backward
 from .. import rms_norm as _rms_norm
 from .. import rms_norm_backward as _rms_norm_backward
 from ..ops.rms_norm import prepared as _prepared_rms_norm
+from ..ops import _views
 from ._layout import DTYPE_NAMES, check_device, check_meta, current_stream, empty_rows_like, rows_of, row_stride
 
 
@@ -43,8 +45,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bo
     if x.is_contiguous():
         out, stride = torch.empty_like(x), hidden
     else:
-        x, stride = rows_of(x)
+        stride = row_stride(x)
         out = empty_rows_like(x)
+        if stride is None:
+            if _nd_view(x):
+                return _rms_norm_view(out, x, weight, eps, gemma, round_once, device)
+            x, stride = x.contiguous(), hidden
     numel = x.numel()
     if numel:
         weightless = weight is None  # its own kernel (pyrms.rms_norm's weight_dtype "none"), a null weight
@@ -55,6 +61,28 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bo
         if launch is None or not launch(*args):  # the general path says what is wrong
             _rms_norm(args[0], args[1], None if weightless else args[2], args[3], args[4], hidden, dtype=dtype,
                       input_stride=stride, out_stride=hidden, stream=args[5], gemma=gemma, round_once=round_once)
+    return out
+
+
+def _nd_view(x: torch.Tensor) -> bool:
+    """Whether pyrms's N-D kernel addresses x's rows where they lie: the hidden dimension contiguous and
+    the leading ones collapsing to at most three (pyrms.ops._views)."""
+    if x.stride(-1) != 1:
+        return False
+    try:
+        _views.joint_lead(tuple(x.shape[:-1]), {"x": x.stride()[:-1]}, False, x.shape[-1])
+    except ValueError:
+        return False
+    return True
+
+
+def _rms_norm_view(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool,
+                   round_once: bool, device: int) -> torch.Tensor:
+    """rms_norm of a view whose leading dimensions no one stride addresses (QK-norm's heads of a fused
+    QKV projection, a transposed [batch, heads, seq, head_dim]): pyrms.rms_norm's N-D kernel reads x
+    where it lies, instead of from a contiguous copy (a second pass over x and an allocation)."""
+    if x.numel():
+        _rms_norm(out, x, weight, float(eps), stream=current_stream(device), gemma=gemma, round_once=round_once)
     return out
 
 

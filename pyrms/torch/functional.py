@@ -40,8 +40,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
     ``x``: a CUDA tensor [..., hidden] of bfloat16, float16 or float32; ``weight``: [hidden], contiguous,
     of x's dtype (an ``nn.Parameter`` is fine), or None for no weight (``round(x * r)``, as
     ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma). Rows one stride apart (contiguous tensors, slices
-    such as ``big[..., :hidden]``) are read in place; other layouts (transposed, broadcast) from a
-    contiguous copy. Returns a new tensor shaped like x, rows contiguous.
+    such as ``big[..., :hidden]``) are read in place, and so are views whose leading dimensions collapse
+    to at most three with the hidden one contiguous (QK-norm's ``qkv[:, :h*d].view(t, h, d)``, a
+    transposed ``[b, h, s, d]``: pyrms's N-D kernel); other layouts from a contiguous copy. Returns a new tensor shaped like x, rows contiguous.
 
     Rounding: by default ``(T)((T)(x * r) * weight)``, Hugging Face LLaMA's and Qwen's formula;
     ``round_once=True`` rounds only the fp32 product ``x * r * weight`` (PyTorch's fused kernel);
