@@ -237,8 +237,4 @@ __device__ __forceinline__ void begin_dependent_grid() {
     allow_next_grid();
 }
 
-// n / d for n < 2^31 with the host's (m, s) for d (pyrms.ops._views.fast_divider): a multiply-high, an
-// add and a shift, where a 32-bit division by a value known only at run time is about twenty instructions.
-__device__ __forceinline__ unsigned fast_divide(unsigned n, unsigned m, unsigned s) { return (__umulhi(n, m) + n) >> s; }
-
 }  // namespace pyrms

@@ -52,22 +52,21 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_kernel(
 
 template <typename T, int CACHE, int LANES, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, typename W = T>
 __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_nd_kernel(
-    T* out, const T* input, const W* __restrict__ weight, float epsilon, int rows, unsigned d1, unsigned m1,
-    unsigned s1, unsigned d2, unsigned m2, unsigned s2, int hidden, long long in_s0, long long in_s1, long long in_s2,
-    long long out_s0, long long out_s1, long long out_s2, long long w_stride) {
+    T* out, const T* input, const W* __restrict__ weight, float epsilon, int rows, int d1, int d2, int hidden,
+    long long in_s0, long long in_s1, long long in_s2, long long out_s0, long long out_s1, long long out_s2,
+    long long w_stride) {
     begin_dependent_grid();
     const int r = LANES > 0 ? blockIdx.x * (blockDim.x / LANES) + threadIdx.x / LANES : blockIdx.x;
     if (r >= rows) return;  // a packed block's last rows: whole segments, which share no shuffle or barrier
-    // r / d2 and q / d1 by the host's magic numbers (pyrms.ops._views.fast_divider; r < 2^31).
-    const unsigned q = fast_divide(static_cast<unsigned>(r), m2, s2);
-    const long long i2 = static_cast<unsigned>(r) - q * d2;
-    const unsigned i0 = fast_divide(q, m1, s1);
-    const long long i1 = q - i0 * d1;
+    // Unsigned: cheaper division, and r, d1, d2 are non-negative.
+    const unsigned q = static_cast<unsigned>(r) / static_cast<unsigned>(d2);
+    const long long i2 = static_cast<unsigned>(r) - q * static_cast<unsigned>(d2);
+    const long long i0 = q / static_cast<unsigned>(d1);
+    const long long i1 = q - static_cast<unsigned>(i0) * static_cast<unsigned>(d1);
     const T* in_row = input + i0 * in_s0 + i1 * in_s1 + i2 * in_s2;
     T* out_row = out + i0 * out_s0 + i1 * out_s1 + i2 * out_s2;
     rms_norm_row<T, W, CACHE, 1, ALIGNED, GEMMA, ROUND_ONCE, false, true, LANES>(
-        out_row, in_row, RowIn<T, true>{in_row}, weight_row(weight, static_cast<long long>(i0) * w_stride), epsilon,
-        hidden);
+        out_row, in_row, RowIn<T, true>{in_row}, weight_row(weight, i0 * w_stride), epsilon, hidden);
 }
 
 }  // namespace pyrms

@@ -540,7 +540,7 @@ def test_spin_kernel_compiles_with_nvrtc():
 # -- whole runs on a simulated GPU -------------------------------------------------------------------
 
 OK_STATUS = real_cu.CUresult.CUDA_SUCCESS
-SLOT = {"ptr": "Q", "i32": "i", "u32": "I", "i64": "q", "f32": "f"}
+SLOT = {"ptr": "Q", "i32": "i", "i64": "q", "f32": "f"}
 CTYPES = {"__nv_bfloat16": dtypes.BFLOAT16, "__half": dtypes.FLOAT16, "float": dtypes.FLOAT32}
 
 
@@ -773,9 +773,8 @@ class SimGpu:
         dt = CTYPES[re.search(r"<\s*([\w:]+)", name).group(1)]
         tokens = grid
         if name.startswith("rms_norm.cu::pyrms::rms_norm_nd_kernel"):  # packed short rows of a plain layout
-            out, x, w, eps, tokens, *divisors, hidden, x_stride, _, _, o_stride, _, _, w_stride = values
-            assert (divisors[0], divisors[3], w_stride) == (1, 1, 0), \
-                "the simulator runs rms_norm_nd_kernel on one row stride only"
+            out, x, w, eps, tokens, d1, d2, hidden, x_stride, _, _, o_stride, _, _, w_stride = values
+            assert (d1, d2, w_stride) == (1, 1, 0), "the simulator runs rms_norm_nd_kernel on one row stride only"
         elif name.startswith("rms_norm.cu::"):
             assert len(values) == 7, ("the simulator runs rms_norm.cu as (out, x, w, eps, hidden, x_stride, "
                                       f"out_stride), but pyrms launched {len(values)} arguments: update SimGpu._run")

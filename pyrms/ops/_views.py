@@ -78,19 +78,5 @@ def kernel_dims(sizes: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, 
     return sizes[1], sizes[2], tuple(strides)
 
 
-def fast_divider(d: int) -> tuple[int, int]:
-    """(m, s) such that n // d == (umulhi(n, m) + n) >> s for every 0 <= n < 2**31 (1 <= d < 2**31), with
-    umulhi the high 32 bits of the 64-bit product: rms_norm_nd_kernel's division of a row index by a
-    leading size in three instructions instead of a 32-bit division's twenty or so, which packed short
-    rows pay per 16 bytes a lane moves (the round-up method, as PyTorch's IntDivider)."""
-    s = (d - 1).bit_length()  # the smallest s with 2**s >= d
-    return ((1 << 32) * ((1 << s) - d)) // d + 1, s
-
-
-def kernel_divisors(d1: int, d2: int) -> tuple[int, int, int, int, int, int]:
-    """rms_norm_nd_kernel's (d1, m1, s1, d2, m2, s2): each inner leading size with its fast_divider."""
-    return (d1, *fast_divider(d1), d2, *fast_divider(d2))
-
-
 def rows(sizes: tuple[int, ...]) -> int:
     return math.prod(sizes)

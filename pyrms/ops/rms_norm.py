@@ -7,7 +7,7 @@ from . import _operands as check
 from .._types import DTypeLike, OptionalOperand, Operand, StreamLike
 from . import _placement, _views
 from ._prepared import RowLaunches, cache_for, use_pdl
-from .rms_norm_nd import ONE_ROW_STRIDE, NdLaunch, NdPrepared, is_nd, lead_sizes, lead_strides
+from .rms_norm_nd import NdLaunch, NdPrepared, is_nd, lead_sizes, lead_strides
 from .rms_norm_nd import explain as explain_nd
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
@@ -78,7 +78,7 @@ class Prepared:
             few = rows.few_aligned if rows.aligned_layout and not pointers_or & 15 else rows.few
             rows.launch_few(few, num_tokens, stream, out, input, weight, epsilon)
         elif self.packed is not None:
-            self.packed(num_tokens, ONE_ROW_STRIDE, stream, out, input, weight, epsilon)
+            self.packed(num_tokens, 1, 1, stream, out, input, weight, epsilon)
         else:
             rows.launch_many(rows.many, num_tokens, stream, out, input, weight, epsilon)
         return True

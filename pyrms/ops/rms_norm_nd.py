@@ -15,10 +15,7 @@ from .. import plan as planner
 from . import _operands as check
 from . import _placement, _views
 
-# out, input, weight, epsilon, rows, (d1, m1, s1, d2, m2, s2: _views.kernel_divisors), hidden, 3 + 3 strides, w_stride
-SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "u32", "u32", "u32", "u32", "u32", "u32", "i32", "i64", "i64", "i64",
-             "i64", "i64", "i64", "i64")
-ONE_ROW_STRIDE = _views.kernel_divisors(1, 1)  # the divisors of a plain layout (rows one stride apart)
+SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i64", "i64")
 _MAX_ELEMS = check.INT64_MAX // 16  # byte offsets of every dtype fit in 64 bits (check.extent)
 
 
@@ -38,11 +35,10 @@ class NdLaunch:
         self.launch = launch.RowLaunch(SIGNATURE, p.nd_block, (p.hidden, *strides, w_stride), device, pdl=pdl)
         self.per_block = p.nd_rows_per_block
 
-    def __call__(self, rows: int, divisors: tuple, stream: int, out: int, input: int, weight: int,
+    def __call__(self, rows: int, d1: int, d2: int, stream: int, out: int, input: int, weight: int,
                  epsilon: float) -> None:
-        """divisors: _views.kernel_divisors of the layout's inner leading sizes."""
         kernel = self.aligned if self.aligned is not None and not (out | input | weight) & 15 else self.kernel
-        self.launch(kernel, -(-rows // self.per_block), stream, out, input, weight, epsilon, rows, *divisors)
+        self.launch(kernel, -(-rows // self.per_block), stream, out, input, weight, epsilon, rows, d1, d2)
 
 
 def lead_strides(name: str, value, sizes: tuple[int, ...], hidden: int) -> tuple[int, ...]:
@@ -98,7 +94,7 @@ class NdPrepared:
         self.mask = dt.itemsize - 1
         x3, o3 = (_views.kernel_dims(sizes, s)[2] for s in (self.x_strides, self.o_strides))
         self.nd = NdLaunch(p, (*x3, *o3), self.w_stride, device, use_pdl(device, pdl))
-        self.last = None  # (sizes, rows, divisors, out's bytes, input's bytes, weight's bytes) of the last call
+        self.last = None  # (sizes, rows, d1, d2, out's bytes, input's bytes, weight's bytes) of the last call
         self.placed = _placement.for_device(device)
 
     def _shape(self, num_tokens):
@@ -115,7 +111,7 @@ class NdPrepared:
             return None
         d1, d2, _ = _views.kernel_dims(sizes, self.o_strides)
         w_bytes = ((sizes[0] - 1) * self.w_stride + self.hidden) * self.w_itemsize
-        return sizes, rows, _views.kernel_divisors(d1, d2), o_elems * self.itemsize, x_elems * self.itemsize, w_bytes
+        return sizes, rows, d1, d2, o_elems * self.itemsize, x_elems * self.itemsize, w_bytes
 
     def __call__(self, out, input, weight, epsilon, num_tokens, stream) -> bool:
         if not (type(epsilon) is float and 0.0 <= epsilon <= check.FLOAT32_MAX):
@@ -126,7 +122,7 @@ class NdPrepared:
             if last is None:
                 return False
             self.last = (num_tokens, *last[1:])
-        _, rows, divisors, o_bytes, x_bytes, w_bytes = last
+        _, rows, d1, d2, o_bytes, x_bytes, w_bytes = last
         if not (out and input and (weight or self.weightless)) or (out | input) & self.mask or weight & self.w_mask:
             return False
         same = out == input and self.x_strides == self.o_strides
@@ -138,7 +134,7 @@ class NdPrepared:
         placed = self.placed
         if placed is not None and not placed.ok((out, input) if self.weightless else (out, input, weight), stream):
             return False
-        self.nd(rows, divisors, stream, out, input, weight, epsilon)
+        self.nd(rows, d1, d2, stream, out, input, weight, epsilon)
         return True
 
 
