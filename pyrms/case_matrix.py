@@ -329,7 +329,8 @@ GPU_AXES = ("misaligned", "mixed", "sizes", "strided", "many_rows", "options", "
 def gpu(family: str, axis: str) -> tuple[Case, ...]:
     """The cases of one GPU test axis (GPU_AXES) for a family, every dtype: 'misaligned' (each pointer at
     every offset), 'mixed' (all pointers off differently), 'sizes' (GPU_HIDDENS), 'strided', 'many_rows'
-    (more than 65535), 'options', 'in_place'; empty where a family has no such axis. Kept small: the twin
+    (more than 65535), 'options', 'in_place'; empty where a family has no such axis; each case on the first
+    axis that yields it. Kept small: the twin
     of a large rows x hidden costs seconds, and the whole GPU suite must fit its time limit."""
     if axis not in GPU_AXES:
         raise ValueError(f"axis must be one of {GPU_AXES}, got {axis!r}")
@@ -341,7 +342,9 @@ def gpu(family: str, axis: str) -> tuple[Case, ...]:
         make = lambda dtype, axis: _gpu_backward(family, dtype, axis)  # noqa: E731
     else:
         raise ValueError(f"the GPU axes cover {('rms_norm', *_FORWARD, *BACKWARD)}, got {family!r}")
-    return unique(c for dtype in DTYPES for c in make(dtype, axis))
+    # A case lies on the first axis that yields it (the aligned case of each size is on several): run once.
+    earlier = {c for a in GPU_AXES[:GPU_AXES.index(axis)] for dtype in DTYPES for c in make(dtype, a)}
+    return unique(c for dtype in DTYPES for c in make(dtype, axis) if c not in earlier)
 
 
 # --- the sanitizer sweep (tools/sanitize_all.py): small enough to run under compute-sanitizer ---------
