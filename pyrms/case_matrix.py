@@ -470,3 +470,33 @@ def sanitize(family: str, quick: bool = False) -> tuple[Case, ...]:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     cases = unique(c for dtype in DTYPES for c in _sanitize(family, dtype))
     return tuple(c for c in cases if is_quick(c)) if quick else cases
+
+
+# --- the concurrency check and the soak ----------------------------------------------------------------
+
+CONCURRENCY_HIDDEN = {"rms_norm": 4099, "rms_norm_backward": 1027}
+
+
+def concurrency(op: str) -> tuple[Case, ...]:
+    """The launches of tools/concurrency_check.py, taken in turn: bf16 rows of CONCURRENCY_HIDDEN[op],
+    every pointer through every misalignment 0..7 (at co-prime steps, so the pointers' offsets combine
+    differently), 1 to 4 rows (rms_norm; plain and Gemma with round-once) or 1 to 33 (the backward: one
+    to three 16-row chunks of the dweight sum), strided rows and several epsilons."""
+    h = CONCURRENCY_HIDDEN.get(op)
+    if h is None:
+        raise ValueError(f"the concurrency check runs {tuple(CONCURRENCY_HIDDEN)}, got {op!r}")
+    if op == "rms_norm":
+        return unique(case(op, "bfloat16", 1 + k % 4, h, offsets={"input": k % 8, "weight": 3 * k % 8, "out": 5 * k % 8},
+                           strides={"input": h + 5 + k % 3, "out": h + 3}, epsilon=1e-6 * (1 + k % 7),
+                           gemma=k % 2 == 1, round_once=k % 2 == 1) for k in range(168))
+    return unique(case(op, "bfloat16", 1 + k % 33, h,
+                       offsets={"grad_output": 3 * k % 8, "input": k % 8, "weight": 5 * k % 8, "grad_input": 7 * k % 8,
+                                "grad_weight": (k + 4) % 8},
+                       strides={"grad_output": h + 3 + k % 2, "input": h + 3 + k % 2, "grad_input": h + 1},
+                       epsilon=1e-6 * (1 + k % 3)) for k in range(264))
+
+
+# tools/soak.py's operands: many launches of one shape, LayerNorm's kernel loaded under memory pressure, and
+# a backward on a new stream per request; dense and aligned, as a server's tensors are.
+SOAK = {"launches": case("rms_norm", "bfloat16", 8, 4096), "exhausted": case("layer_norm", "bfloat16", 4, 2051),
+        "streams": case("rms_norm_backward", "bfloat16", 4, 1024)}
