@@ -5,7 +5,9 @@ case i is the same whatever the count and can be redrawn on its own; ``draw_case
 cases 0 .. count-1. A case names the op, dtype, rows, hidden size, every pointer's element offset
 inside its 16-byte vector, every row stride, the options, in place, the stream and epsilon, and
 ``Case.line()`` / ``Case.from_line()`` turn it into one line of text and back, a repro that does not
-depend on this generator staying the same.
+depend on this generator staying the same. The cases are drawn in pyrms.case_matrix's vocabulary (its
+operands, vector widths and dtypes), and ``Case.case`` is the matrix case that pyrms.testing.check_case
+runs, as the GPU tests and the sanitizer sweep run theirs.
 
 The distribution is shaped for a budget (5,000 cases in under three minutes on the H200, numpy twin
 included): hidden sizes log-uniform over 1..300,000 plus the sizes where a plan changes, and row
@@ -19,10 +21,11 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from . import plan
+from . import case_matrix, plan
+from .case_matrix import operands, vector_elements
 
 OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward")
-DTYPES = ("bfloat16", "float16", "float32")
+DTYPES = case_matrix.DTYPES
 STREAMS = ("none", "stream", "handle")  # legacy default stream, a pyrms Stream, its raw handle
 MAX_HIDDEN = 300_000
 MAX_ELEMENTS = 1 << 24  # rows * hidden of any case
@@ -30,7 +33,6 @@ MAX_ELEMENTS = 1 << 24  # rows * hidden of any case
 TIERS = ((0.93, 1 << 16, 4096), (0.068, 1 << 21, 1 << 17), (0.002, MAX_ELEMENTS, 1 << 17))
 ROW_COUNTS = (1, 2, 3, 15, 16, 17, 31, 32, 33, 255, 256, 257)  # chunk (16) and few-rows (256) edges
 EPSILONS = (1e-5, 1e-6, 1e-12, 1e-3, 0.1)
-_ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def _special_hiddens() -> tuple[int, ...]:
@@ -49,20 +51,6 @@ def _special_hiddens() -> tuple[int, ...]:
 
 
 SPECIAL_HIDDENS = _special_hiddens()
-
-
-def operands(op: str, *, in_place: str | None = None, bias: bool = True) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(row operands, vector operands) of a case, named as pyrms.testing's checkers name them; an
-    operand written in place over another is not separate, so it has no offset or stride."""
-    if op == "rms_norm":
-        return ("input",) if in_place else ("input", "out"), ("weight",)
-    if op == "fused_add_rms_norm":
-        return ("input", "residual"), ("weight",)
-    if op == "layer_norm":
-        return ("input",) if in_place else ("input", "out"), ("weight", "bias") if bias else ("weight",)
-    params = ("grad_weight", "grad_bias") if op == "layer_norm_backward" and bias else ("grad_weight",)
-    rows = ("grad_output", "input") if in_place else ("grad_output", "input", "grad_input")
-    return rows, ("weight", *params)
 
 
 @dataclass(frozen=True)
@@ -92,6 +80,24 @@ class Case:
     @property
     def elements(self) -> int:
         return self.rows * self.hidden
+
+    @property
+    def case(self) -> case_matrix.Case:
+        """The case of the matrix this draws (pyrms.testing.check_case runs it); stream, seed and index aside."""
+        options = {"epsilon": self.epsilon, "in_place": self.in_place}
+        if self.op in ("rms_norm", "fused_add_rms_norm", "rms_norm_backward"):
+            options["gemma"] = self.gemma
+        if self.op in ("rms_norm", "fused_add_rms_norm"):
+            options["round_once"] = self.round_once
+        if self.op == "layer_norm":
+            options["bias"] = self.bias
+        if self.op in case_matrix.BACKWARD:
+            options.update(grad_dtype=self.grad_dtype, rows_per_block=self.rows_per_block,
+                           own_workspace=self.own_workspace)
+            if self.op == "layer_norm_backward":
+                options["grad_bias"] = self.bias
+        return case_matrix.case(self.op, self.dtype, self.rows, self.hidden, offsets=dict(self.offsets),
+                                strides=dict(self.strides), **options)
 
     def line(self) -> str:
         """One line, ``key=value`` separated by spaces; Case.from_line(case.line()) == case."""
@@ -200,8 +206,7 @@ def draw_case(seed: int, index: int) -> Case:
     offsets = []
     aligned = rng.random() < 0.2  # every pointer on a 16-byte boundary, the common case in practice
     for name in (*row_ops, *vector_ops):
-        grad_param = name in ("grad_weight", "grad_bias") and options.get("grad_dtype") == "float32"
-        vec = 16 // _ITEMSIZE["float32" if grad_param else dtype]
+        vec = vector_elements(dtype, name, grad_dtype=options.get("grad_dtype"))
         offsets.append((name, 0 if aligned else int(rng.integers(vec))))
     strides = tuple((name, _stride(rng, hidden, big)) for name in row_ops)
     # ε = 0 only where no row can be constant: a constant LayerNorm row at ε = 0 is 0 * inf, whose

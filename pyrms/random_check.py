@@ -29,29 +29,6 @@ from . import dtypes, plan
 from .random_cases import Case, draw_case, draw_cases, features
 
 
-def checker_call(case: Case) -> tuple[Callable, dict]:
-    """(pyrms.testing checker, its keyword arguments but rng and stream) for a case; pure."""
-    from . import testing
-
-    common = dict(dtype=case.dtype, rows=case.rows, hidden=case.hidden, epsilon=case.epsilon)
-    offsets, strides = dict(case.offsets), dict(case.strides)
-    if case.op == "rms_norm":
-        return testing.check_rms_norm, dict(
-            common, in_off=offsets["input"], w_off=offsets["weight"], out_off=offsets.get("out", 0),
-            in_stride=strides["input"], out_stride=strides.get("out"), gemma=case.gemma,
-            round_once=case.round_once, in_place=case.in_place == "input")
-    if case.op == "fused_add_rms_norm":
-        return testing.check_fused_add_rms_norm, dict(common, offsets=offsets, strides=strides, gemma=case.gemma,
-                                                      round_once=case.round_once)
-    if case.op == "layer_norm":
-        return testing.check_layer_norm, dict(common, offsets=offsets, strides=strides,
-                                              in_place=case.in_place == "input", bias=case.bias)
-    return testing.check_norm_backward, dict(
-        common, layer_norm=case.op == "layer_norm_backward", offsets=offsets, strides=strides,
-        in_place=case.in_place, gemma=case.gemma, grad_dtype=case.grad_dtype, rows_per_block=case.rows_per_block,
-        own_workspace=case.own_workspace, grad_bias=case.bias)
-
-
 def data_rng(case: Case) -> np.random.Generator:
     """The operands' values: from (seed, index) alone, apart from the generator that drew the case."""
     return np.random.default_rng((case.seed, case.index, 1))
@@ -81,8 +58,9 @@ class Streams:
 
 def execute(case: Case, streams: Streams) -> None:
     """Run one case on the GPU; AssertionError names what differs."""
-    check, kwargs = checker_call(case)
-    check(data_rng(case), stream=streams.get(case.stream), **kwargs)
+    from .testing import check_case
+
+    check_case(data_rng(case), case.case, stream=streams.get(case.stream))
 
 
 def compile_unit(case: Case) -> tuple[str, tuple[str, ...]]:

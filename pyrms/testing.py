@@ -459,7 +459,7 @@ def _specials(rng, values: np.ndarray) -> None:
 
 def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", fused=False, offsets=None,
                          strides=None, device_scale=False, scale_ub=None, round_input=False, specials=False,
-                         epsilon=1e-5, variant=None, pdl=None):
+                         epsilon=1e-5, variant=None, pdl=None, stream=None):
     """One pyrms.rms_norm_quant (fused: fused_add_rms_norm_quant) launch on guarded operands, every output
     compared bit for bit with the twin: q, the per-token scales, the updated residual.
 
@@ -518,7 +518,7 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
         outputs["residual"] = (res, total)
     inputs["input"] = x
     common = dict(scale=scale_arg, out_dtype=qt, mode=mode, scale_ub=ub_arg, dtype=dt, input_stride=x.stride,
-                  out_stride=out.stride, round_input=round_input, **_pdl(pdl))
+                  out_stride=out.stride, round_input=round_input, stream=stream, **_pdl(pdl))
     if fused:
         launch = lambda: fused_add_rms_norm_quant(out.ptr, x.ptr, res.ptr, w.ptr, epsilon, rows, hidden,  # noqa: E731
                                                   residual_stride=res.stride, **common)
@@ -530,3 +530,77 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
                                strides, out_dtype=qt.name, mode=mode, device_scale=device_scale, scale_ub=scale_ub,
                                round_input=round_input, specials=specials, variant=variant, pdl=pdl),
                         launch, outputs=outputs, inputs=inputs)
+
+
+SEED_TOLERANCE = {"bfloat16": (1.6e-2, 1e-3), "float16": (2e-3, 1e-4), "float32": (1e-5, 1e-6)}  # (rtol, atol)
+
+
+def check_seed(rng, dtype, rows, hidden, *, epsilon=1e-5, stream=None):
+    """One seed_rms_norm launch on guarded operands: inputs and the output's guards bit for bit, the
+    output's rows within SEED_TOLERANCE of the float64 reference (the seed uses rsqrtf, so no twin)."""
+    from .ops.seed import seed_rms_norm
+
+    dt = dtypes.get(dtype)
+    x = allocate(rng, dt, rows, hidden, low=0.2, high=1.0)  # the seed program's input ranges
+    w = allocate(rng, dt, 1, hidden, low=-0.02, high=0.5)
+    out = allocate(rng, dt, rows, hidden, poison=True)
+    with _closing(x, w, out):
+        label = f"seed {dt.name} rows={rows} hidden={hidden}"
+        run_checked(label, lambda: seed_rms_norm(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, dtype=dt, stream=stream),
+                    outputs={}, inputs={"input": x, "weight": w}, scratch={"out": out})
+        got = out.device_values().astype(np.float64)
+        want = reference.rms_norm_ref(x.values(), w.values()[0], epsilon)
+        rtol, atol = SEED_TOLERANCE[dt.name]
+        bad = np.flatnonzero(~(np.abs(got - want) <= rtol * np.abs(want) + atol))
+        if bad.size:
+            raise AssertionError(f"{label}: {bad.size} outputs outside rtol={rtol} atol={atol}, first at flat "
+                                 f"index {bad[:5]}: got {got.ravel()[bad[:5]]}, want {want.ravel()[bad[:5]]}")
+
+
+# --- one case of pyrms.case_matrix --------------------------------------------------------------------
+
+
+def checker_call(case) -> tuple:
+    """(checker, its keyword arguments but rng and stream) that run a pyrms.case_matrix.Case; pure."""
+    o, s, opt = case.offset, case.stride, case.option
+    common = dict(dtype=case.dtype, hidden=case.hidden, epsilon=opt("epsilon"))
+    if case.op == "seed":
+        return check_seed, dict(common, rows=case.rows)
+    offsets, strides = dict(case.offsets), dict(case.strides)
+    shared = dict(common, pdl=opt("pdl"), weight=opt("weight"))
+    if case.op == "rms_norm_nd":
+        return check_rms_norm_nd, dict(
+            shared, sizes=opt("sizes"), in_strides=s("input"), out_strides=s("out"), in_off=o("input"),
+            out_off=o("out"), w_off=o("weight"), per_row=opt("per_row"), w_stride=s("weight"),
+            in_place=opt("in_place") == "input", gemma=opt("gemma"), round_once=opt("round_once"),
+            as_arrays=opt("as_arrays"))
+    shared.update(rows=case.rows)
+    if case.op == "rms_norm":
+        return check_rms_norm, dict(
+            shared, in_off=o("input"), w_off=o("weight"), out_off=o("out"), in_stride=s("input"),
+            out_stride=s("out"), gemma=opt("gemma"), round_once=opt("round_once"),
+            in_place=opt("in_place") == "input", variant=opt("variant"))
+    if case.op == "fused_add_rms_norm":
+        return check_fused_add_rms_norm, dict(shared, offsets=offsets, strides=strides, gemma=opt("gemma"),
+                                              round_once=opt("round_once"), variant=opt("variant"))
+    if case.op == "layer_norm":
+        return check_layer_norm, dict(shared, offsets=offsets, strides=strides, in_place=opt("in_place") == "input",
+                                      bias=opt("bias"), variant=opt("variant"))
+    if case.op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
+        return check_rms_norm_quant, dict(
+            common, rows=case.rows, pdl=opt("pdl"), out_dtype=opt("out_dtype"), mode=opt("mode"),
+            fused=case.op == "fused_add_rms_norm_quant", offsets=offsets, strides=strides,
+            device_scale=opt("device_scale"), scale_ub=opt("scale_ub"), round_input=opt("round_input"),
+            specials=opt("specials"), variant=opt("variant"))
+    layer_norm = case.op == "layer_norm_backward"
+    return check_norm_backward, dict(
+        shared, layer_norm=layer_norm, offsets=offsets, strides=strides, in_place=opt("in_place"),
+        gemma=opt("gemma"), grad_dtype=opt("grad_dtype"), rows_per_block=opt("rows_per_block"),
+        own_workspace=opt("own_workspace"), grad_bias=opt("grad_bias"))
+
+
+def check_case(rng, case, *, stream=None):
+    """Run one pyrms.case_matrix.Case through its checker on the GPU (AssertionError names what differs);
+    what the checker returns (the backward passes: their outputs, for comparing launches)."""
+    check, kwargs = checker_call(case)
+    return check(rng, stream=stream, **kwargs)

@@ -1,89 +1,28 @@
 """pyrms.fused_add_rms_norm and pyrms.layer_norm on the GPU: bitwise equality with their twins on
-every alignment, size and stride (GUIDE.md §4), through pyrms.testing's guarded, poisoned operands.
+every alignment, size and stride (GUIDE.md §4: pyrms.case_matrix's GPU axes), through pyrms.testing's
+guarded, poisoned operands.
 
 Every check draws fresh random inputs and compares whole allocations bit for bit: the written rows
 against the twin, everything else (guards, gaps between strided rows, the inputs) against what was
 there before.
 """
-import functools
-
 import numpy as np
 import pytest
 
 import pyrms
-from pyrms import dtypes, plan, reference
-from pyrms.testing import bits, check_fused_add_rms_norm, check_layer_norm
+from pyrms import case_matrix, plan, reference
+from pyrms.testing import bits, check_case, check_fused_add_rms_norm, check_layer_norm
 
 pytestmark = pytest.mark.gpu
 
-DTYPES = ["bfloat16", "float16", "float32"]
-HIDDEN = [1, 5, 7, 8, 9, 31, 769, 4096, 5120, 5125, 8192, 16384, 65536, 65537]
-CHECKS = {"fused_add": (check_fused_add_rms_norm, ("input", "residual", "weight")),
-          "layer_norm": (check_layer_norm, ("input", "out", "weight", "bias")),
-          "layer_norm_no_bias": (functools.partial(check_layer_norm, bias=False), ("input", "out", "weight"))}
 
-
-@pytest.mark.parametrize("variant", ["few", "many"])  # the kernels for few and for many rows
-@pytest.mark.parametrize("op", CHECKS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden", [7, 769, 5125])
-def test_each_pointer_misaligned_by_every_element_offset(rng, op, dtype, hidden, variant):
-    check, names = CHECKS[op]
-    for name in names:
-        for off in range(dtypes.get(dtype).vec_elems):
-            check(rng, dtype, 3, hidden, offsets={name: off}, variant=variant)
-
-
-@pytest.mark.parametrize("op", CHECKS)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_all_pointers_misaligned_differently(rng, op, dtype):
-    check, names = CHECKS[op]
-    n = dtypes.get(dtype).vec_elems
-    for shift in (1, 2, 3, n - 1):
-        offsets = {name: (shift * (k + 1)) % n for k, name in enumerate(names)}
-        for hidden in (8, 9, 4096, 5120):
-            check(rng, dtype, 2, hidden, offsets=offsets)
-
-
-@pytest.mark.parametrize("op", CHECKS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden", HIDDEN)
-def test_hidden_sizes(rng, op, dtype, hidden):
-    check, names = CHECKS[op]
-    for variant in ("few", "many"):
-        check(rng, dtype, 3, hidden, variant=variant)
-        check(rng, dtype, 2, hidden, offsets={name: 1 for name in names}, variant=variant)
-
-
-@pytest.mark.parametrize("op", CHECKS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden, stride_a, stride_b", [(5120, 5123, 5131), (769, 1001, 771), (16, 17, 19),
-                                                        (4096, 4104, 4099)])
-def test_row_strides(rng, op, dtype, hidden, stride_a, stride_b):
-    check, names = CHECKS[op]
-    strides = dict(zip(names[:2], (stride_a, stride_b)))  # the two [rows, hidden] operands
-    check(rng, dtype, 7, hidden, strides=strides)
-    check(rng, dtype, 5, hidden, strides=strides, offsets={name: k + 1 for k, name in enumerate(names)})
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_more_than_65535_rows(rng, dtype):
-    check_fused_add_rms_norm(rng, dtype, 70001, 9, strides={"input": 11, "residual": 13}, offsets={"residual": 1})
-    check_layer_norm(rng, dtype, 70001, 9, strides={"input": 10})
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("gemma, round_once", [(True, False), (False, True), (True, True)])
-def test_fused_add_options(rng, dtype, gemma, round_once):
-    check_fused_add_rms_norm(rng, dtype, 4, 5125, gemma=gemma, round_once=round_once)
-    check_fused_add_rms_norm(rng, dtype, 4, 4096, gemma=gemma, round_once=round_once,
-                             offsets={"input": 1, "residual": 2})
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden, off", [(5120, 0), (5125, 3), (20000, 1)])
-def test_layer_norm_in_place(rng, dtype, hidden, off):
-    check_layer_norm(rng, dtype, 3, hidden, offsets={"input": off}, in_place=True)
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{axis}-{c}") for family in ("fused_add_rms_norm", "layer_norm")
+                                  for axis in case_matrix.GPU_AXES for c in case_matrix.gpu(family, axis)])
+def test_every_layout_of_the_case_matrix(rng, case):
+    """Each pointer at every misalignment, all misaligned differently, GUIDE.md's hidden sizes, strided
+    rows, more than 65535 rows, the fused add's options, LayerNorm in place and without bias, each
+    kernel for few and for many rows."""
+    check_case(rng, case)
 
 
 def test_fused_add_input_equals_rms_norm_of_the_new_residual(rng):

@@ -125,3 +125,27 @@ def test_every_package_is_installed():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
     assert packages | {"pyrms.cuda_src"} == listed
+
+
+def _named_paths(text: str) -> set[str]:
+    """The repository paths a document names in backticks: a token with a slash or a file suffix
+    (``pyrms/plan.py``, ``cuda_src/``, ``CHANGELOG.md``), not a module, call or command."""
+    import re
+
+    found = set()
+    for token in re.findall(r"`([^`\s]+)`", text):
+        if re.fullmatch(r"[\w.-]+(/[\w.-]*)*", token) and ("/" in token or re.search(r"\.(py|cuh?|md|sh|json|toml)$", token)):
+            found.add(token)
+    return found
+
+
+@pytest.mark.parametrize("document, section", [("README.md", "## Layout"), ("docs/architecture.md", None)])
+def test_every_path_the_layout_names_exists(document, section):
+    text = (ROOT / document).read_text()
+    if section is not None:  # from the heading to the next one
+        text = text[text.index(section):]
+        text = text[:text.find("\n## ", len(section))] if "\n## " in text[len(section):] else text
+    named = _named_paths(text)
+    assert len(named) > 15, sorted(named)
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert not missing, f"{document} names paths that do not exist: {missing}"

@@ -1,7 +1,7 @@
 """pyrms.rms_norm_backward and pyrms.layer_norm_backward on the GPU.
 
 Bitwise equality with the twin (pyrms.reference.norm_backward_twin) on every alignment, size and
-stride (GUIDE.md §4), through pyrms.testing's guarded, poisoned operands; dweight/dbias bitwise
+stride (GUIDE.md §4: pyrms.case_matrix's GPU axes), through pyrms.testing's guarded, poisoned operands; dweight/dbias bitwise
 identical across runs and rows_per_block settings; the pooled (stream-ordered) and caller-owned
 workspaces, also under graph capture; and the
 gradients against PyTorch autograd in float64 on the GPU.
@@ -12,45 +12,22 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import dtypes, plan, reference
-from pyrms.testing import allocate, bits, check_norm_backward as run_case, phases
+from pyrms import case_matrix, plan, reference
+from pyrms.testing import allocate, bits, check_case, check_norm_backward as run_case, phases
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = ["bfloat16", "float16", "float32"]
 OPS = {"rms_norm": False, "layer_norm": True}
-HIDDEN = [1, 5, 7, 8, 9, 31, 769, 4096, 5120, 5125, 8192, 16384, 65536, 65537]
 
 
-def names(layer_norm):
-    return ("grad_output", "input", "weight", "grad_input", "grad_weight", *(("grad_bias",) if layer_norm else ()))
-
-
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden", [7, 769, 5125])
-def test_each_pointer_misaligned_by_every_element_offset(rng, op, dtype, hidden):
-    for name in names(OPS[op]):
-        for off in range(dtypes.get(dtype).vec_elems):
-            run_case(rng, dtype, 18, hidden, layer_norm=OPS[op], offsets={name: off})  # two chunks of rows
-
-
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_all_pointers_misaligned_differently(rng, op, dtype):
-    n = dtypes.get(dtype).vec_elems
-    for shift in (1, 2, 3, n - 1):
-        offsets = {name: (shift * (k + 1)) % n for k, name in enumerate(names(OPS[op]))}
-        for hidden in (8, 9, 4096, 5120):
-            run_case(rng, dtype, 5, hidden, layer_norm=OPS[op], offsets=offsets)
-
-
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden", HIDDEN)
-def test_hidden_sizes(rng, op, dtype, hidden):
-    run_case(rng, dtype, 3, hidden, layer_norm=OPS[op])
-    run_case(rng, dtype, 2, hidden, layer_norm=OPS[op], offsets={name: 1 for name in names(OPS[op])})
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{axis}-{c}") for family in case_matrix.BACKWARD
+                                  for axis in case_matrix.GPU_AXES for c in case_matrix.gpu(family, axis)])
+def test_every_layout_of_the_case_matrix(rng, case):
+    """Each pointer at every misalignment (18 rows: two chunks), all misaligned differently, GUIDE.md's
+    hidden sizes, strided rows, more than 65535 rows, the options (Gemma, fp32 gradients), in place
+    over either input."""
+    check_case(rng, case)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -60,41 +37,6 @@ def test_column_sums_just_under_the_default_shared_limit(rng, op, hidden):
     memory pushes the launch past the default limit (the randomized check's seed 2026, case 237)."""
     run_case(rng, "float32", 3, hidden, layer_norm=OPS[op], grad_dtype="float32")
     run_case(rng, "bfloat16", 3, hidden, layer_norm=OPS[op], grad_dtype="float32")
-
-
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden, strides", [(5120, (5123, 5131, 5127)), (769, (1001, 771, 800)), (16, (17, 19, 23)),
-                                             (4096, (4104, 4099, 4096))])
-def test_row_strides(rng, op, dtype, hidden, strides):
-    strides = dict(zip(("grad_output", "input", "grad_input"), strides))
-    run_case(rng, dtype, 37, hidden, layer_norm=OPS[op], strides=strides)
-    run_case(rng, dtype, 5, hidden, layer_norm=OPS[op], strides=strides,
-             offsets={name: k + 1 for k, name in enumerate(names(OPS[op]))})
-
-
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_more_than_65535_rows(rng, op, dtype):
-    run_case(rng, dtype, 70001, 9, layer_norm=OPS[op], strides={"input": 11, "grad_output": 10},
-             offsets={"input": 1})
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden", [9, 5125, 16384])
-def test_options(rng, dtype, hidden):
-    run_case(rng, dtype, 20, hidden, gemma=True)
-    run_case(rng, dtype, 20, hidden, grad_dtype="float32", offsets={"grad_weight": 1})
-    run_case(rng, dtype, 20, hidden, gemma=True, grad_dtype="float32", offsets={"input": 1, "weight": 2})
-    run_case(rng, dtype, 20, hidden, layer_norm=True, grad_dtype="float32", offsets={"grad_bias": 3, "weight": 1})
-
-
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("over", ["grad_output", "input"])
-def test_in_place(rng, op, dtype, over):
-    for hidden, off in ((5120, 0), (5125, 3), (20000, 1)):
-        run_case(rng, dtype, 17, hidden, layer_norm=OPS[op], in_place=over, offsets={over: off})
 
 
 @pytest.mark.parametrize("op", OPS)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyrms import errors, plan, random_check
+from pyrms import errors, plan, random_check, testing
 from pyrms.random_cases import (DTYPES, MAX_ELEMENTS, MAX_HIDDEN, OPS, SPECIAL_HIDDENS, Case, draw_case, draw_cases,
                                 features, operands)
 
@@ -141,7 +141,7 @@ def test_bad_bool_in_a_repro_line_is_refused():
 
 def test_checker_arguments_fit_the_checkers(cases):
     for c in cases[:1000]:
-        check, kwargs = random_check.checker_call(c)
+        check, kwargs = testing.checker_call(c.case)
         inspect.signature(check).bind(None, stream=None, **kwargs)  # TypeError on a wrong keyword
         assert check.__name__ == {"rms_norm": "check_rms_norm", "fused_add_rms_norm": "check_fused_add_rms_norm",
                                   "layer_norm": "check_layer_norm"}.get(c.op, "check_norm_backward")
@@ -186,8 +186,7 @@ def test_a_launch_that_writes_nothing_fails_exactly_its_outputs(host_device):
     for c in [c for c in draw_cases(11, 400) if c.elements <= 1 << 16][:150]:
         differences.clear()
         compared.clear()
-        check, kwargs = random_check.checker_call(c)
-        check(random_check.data_rng(c), stream=None, **kwargs)
+        testing.check_case(random_check.data_rng(c), c.case)
         assert set(differences) == _outputs(c), c.line()
         named = {name for name, _ in c.offsets} - {c.in_place} | _outputs(c)
         assert set(compared) == named | ({"workspace"} if c.own_workspace else set()), c.line()

@@ -1,8 +1,9 @@
 """pyrms.rms_norm on the GPU: bitwise equality with the twin on every alignment, size and stride.
 
-Every case draws fresh random inputs, poisons the output, surrounds every operand with guard
-bands, and then compares whole allocations bit for bit: the rows against the twin, everything
-else (guards, the gaps between strided rows, the inputs) against what was there before.
+The layouts are pyrms.case_matrix's GPU axes. Every case draws fresh random inputs, poisons the
+output, surrounds every operand with guard bands, and then compares whole allocations bit for bit:
+the rows against the twin, everything else (guards, the gaps between strided rows, the inputs)
+against what was there before.
 """
 import os
 import subprocess
@@ -14,73 +15,20 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import driver, dtypes, plan, reference
-
-from pyrms.testing import allocate, bits, check_rms_norm as run_case
+from pyrms import case_matrix, driver, dtypes, plan, reference
+from pyrms.testing import allocate, bits, check_case
 
 pytestmark = pytest.mark.gpu
 
-DTYPES = ["bfloat16", "float16", "float32"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("variant", ["few", "many"])  # the kernels for few and for many rows
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("which", ["input", "weight", "out"])
-@pytest.mark.parametrize("hidden", [7, 769, 5125])
-def test_each_pointer_misaligned_by_every_element_offset(rng, dtype, which, hidden, variant):
-    for off in range(dtypes.get(dtype).vec_elems):
-        run_case(rng, dtype, 3, hidden, variant=variant,
-                 **{{"input": "in_off", "weight": "w_off", "out": "out_off"}[which]: off})
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_all_three_pointers_misaligned_differently(rng, dtype):
-    n = dtypes.get(dtype).vec_elems
-    for in_off, w_off, out_off in [(1, 2, 3), (n - 1, 0, 1), (2, 2, 0), (3, n - 1, 3)]:
-        for hidden in (8, 9, 4096, 5120):
-            run_case(rng, dtype, 2, hidden, in_off=in_off % n, w_off=w_off % n, out_off=out_off % n)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden", [1, 5, 7, 8, 9, 31, 769, 4096, 5120, 5125, 8192, 16384, 32768, 32776, 65536, 65537])
-def test_hidden_sizes(rng, dtype, hidden):
-    run_case(rng, dtype, 3, hidden)
-    run_case(rng, dtype, 2, hidden, in_off=1, out_off=1, w_off=1)
-    run_case(rng, dtype, 3, hidden, variant="many")
-    run_case(rng, dtype, 2, hidden, in_off=1, out_off=1, w_off=1, variant="many")
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_hidden_262144(rng, dtype):
-    run_case(rng, dtype, 2, 262144, in_off=3 % dtypes.get(dtype).vec_elems)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden, in_stride, out_stride", [(5120, 5123, 5131), (769, 1001, 771), (16, 17, 19), (4096, 4096 + 8, 4099)])
-def test_row_strides(rng, dtype, hidden, in_stride, out_stride):
-    run_case(rng, dtype, 7, hidden, in_stride=in_stride, out_stride=out_stride)
-    run_case(rng, dtype, 300, hidden, in_stride=in_stride, out_stride=out_stride)  # past FEW_ROWS
-    run_case(rng, dtype, 5, hidden, in_stride=in_stride, out_stride=out_stride, in_off=1, out_off=2, w_off=3)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_more_than_65535_rows(rng, dtype):
-    run_case(rng, dtype, 70001, 9, in_stride=11)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("gemma, round_once", [(True, False), (False, True), (True, True)])
-def test_options(rng, dtype, gemma, round_once):
-    run_case(rng, dtype, 4, 5125, gemma=gemma, round_once=round_once)
-    run_case(rng, dtype, 4, 4096, gemma=gemma, round_once=round_once, in_off=1, variant="many")
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden, off", [(5120, 0), (5125, 3), (20000, 1)])
-def test_in_place(rng, dtype, hidden, off):
-    run_case(rng, dtype, 3, hidden, in_off=off, in_place=True)
-    run_case(rng, dtype, 3, hidden, in_off=off, in_place=True, variant="many")
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{axis}-{c}") for axis in case_matrix.GPU_AXES
+                                  for c in case_matrix.gpu("rms_norm", axis)])
+def test_every_layout_of_the_case_matrix(rng, case):
+    """Each pointer at every misalignment, all misaligned differently, GUIDE.md's hidden sizes, strided
+    rows, more than 65535 rows, the options and in place, each kernel for few and for many rows."""
+    check_case(rng, case)
 
 
 def test_seed_worked_example():

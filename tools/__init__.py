@@ -3,5 +3,5 @@
 Run them from the checkout's root as modules, ``python -m tools.NAME [--help]``: the root is then first
 on the import path, so the checkout's own pyrms is used, installed or not, and no tool edits
 ``sys.path`` (tests/test_tools.py checks both). Where pyrms is installed, ``python tools/NAME.py`` runs
-the tools that import no sibling through this package (all but sanitize_all and sanitize_family).
+them too: none imports a sibling.
 """

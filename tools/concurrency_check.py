@@ -5,7 +5,10 @@ Three phases, each run twice on the same inputs into separate, poisoned (0xFF) o
 by THREADS threads started together (each with its own pyrms.Stream, created in the thread, or all
 on one shared stream), once by the main thread alone on one stream, in order. The two sets of output
 buffers must be bytewise equal, whole (rows, gaps and unused slots); every 37th launch is also
-compared with the numpy twin, its slot whole (rows bit for bit, the rest still poison).
+compared with the numpy twin, its slot whole (rows bit for bit, the rest still poison). Operands are
+pyrms.testing's guarded allocations (flat, slots inside), and launch i of thread t is the case
+pyrms.case_matrix.concurrency(op)[(i + 7 t) % N]: its rows, each pointer's offset past a 16-byte
+boundary, its strides and options.
 
   rms_norm           THREADS x LAUNCHES launches, each into its own output slot; every launch at its
                      own row count (1-4), pointer misalignments, epsilon, strided rows, plain or
@@ -28,161 +31,116 @@ import json
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 import pyrms
-from pyrms import driver, dtypes, plan, reference
-from pyrms.testing import bits
+from pyrms import case_matrix, driver, dtypes, plan, reference
+from pyrms.testing import Rows, allocate, bits
 
 DT = dtypes.BFLOAT16
-POISON = 0xFF
 SPOT_EVERY = 37
+BLOCK = 8  # elements of a 16-byte bf16 vector: slots start on a boundary, a case's offset moves off it
 
 
-@dataclass
-class Buffer:
-    """Device memory mirrored by a host array of elements (for uploads and downloads)."""
-
-    host: np.ndarray
-    device: driver.DeviceBuffer = field(init=False)
-
-    def __post_init__(self):
-        self.device = driver.DeviceBuffer(self.host.nbytes)
-        driver.memcpy_htod(self.device.ptr, self.host)
-
-    def ptr(self, element: int) -> int:
-        return self.device.ptr + element * self.host.dtype.itemsize
-
-    def download(self) -> np.ndarray:
-        out = np.empty_like(self.host)
-        driver.memcpy_dtoh(out, self.device.ptr)
-        return out
-
-    def close(self) -> None:
-        self.device.close()
+def _round_up(n: int) -> int:
+    return -(-n // BLOCK) * BLOCK
 
 
-def poisoned(elements: int) -> Buffer:
-    return Buffer(np.full(elements * DT.itemsize, POISON, np.uint8).view(DT.numpy))
+def at(operand: Rows, element: int) -> int:
+    """The device address of a flat guarded operand's element."""
+    return operand.ptr + element * DT.itemsize
 
 
-# --- the two workloads: every launch's arguments, as a pure function of (thread, index) --------------
+# --- the two workloads: launch i of a thread is case_matrix.concurrency(op)[(i + 7 * thread) % N] ----------
 
 
-class RmsNormWork:
-    name = "rms_norm"
-    hidden = 4099
-    max_rows = 4
+class Work:
+    """One thread's operands and launches: every launch reads its rows from one of SOURCES blocks of
+    shared flat inputs and writes its own slot of flat poisoned outputs, each pointer at its case's
+    offset past a 16-byte boundary."""
 
-    def __init__(self, thread: int, launches: int, rng):
-        h = self.hidden
-        self.thread, self.launches = thread, launches
-        self.in_stride = h + 5 + thread
-        self.out_stride = h + 3
-        self.slot = self.max_rows * self.out_stride + 8
-        self.x = Buffer(rng.uniform(-2, 2, (12 + self.max_rows) * self.in_stride).astype(DT.numpy))
-        self.w = Buffer(rng.uniform(-1, 1, h + 8).astype(DT.numpy))
+    SOURCES = 12  # input blocks: launches read overlapping inputs, never one another's outputs
 
-    def output_elements(self) -> int:
-        return self.launches * self.slot
+    def __init__(self, op: str, thread: int, launches: int, rng):
+        self.op, self.thread, self.launches = op, thread, launches
+        self.cases = case_matrix.concurrency(op)
+        self.hidden = h = case_matrix.CONCURRENCY_HIDDEN[op]
+        span = max(c.rows * (max((s for _, s in c.strides), default=h)) for c in self.cases)
+        self.block = _round_up(span + BLOCK)  # one launch's rows, at any offset
+        self.row_inputs = ("input",) if op == "rms_norm" else ("grad_output", "input")
+        self.row_outputs = ("out",) if op == "rms_norm" else ("grad_input",)
+        self.inputs = {name: allocate(rng, DT, 1, self.SOURCES * self.block, low=-1.0 if name != "input" else -2.0,
+                                      high=1.0 if name != "input" else 2.0) for name in self.row_inputs}
+        self.inputs["weight"] = allocate(rng, DT, 1, h + BLOCK, low=-1.0, high=1.0)
+        self.slots = {name: self.block for name in self.row_outputs}
+        if op != "rms_norm":
+            self.slots["grad_weight"] = _round_up(h + BLOCK)
+            self.plan = plan.plan_norm_backward(DT, h)
 
-    def spec(self, i: int) -> dict:
-        return dict(rows=1 + i % self.max_rows, x_off=(i % 12) * self.in_stride + i % 3, w_off=i % 5,
-                    out_off=i * self.slot + i % 8, epsilon=1e-6 * (1 + i % 7), gemma=i % 2 == 1)
+    def case(self, i: int) -> case_matrix.Case:
+        return self.cases[(i + 7 * self.thread) % len(self.cases)]
 
-    def launch(self, i: int, outputs: list[Buffer], stream) -> None:
-        s = self.spec(i)
-        pyrms.rms_norm(outputs[0].ptr(s["out_off"]), self.x.ptr(s["x_off"]), self.w.ptr(s["w_off"]), s["epsilon"],
-                       s["rows"], self.hidden, dtype=DT, input_stride=self.in_stride, out_stride=self.out_stride,
-                       gemma=s["gemma"], round_once=s["gemma"], stream=stream)
+    def outputs(self) -> dict[str, Rows]:
+        """Fresh poisoned output operands for every launch's slot."""
+        return {name: allocate(None, DT, 1, self.launches * slot, poison=True) for name, slot in self.slots.items()}
 
-    def expected_slots(self, i: int) -> list[tuple[int, int, np.ndarray]]:
-        """(buffer index, first element, expected elements) of launch i's output slot, whole."""
-        s, h = self.spec(i), self.hidden
-        rows = [s["x_off"] + r * self.in_stride for r in range(s["rows"])]
-        x = np.stack([self.x.host[start:start + h] for start in rows])
-        block = plan.plan_rms_norm(DT, h, gemma=s["gemma"], round_once=s["gemma"]).block
-        y = reference.rms_norm_twin(x, self.w.host[s["w_off"]:s["w_off"] + h], s["epsilon"], block=block,
-                                    row_phases=[start % DT.vec_elems for start in rows], gemma=s["gemma"],
-                                    round_once=s["gemma"])
-        start = i * self.slot
-        slot = poisoned_host(self.slot)
-        for r in range(s["rows"]):
-            at = s["out_off"] - start + r * self.out_stride
-            slot[at:at + h] = y[r]
-        return [(0, start, slot)]
+    def _start(self, name: str, i: int) -> int:
+        """Element where launch i's `name` operand starts, inside its input block or output slot."""
+        c = self.case(i)
+        if name in self.slots:
+            return i * self.slots[name] + c.offset(name)
+        return (0 if name == "weight" else (i % self.SOURCES) * self.block) + c.offset(name)
 
-    def close(self):
-        self.x.close()
-        self.w.close()
+    def launch(self, i: int, outputs: dict[str, Rows], stream) -> None:
+        c, h = self.case(i), self.hidden
+        ptr = {name: at(op, self._start(name, i)) for name, op in {**self.inputs, **outputs}.items()}
+        if self.op == "rms_norm":
+            pyrms.rms_norm(ptr["out"], ptr["input"], ptr["weight"], c.option("epsilon"), c.rows, h, dtype=DT,
+                           input_stride=c.stride("input"), out_stride=c.stride("out"), gemma=c.option("gemma"),
+                           round_once=c.option("round_once"), stream=stream)
+        else:
+            pyrms.rms_norm_backward(ptr["grad_input"], ptr["grad_weight"], ptr["grad_output"], ptr["input"],
+                                    ptr["weight"], c.option("epsilon"), c.rows, h, dtype=DT,
+                                    grad_output_stride=c.stride("grad_output"), input_stride=c.stride("input"),
+                                    grad_input_stride=c.stride("grad_input"), stream=stream)
 
+    def _rows(self, name: str, i: int) -> tuple[np.ndarray, list[int]]:
+        """Launch i's [rows, hidden] values of input `name`, and each row's phase in its vector."""
+        c, op = self.case(i), self.inputs[name]
+        rows = 1 if name == "weight" else c.rows
+        starts = [op.offset + self._start(name, i) + r * (c.stride(name) or self.hidden) for r in range(rows)]
+        return np.stack([op.host[a:a + self.hidden] for a in starts]), [a % BLOCK for a in starts]
 
-class BackwardWork:
-    name = "rms_norm_backward"
-    hidden = 1027
-    max_rows = 33
-
-    def __init__(self, thread: int, launches: int, rng):
-        h = self.hidden
-        self.thread, self.launches = thread, launches
-        self.stride = h + 3 + thread
-        self.gi_stride = h + 1
-        self.gi_slot = self.max_rows * self.gi_stride + 8
-        self.gw_slot = h + 8
-        size = (self.max_rows + 1) * self.stride
-        self.dy = Buffer(rng.uniform(-1, 1, size).astype(DT.numpy))
-        self.x = Buffer(rng.uniform(-2, 2, size).astype(DT.numpy))
-        self.w = Buffer(rng.uniform(-1, 1, h + 8).astype(DT.numpy))
-        self.plan = plan.plan_norm_backward(DT, h)
-
-    def output_elements(self) -> tuple[int, int]:
-        return self.launches * self.gi_slot, self.launches * self.gw_slot
-
-    def spec(self, i: int) -> dict:
-        return dict(rows=1 + i % self.max_rows, x_off=i % 8, dy_off=i % 5, w_off=i % 3,
-                    gi_off=i * self.gi_slot + i % 8, gw_off=i * self.gw_slot + i % 4, epsilon=1e-6 * (1 + i % 7))
-
-    def launch(self, i: int, outputs: list[Buffer], stream) -> None:
-        s = self.spec(i)
-        pyrms.rms_norm_backward(outputs[0].ptr(s["gi_off"]), outputs[1].ptr(s["gw_off"]), self.dy.ptr(s["dy_off"]),
-                                self.x.ptr(s["x_off"]), self.w.ptr(s["w_off"]), s["epsilon"], s["rows"], self.hidden,
-                                dtype=DT, grad_output_stride=self.stride, input_stride=self.stride,
-                                grad_input_stride=self.gi_stride, stream=stream)
-
-    def expected_slots(self, i: int):
-        s, h, p = self.spec(i), self.hidden, self.plan
-        x_rows = [s["x_off"] + r * self.stride for r in range(s["rows"])]
-        dy_rows = [s["dy_off"] + r * self.stride for r in range(s["rows"])]
-        x = np.stack([self.x.host[a:a + h] for a in x_rows])
-        dy = np.stack([self.dy.host[a:a + h] for a in dy_rows])
-        dx, dw = reference.norm_backward_twin(
-            dy, x, self.w.host[s["w_off"]:s["w_off"] + h], s["epsilon"], block=p.block, fold=p.stats_fold,
-            x_phases=[a % DT.vec_elems for a in x_rows], weight_phase=s["w_off"] % DT.vec_elems,
-            chunk_rows=p.chunk_rows, grad_dtype=p.grad_dtype)
-        gi = poisoned_host(self.gi_slot)
-        for r in range(s["rows"]):
-            at = s["gi_off"] - i * self.gi_slot + r * self.gi_stride
-            gi[at:at + h] = dx[r]
-        gw = poisoned_host(self.gw_slot)
-        at = s["gw_off"] - i * self.gw_slot
-        gw[at:at + h] = dw
-        return [(0, i * self.gi_slot, gi), (1, i * self.gw_slot, gw)]
+    def expected_slots(self, i: int) -> list[tuple[str, int, np.ndarray]]:
+        """(output name, first element, expected elements) of launch i's slots, whole."""
+        c, h = self.case(i), self.hidden
+        w, (w_phase,) = self._rows("weight", i)
+        x, x_phases = self._rows("input", i)
+        if self.op == "rms_norm":
+            block = plan.plan_rms_norm(DT, h, gemma=c.option("gemma"), round_once=c.option("round_once")).block
+            rows = {"out": reference.rms_norm_twin(x, w[0], c.option("epsilon"), block=block, row_phases=x_phases,
+                                                   gemma=c.option("gemma"), round_once=c.option("round_once"))}
+        else:
+            p = self.plan
+            dy, _ = self._rows("grad_output", i)
+            dx, dw = reference.norm_backward_twin(dy, x, w[0], c.option("epsilon"), block=p.block, fold=p.stats_fold,
+                                                  x_phases=x_phases, weight_phase=w_phase, chunk_rows=p.chunk_rows,
+                                                  grad_dtype=p.grad_dtype)
+            rows = {"grad_input": dx, "grad_weight": dw[None]}
+        slots = []
+        for name, values in rows.items():
+            slot = np.full(self.slots[name] * DT.itemsize, 0xFF, np.uint8).view(DT.numpy)
+            for r, row in enumerate(values):
+                start = c.offset(name) + r * (c.stride(name) or h)
+                slot[start:start + h] = row
+            slots.append((name, i * self.slots[name], slot))
+        return slots
 
     def close(self):
-        for b in (self.dy, self.x, self.w):
-            b.close()
-
-
-def poisoned_host(elements: int) -> np.ndarray:
-    return np.full(elements * DT.itemsize, POISON, np.uint8).view(DT.numpy)
-
-
-def output_buffers(work) -> list[Buffer]:
-    sizes = work.output_elements()
-    return [poisoned(n) for n in (sizes if isinstance(sizes, tuple) else (sizes,))]
+        for op in self.inputs.values():
+            op.close()
 
 
 # --- running ---------------------------------------------------------------------------------------
@@ -248,46 +206,48 @@ def run_serial(works, outputs) -> float:
     return seconds
 
 
-def phase(label: str, kind, threads: int, launches: int, shared_stream: bool, seed: int) -> dict:
+def phase(label: str, op: str, threads: int, launches: int, shared_stream: bool, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    works = [kind(t, launches, rng) for t in range(threads)]
-    concurrent = [output_buffers(w) for w in works]
-    serial = [output_buffers(w) for w in works]
+    works = [Work(op, t, launches, rng) for t in range(threads)]
+    concurrent = [w.outputs() for w in works]
+    serial = [w.outputs() for w in works]
     try:
         seconds, errors = run_threads(works, concurrent, shared_stream)
         serial_seconds = run_serial(works, serial) if not errors else 0.0
         differing, spots, spot_failures = [], 0, []
         if not errors:
             for t in range(threads):
-                got = [b.download() for b in concurrent[t]]
-                want = [b.download() for b in serial[t]]
-                for k, (a, b) in enumerate(zip(got, want)):
-                    if not np.array_equal(bits(a), bits(b)):
-                        where = np.flatnonzero(bits(a) != bits(b))
-                        differing.append(f"thread {t} buffer {k}: {where.size} elements differ, first at {where[:3]}")
+                # Whole allocations, guards included: a write outside any slot shows up too.
+                got = {name: b.download() for name, b in concurrent[t].items()}
+                want = {name: b.download() for name, b in serial[t].items()}
+                for name in got:
+                    if not np.array_equal(bits(got[name]), bits(want[name])):
+                        where = np.flatnonzero(bits(got[name]) != bits(want[name]))
+                        differing.append(f"thread {t} {name}: {where.size} elements differ, first at {where[:3]}")
                 for i in range(0, launches, SPOT_EVERY):
                     spots += 1
-                    for k, start, expected in works[t].expected_slots(i):
-                        slot = got[k][start:start + expected.size]
+                    for name, start, expected in works[t].expected_slots(i):
+                        first = concurrent[t][name].offset + start
+                        slot = got[name][first:first + expected.size]
                         if not np.array_equal(bits(slot), bits(expected)):
                             where = np.flatnonzero(bits(slot) != bits(expected))
-                            spot_failures.append(f"thread {t} launch {i} buffer {k}: {where.size} elements differ "
-                                                 f"from the twin, first at slot element {where[:3]}")
+                            spot_failures.append(f"thread {t} launch {i} ({works[t].case(i)}) {name}: {where.size} "
+                                                 f"elements differ from the twin, first at slot element {where[:3]}")
     finally:
         for w, a, b in zip(works, concurrent, serial):
             w.close()
-            for buf in a + b:
+            for buf in (*a.values(), *b.values()):
                 buf.close()
     total = threads * launches
     ok = not (errors or differing or spot_failures)
-    result = dict(phase=label, op=kind.name, threads=threads, launches_per_thread=launches, launches=total,
+    result = dict(phase=label, op=op, threads=threads, launches_per_thread=launches, launches=total,
                   streams=1 if shared_stream else threads, seconds=round(seconds, 4),
                   launches_per_second=round(total / seconds) if seconds else None,
                   serial_seconds=round(serial_seconds, 4), bitwise_equal_to_serial=not differing and not errors,
                   twin_spot_checks=spots, twin_spot_failures=len(spot_failures), errors=errors,
                   differences=differing[:10] + spot_failures[:10], ok=ok)
     streams = "one shared stream" if shared_stream else f"{threads} streams"
-    print(f"{label}: {threads} threads x {launches} {kind.name} launches on {streams} in {seconds:.2f} s "
+    print(f"{label}: {threads} threads x {launches} {op} launches on {streams} in {seconds:.2f} s "
           f"({total / seconds if seconds else 0:,.0f}/s; single thread {serial_seconds:.2f} s): "
           f"bitwise equal to the single-threaded run: {'yes' if result['bitwise_equal_to_serial'] else 'NO'}; "
           f"{spots - len(spot_failures)}/{spots} slots equal to the twin", flush=True)
@@ -315,10 +275,10 @@ def main(argv=None) -> int:
     device = driver.current_device()
     start = time.time()
     # Compile and load every kernel first: the phases time launches, not NVRTC.
-    warm = [phase("warm-up", RmsNormWork, 1, 2, False, 0), phase("warm-up", BackwardWork, 1, 2, False, 0)]
-    results = [phase("rms_norm", RmsNormWork, args.threads, launches, False, 1),
-               phase("rms_norm_backward", BackwardWork, args.threads, launches, False, 2),
-               phase("shared stream", BackwardWork, args.threads, launches, True, 3)]
+    warm = [phase("warm-up", "rms_norm", 1, 2, False, 0), phase("warm-up", "rms_norm_backward", 1, 2, False, 0)]
+    results = [phase("rms_norm", "rms_norm", args.threads, launches, False, 1),
+               phase("rms_norm_backward", "rms_norm_backward", args.threads, launches, False, 2),
+               phase("shared stream", "rms_norm_backward", args.threads, launches, True, 3)]
     ok = all(r["ok"] for r in warm + results)
     summary = dict(tool="tools/concurrency_check.py", argv=sys.argv[1:], device=device.name, pyrms=pyrms.__version__,
                    seconds=round(time.time() - start, 2), phases=results, ok=ok)

@@ -109,10 +109,9 @@ def main(argv=None) -> int:
     per_op, per_size, sizes = Counter(), Counter(), Counter()
 
     def run_one(case):
-        check, kwargs = random_check.checker_call(case)
         start = time.perf_counter()
         try:
-            check(random_check.data_rng(case), stream=None, **kwargs)
+            testing.check_case(random_check.data_rng(case), case.case)
         finally:
             size = _size_class(case.elements)
             per_op[case.op] += time.perf_counter() - start

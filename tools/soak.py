@@ -40,15 +40,17 @@ from pathlib import Path
 import numpy as np
 
 import pyrms
-from pyrms import driver, dtypes, errors, plan, reference
+from pyrms import case_matrix, driver, dtypes, errors, plan, reference
 from pyrms.testing import bits
 
 MiB = 1 << 20
 GiB = 1 << 30
 DEVICE_BOUND = 8 * MiB
 RSS_BOUND = 16 * MiB
-DT = dtypes.BFLOAT16
-ROWS, HIDDEN, EPS = 8, 4096, 1e-5
+# The shapes are pyrms.case_matrix.SOAK's, as the other checks take theirs from the matrix.
+LAUNCHES, EXHAUSTED, STREAMS = (case_matrix.SOAK[k] for k in ("launches", "exhausted", "streams"))
+DT = dtypes.get(LAUNCHES.dtype)
+ROWS, HIDDEN, EPS = LAUNCHES.rows, LAUNCHES.hidden, LAUNCHES.option("epsilon")
 SIZES = (1 << 10, 1 << 16, MiB + 17, 3 * MiB, 16 * MiB, 64 * MiB)
 
 
@@ -194,14 +196,14 @@ def allocations_phase(device, cycles: int) -> dict:
 
 def streams_phase(device, count: int, rng) -> dict:
     """A server's pattern: a new stream per request, one rms_norm_backward on it, the stream closed."""
-    h = 1024
-    x, dy = (pyrms.Tensor.from_numpy(rng.uniform(-1, 1, (4, h)).astype(DT.numpy)) for _ in range(2))
+    rows, h = STREAMS.rows, STREAMS.hidden
+    x, dy = (pyrms.Tensor.from_numpy(rng.uniform(-1, 1, (rows, h)).astype(DT.numpy)) for _ in range(2))
     w = pyrms.Tensor.from_numpy(rng.uniform(-1, 1, h).astype(DT.numpy))
-    gi, gw = pyrms.Tensor.empty((4, h), DT), pyrms.Tensor.empty((h,), DT)
+    gi, gw = pyrms.Tensor.empty((rows, h), DT), pyrms.Tensor.empty((h,), DT)
 
     def request() -> None:
         stream = pyrms.Stream()
-        pyrms.rms_norm_backward(gi, gw, dy, x, w, EPS, 4, h, stream=stream)
+        pyrms.rms_norm_backward(gi, gw, dy, x, w, EPS, rows, h, stream=stream)
         stream.synchronize()
         stream.close()
 
@@ -242,7 +244,7 @@ def _expect_oom(what: str, make, nbytes: int, device) -> dict:
 
 
 class LayerNormOperands:
-    def __init__(self, rng, rows=4, hidden=2051):
+    def __init__(self, rng, rows=EXHAUSTED.rows, hidden=EXHAUSTED.hidden):
         self.x_host = rng.uniform(-2, 2, (rows, hidden)).astype(DT.numpy)
         self.w_host = rng.uniform(-1, 1, hidden).astype(DT.numpy)
         self.b_host = rng.uniform(-1, 1, hidden).astype(DT.numpy)
