@@ -1,11 +1,11 @@
-"""Kernels ready to launch, by (device, source, name expression): compiled, loaded and looked up once."""
+"""Kernels ready to launch, by (device, source, name expression): compiled, loaded and looked up once,
+and kept in the Device (``Device.kernels``)."""
 from __future__ import annotations
 
 import threading
 
 from . import compiler, driver, launch
 
-_kernels: dict[tuple, launch.Kernel] = {}
 _lock = threading.Lock()
 
 
@@ -16,15 +16,15 @@ def get(source: str, expression: str, group, signature: tuple[str, ...], device=
     `signature` the argument kinds for packing ("ptr", "i32", "i64", "f32", ...).
     """
     dev = driver.current_device() if device is None else device
-    key = (dev.ordinal, source, expression)
-    kernel = _kernels.get(key)
+    key = (source, expression)
+    kernel = dev.kernels.get(key)
     if kernel is not None:
         return kernel
     with _lock:
-        kernel = _kernels.get(key)
+        kernel = dev.kernels.get(key)
         if kernel is None:
             program = compiler.compile_source(source, arch=dev.arch, name_expressions=tuple(group))
             module = launch.load_module(program.cubin, dev)
             kernel = module.function(program.lowered_names[expression], signature)
-            _kernels[key] = kernel
+            dev.kernels[key] = kernel
     return kernel

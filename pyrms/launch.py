@@ -1,5 +1,8 @@
-"""CUBIN modules loaded once per device, kernels looked up once per name, arguments packed into
+"""CUBIN images loaded once per device, kernels looked up once per name, arguments packed into
 buffers built once per signature, and the launch itself.
+
+What this layer keeps lives in the state objects of pyrms.driver (``Device.modules``, the process's
+``contexts``), so that nothing here outlives a reset of the driver's state.
 
 This is on the hot path of every op, so a launch does no allocation beyond the few Python objects
 the cuda.bindings call itself needs: the argument values are written with one ``struct.pack_into``
@@ -27,13 +30,16 @@ ARG_KINDS = {
 _SLOT_BYTES = 8
 # Errors a launch gets when another context than the kernel's is current on the thread.
 _WRONG_CONTEXT = frozenset({"CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_CONTEXT_IS_DESTROYED"})
-# The Device whose context each thread (by threading.get_ident) last made current for a launch.
-# Trusting it saves a cuCtxGetCurrent per launch; if another library switched contexts since, the
-# launch fails without side effects and is retried after a real make_current. A dict keyed by the
+# Launches that run in the current context (a CUfunction's, or any kernel's on a default stream, which
+# names the current context's stream) trust the process's ``contexts``: the Device whose context each
+# thread (by threading.get_ident) last made current for a launch. Trusting it saves a cuCtxGetCurrent
+# per launch; if another library switched contexts since, the launch of the context's CUfunction
+# fails without side effects and is retried after a real make_current. (A CUkernel would not fail:
+# it would run in the other device's context, so these launches never pass one.) A dict keyed by the
 # thread's ident is a quarter of the cost of a threading.local attribute on the hot path; the ident
 # of a thread that ended may come back for a new thread, which then starts from the stale entry's
-# device, which a failed launch corrects as above.
-_launch_context: dict[int, "driver.Device"] = {}
+# device, which a failed launch corrects as above. A CUkernel on an explicit stream runs in the
+# stream's context: nothing is made current for it.
 _PER_THREAD_MAX = 4096  # entries kept, whatever threads come and go
 
 
@@ -124,18 +130,25 @@ def _dims(value, what: str) -> tuple[int, int, int]:
 
 
 class Kernel:
-    """A kernel ready to launch: a CUfunction, its name and its argument signature.
+    """A kernel ready to launch: its handles, its name and its argument signature.
 
-    ``device`` is the device whose primary context owns the function (made current before each
-    launch); None leaves the current context as it is.
+    ``handle`` is a CUkernel (an image loaded as a library: it launches in any context) with
+    ``function`` its CUfunction in ``device``'s primary context, or a CUfunction with ``function``
+    None. ``device`` is the device whose primary context runs ``function`` (made current before such
+    a launch); None leaves the current context as it is. ``any_context``: ``handle`` is a CUkernel.
     """
 
-    def __init__(self, function_handle, name: str, signature, device: driver.Device | None = None):
-        self.handle = function_handle
+    __slots__ = ("handle", "function", "any_context", "name", "signature", "device", "_packs", "_contexts")
+
+    def __init__(self, handle, name: str, signature, device: driver.Device | None = None, function=None):
+        self.handle = handle
+        self.function = handle if function is None else function
+        self.any_context = function is not None
         self.name = name
         self.signature = check_signature(signature)
         self.device = device
         self._packs = threading.local()
+        self._contexts = driver.process_state().contexts
 
     def __repr__(self) -> str:
         return f"<pyrms Kernel {self.name} {self.signature}>"
@@ -144,7 +157,9 @@ class Kernel:
         """Queue one launch on ``stream`` (a pyrms Stream, a raw handle, an object with
         ``.cuda_stream``, or None for the legacy default stream). ``grid``/``block``: an int or a
         1-3 tuple. ``args``: a sequence matching the signature. ``pdl``: launch with programmatic
-        dependent launch allowed (driver.pdl_config says what the kernel must then do)."""
+        dependent launch allowed (driver.pdl_config says what the kernel must then do). It launches
+        ``function`` in the device's context, whatever the stream (the general path: RowLaunch is
+        the one that passes a CUkernel)."""
         if type(grid) is int and grid > 0:
             gx, gy, gz = grid, 1, 1
         else:
@@ -162,27 +177,27 @@ class Kernel:
         except (struct.error, TypeError, OverflowError):
             raise pack._explain(args) from None
         device = self.device
-        if device is not None and _launch_context.get(get_ident()) is not device:
-            _make_current(device)
+        if device is not None and self._contexts.get(get_ident()) is not device:
+            _make_current(device, self._contexts)
         try:
-            driver.launch_kernel(self.handle, gx, gy, gz, bx, by, bz, shared_bytes, stream, pack.address, pdl)
+            driver.launch_kernel(self.function, gx, gy, gz, bx, by, bz, shared_bytes, stream, pack.address, pdl)
         except errors.CudaError as exc:
             if device is None or exc.name not in _WRONG_CONTEXT:
                 raise
-            _make_current(device)
-            driver.launch_kernel(self.handle, gx, gy, gz, bx, by, bz, shared_bytes, stream, pack.address, pdl)
+            _make_current(device, self._contexts)
+            driver.launch_kernel(self.function, gx, gy, gz, bx, by, bz, shared_bytes, stream, pack.address, pdl)
 
     def set_max_dynamic_shared(self, nbytes: int) -> None:
         """Allow launches with up to ``nbytes`` of dynamic shared memory (needed above 48 KiB)."""
         device = self.device if self.device is not None else driver.current_device()
-        driver.set_max_dynamic_shared(self.handle, nbytes, device)
+        driver.set_max_dynamic_shared(self.handle, self.function, nbytes, device)
 
 
-def _make_current(device: driver.Device) -> None:
+def _make_current(device: driver.Device, contexts: dict) -> None:
     device.make_current()
-    if len(_launch_context) >= _PER_THREAD_MAX:
-        _launch_context.clear()
-    _launch_context[get_ident()] = device
+    if len(contexts) >= _PER_THREAD_MAX:
+        contexts.clear()
+    contexts[get_ident()] = device
 
 
 class _RowPack(ArgPack):
@@ -202,7 +217,8 @@ class RowLaunch:
     (driver.pdl_config says what the kernel must then do). Each thread's launch configuration is
     built once, with the block and shared bytes; a call sets only the grid and the stream."""
 
-    __slots__ = ("signature", "block", "shared_bytes", "tail", "device", "pdl", "_head", "_packs", "_launch")
+    __slots__ = ("signature", "block", "shared_bytes", "tail", "device", "pdl", "_head", "_packs", "_launch",
+                 "_contexts")
 
     def __init__(self, signature, block: int, tail: tuple, device: driver.Device, shared_bytes: int = 0,
                  pdl: bool = False):
@@ -213,10 +229,14 @@ class RowLaunch:
         self._head = struct.Struct("<" + "".join(ARG_KINDS[kind][0] for kind in head)).pack_into
         self._packs: dict[int, _RowPack] = {}
         self._launch = driver.raw_launch(self.pdl)
+        self._contexts = driver.process_state().contexts
 
     def __call__(self, kernel: "Kernel", grid: int, stream: int, *head) -> None:
         """Launch ``kernel`` (of this signature, on this device) on ``grid`` blocks with the leading
-        arguments ``head``; ``stream`` a raw handle. Errors are raised as from Kernel.launch."""
+        arguments ``head``; ``stream`` a raw handle. Errors are raised as from Kernel.launch. A CUkernel
+        on an explicit stream launches as it is (the stream's context runs it); anything else launches
+        the kernel's function in this device's context, made current first where this thread's last
+        launch did not."""
         ident = get_ident()
         pack = self._packs.get(ident)
         if pack is None:
@@ -225,18 +245,22 @@ class RowLaunch:
             self._head(pack._buffer, 0, *head)
         except (struct.error, TypeError, OverflowError):
             raise pack._explain((*head, *self.tail)) from None
-        if _launch_context.get(ident) is not self.device:
-            _make_current(self.device)
+        if stream > 2 and kernel.any_context:  # 0, 1, 2 (NULL, legacy, per-thread): the current context's streams
+            handle = kernel.handle
+        else:
+            if self._contexts.get(ident) is not self.device:
+                _make_current(self.device, self._contexts)
+            handle = kernel.function
         config = pack.config
         if config is None:
-            result = self._launch(kernel.handle, grid, 1, 1, self.block, 1, 1, self.shared_bytes, stream, pack.address, 0)
+            result = self._launch(handle, grid, 1, 1, self.block, 1, 1, self.shared_bytes, stream, pack.address, 0)
         else:
             config.gridDimX = grid
             if stream != pack.stream:  # the setter converts the int to a CUstream: 100 ns saved per call
                 config.hStream = pack.stream = stream
-            result = self._launch(config, kernel.handle, pack.address, 0)
+            result = self._launch(config, handle, pack.address, 0)
         if result[0]:
-            self._failed(kernel, grid, stream, pack, result)
+            self._failed(kernel, handle, grid, stream, pack, result)
 
     def _new_pack(self, ident: int) -> _RowPack:
         pack = _RowPack(self.signature, "prepared launch")
@@ -248,21 +272,22 @@ class RowLaunch:
         self._packs[ident] = pack
         return pack
 
-    def _failed(self, kernel, grid, stream, pack, result) -> None:
-        """A launch error: retried once after making the context current if another library had
-        switched it (as in Kernel.launch), raised otherwise."""
+    def _failed(self, kernel, handle, grid, stream, pack, result) -> None:
+        """A launch error: a launch of the context's function retried once after making the context
+        current if another library had switched it (as in Kernel.launch), raised otherwise."""
         try:
             errors.check(result, "cuLaunchKernelEx" if self.pdl else "cuLaunchKernel")
         except errors.CudaError as exc:
-            if exc.name not in _WRONG_CONTEXT:
+            if exc.name not in _WRONG_CONTEXT or handle is not kernel.function:
                 raise
-        _make_current(self.device)
-        driver.launch_kernel(kernel.handle, grid, 1, 1, self.block, 1, 1, self.shared_bytes, stream, pack.address,
+        _make_current(self.device, self._contexts)
+        driver.launch_kernel(kernel.function, grid, 1, 1, self.block, 1, 1, self.shared_bytes, stream, pack.address,
                              self.pdl)
 
 
 class Module:
-    """A CUBIN loaded into one device's primary context. Lives as long as the process."""
+    """A CUBIN loaded for one device (a CUlibrary, or a CUmodule of its primary context: see
+    driver.kernel_loading). Lives as long as its Device."""
 
     def __init__(self, handle, device: driver.Device, sha256: str):
         self.handle = handle
@@ -283,20 +308,20 @@ class Module:
             with self._lock:
                 kernel = self._kernels.get(key)
                 if kernel is None:
-                    handle = driver.module_function(self.handle, name, self.device)
-                    if handle is None:
+                    found = driver.image_kernel(self.handle, name, self.device)
+                    if found is None:
                         raise KernelNotFoundError(f"no kernel named {name!r} in module {self.sha256[:12]}")
-                    kernel = self._kernels[key] = Kernel(handle, name, signature, self.device)
+                    kernel = self._kernels[key] = Kernel(found[0], name, signature, self.device, found[1])
         return kernel
 
 
-_modules: dict[tuple[int, str], Module] = {}
 _modules_lock = threading.Lock()
 
 
 def load_module(cubin: bytes, device=None) -> Module:
     """The Module of a CUBIN image on ``device`` (ordinal, Device or None for the current one),
-    loaded once per (device, sha256 of the image). Hashing costs time: keep the Kernels you get."""
+    loaded once per (device, sha256 of the image), as ``PYRMS_KERNEL_LOADING`` says when it is first
+    loaded (driver.kernel_loading). Hashing costs time: keep the Kernels you get."""
     if not isinstance(cubin, (bytes, bytearray, memoryview)):
         raise TypeError(f"cubin must be bytes, got {type(cubin).__name__}")
     cubin = bytes(cubin)
@@ -304,9 +329,9 @@ def load_module(cubin: bytes, device=None) -> Module:
         raise ValueError("cubin is empty")
     device = driver.resolve_device(device)
     digest = hashlib.sha256(cubin).hexdigest()
-    key = (device.ordinal, digest)
     with _modules_lock:
-        module = _modules.get(key)
+        module = device.modules.get(digest)
         if module is None:
-            module = _modules[key] = Module(driver.module_load(cubin, device), device, digest)
+            image = driver.image_load(cubin, device, driver.kernel_loading())
+            module = device.modules[digest] = Module(image, device, digest)
     return module

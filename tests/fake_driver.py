@@ -8,6 +8,7 @@ import ctypes
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 from cuda.bindings import driver as real_cu
 
@@ -38,6 +39,21 @@ def read_params(signature, address: int) -> list:
     return [kinds[kind].from_address(pointers[i]).value for i, kind in enumerate(signature)]
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One launch the fake accepted, as the GPU would have run it: the kernel's name, the call's
+    shape, the stream, the context it ran in, the arguments read as the kernel's kinds (None where
+    the fake was not told them: FakeDriver.kernel_params) and whether PDL was allowed."""
+
+    kernel: str
+    grid: tuple
+    block: tuple
+    shared: int
+    stream: int
+    context: int
+    args: tuple | None
+    pdl: bool
+
 
 class FakeDriver:
     """cuda.bindings.driver on the CPU: sm_90 devices ("Fake H200", one by default; ``device_count`` more, each
@@ -47,13 +63,17 @@ class FakeDriver:
     destroyed; every call's name and arguments logged in ``calls``. Statuses, handle types and enums
     are the real ones, and so are the argument conversions that matter: a size of 2**64 or more does
     not fit cuMemAlloc's size_t (OverflowError, as in cuda.bindings). Free memory counts the device
-    allocations; memory-pool frees take effect at once (no work runs). Modules have one function,
-    b"present" (and those named in ``functions``), which belongs to the context current when its module
-    was loaded: launching it from another context fails with CUDA_ERROR_INVALID_CONTEXT, as on a GPU.
+    allocations; memory-pool frees take effect at once (no work runs). Libraries and modules have a
+    kernel of every name (only those in ``functions`` where it is a set). A module's function, and a
+    library kernel's function (cuKernelGetFunction), belongs to the context current when it was made:
+    launching it from another context fails with CUDA_ERROR_INVALID_CONTEXT, as on a GPU; a library's
+    CUkernel runs in the stream's context (the current one on a default stream), as on a GPU.
     Allocations and streams belong to the device of the context current when they were made (pool
-    allocations to the pool's), which cuPointerGetAttribute and cuStreamGetDevice report. Launches (cuLaunchKernel and
-    cuLaunchKernelEx) read their arguments as ``param_kinds`` and return the statuses queued in
-    ``launch_failures`` first."""
+    allocations to the pool's), which cuPointerGetAttribute and cuStreamGetDevice report. Launches
+    (cuLaunchKernel and cuLaunchKernelEx) read their arguments as ``kernel_params`` says for the
+    kernel's name (``param_kinds`` for the others, in ``calls``), return the statuses queued in
+    ``launch_failures`` first, and record each accepted one in ``launches`` (a kernel that does nothing,
+    its launch checked)."""
 
     cuuint64_t = real_cu.cuuint64_t  # a value type, not a call
 
@@ -69,7 +89,10 @@ class FakeDriver:
         self.next_handle = 0x100
         self.live = set()
         self.contexts = {}  # module or function handle -> the context it was loaded in
-        self.functions = {b"present"}  # the function names every module has
+        self.functions = None  # the kernel names every library and module has: None for any
+        self.kernel_names = {}  # CUkernel or CUfunction handle -> its kernel's name (str)
+        self.kernel_params = {}  # kernel name -> the argument kinds its launches are read as
+        self.launches = []  # Launch records of the launches accepted
         self.owners = {}  # allocation address, stream or pool handle -> the ordinal of its device
         self.lock = threading.RLock()  # handles and allocation tables, for threads that allocate at once
         self.param_kinds = ("ptr", "i32")
@@ -325,25 +348,60 @@ class FakeDriver:
         return (OK, module)
 
     def cuModuleGetFunction(self, module, name):
-        if name not in self.functions:
+        if self.functions is not None and name not in self.functions:
             return (real_cu.CUresult.CUDA_ERROR_NOT_FOUND, None)
         function = self._handle(real_cu.CUfunction)
         self.contexts[int(function)] = self.contexts[int(module)]
+        self.kernel_names[int(function)] = name.decode()
         return (OK, function)
+
+    def cuLibraryLoadData(self, code, jit_options, jit_values, jit_count, options, option_values, option_count):
+        self._log("cuLibraryLoadData", bytes(code))
+        return (OK, self._handle(real_cu.CUlibrary))
+
+    def cuLibraryGetKernel(self, library, name):
+        if int(library) not in self.live:
+            return (real_cu.CUresult.CUDA_ERROR_INVALID_HANDLE, None)
+        if self.functions is not None and name not in self.functions:
+            return (real_cu.CUresult.CUDA_ERROR_NOT_FOUND, None)
+        kernel = self._handle(real_cu.CUkernel)
+        self.kernel_names[int(kernel)] = name.decode()
+        return (OK, kernel)
+
+    def cuKernelGetFunction(self, kernel):
+        self._log("cuKernelGetFunction", int(kernel), self._current())
+        if not self._current():
+            return (real_cu.CUresult.CUDA_ERROR_INVALID_CONTEXT, None)
+        function = self._handle(real_cu.CUfunction)
+        self.contexts[int(function)] = self._current()
+        self.kernel_names[int(function)] = self.kernel_names[int(kernel)]
+        return (OK, function)
+
+    def cuKernelSetAttribute(self, attribute, value, kernel, dev):
+        self._log("cuKernelSetAttribute", attribute, value, int(kernel), int(dev))
+        return (OK,)
 
     def cuFuncSetAttribute(self, function, attribute, value):
         self._log("cuFuncSetAttribute", int(function), attribute, value)
         return (OK,)
 
-    def _launch(self, name, f, grid, block, shared, stream, params, *more):
-        """Log one launch attempt (the context current at the time included) and return its status."""
-        current = self._current()
-        self._log(name, int(f), grid, block, shared, int(stream), current, tuple(read_params(self.param_kinds, params)),
-                  *more)
+    def _launch(self, name, f, grid, block, shared, stream, params, pdl=None):
+        """Log one launch attempt (the context it runs in included) and return its status; record an
+        accepted one in ``launches``."""
+        current, stream = self._current(), int(stream)
+        kernel = self.kernel_names.get(int(f), "")
+        kinds = self.kernel_params.get(kernel)
+        args = tuple(read_params(kinds if kinds is not None else self.param_kinds, params))
+        runs_in = current  # a CUfunction's launch, or any on a default stream: the current context
+        if isinstance(f, real_cu.CUkernel) and stream > 2 and stream in self.owners:
+            runs_in = 0xC000 + self.owners[stream]  # a CUkernel on a stream runs in the stream's context
+        self._log(name, int(f), grid, block, shared, stream, runs_in, args, *(() if pdl is None else (pdl,)))
         if self.launch_failures:
             return (self.launch_failures.pop(0),)
-        if self.contexts.get(int(f), current) != current:  # functions the fake did not make run anywhere
+        if self.contexts.get(int(f), runs_in) != runs_in:  # a function runs in its own context only
             return (real_cu.CUresult.CUDA_ERROR_INVALID_CONTEXT,)
+        self.launches.append(Launch(kernel, grid, block, shared, stream, runs_in, args if kinds is not None else None,
+                                    bool(pdl)))
         return (OK,)
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
@@ -406,29 +464,18 @@ def driver_modules() -> list:
 
 def fresh_driver_state(set_attr, cu) -> None:
     """Point pyrms's driver layer at ``cu`` (a FakeDriver, or any stand-in for cuda.bindings.driver)
-    with nothing cached from before: no device, context, module, kernel, launch configuration,
-    workspace pool, or pointer and stream accepted for a device. ``set_attr(obj, name, value)`` does the replacing, so the caller decides how it
-    is undone (``monkeypatch.setattr`` in a fixture, hostile_cases' saved-attribute list).
+    with nothing cached from before: no device, context, module, kernel, prepared launch, workspace
+    pool, or pointer and stream accepted for a device. ``set_attr(obj, name, value)`` does the
+    replacing, so the caller decides how it is undone (``monkeypatch.setattr`` in a fixture,
+    hostile_cases' saved-attribute list).
 
-    The driver's per-process state lives in ``pyrms.driver._process``. Its thread-local device selection
-    is one object for the life of the process (the hot path reads it through the package), so it is
-    reset for the calling thread; threads started later begin with none selected."""
-    from pyrms import kernels, launch
+    All of it hangs off one object, ``pyrms.driver._process._state`` (each Device holding its own
+    device's), replaced here. The thread-local device selection is one object for the life of the
+    process (the hot path reads it through the package), so it is reset for the calling thread;
+    threads started later begin with none selected."""
     from pyrms.driver import _process
-    from pyrms.ops import _placement, _prepared, _workspace
 
     for module in driver_modules():
         set_attr(module, "_cu", cu)
-    set_attr(_process, "_initialized", False)
-    set_attr(_process, "_init_failure", None)
-    set_attr(_process, "_devices", {})
-    set_attr(_process, "_device_count", None)
+    set_attr(_process, "_state", _process._Process())
     set_attr(_process._selected, "device", None)
-    set_attr(launch, "_modules", {})
-    set_attr(launch, "_launch_context", {})
-    set_attr(kernels, "_kernels", {})
-    for cache in _prepared._caches:  # every op's prepared launches
-        set_attr(cache, "items", {})
-    set_attr(_workspace, "_pools", {})
-    set_attr(_placement, "_pointers", {})
-    set_attr(_placement, "_streams", {})

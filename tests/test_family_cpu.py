@@ -258,25 +258,29 @@ def test_a_device_without_memory_pools_says_to_pass_a_workspace(monkeypatch):
                               "operation not supported")
 
     monkeypatch.setattr(_workspace.driver, "MemoryPool", refuse)
-    monkeypatch.setattr(_workspace, "_pools", {})
-    dev = type("Dev", (), {"ordinal": 3})()
+    dev = type("Dev", (), {"ordinal": 3, "workspace": None})()
     with pytest.raises(pyrms.CudaError, match=r"cuMemPoolCreate failed: CUDA_ERROR_NOT_SUPPORTED: operation not "
                                               r"supported \(the backward's workspace pool on device 3; pass workspace="):
         with _workspace.borrowed(dev, 0, 64):
             pass
-    assert _workspace._pools == {}  # nothing half-made is kept
+    assert dev.workspace is None  # nothing half-made is kept
 
 
 def test_workspace_is_allocated_and_freed_on_the_calls_stream(monkeypatch):
+    from pyrms.driver import _process
+
     monkeypatch.setattr(_workspace.driver, "MemoryPool", FakePool)
-    monkeypatch.setattr(_workspace, "_pools", {})
     FakePool.made.clear()
     synced = []
 
     def device(ordinal):
-        return type("Dev", (), {"ordinal": ordinal, "synchronize": lambda self: synced.append(ordinal)})()
+        return type("Dev", (), {"ordinal": ordinal, "workspace": None,
+                                "synchronize": lambda self: synced.append(ordinal)})()
 
     dev0, dev1 = device(0), device(1)
+    state = _process._Process()  # the process's state, knowing just these two devices
+    state.devices.update({0: dev0, 1: dev1})
+    monkeypatch.setattr(_process, "_state", state)
     with _workspace.borrowed(dev0, 7, 100) as a:
         assert FakePool.made[0].calls == [("allocate", 100, 7)] and _workspace.cached_bytes() == 4096
     assert FakePool.made[0].calls[-1] == ("free", a, 7)  # freed on the same stream, after the block

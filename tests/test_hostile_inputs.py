@@ -54,7 +54,7 @@ def test_environments_leave_the_driver_module_as_they_found_it():
     from pyrms.driver import _process
 
     def state():
-        return ([module._cu for module in driver_modules()], _process._devices, _process._selected.device,
+        return ([module._cu for module in driver_modules()], _process._state, _process._selected.device,
                 driver.launch_kernel, kernels.get, driver._Owned._own)
 
     before = state()

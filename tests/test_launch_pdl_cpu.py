@@ -101,17 +101,50 @@ def other_library_switches_context(fake):
 
 
 @pytest.mark.parametrize("pdl", [False, True])
-@pytest.mark.parametrize("how", ["Kernel.launch", "RowLaunch"])
-def test_a_wrong_context_is_retried_once(fake, kernel, how, pdl):
+@pytest.mark.parametrize("how, stream", [("Kernel.launch", 0x70), ("Kernel.launch", 0), ("RowLaunch", 0),
+                                         ("RowLaunch", 1)])
+def test_a_wrong_context_is_retried_once(fake, kernel, how, stream, pdl):
+    """Launches in the current context (the general path's, and any on a default stream) launch the
+    device context's function, which fails in another context, and are retried there."""
     rows = launch.RowLaunch(SIGNATURE, 64, (7,), driver.current_device(), pdl=pdl)
-    run = {"Kernel.launch": lambda grid: kernel.launch(grid, 64, (0x1000, 7), stream=0x70, pdl=pdl),
-           "RowLaunch": lambda grid: rows(kernel, grid, 0x70, 0x1000)}[how]
+    run = {"Kernel.launch": lambda grid: kernel.launch(grid, 64, (0x1000, 7), stream=stream, pdl=pdl),
+           "RowLaunch": lambda grid: rows(kernel, grid, stream, 0x1000)}[how]
     run(1)  # the launch layer now trusts this thread's context...
     other_library_switches_context(fake)
     run(2)  # ...so this launch fails first, in the other context
     name = "cuLaunchKernelEx" if pdl else "cuLaunchKernel"
     assert [(call, grid[0], ctx) for call, grid, _, _, _, ctx, *_ in launches(fake)] == [
         (name, 1, 0xC000), (name, 2, 0xBEEF), (name, 2, 0xC000)]
+    function = int(kernel.function)
+    assert [args[0] for call, args in fake.calls if call == name] == [function] * 3
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_a_library_kernel_on_an_explicit_stream_runs_in_the_streams_context(fake, kernel, pdl):
+    """A RowLaunch passes the CUkernel itself on an explicit stream, whose context runs it: nothing is
+    made current, whatever another library made current on the thread."""
+    device = driver.current_device()
+    stream = driver.Stream()
+    rows = launch.RowLaunch(SIGNATURE, 64, (7,), device, pdl=pdl)
+    other_library_switches_context(fake)
+    before = fake.names().count("cuCtxSetCurrent")
+    rows(kernel, 3, stream.handle, 0x1000)
+    assert fake.names().count("cuCtxSetCurrent") == before  # no context switch for it
+    name = "cuLaunchKernelEx" if pdl else "cuLaunchKernel"
+    assert [(call, args[0], args[4], args[5]) for call, args in fake.calls if call == name] == [
+        (name, int(kernel.handle), stream.handle, 0xC000)]
+    stream.close()
+
+
+def test_module_loading_launches_the_modules_function_in_its_context_on_every_stream(fake, monkeypatch):
+    monkeypatch.setenv("PYRMS_KERNEL_LOADING", "module")
+    kernel = launch.load_module(b"module cubin").function("present", SIGNATURE)
+    rows = launch.RowLaunch(SIGNATURE, 64, (7,), driver.current_device())
+    rows(kernel, 1, 0x70, 0x1000)
+    other_library_switches_context(fake)
+    rows(kernel, 2, 0x70, 0x1000)  # fails in the other context, then is retried in the device's
+    assert [(args[0], args[5]) for call, args in fake.calls if call == "cuLaunchKernel"] == [
+        (int(kernel.handle), 0xC000), (int(kernel.handle), 0xBEEF), (int(kernel.handle), 0xC000)]
 
 
 @pytest.mark.parametrize("pdl", [False, True])

@@ -223,7 +223,8 @@ def test_one_device_keeps_no_check_and_asks_nothing(one):
         for op in OPS:
             op(p, stream=stream.handle)
     assert len(launches(one)) == 3 * (1 + 1 + 1 + 2 + 3 + 1)
-    assert queries(one) == [] and _placement._pointers == {} and _placement._streams == {}
+    state = driver.process_state()
+    assert queries(one) == [] and state.pointers == {} and state.streams == {}
     prepared = rms_norm_module._prepared.require("float32", HIDDEN, None, None, False, False, True)
     assert prepared.placed is None and _placement.for_device(driver.get_device(0)) is None
     p.close()
@@ -244,8 +245,8 @@ def test_placement_tables_are_bounded(two, monkeypatch):
         ptr = buffer.ptr
         for k in range(5):
             _placement.check(device, {"input": ptr + 4 * k}, None)
-            assert len(_placement._pointers) <= 3
-    assert _placement._pointers == {ptr + 12: 0, ptr + 16: 0}  # emptied when full, then refilled
+            assert len(driver.process_state().pointers) <= 3
+    assert driver.process_state().pointers == {ptr + 12: 0, ptr + 16: 0}  # emptied when full, then refilled
 
 
 # --- per-device compilation, modules, prepared launches and workspaces --------------------------------
@@ -254,7 +255,6 @@ def test_placement_tables_are_bounded(two, monkeypatch):
 def test_one_nvrtc_run_and_one_module_per_device_context(small, monkeypatch):
     fake = FakeDriver(device_count=2)
     fresh_driver_state(monkeypatch.setattr, fake)
-    fake.functions.add(b"_Z1kILi3EEvPi")  # k<3>, as NVRTC lowers it
     runs = []
     nvrtc = compiler._nvrtc_compile
     monkeypatch.setattr(compiler, "_nvrtc_compile", lambda *args: runs.append(args[2]) or nvrtc(*args))
@@ -262,14 +262,13 @@ def test_one_nvrtc_run_and_one_module_per_device_context(small, monkeypatch):
     k0 = kernels.get("small.cu", "k<3>", ("k<3>",), ("ptr",), dev0)
     k1 = kernels.get("small.cu", "k<3>", ("k<3>",), ("ptr",), dev1)
     assert runs == ["sm_90"]  # both devices are sm_90: one NVRTC run
-    loads = [args[0] for name, args in fake.calls if name == "cuModuleLoadData"]
-    assert len(loads) == 2 and loads[0] == loads[1]  # the same cubin, loaded twice
-    modules = dict(launch._modules)
-    assert sorted(ordinal for ordinal, _ in modules) == [0, 1]
-    assert {fake.contexts[int(m.handle)] for m in modules.values()} == {0xC000, 0xC001}  # one per device context
+    loads = [args[0] for name, args in fake.calls if name == "cuLibraryLoadData"]
+    assert len(loads) == 2 and loads[0] == loads[1]  # the same cubin, loaded once per device
+    assert [len(dev.modules) for dev in (dev0, dev1)] == [1, 1]
+    assert {fake.contexts[int(k.function)] for k in (k0, k1)} == {0xC000, 0xC001}  # each its device's context's
     assert k0 is not k1 and (k0.device, k1.device) == (dev0, dev1)
     assert kernels.get("small.cu", "k<3>", ("k<3>",), ("ptr",), dev1) is k1  # kept per device: no more loads
-    assert fake.names().count("cuModuleLoadData") == 2 and runs == ["sm_90"]
+    assert fake.names().count("cuLibraryLoadData") == 2 and runs == ["sm_90"]
     fake.param_kinds = ("ptr",)
     k1.launch(1, 32, (0x10,))
     k0.launch(1, 32, (0x10,))  # each launch from its own device's context (the fake refuses any other)
@@ -282,8 +281,7 @@ def test_prepared_launches_and_kernels_are_per_device(two):
         p = Operands(ordinal)
         call_rms_norm(p)
         p.close()
-    items = rms_norm_module._prepared.items
-    assert sorted(key[0].ordinal for key in items) == [0, 1]  # the third call reused device 0's
+    assert [len(rms_norm_module._prepared.of(driver.get_device(o))) for o in (0, 1)] == [1, 1]  # the third: reused
     assert sorted({ordinal for _, _, ordinal in two.asked_for}) == [0, 1]
     assert [context for _, context in launches(two)] == [CONTEXT[0], CONTEXT[1], CONTEXT[0]]
 
@@ -297,8 +295,8 @@ def test_workspace_pools_are_per_device_and_released_per_device(two):
         call_rms_backward(p, stream=streams[ordinal])
         call_ln_backward(p, stream=streams[ordinal])
         p.close()
-    pools = dict(_workspace._pools)
-    assert sorted(pools) == [0, 1] and all(pool.device.ordinal == o for o, pool in pools.items())
+    pools = {o: driver.get_device(o).workspace for o in (0, 1)}
+    assert _workspace.pools() == [pools[0], pools[1]] and all(pool.device.ordinal == o for o, pool in pools.items())
     assert {two.owners[int(pool._pool)] for pool in pools.values()} == {0, 1}  # each made for its own device
     allocations = [args for name, args in two.calls if name == "cuMemAllocFromPoolAsync"]
     assert [(pool, stream) for _, pool, stream in allocations] == [

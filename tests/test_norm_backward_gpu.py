@@ -100,7 +100,7 @@ def test_streams_closed_after_use_leave_no_workspace():
             s.synchronize()
     pyrms.release_workspaces()
     assert pyrms.ops._workspace.cached_bytes() == 0
-    assert pyrms.ops._workspace.KEEP_BYTES > 0 and len(pyrms.ops._workspace._pools) == 1
+    assert pyrms.ops._workspace.KEEP_BYTES > 0 and len(pyrms.ops._workspace.pools()) == 1
     for o in ops:
         o.close()
 

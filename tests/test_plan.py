@@ -87,7 +87,6 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     SPREAD in its name, and loads its weights early) with one block per row, or, for many short rows,
     packed rows of the same fold. Recorded at the launch, with a stand-in for the kernels and the device."""
     from pyrms import driver, kernels
-    from pyrms.ops import _prepared
 
     from pyrms import launch
 
@@ -100,16 +99,18 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     class StandInDevice:
         compute_capability = (9, 0)
 
+        def __init__(self):
+            self.prepared = {}  # the prepared launches, as a Device keeps them: none from other tests
+
     def record(self, kernel, grid, stream, *head):
         launches.append((kernel.name, grid, self.block))
 
     monkeypatch.setattr(kernels, "get", lambda source, expression, *rest: Recorder(expression))
     device = StandInDevice()
     monkeypatch.setattr(driver, "selected_device", lambda: device)
+    monkeypatch.setattr(driver._selected, "device", device)  # where the inlined prepared-launch lookup reads it
     monkeypatch.setattr(driver, "device_count", lambda: 1)  # one device: no placement check (ops/_placement)
     monkeypatch.setattr(launch.RowLaunch, "__call__", record)
-    for cache in _prepared._caches:
-        monkeypatch.setattr(cache, "items", {})
     rows = (1, 5, plan.FEW_ROWS, plan.FEW_ROWS + 1, 70001)
     for n in rows:
         pyrms.rms_norm(1 << 20, 1 << 34, 1 << 40, 1e-6, n, hidden, dtype="bfloat16")

@@ -23,7 +23,7 @@ def test_the_workspace_of_a_closed_stream_does_not_stay_allocated(monkeypatch):
             pyrms.rms_norm_backward(gi, gw, dy, x, w, 1e-6, 4, 64, stream=stream)
             stream.synchronize()
             stream.close()
-        held, pools = _workspace.cached_bytes(), len(_workspace._pools)
+        held, pools = _workspace.cached_bytes(), len(_workspace.pools())
         free_after = driver.current_device().mem_info()[0]
         monkeypatch.undo()
     assert pools == 1  # one pool for the device, whatever the streams

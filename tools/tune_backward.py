@@ -34,7 +34,8 @@ def main() -> int:
     args = parser.parse_args()
     dt, ln = args.dtype, args.layer_norm
     original = plan.plan_norm_backward
-    timer = timing.EventTimer(driver.current_device(), 0)  # the op launches on the legacy default stream
+    device = driver.current_device()
+    timer = timing.EventTimer(device, 0)  # the op launches on the legacy default stream
     op = "layer_norm_backward" if ln else "rms_norm_backward"
     try:
         for shape in args.shapes.split(","):
@@ -67,7 +68,7 @@ def main() -> int:
                         print(f"  {config}: skipped: {exc}")
                         continue
                     plan.plan_norm_backward = lambda d, h, _forced=forced, **kw: _forced
-                _backward._prepared.items.clear()  # prepared launches hold the plan they were made with
+                _backward._prepared.forget(device)  # prepared launches hold the plan they were made with
 
                 def launch(i, rows_per_block=rows_per_block):
                     if ln:
@@ -88,7 +89,7 @@ def main() -> int:
                     b.close()
     finally:
         plan.plan_norm_backward = original
-        _backward._prepared.items.clear()
+        _backward._prepared.forget(device)
         timer.close()
     return 0
 

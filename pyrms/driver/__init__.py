@@ -6,12 +6,13 @@ The only package that imports ``cuda.bindings.driver``; one private module per c
 
 - ``_status``: how ``errors.check`` names a CUresult (registered at import)
 - ``_device``: ``Device``, one device's attributes and its primary context
-- ``_process``: cuInit, the device count and table, each thread's selected device: the layer's
-  per-process state, in this one module
+- ``_process``: cuInit, the device count and table, each thread's selected device: the per-process
+  state, in one object (each Device holding its own device's)
 - ``_owned``: the close()/finalizer base of every handle-owning object
 - ``_stream``, ``_event``: streams and the reading of stream arguments; events
 - ``_memory``, ``_copy``: device, pooled and pinned memory, pointer ownership; copies and memsets
-- ``_module``, ``_launcher``: CUBIN modules and functions; launches, PDL included
+- ``_module``, ``_launcher``: CUBIN images loaded as libraries (or modules) and their kernels;
+  launches, PDL included
 - ``_graph``: stream capture into graphs
 
 Each module that calls the driver binds it as its global ``_cu`` (tests/fake_driver.py swaps a
@@ -26,16 +27,16 @@ from ._event import Event
 from ._graph import Graph, capture
 from ._launcher import launch_kernel, pdl_config, raw_launch
 from ._memory import DeviceBuffer, MemoryPool, PinnedBuffer, pointer_device
-from ._module import module_function, module_load, set_max_dynamic_shared
+from ._module import LOADINGS, image_kernel, image_load, kernel_loading, set_max_dynamic_shared
 from ._owned import _Owned
-from ._process import (_selected, current_device, device_count, driver_version, get_device, resolve_device,
-                       selected_device, set_device, synchronize, unavailable_reason)
+from ._process import (_selected, current_device, device_count, driver_version, get_device, process_state,
+                       resolve_device, selected_device, set_device, synchronize, unavailable_reason)
 from ._stream import Stream, stream_device, stream_handle
 
 __all__ = [
-    "Device", "DeviceBuffer", "Event", "Graph", "MemoryPool", "PinnedBuffer", "Stream",
-    "capture", "current_device", "device_count", "driver_version", "get_device", "launch_kernel",
-    "memcpy_dtod", "memcpy_dtoh", "memcpy_htod", "memset_d8", "module_function", "module_load",
-    "pdl_config", "pointer_device", "raw_launch", "resolve_device", "selected_device", "set_device",
+    "LOADINGS", "Device", "DeviceBuffer", "Event", "Graph", "MemoryPool", "PinnedBuffer", "Stream",
+    "capture", "current_device", "device_count", "driver_version", "get_device", "image_kernel", "image_load",
+    "kernel_loading", "launch_kernel", "memcpy_dtod", "memcpy_dtoh", "memcpy_htod", "memset_d8", "pdl_config",
+    "pointer_device", "process_state", "raw_launch", "resolve_device", "selected_device", "set_device",
     "set_max_dynamic_shared", "stream_device", "stream_handle", "synchronize", "unavailable_reason",
 ]

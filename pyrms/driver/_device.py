@@ -1,6 +1,7 @@
-"""One CUDA device: its attributes (asked once) and its primary context, the one the CUDA runtime uses,
-so that memory is shared with PyTorch, CuPy and anything else built on the runtime API. Primary
-contexts are retained once and never released: the driver tears them down at process exit."""
+"""One CUDA device: its attributes (asked once), its primary context, the one the CUDA runtime uses,
+so that memory is shared with PyTorch, CuPy and anything else built on the runtime API, and the state
+every layer keeps for it. Primary contexts are retained once and never released: the driver tears
+them down at process exit."""
 from __future__ import annotations
 
 import contextlib
@@ -14,13 +15,26 @@ from ..errors import check
 
 
 class Device:
-    """One CUDA device and its primary context. Get it from ``get_device`` or ``current_device``."""
+    """One CUDA device, its primary context and everything pyrms keeps for it. Get it from
+    ``get_device`` or ``current_device``.
+
+    The per-device state of every layer lives here, in containers the layers above fill (the driver
+    never looks inside), so that dropping the Device drops it all: tests/fake_driver.py resets the
+    process by replacing _process's table of Devices. ``modules``: sha256 of a CUBIN -> its
+    pyrms.launch.Module (kernels, argument packs); ``kernels``: (source, name expression) -> Kernel
+    (pyrms.kernels); ``prepared``: (op's PreparedCache, static arguments...) -> prepared launch
+    (pyrms.ops._prepared); ``workspace``: the backward's MemoryPool, made at first use
+    (pyrms.ops._workspace). Each layer guards its writes with its own lock."""
 
     def __init__(self, ordinal: int, handle):
         self.ordinal = ordinal
         self._handle = handle
         self._context = None
         self._lock = threading.Lock()
+        self.modules: dict = {}
+        self.kernels: dict = {}
+        self.prepared: dict = {}
+        self.workspace = None
 
     def __repr__(self) -> str:
         return f"<pyrms Device {self.ordinal}>"

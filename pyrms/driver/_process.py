@@ -1,7 +1,9 @@
 """The process's view of the driver: ``cuInit`` once, the device count, one Device per ordinal, and
-each thread's selected device. The driver layer's state lives here (beside it only _launcher's
-per-thread launch configuration, scratch that holds no handle), so a test that swaps the driver
-(tests/fake_driver.py) resets this one module.
+each thread's selected device. All of pyrms's per-process state hangs off the one ``_Process`` object
+here (each Device holds its own device's: modules, kernels, prepared launches, workspace pool), so a
+test that swaps the driver (tests/fake_driver.py) replaces that one object and the calling thread's
+selection. Beside it only scratch that holds no handle (_launcher's per-thread launch configuration)
+and the compiler's in-memory cache, keyed by arch, not device, which needs no driver.
 
 Importing touches no driver: ``cuInit`` is called at first use, where a missing driver (or no
 device) becomes ``errors.NoDriverError``, raised then and on every later use.
@@ -18,11 +20,32 @@ from ..errors import check
 from ._device import Device
 
 _init_lock = threading.Lock()
-_initialized = False
-_init_failure: str | None = None  # kept: a driver does not appear later in the same process
-_device_count: int | None = None
-_devices: dict[int, Device] = {}
 _devices_lock = threading.Lock()
+
+
+class _Process:
+    """The per-process state: cuInit's outcome, the device count, the Devices by ordinal, the Device
+    whose context each thread last made current for a launch (pyrms.launch), and which device each raw
+    pointer and stream handle was accepted for (pyrms.ops._placement)."""
+
+    __slots__ = ("initialized", "init_failure", "device_count", "devices", "contexts", "pointers", "streams")
+
+    def __init__(self):
+        self.initialized = False
+        self.init_failure: str | None = None  # kept: a driver does not appear later in the same process
+        self.device_count: int | None = None
+        self.devices: dict[int, Device] = {}
+        self.contexts: dict[int, Device] = {}  # threading.get_ident() -> Device
+        self.pointers: dict[int, int] = {}  # raw pointer -> ordinal of the device it was accepted for
+        self.streams: dict[int, int] = {}  # raw stream handle -> ordinal, likewise
+
+
+_state = _Process()
+
+
+def process_state() -> _Process:
+    """The process's state object (for the layers above that keep process-wide tables in it)."""
+    return _state
 
 
 class _Selected(threading.local):
@@ -45,18 +68,18 @@ def _one_line(exc: BaseException) -> str:
 
 def ensure_init() -> None:
     """cuInit(0) once per process; any failure becomes NoDriverError, raised now and on every use."""
-    global _initialized, _init_failure
-    if _initialized:
+    state = _state
+    if state.initialized:
         return
     with _init_lock:
-        if not _initialized and _init_failure is None:
+        if not state.initialized and state.init_failure is None:
             try:
                 check(_cu.cuInit(0), "cuInit")
-                _initialized = True
+                state.initialized = True
             except Exception as exc:  # DynamicLibNotFoundError (a RuntimeError), OSError, CudaError...
-                _init_failure = _one_line(exc)
-    if _init_failure is not None:
-        raise errors.NoDriverError(f"no CUDA driver found: {_init_failure}")
+                state.init_failure = _one_line(exc)
+    if state.init_failure is not None:
+        raise errors.NoDriverError(f"no CUDA driver found: {state.init_failure}")
 
 
 def unavailable_reason() -> str | None:
@@ -81,16 +104,17 @@ def driver_version() -> str | None:
 def device_count() -> int:
     """How many CUDA devices this process sees (asked once: the count cannot change in a process);
     NoDriverError without a driver."""
-    global _device_count
-    if _device_count is None:
+    state = _state
+    if state.device_count is None:
         ensure_init()
-        _device_count = check(_cu.cuDeviceGetCount(), "cuDeviceGetCount")
-    return _device_count
+        state.device_count = check(_cu.cuDeviceGetCount(), "cuDeviceGetCount")
+    return state.device_count
 
 
 def get_device(ordinal: int = 0) -> Device:
     """The Device of ``ordinal`` (one object per ordinal). ValueError names the allowed range."""
-    device = _devices.get(ordinal) if type(ordinal) is int else None
+    devices = _state.devices
+    device = devices.get(ordinal) if type(ordinal) is int else None
     if device is not None:
         return device
     if isinstance(ordinal, bool):
@@ -105,9 +129,9 @@ def get_device(ordinal: int = 0) -> Device:
         raise ValueError(f"device ordinal {ordinal} is out of range: this machine has {count} "
                          f"CUDA device(s), ordinals {allowed}")
     with _devices_lock:
-        device = _devices.get(ordinal)
+        device = devices.get(ordinal)
         if device is None:
-            device = _devices[ordinal] = Device(ordinal, check(_cu.cuDeviceGet(ordinal), "cuDeviceGet"))
+            device = devices[ordinal] = Device(ordinal, check(_cu.cuDeviceGet(ordinal), "cuDeviceGet"))
     return device
 
 

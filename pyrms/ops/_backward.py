@@ -8,7 +8,7 @@ from .. import driver, dtypes, kernels
 from .. import plan as planner
 from . import _operands as check
 from . import _placement, _workspace
-from ._prepared import Pointers, cache_for, scalars_ok, use_pdl
+from ._prepared import Pointers, PreparedCache, scalars_ok, use_pdl
 
 _ROWS_SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32", "i64", "i32",
                    "i32")
@@ -120,7 +120,7 @@ class Prepared:
         return True
 
 
-_prepared = cache_for(Prepared)
+_prepared = PreparedCache(Prepared)
 
 
 def parameter_gradients(layer_norm: bool, weight, grad_weight, grad_bias, grad_weight_dtype) -> dict:

@@ -32,27 +32,28 @@ LIMIT = 4096  # remembered pointers, and stream handles, whatever a long-running
 DEFAULT_STREAMS = (0, 1, 2)
 _SELECT = "(pyrms.driver.set_device selects the calling thread's device)"
 
-# Raw pointer / stream handle -> the ordinal of the device the general path accepted it for.
-_pointers: dict[int, int] = {}
-_streams: dict[int, int] = {}
+# What was accepted for which device (raw pointer / stream handle -> ordinal) is kept in the process's
+# state object (driver.process_state(): ``pointers``, ``streams``), which a Placed reads directly.
 
 
 class Placed:
     """The per-call device check of the prepared launches of one device (see the module docstring)."""
 
-    __slots__ = ("ordinal",)
+    __slots__ = ("ordinal", "pointers", "streams")
 
     def __init__(self, ordinal: int):
         self.ordinal = ordinal
+        state = driver.process_state()  # the tables themselves: a prepared launch lives no longer than they do
+        self.pointers, self.streams = state.pointers, state.streams
 
     def ok(self, pointers, stream: int) -> bool:
         """Whether every pointer and the stream (a raw handle) were accepted for this device before;
         no driver call."""
-        ordinal, seen = self.ordinal, _pointers
+        ordinal, seen = self.ordinal, self.pointers
         for ptr in pointers:
             if seen.get(ptr) != ordinal:
                 return False
-        return stream in DEFAULT_STREAMS or _streams.get(stream) == ordinal
+        return stream in DEFAULT_STREAMS or self.streams.get(stream) == ordinal
 
 
 def for_device(device: driver.Device) -> Placed | None:
@@ -67,24 +68,24 @@ def check(device: driver.Device, pointers: dict[str, int], stream) -> None:
     ``device`` before and remembers what passes. Nothing where the process sees one device."""
     if driver.device_count() < 2:
         return
-    ordinal = device.ordinal
+    ordinal, state = device.ordinal, driver.process_state()
     for name, ptr in pointers.items():
-        if _pointers.get(ptr) == ordinal:
+        if state.pointers.get(ptr) == ordinal:
             continue
         owner = driver.pointer_device(ptr)
         if owner is not None and owner != ordinal:
             raise ValueError(f"{name} pointer {ptr:#x} is on device {owner}, but the launch runs on device {ordinal} "
                              + _SELECT)
-        _remember(_pointers, ptr, ordinal)
+        _remember(state.pointers, ptr, ordinal)
     handle = driver.stream_handle(stream)
-    if handle in DEFAULT_STREAMS or _streams.get(handle) == ordinal:
+    if handle in DEFAULT_STREAMS or state.streams.get(handle) == ordinal:
         return
     known = stream.device if isinstance(stream, driver.Stream) else None
     owner = known.ordinal if known is not None else driver.stream_device(handle)
     if owner != ordinal:
         raise ValueError(f"stream {handle:#x} belongs to device {owner}, but the launch runs on device {ordinal}, "
                          f"where its operands are: pass a stream of device {ordinal} or None " + _SELECT)
-    _remember(_streams, handle, ordinal)
+    _remember(state.streams, handle, ordinal)
 
 
 def _remember(table: dict[int, int], value: int, ordinal: int) -> None:

@@ -2,8 +2,9 @@
 launch shape, every static check) resolved once per (device, op, dtype, hidden, layout, options).
 
 Each op defines its Prepared class (its per-call checks are inline there: they are the hot path);
-this module keeps them, per op, in a bounded dict keyed by the device and the op's static arguments
-exactly as the caller passed them, so that a repeated call costs one dict lookup. Where the process
+this module keeps them in the device's bounded dict (``Device.prepared``), keyed by the op's
+PreparedCache and its static arguments exactly as the caller passed them, so that a repeated call
+costs one dict lookup. Where the process
 sees several devices, a Prepared also checks per call, without a driver call, that its pointers and
 stream were accepted for its device before (``_placement.Placed``; ``_placement`` says what is
 checked where).
@@ -13,60 +14,62 @@ from __future__ import annotations
 from .. import driver, errors, kernels, launch
 from ._operands import FLOAT32_MAX, flag
 
-LIMIT = 4096  # prepared launches kept per op, whatever shapes a long-running server meets
+LIMIT = 4096  # prepared launches kept per device, whatever shapes a long-running server meets
 
 
 class PreparedCache:
-    """Prepared launches of one op; ``factory(device, *static_args)`` builds one, raising
-    TypeError/ValueError for arguments it cannot accept."""
+    """Prepared launches of one op, kept in each device's ``prepared`` dict under keys that begin with
+    this object; ``factory(device, *static_args)`` builds one, raising TypeError/ValueError for
+    arguments it cannot accept. An op's inlined hot path looks up
+    ``driver._selected.device.prepared[(cache, *static_args)]`` itself."""
 
-    __slots__ = ("factory", "items")
+    __slots__ = ("factory",)
 
     def __init__(self, factory):
         self.factory = factory
-        self.items: dict[tuple, object] = {}
 
     def get(self, *static_args):
         """The prepared launch, or None where the arguments are unhashable or invalid (the caller's
         general path then raises the error that names them)."""
         try:
-            key = (driver.selected_device(), *static_args)
+            device = driver.selected_device()
         except errors.NoDriverError:  # reported after the arguments are checked
             return None
+        key = (self, *static_args)
         try:
-            return self.items[key]
+            return device.prepared[key]
         except KeyError:
             pass
         except TypeError:
             return None
         try:
-            prepared = self.factory(*key)
+            prepared = self.factory(device, *static_args)
         except (TypeError, ValueError):
             return None
-        return self._keep(key, prepared)
+        return _keep(device.prepared, key, prepared)
 
     def require(self, *static_args):
         """The prepared launch; the factory's error where the arguments are invalid."""
-        key = (driver.selected_device(), *static_args)
-        prepared = self.items.get(key)
-        return prepared if prepared is not None else self._keep(key, self.factory(*key))
+        device = driver.selected_device()
+        key = (self, *static_args)
+        prepared = device.prepared.get(key)
+        return prepared if prepared is not None else _keep(device.prepared, key, self.factory(device, *static_args))
 
-    def _keep(self, key, prepared):
-        if len(self.items) >= LIMIT:
-            self.items.clear()
-        self.items[key] = prepared
-        return prepared
+    def of(self, device) -> dict:
+        """This op's prepared launches on ``device``, by static arguments (a copy: for tests and tools)."""
+        return {key[1:]: prepared for key, prepared in device.prepared.items() if key[0] is self}
+
+    def forget(self, device) -> None:
+        """Drop this op's prepared launches on ``device`` (tools that change what a factory builds)."""
+        for key in [key for key in device.prepared if key[0] is self]:
+            del device.prepared[key]
 
 
-# Every op's cache, so that a test that swaps the driver can reset them all (tests/fake_driver.py).
-_caches: list[PreparedCache] = []
-
-
-def cache_for(factory) -> PreparedCache:
-    """A new PreparedCache, registered in _caches."""
-    cache = PreparedCache(factory)
-    _caches.append(cache)
-    return cache
+def _keep(items: dict, key, prepared):
+    if len(items) >= LIMIT:
+        items.clear()
+    items[key] = prepared
+    return prepared
 
 
 class Pointers:

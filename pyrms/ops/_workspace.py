@@ -12,7 +12,8 @@ that stream right after queueing its kernels (cuMemFreeAsync). The stream orders
   backward pass owns its workspace.
 
 The pool keeps up to KEEP_BYTES of freed memory reserved across synchronizations, so repeated calls
-reuse it without going back to the driver's allocator; ``release_workspaces()`` returns it all.
+reuse it without going back to the driver's allocator; ``release_workspaces()`` returns it all. Each
+device's pool is kept in its Device (``Device.workspace``).
 """
 from __future__ import annotations
 
@@ -26,15 +27,14 @@ from .. import driver, errors
 # the largest common workspace, LayerNorm's at 32768 x 8192, is 134 MB.
 KEEP_BYTES = 256 << 20
 
-_pools: dict[int, driver.MemoryPool] = {}
 _pools_lock = threading.Lock()
 
 
 def _pool(device: driver.Device) -> driver.MemoryPool:
-    pool = _pools.get(device.ordinal)
+    pool = device.workspace
     if pool is None:
         with _pools_lock:
-            pool = _pools.get(device.ordinal)
+            pool = device.workspace
             if pool is None:
                 try:
                     pool = driver.MemoryPool(device, keep_bytes=KEEP_BYTES)
@@ -42,7 +42,7 @@ def _pool(device: driver.Device) -> driver.MemoryPool:
                     raise type(exc)(exc.call, exc.status, exc.name,
                                     f"{exc.description} (the backward's workspace pool on device {device.ordinal}; "
                                     "pass workspace=, of pyrms.backward_workspace_bytes(...) bytes, instead)") from None
-                _pools[device.ordinal] = pool
+                device.workspace = pool
     return pool
 
 
@@ -58,18 +58,21 @@ def borrowed(device: driver.Device, stream: int, nbytes: int) -> Iterator[int]:
         pool.free(ptr, stream)
 
 
+def pools() -> list[driver.MemoryPool]:
+    """The workspace pools made so far, one per device that ran a backward without ``workspace=``."""
+    with _pools_lock:
+        devices = list(driver.process_state().devices.values())
+    return [device.workspace for device in devices if device.workspace is not None]
+
+
 def release_workspaces() -> None:
     """Return the memory the workspace pools keep for reuse to the device, each once its device is
     idle (so that the frees queued by earlier calls have taken effect)."""
-    with _pools_lock:
-        pools = list(_pools.values())
-    for pool in pools:
+    for pool in pools():
         pool.device.synchronize()
         pool.trim(0)
 
 
 def cached_bytes() -> int:
     """Bytes of device memory the workspace pools hold now (in use by queued work, or kept for reuse)."""
-    with _pools_lock:
-        pools = list(_pools.values())
-    return sum(pool.reserved_bytes for pool in pools)
+    return sum(pool.reserved_bytes for pool in pools())

@@ -6,7 +6,7 @@ from .. import plan as planner
 from . import _operands as check
 from . import _placement
 from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
-from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok, use_pdl
+from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
@@ -46,7 +46,7 @@ class Prepared:
         return True
 
 
-_prepared = cache_for(Prepared)
+_prepared = PreparedCache(Prepared)
 
 
 def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperand, epsilon: float,

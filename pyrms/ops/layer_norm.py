@@ -7,7 +7,7 @@ from . import _operands as check
 from . import _placement
 from ._backward import norm_backward
 from .._types import DTypeLike, OptionalOperand, Operand, StreamLike, Workspace
-from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok, use_pdl
+from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
@@ -49,7 +49,7 @@ class Prepared:
         return True
 
 
-_prepared = cache_for(Prepared)
+_prepared = PreparedCache(Prepared)
 
 
 def layer_norm(out: OptionalOperand, input: Operand, weight: Operand | None, bias: Operand | None, epsilon: float,

@@ -6,7 +6,7 @@ from .. import plan as planner
 from . import _operands as check
 from .._types import DTypeLike, OptionalOperand, Operand, StreamLike
 from . import _placement, _views
-from ._prepared import RowLaunches, cache_for, use_pdl
+from ._prepared import PreparedCache, RowLaunches, use_pdl
 from .rms_norm_nd import NdLaunch, NdPrepared, is_nd, lead_sizes, lead_strides
 from .rms_norm_nd import explain as explain_nd
 
@@ -93,7 +93,7 @@ def _make(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pd
     return Prepared(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype)
 
 
-_prepared = cache_for(_make)
+_prepared = PreparedCache(_make)
 
 
 def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl=True,
@@ -156,10 +156,10 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsi
         nd = is_nd(num_tokens, input_stride, out_stride, weight_stride)
         if nd and not (type(input_stride) is tuple and type(out_stride) is tuple):
             input_stride, out_stride = _nd_strides(num_tokens, hidden_size, input_stride, out_stride)
-        try:  # the prepared launch's lookup, inlined (PreparedCache.get does the same)
-            prepared = _prepared.items[(driver._selected.device, dtype, hidden_size, input_stride, out_stride,
-                                        gemma, round_once, pdl, weight_dtype, weight_stride)]
-        except (KeyError, TypeError):
+        try:  # the prepared launch's lookup, inlined (PreparedCache.get does the same; no device selected: None)
+            prepared = driver._selected.device.prepared[(_prepared, dtype, hidden_size, input_stride, out_stride,
+                                                         gemma, round_once, pdl, weight_dtype, weight_stride)]
+        except (KeyError, TypeError, AttributeError):
             prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
                                      weight_stride)
         if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream):

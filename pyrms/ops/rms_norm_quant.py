@@ -11,7 +11,7 @@ from .. import plan as planner
 from . import _operands as check
 from . import _placement
 from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
-from ._prepared import Pointers, RowLaunches, cache_for, scalars_ok, use_pdl
+from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 
 # Leading arguments: out, input, [residual,] weight, scales, given_ptr, given, epsilon; then the packed tail.
 _HEAD = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "f32")
@@ -80,7 +80,7 @@ class Prepared:
         return True
 
 
-_prepared = cache_for(Prepared)
+_prepared = PreparedCache(Prepared)
 
 
 def rms_norm_quant(out: int, input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .. import driver, dtypes, kernels, launch
 from . import _operands as check
 from . import _placement
-from ._prepared import cache_for, scalars_ok
+from ._prepared import PreparedCache, scalars_ok
 from .._types import DTypeLike, Operand, StreamLike
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32")
@@ -72,7 +72,7 @@ class Prepared:
         return True
 
 
-_prepared = cache_for(Prepared)
+_prepared = PreparedCache(Prepared)
 
 
 def seed_rms_norm(out: Operand, input: Operand, weight: Operand, epsilon: float, num_tokens: int, hidden_size: int, *,
