@@ -78,7 +78,7 @@ class Prepared:
         tail = (hidden, *strides, o_stride)
         if self.grouped:
             row_stride, group_stride, scales = group_scales(hidden // p.group_size, column_major, scale_stride)
-            self.scale_strides = (row_stride, group_stride)
+            self.scale_strides = (row_stride, group_stride, column_major)
             head, tail = lead + _GROUP_HEAD[2:], (p.group_shift, int(ue8m0), *tail)
         else:
             head = lead + _HEAD[2:]
@@ -103,11 +103,12 @@ class Prepared:
                 and type(given) is float):
             return False
         if self.grouped:
-            # per group: no scale_ub (given is +inf), and column-major scales with a group stride of at least the rows
-            row_stride, group_stride = self.scale_strides
+            # per group: no scale_ub (given is +inf); column-major scales (row stride 1) with a group stride of at
+            # least the rows, num_tokens where none was given
+            row_stride, group_stride, column_major = self.scale_strides
             if group_stride is None:
                 group_stride = num_tokens
-            if given != math.inf or group_stride < num_tokens:
+            if given != math.inf or (column_major and group_stride < num_tokens):
                 return False
         elif not ((given == math.inf and self.per_token)
                   or (self.value_allowed and _FLOAT32_TINY <= given <= check.FLOAT32_MAX)):
@@ -275,7 +276,7 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
     if mode == "per_group":
         groups = hidden // p.group_size
         _, group_stride, scale_shape = group_scales(groups, column_major, scale_stride)
-        if group_stride is not None and group_stride < num_tokens:
+        if column_major and group_stride is not None and group_stride < num_tokens:
             raise ValueError(f"scale_stride must be >= num_tokens ({num_tokens}) for column-major scales, so the "
                              f"tokens of one group do not overlap the next group's, got {group_stride}")
     shapes = {"out": (1, o_stride, hidden), "input": (dt.itemsize, x_stride, hidden),
