@@ -177,7 +177,8 @@ def nd_cases():
 
 def quant_cases():
     """rms_norm_quant and its fused add: every dtype, output dtype and mode; misalignments 0, 1 and VEC-1 of
-    input, weight, residual and the output, one of the fp32 scales, NaN/inf rows, both launch shapes."""
+    input, weight, residual and the output, one of the fp32 scales, NaN/inf rows, both launch shapes (per group:
+    _group_quant_cases)."""
     for fused in (False, True):
         op = "fused_add_rms_norm_quant" if fused else "rms_norm_quant"
         for dtype in dtypes.ALL:
@@ -195,6 +196,26 @@ def quant_cases():
                             dtype=dtype, rows=5, hidden=16384, out_dtype=out_dtype.name, mode=mode, fused=fused,
                             offsets={"scale": 1}, strides={"input": 16387, "out": 16390}, specials=True,
                             variant=variant)
+                yield from _group_quant_cases(op, fused, dtype, n, out_dtype.name)
+
+
+def _group_quant_cases(op, fused, dtype, n, out_dtype):
+    """per_group: groups crossing the split (input phases 1 and VEC-1, residual's too), misaligned output and
+    scales of both layouts (column-major padded, as DeepGEMM's), ue8m0, NaN/inf rows, both launch shapes, and
+    the most groups a row may have."""
+    common = dict(dtype=dtype, out_dtype=out_dtype, mode="per_group", fused=fused)
+    for group, hidden in ((64, 192), (128, 7168)):
+        for name in ("input", "weight", "out") + (("residual",) if fused else ()):
+            for off in (1, n - 1):
+                yield op, check_rms_norm_quant, dict(common, rows=3, hidden=hidden, group_size=group,
+                                                     offsets={name: off})
+        for variant in ("few", "many"):
+            for column_major in (False, True):
+                yield op, check_rms_norm_quant, dict(
+                    common, rows=5, hidden=hidden, group_size=group, offsets={"scale": 1, "input": 1},
+                    strides={"input": hidden + 3, "out": hidden + 5, "scale": 8 if column_major else hidden // group + 1},
+                    column_major=column_major, ue8m0=column_major, specials=True, variant=variant)
+    yield op, check_rms_norm_quant, dict(common, rows=3, hidden=65536, group_size=64, offsets={"input": 1})
 
 
 def seed_cases():
