@@ -72,8 +72,9 @@ struct GroupScales {
 };
 
 // The maximum m of |y| over each group g of 2^shift elements of the row (hidden a multiple of it), replaced by
-// per_group(g, m) in a shared array returned to every thread (after a barrier). fmaxf from 0: NaN is skipped, and the maximum is exact, so any order of
-// the elements gives the same bits; what must be right is which group each element counts in, at any split.
+// per_group(g, m) in a shared array returned to every thread (after a barrier). fmaxf from 0: NaN is skipped,
+// and the maximum is exact, so any order of the elements gives the same bits (no atomics needed either); what
+// must be right is which group each element counts in, at any split.
 // The row is walked at x's own split (its body vectors are the held ones) in steps of one vector per thread,
 // vector j * B + lane at step j (load_held's order, then the re-read ones), so every lane of a warp takes
 // part in every step: the V = G / N lanes that hold one group's vectors in a step (V divides 32, B is a
