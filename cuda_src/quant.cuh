@@ -8,7 +8,7 @@
 //   int8: q = cvt.rni.sat.s8.f32(z): round to nearest even, saturate to [-128, 127], NaN -> 0.
 //   z = y / s or y * (1/s), the reciprocal an fp32 division: as vLLM's kernel of each mode (Scaled).
 //   dynamic scales: s = fmaxf(amax / qmax, min_scale), min_scale = 1/(qmax * 512) for fp8, FLT_EPSILON
-//   for int8 (vLLM's min_scaling_factor).
+//   for int8 (vLLM's min_scaling_factor); per group with ue8m0, s then rounded up to a power of two.
 #pragma once
 #include <cuda_fp8.h>
 #include "common.cuh"
@@ -16,7 +16,7 @@
 namespace pyrms {
 
 // The modes of a quantizing kernel: one given scale, one computed per row, one per group of a row.
-enum QuantMode { STATIC = 0, PER_TOKEN = 1 };
+enum QuantMode { STATIC = 0, PER_TOKEN = 1, PER_GROUP = 2 };
 
 template <typename Q> struct Quant;
 
@@ -55,16 +55,28 @@ template <typename Q> __device__ __forceinline__ float dynamic_scale(float amax)
     return fmaxf(__fdiv_rn(amax, Quant<Q>::qmax), min_scale<Q>());
 }
 
+// The power of two at or above s (s > 0, not NaN; DeepSeek's UE8M0 scales): the exponent raised by one
+// where the mantissa is not zero, which is exp2f(ceilf(log2f(s))) bit for bit for a normal s (a dynamic
+// scale is at least min_scale, so normal) and keeps +inf; dividing by it is exact.
+__device__ __forceinline__ float pow2_ceil(float s) {
+    const unsigned bits = __float_as_uint(s);
+    return __uint_as_float(((bits >> 23) + ((bits & 0x7FFFFFu) != 0u)) << 23);
+}
+
 // y -> q through scale s: y / s where DIVIDE, else y * (1/s). vLLM divides for static int8 and for
 // dynamic fp8, and multiplies by the reciprocal for static fp8 and dynamic int8: divide_for says which.
+// factor/apply serve a kernel that keeps one factor per group (in shared memory) instead of one Scaled.
 template <typename Q, bool DIVIDE> struct Scaled {
     float f;  // s, or 1/s
-    __device__ __forceinline__ explicit Scaled(float s) : f(DIVIDE ? s : __fdiv_rn(1.0f, s)) {}
-    __device__ __forceinline__ Q operator()(float y) const {
+    __device__ __forceinline__ explicit Scaled(float s) : f(factor(s)) {}
+    __device__ __forceinline__ static float factor(float s) { return DIVIDE ? s : __fdiv_rn(1.0f, s); }
+    __device__ __forceinline__ static Q apply(float y, float f) {
         return Quant<Q>::convert(DIVIDE ? __fdiv_rn(y, f) : __fmul_rn(y, f));
     }
+    __device__ __forceinline__ Q operator()(float y) const { return apply(y, f); }
 };
 
+// (Per group: as per token.)
 template <typename Q, int MODE> __host__ __device__ constexpr bool divide_for() { return (MODE == STATIC) == Quant<Q>::integer; }
 
 }  // namespace pyrms

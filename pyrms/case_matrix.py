@@ -33,8 +33,9 @@ DEFAULTS = {"epsilon": 1e-5, "variant": None, "pdl": None, "gemma": False, "roun
             "weight": "same", "bias": True, "grad_bias": True, "grad_dtype": None, "rows_per_block": None,
             "own_workspace": False, "sizes": None, "per_row": False, "as_arrays": False,
             "out_dtype": "float8_e4m3fn", "mode": "static", "device_scale": False, "scale_ub": None,
-            "round_input": False, "specials": False}
-_QUANT_OPTIONS = ("epsilon", "pdl", "variant", "out_dtype", "mode", "device_scale", "scale_ub", "round_input", "specials")
+            "round_input": False, "specials": False, "group_size": None, "ue8m0": False, "column_major": False}
+_QUANT_OPTIONS = ("epsilon", "pdl", "variant", "out_dtype", "mode", "device_scale", "scale_ub", "round_input", "specials",
+                  "group_size", "ue8m0", "column_major")
 _COMMON = ("epsilon", "pdl", "weight")
 _OPTIONS = {
     "rms_norm": _COMMON + ("variant", "gemma", "round_once", "in_place"),
@@ -130,7 +131,8 @@ class Case:
         if unknown:
             raise ValueError(f"{self.op} takes the options {_OPTIONS[self.op]}, got {unknown}")
         rows, vectors = _operands_of(self.op, dict(self.options))
-        strided = rows + (("weight",) if self.option("per_row") else ())
+        # per_group's scales have a stride too (scale_stride: row-major rows, or column-major groups, padded)
+        strided = rows + (("weight",) if self.option("per_row") else ()) + (("scale",) if self.op in QUANT else ())
         for kind, pairs, allowed in (("offsets", self.offsets, rows + vectors), ("strides", self.strides, strided)):
             bad = sorted({name for name, _ in pairs} - set(allowed))
             if bad:
@@ -456,7 +458,7 @@ def _sanitize_quant(op: str, dtype: str, n: int) -> Iterator[Case]:
     rows' vector) at hidden sizes with a prefix, a body and a tail (the static scale read from a device
     pointer); then a misaligned per-token scale, strided rows, NaN/inf rows and both row variants."""
     for out_dtype in dtypes.QUANTIZED:
-        for mode in plan.QUANT_MODES:
+        for mode in ("static", "per_token"):
             kind = dict(out_dtype=out_dtype.name, mode=mode)
             for hidden in MISALIGNED_HIDDENS:
                 for name in operands(op)[0] + ("weight",):
@@ -465,6 +467,26 @@ def _sanitize_quant(op: str, dtype: str, n: int) -> Iterator[Case]:
             for variant in _ROW_VARIANTS:
                 yield case(op, dtype, 5, 16384, offsets={"scale": 1}, strides={"input": 16387, "out": 16390},
                            specials=True, variant=variant, **kind)
+        yield from _sanitize_group_quant(op, dtype, n, out_dtype.name)
+
+
+def _sanitize_group_quant(op: str, dtype: str, n: int, out_dtype: str) -> Iterator[Case]:
+    """per_group: groups crossing the split (input and residual at phases 1 and VEC-1), a misaligned output
+    and scales in both layouts (column-major padded, as DeepGEMM's), ue8m0, NaN/inf rows, both row variants,
+    and the most groups a row may have."""
+    kind = dict(out_dtype=out_dtype, mode="per_group")
+    for group, hidden in ((64, 192), (128, 7168)):
+        for name in operands(op)[0] + ("weight",):
+            for off in (1, n - 1):
+                yield case(op, dtype, 3, hidden, offsets={name: off}, group_size=group, **kind)
+        for variant in _ROW_VARIANTS:
+            for column_major in (False, True):
+                yield case(op, dtype, 5, hidden, offsets={"scale": 1, "input": 1},
+                           strides={"input": hidden + 3, "out": hidden + 5,
+                                    "scale": 8 if column_major else hidden // group + 1},
+                           column_major=column_major, ue8m0=column_major, specials=True, variant=variant,
+                           group_size=group, **kind)
+    yield case(op, dtype, 3, 65536, offsets={"input": 1}, group_size=64, **kind)
 
 
 def _sanitize(family: str, dtype: str) -> Iterator[Case]:

@@ -58,9 +58,12 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
     out_dtype, mode, round_input: the quantizing ops' (one unit per dtype, output dtype, mode, rounding)."""
     dt = dtypes.get(dtype)
     if op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
+        # per_group: one unit for both group sizes (a run-time argument); hidden sizes it does not divide have none
         q = plan.plan_rms_norm_quant(dt, hidden, out_dtype or dtypes.FLOAT8_E4M3FN, mode=mode, round_input=round_input,
-                                     residual=op == "fused_add_rms_norm_quant")
-        label = f"{q.source} {q.kernel} {dt.name} {q.out_dtype.name} {mode}" + (" round_input" if round_input else "")
+                                     residual=op == "fused_add_rms_norm_quant",
+                                     group=(128 if hidden % 128 == 0 else 64) if mode == "per_group" else None)
+        kernel = q.group_kernel if mode == "per_group" else q.kernel
+        label = f"{q.source} {kernel} {dt.name} {q.out_dtype.name} {mode}" + (" round_input" if round_input else "")
         return Unit(q.source, tuple(q.group), label)
     flags = "".join(f" {name}" for name, on in (("gemma", gemma), ("round_once", round_once)) if on)
     if weight_dtype is not None:
@@ -127,7 +130,7 @@ def every_unit(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, hidd
                     try:
                         u = unit(op, dt, hidden, **options)
                     except ValueError:
-                        if op == "seed":
+                        if op == "seed" or options.get("mode") == "per_group":
                             continue
                         raise
                     found.setdefault(u, u)

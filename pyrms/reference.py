@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes
-from .plan import row_split
+from .plan import QUANT_GROUPS, row_split
 
 F32 = np.float32
 
@@ -316,8 +316,6 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
 # fp32 arithmetic, before any storage rounding). docs/numerics.md, "Quantized outputs", gives the
 # formulas and the vLLM sources each one matches.
 
-QUANT_GROUPS = (64, 128)
-
 
 def _quant_rows(y) -> np.ndarray:
     """y as a (rows, hidden) float32 array; TypeError for another dtype, which would hide a rounding."""
@@ -444,15 +442,20 @@ def normalized_twin(x, weight, epsilon, *, block, row_phases=0, round_input=Fals
 
 
 def rms_norm_quant_twin(x, weight, epsilon, out_dtype, *, block, row_phases=0, mode="static", scale=None,
-                        scale_ub=None, round_input=False) -> tuple[np.ndarray, np.ndarray | None]:
-    """Bit-exact twin of rms_norm_quant_kernel: (q, per-row scales or None for static): normalized_twin,
-    then quantize_static(y, scale) or quantize_per_token(y, scale_ub)."""
+                        scale_ub=None, round_input=False, group=128, ue8m0=False) -> tuple[np.ndarray, np.ndarray | None]:
+    """Bit-exact twin of rms_norm_quant_kernel (and of the group kernel): (q, per-row scales, (rows, groups)
+    scales, or None for static): normalized_twin, then quantize_static(y, scale), quantize_per_token(y,
+    scale_ub) or quantize_per_group(y, group, ue8m0) (no scale_ub)."""
     y = normalized_twin(x, weight, epsilon, block=block, row_phases=row_phases, round_input=round_input)
     if mode == "static":
         return quantize_static(y, scale, out_dtype), None
     if mode == "per_token":
         return quantize_per_token(y, out_dtype, scale_ub)
-    raise ValueError(f"mode must be 'static' or 'per_token', got {mode!r}")
+    if mode == "per_group":
+        if scale_ub is not None:
+            raise ValueError("scale_ub applies to mode='per_token' only")
+        return quantize_per_group(y, out_dtype, group, ue8m0)
+    raise ValueError(f"mode must be 'static', 'per_token' or 'per_group', got {mode!r}")
 
 
 def fused_add_rms_norm_quant_twin(x, residual, weight, epsilon, out_dtype, *, block, residual_phases=0, **options):

@@ -459,15 +459,18 @@ def _specials(rng, values: np.ndarray) -> None:
 
 def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", fused=False, offsets=None,
                          strides=None, device_scale=False, scale_ub=None, round_input=False, specials=False,
-                         epsilon=1e-5, variant=None, pdl=None, stream=None):
+                         epsilon=1e-5, variant=None, pdl=None, group_size=None, ue8m0=False, column_major=False,
+                         stream=None):
     """One pyrms.rms_norm_quant (fused: fused_add_rms_norm_quant) launch on guarded operands, every output
-    compared bit for bit with the twin: q, the per-token scales, the updated residual.
+    compared bit for bit with the twin: q, the per-token or per-group scales, the updated residual.
 
     offsets: elements past a 16-byte boundary by name ('input', 'residual', 'weight', 'out' in bytes,
-    'scale': fp32 elements, for the per-token scales or a device scale, 'scale_ub'); strides: 'input',
-    'residual', 'out'. device_scale: the static scale read from a device pointer. scale_ub: None, a
-    float, or "device" (a device pointer to a drawn value). specials: NaN, inf and -inf in row 0, zeros in
-    the last row. The quantized output is poisoned with a byte the expected output does not hold.
+    'scale': fp32 elements, for the per-token or per-group scales or a device scale, 'scale_ub'); strides:
+    'input', 'residual', 'out', 'scale' (per group: scale_stride, the row stride of row-major scales or the
+    group stride of column-major ones; the padding must stay poisoned). device_scale: the static scale read
+    from a device pointer. scale_ub: None, a float, or "device" (a device pointer to a drawn value).
+    group_size, ue8m0, column_major: per_group's. specials: NaN, inf and -inf in row 0, zeros in the last
+    row. The quantized output is poisoned with a byte the expected output does not hold.
     """
     from .ops.rms_norm_quant import fused_add_rms_norm_quant, rms_norm_quant
 
@@ -484,8 +487,13 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
         ops["input"].upload()
     scale = float(np.float32(rng.uniform(0.5, 1.5) * 2.5 / float(qt.qmax)))
     ub = None if scale_ub is None else float(np.float32(rng.uniform(1.0, 3.0) if scale_ub == "device" else scale_ub))
-    p = plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, round_input=round_input, residual=fused)
+    p = plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, round_input=round_input, residual=fused, group=group_size)
     twin = dict(block=p.block, mode=mode, scale=scale, scale_ub=ub, round_input=round_input)
+    grouping = {}
+    if mode == "per_group":
+        twin.update(group=p.group_size, ue8m0=ue8m0)
+        grouping = dict(group_size=group_size, ue8m0=ue8m0, column_major_scales=column_major,
+                        scale_stride=strides.get("scale"))
     x, res = ops["input"], ops.get("residual")
     if fused:
         q, scales, total = reference.fused_add_rms_norm_quant_twin(x.values(), res.values(), w.values()[0], epsilon,
@@ -499,6 +507,12 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
     if mode == "per_token":
         sc = _guarded(np.float32, 1, rows, offsets.get("scale", 0), None, np.nan)
         outputs["scales"] = (sc, scales[None])
+        extra.append(sc)
+        scale_arg = sc.ptr
+    elif mode == "per_group":
+        laid = scales.T if column_major else scales  # the scales as they lie in memory: (groups, rows) column-major
+        sc = _guarded(np.float32, *laid.shape, offsets.get("scale", 0), strides.get("scale"), np.nan)
+        outputs["scales"] = (sc, laid)
         extra.append(sc)
         scale_arg = sc.ptr
     elif device_scale:
@@ -518,7 +532,7 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
         outputs["residual"] = (res, total)
     inputs["input"] = x
     common = dict(scale=scale_arg, out_dtype=qt, mode=mode, scale_ub=ub_arg, dtype=dt, input_stride=x.stride,
-                  out_stride=out.stride, round_input=round_input, stream=stream, **_pdl(pdl))
+                  out_stride=out.stride, round_input=round_input, stream=stream, **grouping, **_pdl(pdl))
     if fused:
         launch = lambda: fused_add_rms_norm_quant(out.ptr, x.ptr, res.ptr, w.ptr, epsilon, rows, hidden,  # noqa: E731
                                                   residual_stride=res.stride, **common)
@@ -528,7 +542,8 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
         with forced_row_variant(variant):
             run_checked(_label("fused_add_rms_norm_quant" if fused else "rms_norm_quant", dt, rows, hidden, offsets,
                                strides, out_dtype=qt.name, mode=mode, device_scale=device_scale, scale_ub=scale_ub,
-                               round_input=round_input, specials=specials, variant=variant, pdl=pdl),
+                               round_input=round_input, specials=specials, variant=variant, pdl=pdl,
+                               **{k: v for k, v in grouping.items() if k != "scale_stride"}),
                         launch, outputs=outputs, inputs=inputs)
 
 
@@ -591,7 +606,8 @@ def checker_call(case) -> tuple:
             common, rows=case.rows, pdl=opt("pdl"), out_dtype=opt("out_dtype"), mode=opt("mode"),
             fused=case.op == "fused_add_rms_norm_quant", offsets=offsets, strides=strides,
             device_scale=opt("device_scale"), scale_ub=opt("scale_ub"), round_input=opt("round_input"),
-            specials=opt("specials"), variant=opt("variant"))
+            specials=opt("specials"), variant=opt("variant"), group_size=opt("group_size"), ue8m0=opt("ue8m0"),
+            column_major=opt("column_major"))
     layer_norm = case.op == "layer_norm_backward"
     return check_norm_backward, dict(
         shared, layer_norm=layer_norm, offsets=offsets, strides=strides, in_place=opt("in_place"),

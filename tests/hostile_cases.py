@@ -231,6 +231,16 @@ def backward(**overrides):
     return pyrms.rms_norm_backward(*[args.pop(k) for k in names], **args)
 
 
+def quant(**overrides):
+    """pyrms.rms_norm_quant on made-up pointers, 4 rows of 256 into float8_e4m3fn, per group of 64 (scales at G),
+    with some arguments replaced."""
+    args = dict(out=A, input=B, weight=W, epsilon=1e-6, num_tokens=4, hidden_size=256, scale=G, mode="per_group",
+                group_size=64)
+    args.update(overrides)
+    positional = [args.pop(k) for k in ("out", "input", "weight", "epsilon", "num_tokens", "hidden_size")]
+    return pyrms.rms_norm_quant(*positional, **args)
+
+
 def closed(obj):
     obj.close()
     return obj
@@ -518,6 +528,54 @@ CASES = [
     Case("seed-misaligned", "pyrms.seed_rms_norm", "out 2 bytes past a 16-byte boundary",
          lambda: pyrms.seed_rms_norm(A + 2, B, W, 1e-6, 4, 5120), ValueError,
          "the seed kernel needs 16-byte aligned pointers (a seed defect); out is 0x100002"),
+    # --- quantized outputs -----------------------------------------------------------------------------
+    Case("quant-static-scale-zero", "pyrms.rms_norm_quant", "static scale = 0.0",
+         lambda: quant(mode="static", group_size=None, scale=0.0), ValueError,
+         "scale must be finite and > 0 in float32 (between 2^-149 and 3.402823e+38), got 0.0"),
+    Case("quant-static-scale-nan", "pyrms.rms_norm_quant", "static scale = nan",
+         lambda: quant(mode="static", group_size=None, scale=math.nan), ValueError, "scale must be finite and > 0"),
+    Case("quant-static-scale-inf", "pyrms.fused_add_rms_norm_quant", "static scale = inf",
+         lambda: pyrms.fused_add_rms_norm_quant(A, B, B + 65536, W, 1e-6, 4, 256, scale=math.inf), ValueError,
+         "scale must be finite and > 0"),
+    Case("quant-scale-ub-negative", "pyrms.rms_norm_quant", "per_token scale_ub = -1.0",
+         lambda: quant(mode="per_token", group_size=None, scale_ub=-1.0), ValueError,
+         "scale_ub must be finite and > 0 in float32"),
+    Case("quant-group-32", "pyrms.rms_norm_quant", "group_size = 32", lambda: quant(group_size=32), ValueError,
+         "group_size must be one of (64, 128), got 32"),
+    Case("quant-group-not-dividing", "pyrms.rms_norm_quant", "group_size 128 beside hidden_size 192",
+         lambda: quant(group_size=128, hidden_size=192), ValueError,
+         "per_group needs hidden_size a multiple of group_size 128 and at most 1024 groups"),
+    Case("quant-too-many-groups", "pyrms.rms_norm_quant", "hidden_size 65600 in groups of 64 (1025 groups)",
+         lambda: quant(hidden_size=65600), ValueError, "at most 1024 groups (65536 elements), got hidden_size 65600"),
+    Case("quant-group-static", "pyrms.rms_norm_quant", "group_size = 64 with mode='static'",
+         lambda: quant(mode="static", scale=0.5), ValueError, "group_size applies to mode='per_group' only"),
+    Case("quant-ue8m0-per-token", "pyrms.rms_norm_quant", "ue8m0 = True with mode='per_token'",
+         lambda: quant(mode="per_token", group_size=None, ue8m0=True), ValueError,
+         "ue8m0, column_major_scales and scale_stride apply to mode='per_group' only"),
+    Case("quant-group-scale-ub", "pyrms.rms_norm_quant", "scale_ub = 2.0 with mode='per_group'",
+         lambda: quant(scale_ub=2.0), ValueError, "scale_ub applies to mode='per_token' only"),
+    Case("quant-group-scale-float", "pyrms.rms_norm_quant", "per_group scale = 0.5 (a value, not the scales' pointer)",
+         lambda: quant(scale=0.5), TypeError, "scale must be a device pointer (int) to the per-group float32 scales"),
+    Case("quant-group-scale-misaligned", "pyrms.rms_norm_quant", "per_group scales 2 bytes past a 4-byte boundary",
+         lambda: quant(scale=G + 2), ValueError, "scale pointer 0x400002 is not aligned to 4 bytes"),
+    Case("quant-group-scale-over-out", "pyrms.rms_norm_quant", "per_group scales inside out's last row",
+         lambda: quant(scale=A + 3 * 256 + 8), ValueError, "out and scale overlap; they must be disjoint"),
+    Case("quant-group-scale-over-weight", "pyrms.rms_norm_quant",
+         "column-major scales of group stride 4096 reaching the weight",
+         lambda: quant(scale=W - 3 * 4096 * 4, column_major_scales=True, scale_stride=4096), ValueError,
+         "weight and scale overlap"),
+    Case("quant-group-row-stride", "pyrms.rms_norm_quant", "row-major scale_stride 3 < 4 groups per row",
+         lambda: quant(scale_stride=3), ValueError, "scale_stride must be >= the groups per row (4) for row-major"),
+    Case("quant-group-column-stride", "pyrms.rms_norm_quant", "column-major scale_stride 3 < num_tokens 4",
+         lambda: quant(column_major_scales=True, scale_stride=3), ValueError,
+         "scale_stride must be >= num_tokens (4) for column-major scales"),
+    Case("quant-group-stride-bool", "pyrms.rms_norm_quant", "scale_stride = True",
+         lambda: quant(scale_stride=True), TypeError, "scale_stride must be an int, got bool True"),
+    Case("quant-ue8m0-int", "pyrms.rms_norm_quant", "ue8m0 = 1", lambda: quant(ue8m0=1), TypeError,
+         "ue8m0 must be True or False, got 1"),
+    Case("quant-out-array", "pyrms.rms_norm_quant", "out is an array (only pointers so far)",
+         lambda: quant(out=FakeArray(A, (4, 256))), TypeError,
+         "out must be a device pointer (int) (arrays for out are not supported yet)"),
     # --- streams, events, tensors, buffers ----------------------------------------------------------
     Case("stream-str", "pyrms.rms_norm", "stream = 'default'", lambda: rms(stream="default"), TypeError,
          "stream must be a pyrms Stream, a raw CUstream handle (int), an object with an int .cuda_stream"),

@@ -109,6 +109,12 @@ def test_every_unit_covers_every_hidden_size_and_option():
         for dt in dtypes.ALL:
             for options in precompile._options(op, dt):
                 for hidden in hiddens:
+                    if options.get("mode") == "per_group":
+                        try:  # hidden sizes no group fits compile nothing; the others the one per_group unit
+                            plan.plan_rms_norm_quant(dt, hidden, "int8", mode="per_group",
+                                                     group=128 if hidden % 128 == 0 else 64)
+                        except ValueError:
+                            continue
                     assert precompile.unit(op, dt, hidden, **options) in listed, (op, dt.name, hidden, options)
 
 
@@ -148,9 +154,11 @@ def test_every_unit_counts():
     # fp32. LayerNorm (forward and backward): one per dtype, and one per dtype without a weight; the
     # RMSNorm backward: the same; the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads).
     # rms_norm.cu twice over: its plain rows and its N-D kernel (rms_norm_nd), one unit each. The
-    # quantizing ops: per op, dtype, output dtype (3), mode (2) and rounding (2): 2 x 3 x 3 x 2 x 2.
+    # quantizing ops: per op, dtype, output dtype (3), mode (3: per_group's one unit for both group sizes)
+    # and rounding (2): 2 x 3 x 3 x 3 x 2.
     assert by_source == {"rms_norm.cu": 52, "fused_add_rms_norm.cu": 26, "layer_norm.cu": 6,
-                         "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 72}
+                         "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 108}
+    assert "rms_norm_quant.cu rms_norm_group_quant_kernel bfloat16 float8_e4m3fn per_group" in {u.label for u in units}
     assert precompile.every_unit(["rms_norm", "rms_norm_nd"], [dtypes.FLOAT32]) == \
         [u for u in units if u.label.startswith("rms_norm.cu float32")]
     assert "rms_norm.cu bfloat16 nd weight=none" in {u.label for u in units}

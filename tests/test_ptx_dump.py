@@ -324,3 +324,24 @@ def test_waits_before_memory():
     assert not _entry(trigger, wait, load).waits_before_memory()  # triggered before waiting
     assert not _entry(wait, load).waits_before_memory()  # never lets the next kernel launch early
     assert not _entry(load).waits_before_memory()
+
+
+def test_quant_families_select_mode_and_output(tool):
+    """The quantizing kernels' variants: out_dtype and mode beside the row family's; per_group names the group
+    kernel (no MODE argument), fused the fused add's."""
+    family = tool.FAMILIES["rms_norm_quant"]
+    default = tool.resolve_variant(family, None, dtypes.BFLOAT16, 5120)
+    assert default == {"cache": 4, "few": False, "aligned": False, "round_input": False, "out_dtype": "float8_e4m3fn",
+                       "mode": "static"}
+    assert family.expression(dtypes.BFLOAT16, 5120, default) == \
+        "pyrms::rms_norm_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, 0, false, 4, 1, false, false>"
+    v = tool.resolve_variant(tool.FAMILIES["fused_add_rms_norm_quant"], "mode=per_group,out_dtype=int8,few,round_input",
+                             dtypes.FLOAT32, 7168)
+    assert tool.FAMILIES["fused_add_rms_norm_quant"].expression(dtypes.FLOAT32, 7168, v) == \
+        "pyrms::fused_add_rms_norm_group_quant_kernel<float, signed char, true, 4, 2, true, false>"
+    assert tool.output_stem("rms_norm_quant", dtypes.FLOAT32, 7168, "sm_90", v) == \
+        "rms_norm_quant-float32-h7168-sm_90-cache4-few-round_input-out_dtypeint8-modeper_group"
+    for text, message in (("mode=per_block", "expected mode=static|per_token|per_group"),
+                          ("out_dtype=bf16", "quantized output dtype 'bf16' is not supported")):
+        with pytest.raises(ValueError, match=message):
+            tool.resolve_variant(family, text, dtypes.BFLOAT16, 5120)

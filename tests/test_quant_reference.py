@@ -282,3 +282,20 @@ def test_y_must_be_float32():
         reference.quantize_per_token(rows(0, (2, 64)).astype(np.float64), "int8")
     with pytest.raises(TypeError, match="y must be a float32 array"):
         reference.quantize_static(np.zeros((2, 3, 64), F32), 1.0, "int8")
+
+
+def test_per_group_worked_example_of_family_md():
+    """docs/family.md's per-group example through the kernel twin: x = 1 then 2 in two groups of 64 (bf16, ε 0)."""
+    x = np.array([1.0] * 64 + [2.0] * 64, dtype=dtypes.BFLOAT16.numpy)[None]
+    w = np.ones(128, dtypes.BFLOAT16.numpy)
+    twin = dict(block=32, mode="per_group", group=64)
+    q, s = reference.rms_norm_quant_twin(x, w, 0.0, "float8_e4m3fn", **twin)
+    y = reference.normalized_twin(x, w, 0.0, block=32)[0, [0, 64]]
+    assert np.allclose(y, [0.6324555, 1.264911]) and np.array_equal(s[0], y / np.float32(448))
+    assert np.all(q.astype(np.float32) == 448)
+    q, s = reference.rms_norm_quant_twin(x, w, 0.0, "float8_e4m3fn", ue8m0=True, **twin)
+    assert np.array_equal(s, np.float32([[2.0**-9, 2.0**-8]])) and np.all(q.astype(np.float32) == 320)
+    q, s = reference.rms_norm_quant_twin(x, w, 0.0, "int8", **twin)
+    assert np.all(q == 127) and np.allclose(s, [[0.00497996, 0.00995993]])
+    with pytest.raises(ValueError, match="scale_ub applies to mode='per_token' only"):
+        reference.rms_norm_quant_twin(x, w, 0.0, "float8_e4m3fn", scale_ub=1.0, **twin)

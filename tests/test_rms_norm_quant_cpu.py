@@ -2,6 +2,7 @@
 (their PTX quantizes and stores as intended), the launches' packed arguments (through the fake driver), and
 every refusal before a launch."""
 import math
+import re
 import struct
 
 import numpy as np
@@ -24,9 +25,40 @@ def test_plans_follow_rms_norm_and_name_their_kernels():
         "pyrms::fused_add_rms_norm_quant_kernel<__half, signed char, 1, true, 1, 1, true, true>"
     assert len(p.group) == len(set(p.group)) == 14 and p.expression in p.group and p.latency_expression in p.group
     with pytest.raises(ValueError, match="mode must be one of"):
-        plan.plan_rms_norm_quant("bf16", 8, "int8", mode="per_group")
+        plan.plan_rms_norm_quant("bf16", 8, "int8", mode="per_block")
     with pytest.raises(ValueError, match="quantized output dtype 'float16' is not supported"):
         plan.plan_rms_norm_quant("bf16", 8, "float16")
+
+
+def test_per_group_plans_use_the_group_kernels():
+    """per_group: the same row (block, cache) and unit size, its own entry point without MODE; the group size is
+    a run-time argument (group_shift), so one unit serves 64 and 128."""
+    g = plan.plan_rms_norm_quant("bf16", 7168, "float8_e4m3fn", mode="per_group")
+    base = plan.plan_rms_norm("bf16", 7168)
+    assert (g.block, g.cache, g.group_size, g.group_shift) == (base.block, base.cache, 128, 7)
+    assert g.expression == "pyrms::rms_norm_group_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, false, 4, 1, false, false>"
+    f = plan.plan_rms_norm_quant("float32", 64, "int8", mode="per_group", group=64, residual=True, round_input=True)
+    assert f.aligned_latency_expression == \
+        "pyrms::fused_add_rms_norm_group_quant_kernel<float, signed char, true, 1, 1, true, true>"
+    assert f.group_shift == 6 and len(f.group) == 14
+    assert plan.plan_rms_norm_quant("bf16", 1024, "int8", mode="per_group", group=64).group == \
+        plan.plan_rms_norm_quant("bf16", 4096, "int8", mode="per_group").group
+    assert plan.plan_rms_norm_quant("bf16", 65536, "int8", mode="per_group", group=64).group_size == 64
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(hidden=64, group=32), "group_size must be one of (64, 128), got 32"),
+    (dict(hidden=128, group=128.0), "group_size must be one of (64, 128), got 128.0"),
+    (dict(hidden=192), "multiple of group_size 128"),
+    (dict(hidden=96, group=64), "multiple of group_size 64"),
+    (dict(hidden=65536 + 64, group=64), "at most 1024 groups (65536 elements)"),
+    (dict(hidden=128, mode="per_token", group=128), "group_size applies to mode='per_group' only"),
+])
+def test_per_group_plans_refuse(kwargs, message):
+    kwargs.setdefault("mode", "per_group")
+    hidden = kwargs.pop("hidden")
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        plan.plan_rms_norm_quant("bf16", hidden, "int8", **kwargs)
 
 
 @pytest.mark.parametrize("out_dtype", QUANT)
@@ -42,6 +74,59 @@ def test_kernels_compile_and_store_through_their_conversions(out_dtype):
     assert cvt in ptx
     assert "st.global.cs.v2.u32" in ptx  # the body's output vectors
     assert "div.rn.f32" in ptx and "div.approx" not in ptx and ".ftz" not in ptx
+
+
+@pytest.mark.parametrize("dtype, out_dtype, residual", [("bfloat16", "float8_e4m3fn", False), ("float32", "int8", True)])
+def test_group_kernels_compile(dtype, out_dtype, residual):
+    """The group kernels of one unit compile: the segmented butterfly of the group maxima, the group's scale
+    stored, the conversions and 8- or 4-byte output vectors, every division correctly rounded."""
+    p = plan.plan_rms_norm_quant(dtype, 7168, out_dtype, mode="per_group", residual=residual)
+    ptx = compiler.compile_source(p.source, arch="sm_90", name_expressions=p.group, use_cache=False,
+                                  want_ptx=True).ptx
+    ptx = ptx.decode() if isinstance(ptx, (bytes, bytearray)) else ptx
+    assert "shfl.sync.bfly.b32" in ptx and "max.f32" in ptx
+    assert ("cvt.rni.sat.s8.f32" if out_dtype == "int8" else "cvt.rn.satfinite.e4m3x2.f32") in ptx
+    assert ("st.global.u32" if dtype == "float32" else "st.global.cs.v2.u32") in ptx
+    assert "div.rn.f32" in ptx and "div.approx" not in ptx and ".ftz" not in ptx
+    assert not re.search(r"^\s*(atom|red)\.", ptx, re.M)  # the maxima are exact without atomics
+
+
+def _group_walk(n, group, vec, pre):
+    """group_amax's assignment of a row's elements (rms_norm_quant.cu), modeled: the group each element
+    counts in, by the path that takes it (body vector, spill to the next group, prefix, tail)."""
+    shift, vshift = group.bit_length() - 1, (group // vec).bit_length() - 1
+    v_per_group = group // vec
+    vectors = (n - pre) // vec
+    tail = pre + vectors * vec
+    counted = {}
+    for v in range(vectors):
+        at = pre + v * vec
+        kept = (((v >> vshift) + 1) << shift) - at
+        for j in range(vec):
+            if j < kept:
+                counted.setdefault(at + j, []).append(v >> vshift)
+            else:  # written by the vector group's last lane, only where the row has a prefix
+                assert v & (v_per_group - 1) == v_per_group - 1 and pre > 0
+                counted.setdefault(at + j, []).append((v >> vshift) + 1)
+    for i in range(pre):
+        counted.setdefault(i, []).append(0)
+    for i in range(tail, n):
+        counted.setdefault(i, []).append(n // group - 1)
+    return counted
+
+
+@pytest.mark.parametrize("vec", [4, 8])
+@pytest.mark.parametrize("group", [64, 128])
+def test_group_walk_counts_each_element_once_in_its_own_group(vec, group):
+    """Every element of every split (each prefix length a row's phase gives) is counted exactly once, in
+    group i // group: groups start at element indices, not at the vector split."""
+    for groups in (1, 2, 3, 7):
+        n = groups * group
+        for pre in range(vec):
+            counted = _group_walk(n, group, vec, pre)
+            assert sorted(counted) == list(range(n))
+            assert all(where == [i // group] for i, where in counted.items())
+            assert pre == 0 or (n - pre) % vec == vec - pre  # a prefix comes with a tail, both shorter than a vector
 
 
 def test_twin_quantizes_the_normalized_rows():
@@ -100,6 +185,28 @@ def test_launch_arguments(qfake):
     assert fused[6] == (O, X, R, W, S + 4, W + 4096, 1.0, pytest.approx(1e-6), 769, 769, 771, 769)
 
 
+def test_per_group_launch_arguments(qfake):
+    """The group kernels' arguments: scales, their row and group strides (row-major: groups and 1; column-major:
+    1 and num_tokens, or scale_stride), epsilon; the tail group_shift, ue8m0, hidden and the row strides."""
+    fake = qfake
+    fake.param_kinds = ("ptr",) * 4 + ("i64", "i64", "f32", "i32", "i32", "i32", "i64", "i64")
+    pyrms.rms_norm_quant(O + 3, X, W, 1e-6, 4, 7168, scale=S, mode="per_group")
+    pyrms.rms_norm_quant(O, X, W, 1e-6, 300, 1024, scale=S + 4, mode="per_group", group_size=64,
+                         column_major_scales=True, ue8m0=True, out_dtype="int8")
+    pyrms.rms_norm_quant(O, X, W, 1e-6, 5, 1024, scale=S, mode="per_group", column_major_scales=True, scale_stride=8)
+    pyrms.rms_norm_quant(O, X, W, 1e-6, 5, 1024, scale=S, mode="per_group", scale_stride=10, out_stride=1030)
+    few, many, padded, strided = _launches(fake)
+    assert few[6] == (O + 3, X, W, S, 56, 1, pytest.approx(1e-6), 7, 0, 7168, 7168, 7168)
+    assert many[1:3] == ((300, 1, 1), (plan.plan_rms_norm("bf16", 1024).block, 1, 1))
+    assert many[6][3:] == (S + 4, 1, 300, pytest.approx(1e-6), 6, 1, 1024, 1024, 1024)
+    assert padded[6][3:6] == (S, 1, 8) and strided[6][3:6] == (S, 10, 1) and strided[6][-1] == 1030
+    fake.param_kinds = ("ptr",) * 5 + ("i64", "i64", "f32", "i32", "i32", "i32", "i64", "i64", "i64")
+    pyrms.fused_add_rms_norm_quant(O, X, R, W, 1e-6, 2, 768, scale=S, mode="per_group", group_size=64,
+                                   residual_stride=771)
+    (fused,) = _launches(fake)[4:]
+    assert fused[6] == (O, X, R, W, S, 12, 1, pytest.approx(1e-6), 6, 0, 768, 768, 771, 768)
+
+
 def call(fused=False, **overrides):
     args = dict(out=O, input=X, weight=W, epsilon=1e-6, num_tokens=4, hidden_size=64, scale=0.5)
     if fused:
@@ -128,7 +235,27 @@ BAD = [
     (dict(mode="per_token", scale=S, scale_ub=2.0, out_dtype="int8"), ValueError, "scale_ub applies to float8"),
     (dict(mode="per_token", scale=S, scale_ub=S + 64, out_dtype="int8"), ValueError, "scale_ub applies to float8"),
     (dict(scale_ub=2.0), ValueError, "scale_ub applies to mode='per_token' only"),
-    (dict(mode="per_group"), ValueError, "mode must be one of ('static', 'per_token')"),
+    (dict(mode="per_block"), ValueError, "mode must be one of ('static', 'per_token', 'per_group')"),
+    (dict(mode="per_group", scale=S), ValueError, "per_group needs hidden_size a multiple of group_size 128"),
+    (dict(mode="per_group", scale=S, group_size=32), ValueError, "group_size must be one of (64, 128), got 32"),
+    (dict(scale=S, group_size=64), ValueError, "group_size applies to mode='per_group' only"),
+    (dict(mode="per_token", scale=S, ue8m0=True), ValueError, "ue8m0, column_major_scales and scale_stride apply to"),
+    (dict(column_major_scales=True), ValueError, "ue8m0, column_major_scales and scale_stride apply to mode="),
+    (dict(scale_stride=4), ValueError, "ue8m0, column_major_scales and scale_stride apply to mode='per_group'"),
+    (dict(mode="per_group", group_size=64, scale=0.5), TypeError,
+     "scale must be a device pointer (int) to the per-group float32 scales, got float"),
+    (dict(mode="per_group", group_size=64, scale=S, scale_ub=2.0), ValueError, "scale_ub applies to mode='per_token'"),
+    (dict(mode="per_group", group_size=64, scale=S, ue8m0=1), TypeError, "ue8m0 must be True or False, got 1"),
+    (dict(mode="per_group", group_size=64, scale=S + 2), ValueError, "scale pointer 0x500002 is not aligned to 4"),
+    (dict(mode="per_group", group_size=64, scale=O + 60), ValueError, "out and scale overlap"),
+    (dict(mode="per_group", group_size=64, scale=S, scale_stride=0), ValueError, "scale_stride must be between 1"),
+    (dict(mode="per_group", group_size=64, scale=S, scale_stride=True), TypeError, "scale_stride must be an int"),
+    (dict(mode="per_group", group_size=64, scale=S, scale_stride=3, column_major_scales=True), ValueError,
+     "scale_stride must be >= num_tokens (4) for column-major scales"),
+    (dict(mode="per_group", group_size=64, scale=W - 4 * 4 + 4, column_major_scales=True, scale_stride=4),
+     ValueError, "weight and scale overlap"),
+    (dict(mode="per_group", group_size=64, hidden_size=128, scale=S, scale_stride=1), ValueError,
+     "scale_stride must be >= the groups per row (2) for row-major scales"),
     (dict(out_dtype="bfloat16"), ValueError, "quantized output dtype 'bfloat16' is not supported"),
     (dict(out=0), ValueError, "out must be a non-null device pointer, got 0"),
     (dict(out=3.5), TypeError, "out must be a device pointer (int) (arrays for out are not supported yet)"),
@@ -170,5 +297,9 @@ def test_valid_arguments_reach_the_driver(qfake):
     call(scale=1e-30)
     call(mode="per_token", scale=S, scale_ub=3.0, out=O + 1, out_stride=67)
     call(fused=True, mode="per_token", scale=S, out_dtype="int8")
-    assert len(_launches(fake)) == 3
+    call(mode="per_group", group_size=64, scale=S)
+    call(mode="per_group", group_size=64, scale=S, scale_stride=4, column_major_scales=True, ue8m0=True)
+    call(mode="per_group", group_size=64, hidden_size=128, scale=S, scale_stride=2, out_dtype="int8", ue8m0=True)
+    call(fused=True, mode="per_group", group_size=64, scale=O + 64 * 4)  # scales right after out
+    assert len(_launches(fake)) == 7
     assert struct.pack("<f", 1e-30) != b"\0\0\0\0"

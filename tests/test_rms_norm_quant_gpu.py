@@ -103,3 +103,71 @@ def test_round_input_and_device_scale(rng, dtype, out_dtype):
 def test_many_rows_and_pdl_off(rng, dtype):
     run_case(rng, dtype, 20001, 9, "float8_e4m3fn", mode="per_token", strides={"input": 11, "out": 13})
     run_case(rng, dtype, 2048, 5120, "int8", mode="per_token", fused=True, pdl=False)
+
+
+# --- per group ---------------------------------------------------------------------------------------
+# (group, hidden): one group, a few groups of 64 (a misaligned row splits every group boundary inside a
+# vector), DeepSeek's 7168 in groups of 128, and the most groups a row may have (plan.MAX_GROUPS).
+GROUP_SHAPES = [(64, 64), (64, 192), (128, 1408), (128, 7168), (64, 65536)]
+
+
+@pytest.mark.parametrize("variant", ["few", "many"])
+@pytest.mark.parametrize("out_dtype", QUANT)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_per_group_each_pointer_misaligned(rng, dtype, out_dtype, variant):
+    """Every input phase moves the group boundaries against the split (prefix, body vectors crossing a
+    boundary, tail); the scales, row- and column-major, at every fp32 misalignment."""
+    n = dtypes.get(dtype).vec_elems
+    for group, hidden in ((64, 192), (128, 1408)):
+        def case(**options):
+            run_case(rng, dtype, 3, hidden, out_dtype, mode="per_group", group_size=group, variant=variant, **options)
+        for off in range(n):
+            case(offsets={"input": off})
+            case(offsets={"weight": off})
+        for off in range(16):
+            case(offsets={"out": off})
+        for off in range(4):
+            case(offsets={"scale": off})
+            case(offsets={"scale": off, "input": 1}, column_major=True)
+
+
+@pytest.mark.parametrize("out_dtype", QUANT)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_per_group_fused_shapes_and_layouts(rng, dtype, out_dtype):
+    n = dtypes.get(dtype).vec_elems
+    for group, hidden in GROUP_SHAPES:
+        for fused in (False, True):
+            run_case(rng, dtype, 3, hidden, out_dtype, mode="per_group", group_size=group, fused=fused)
+            run_case(rng, dtype, 2, hidden, out_dtype, mode="per_group", group_size=group, fused=fused,
+                     offsets={"input": 1, "residual": n - 1, "weight": 1, "out": 3}, variant="many", ue8m0=True)
+        run_case(rng, dtype, 5, hidden, out_dtype, mode="per_group", group_size=group, column_major=True,
+                 strides={"scale": 8}, fused=True, offsets={"residual": 1})  # DeepGEMM's rows padded to 4
+    for off in range(n):
+        run_case(rng, dtype, 3, 1408, out_dtype, mode="per_group", group_size=128, fused=True,
+                 offsets={"residual": off, "input": (off + 1) % n})
+
+
+@pytest.mark.parametrize("out_dtype", QUANT)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_per_group_strides_specials_and_many_rows(rng, dtype, out_dtype):
+    strides = {"input": 1408 + 3, "out": 1408 + 5}
+    for column_major, scale_stride in ((False, 11 + 2), (True, 300 + 4)):
+        run_case(rng, dtype, 7, 1408, out_dtype, mode="per_group", group_size=128, column_major=column_major,
+                 strides={**strides, "scale": scale_stride})
+        run_case(rng, dtype, 300, 1408, out_dtype, mode="per_group", group_size=128, column_major=column_major,
+                 strides={**strides, "scale": scale_stride}, offsets={"input": 1})  # past FEW_ROWS
+    for fused in (False, True):
+        for ue8m0 in (False, True):
+            run_case(rng, dtype, 4, 192, out_dtype, mode="per_group", group_size=64, fused=fused, specials=True,
+                     ue8m0=ue8m0)
+            run_case(rng, dtype, 4, 7168, out_dtype, mode="per_group", fused=fused, specials=True, ue8m0=ue8m0,
+                     variant="many", offsets={"input": 1, "residual": 1})
+    run_case(rng, dtype, 1000, 128, out_dtype, mode="per_group", group_size=64, column_major=True, pdl=False)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_per_group_round_input(rng, dtype):
+    run_case(rng, dtype, 4, 7168, "float8_e4m3fn", mode="per_group", round_input=True, ue8m0=True,
+             offsets={"input": 3})
+    run_case(rng, dtype, 300, 1408, "float8_e4m3fn", mode="per_group", round_input=True, fused=True,
+             column_major=True)

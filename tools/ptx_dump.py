@@ -106,6 +106,33 @@ def _row_family(planner: Callable, source: str, about: str, flags: dict, weight:
                    **({"weight": _weight_kind} if weight else {})})
 
 
+def _quant_dtype(text: str | None) -> str:
+    if text is None:
+        raise ValueError(f"expected out_dtype=<{'|'.join(q.name for q in dtypes.QUANTIZED)}>, got no value")
+    return dtypes.quantized(text).name
+
+
+def _quant_mode(text: str | None) -> str:
+    if text not in plan.QUANT_MODES:
+        raise ValueError(f"expected mode={'|'.join(plan.QUANT_MODES)}, got {'no value' if text is None else repr(text)}")
+    return text
+
+
+def _quant_family(residual: bool) -> "Family":
+    """rms_norm_quant.cu's kernels (residual: the fused add's): the row family's variants plus round_input, the
+    output dtype and the mode (per_group: the group kernels; the group size is a run-time argument)."""
+    def planner(dt: dtypes.DType, hidden: int) -> plan.RmsNormQuantPlan:
+        return plan.plan_rms_norm_quant(dt, hidden, dtypes.FLOAT8_E4M3FN, residual=residual)
+    kernel = "fused_add_rms_norm_quant_kernel" if residual else "rms_norm_quant_kernel"
+    row = _row_family(planner, "rms_norm_quant.cu", "", {"round_input": False})
+    return Family(
+        "rms_norm_quant.cu", f"pyrms::{kernel} (mode=per_group: the group kernel), planned like rms_norm; "
+        "out_dtype=float8_e4m3fn|float8_e5m2|int8, mode=static|per_token|per_group",
+        lambda dt, hidden, v: _row_expression(planner, dt, hidden, {**v, "out_dtype": dtypes.quantized(v["out_dtype"])}),
+        lambda dt, hidden: {**row.defaults(dt, hidden), "out_dtype": "float8_e4m3fn", "mode": "static"},
+        {**row.variant_keys, "out_dtype": _quant_dtype, "mode": _quant_mode})
+
+
 @dataclass(frozen=True)
 class Family:
     """How to instantiate one kernel family: its source, and the name expression for a variant."""
@@ -141,6 +168,8 @@ FAMILIES = {
         "weightless = no weight (dx, and dbias unless grad_bias=false)",
         lambda dt, hidden, v: _backward_plan(dt, hidden, v, True).expression,
         _backward_defaults(True), {"vectors": _backward_vectors, "weightless": _flag, "grad_bias": _flag}),
+    "rms_norm_quant": _quant_family(False),
+    "fused_add_rms_norm_quant": _quant_family(True),
     "sum_partials": Family(
         "rms_norm_backward.cu", "pyrms::sum_partials_kernel<grad dtype>, the fixed-order sum over row chunks",
         lambda dt, hidden, v: _backward_plan(dt, hidden, v, False).sum_expression,

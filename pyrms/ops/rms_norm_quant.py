@@ -1,6 +1,6 @@
 """``pyrms.rms_norm_quant`` and ``pyrms.fused_add_rms_norm_quant``: RMSNorm (after vLLM's residual add) with
-an fp8 or int8 output and a static or per-token scale (kernels: cuda_src/rms_norm_quant.cu; the semantics:
-docs/numerics.md, "Quantized outputs"; the twin: pyrms.reference.rms_norm_quant_twin)."""
+an fp8 or int8 output and a static, per-token or per-group scale (kernels: cuda_src/rms_norm_quant.cu; the
+semantics: docs/numerics.md, "Quantized outputs"; the twin: pyrms.reference.rms_norm_quant_twin)."""
 from __future__ import annotations
 
 import math
@@ -13,29 +13,56 @@ from . import _placement
 from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
 from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 
-# Leading arguments: out, input, [residual,] weight, scales, given_ptr, given, epsilon; then the packed tail.
+# Leading arguments: out, input, [residual,] weight, scales, given_ptr, given, epsilon; then the packed tail
+# (hidden, the row strides). Per group: out, input, [residual,] weight, scales, scale_row_stride,
+# scale_group_stride, epsilon; then group_shift, ue8m0 and the same tail.
 _HEAD = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "f32")
-_FUSED_HEAD = ("ptr",) + _HEAD
+_GROUP_HEAD = ("ptr", "ptr", "ptr", "ptr", "i64", "i64", "f32", "i32", "i32")
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
 _FEW_ROWS = planner.FEW_ROWS
 # The smallest positive float32 (2^-149): a smaller scale would be 0 in the kernel's fp32.
 _FLOAT32_TINY = 1.401298464324817e-45
 
 
-class Prepared:
-    """One (device, dtype, output dtype, mode, hidden, strides, options, where the scale is) of the quantizing
-    ops, resolved once. `given_on_device`: the static scale (or per-token's scale_ub) is read from a device
-    pointer, not passed as a value. A call checks pointers, rows, epsilon and the scale value; False launches
-    nothing and the general path names what is wrong."""
+def group_scales(groups: int, column_major: bool, scale_stride) -> tuple[int, int | None, tuple]:
+    """Per group: (scale_row_stride, scale_group_stride or None for num_tokens, the scales' operand for
+    Pointers) of (rows, groups) fp32 scales, row-major (row stride scale_stride, default groups) or column-major
+    (memory (groups, rows), group stride scale_stride, default num_tokens: DeepGEMM pads it to a multiple of 4).
+    A column-major span of group stride S covers (groups - 1) * S + rows elements: a row stride of 1 and
+    rows of (groups - 1) * S + 1; without S, groups * rows, as row-major. ValueError for a stride too small."""
+    if scale_stride is not None:
+        scale_stride = check.size("scale_stride", scale_stride, check.INT64_MAX // 16)
+    if not column_major:
+        row_stride = groups if scale_stride is None else scale_stride
+        if row_stride < groups:
+            raise ValueError(f"scale_stride must be >= the groups per row ({groups}) for row-major scales, so rows "
+                             f"do not overlap, got {row_stride}")
+        return row_stride, 1, (4, row_stride, groups)
+    if scale_stride is None:
+        return 1, None, (4, groups, groups)
+    return 1, scale_stride, (4, 1, (groups - 1) * scale_stride + 1)
 
-    __slots__ = ("rows", "max_rows", "pointers", "per_token", "placed", "residual", "given_on_device", "value_allowed")
+
+class Prepared:
+    """One (device, dtype, output dtype, mode, hidden, strides, options, where the scale is, the per-group
+    layout) of the quantizing ops, resolved once. `given_on_device`: the static scale (or per-token's scale_ub)
+    is read from a device pointer, not passed as a value. A call checks pointers, rows, epsilon and the scale
+    value; False launches nothing and the general path names what is wrong."""
+
+    __slots__ = ("rows", "max_rows", "pointers", "per_token", "placed", "residual", "given_on_device", "value_allowed",
+                 "grouped", "scale_strides")
 
     def __init__(self, device, residual, dtype, out_dtype, mode, hidden, input_stride, residual_stride, out_stride,
-                 round_input, given_on_device, pdl):
+                 round_input, given_on_device, pdl, group_size=None, ue8m0=False, column_major_scales=False,
+                 scale_stride=None):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         p = planner.plan_rms_norm_quant(dt, hidden, out_dtype, mode=mode, round_input=check.flag("round_input", round_input),
-                                        residual=bool(residual))
+                                        residual=bool(residual), group=group_size)
+        ue8m0, column_major = check.flag("ue8m0", ue8m0), check.flag("column_major_scales", column_major_scales)
+        self.grouped = mode == "per_group"
+        if not self.grouped and (ue8m0 or column_major or scale_stride is not None):
+            raise ValueError(f"ue8m0, column_major_scales and scale_stride apply to mode='per_group' only, not {mode!r}")
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
         strides = (x_stride, check.stride_arg("residual_stride", residual_stride, hidden)) if residual else (x_stride,)
@@ -43,18 +70,27 @@ class Prepared:
         self.given_on_device = check.flag("given_on_device", given_on_device)
         if self.per_token and p.out_dtype.integer and self.given_on_device:
             raise ValueError("scale_ub applies to float8 outputs only (as in vLLM), not int8")
+        if self.grouped and self.given_on_device:
+            raise ValueError("scale_ub applies to mode='per_token' only")
         # `given` is a static scale, or per-token's scale_ub (+inf: none; int8 has none).
         self.value_allowed = not (self.per_token and p.out_dtype.integer)
-        head = _FUSED_HEAD if residual else _HEAD
-        self.rows = RowLaunches(p, head + ("i32",) + ("i64",) * (len(strides) + 1), (hidden, *strides, o_stride),
-                                device, use_pdl(device, pdl), (*strides, o_stride))
+        lead = ("ptr",) * (3 if residual else 2)  # out, input, [residual]; then the weight
+        tail = (hidden, *strides, o_stride)
+        if self.grouped:
+            row_stride, group_stride, scales = group_scales(hidden // p.group_size, column_major, scale_stride)
+            self.scale_strides = (row_stride, group_stride, column_major)
+            head, tail = lead + _GROUP_HEAD[2:], (p.group_shift, int(ue8m0), *tail)
+        else:
+            head = lead + _HEAD[2:]
+        self.rows = RowLaunches(p, head + ("i32",) + ("i64",) * (len(strides) + 1), tail, device, use_pdl(device, pdl),
+                                (*strides, o_stride))
         self.max_rows = check.max_rows(hidden, *strides, o_stride)
         # In call order: out, input, [residual,] weight, [scales,] [given]; what is written is disjoint from all.
         operands = [(1, o_stride)] + [(dt.itemsize, s) for s in strides] + [(dt.itemsize, 0)]
         written = [0] + ([2] if residual else [])
-        if self.per_token:
+        if self.per_token or self.grouped:
             written.append(len(operands))
-            operands.append((4, 1, 1))
+            operands.append(scales if self.grouped else (4, 1, 1))
         if self.given_on_device:
             operands.append((4, 0, 1))
         pairs = {(min(i, j), max(i, j)) for i in written for j in range(len(operands)) if i != j}
@@ -64,18 +100,31 @@ class Prepared:
     def __call__(self, pointers: tuple, given: float, epsilon, num_tokens, stream) -> bool:
         """pointers: (out, input, [residual,] weight, [scales,] [given pointer]), as in __init__."""
         if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok(pointers, num_tokens)
-                and type(given) is float and ((given == math.inf and self.per_token)
-                                              or (self.value_allowed and _FLOAT32_TINY <= given <= check.FLOAT32_MAX))):
+                and type(given) is float):
+            return False
+        if self.grouped:
+            # per group: no scale_ub (given is +inf); column-major scales (row stride 1) with a group stride of at
+            # least the rows, num_tokens where none was given
+            row_stride, group_stride, column_major = self.scale_strides
+            if group_stride is None:
+                group_stride = num_tokens
+            if given != math.inf or (column_major and group_stride < num_tokens):
+                return False
+        elif not ((given == math.inf and self.per_token)
+                  or (self.value_allowed and _FLOAT32_TINY <= given <= check.FLOAT32_MAX)):
             return False
         handle, placed = check.stream(stream), self.placed
         if placed is not None and not placed.ok(pointers, handle):
             return False
         rows = 3 if self.residual else 2  # out, input, [residual], weight: the pointers of the alignment test
-        scales = pointers[rows + 1] if self.per_token else 0
-        given_ptr = pointers[-1] if self.given_on_device else 0
         pointers_or = 0
         for ptr in pointers[:rows + 1]:
             pointers_or |= ptr
+        if self.grouped:
+            self.rows(_FEW_ROWS, num_tokens, handle, pointers_or, *pointers[:rows + 2], row_stride, group_stride, epsilon)
+            return True
+        scales = pointers[rows + 1] if self.per_token else 0
+        given_ptr = pointers[-1] if self.given_on_device else 0
         self.rows(_FEW_ROWS, num_tokens, handle, pointers_or, *pointers[:rows + 1], scales, given_ptr, given, epsilon)
         return True
 
@@ -85,9 +134,10 @@ _prepared = PreparedCache(Prepared)
 
 def rms_norm_quant(out: int, input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
                    hidden_size: int | None = None, *, scale, out_dtype: DTypeLike = "float8_e4m3fn",
-                   mode: str = "static", scale_ub=None, dtype: DTypeLike | None = None, input_stride: int | None = None,
-                   out_stride: int | None = None, stream: StreamLike = None, round_input: bool = False,
-                   pdl: bool = True) -> None:
+                   mode: str = "static", scale_ub=None, group_size: int | None = None, ue8m0: bool = False,
+                   column_major_scales: bool = False, scale_stride: int | None = None,
+                   dtype: DTypeLike | None = None, input_stride: int | None = None, out_stride: int | None = None,
+                   stream: StreamLike = None, round_input: bool = False, pdl: bool = True) -> None:
     """RMSNorm of each row of ``input`` quantized into ``out`` (``out_dtype``: 'float8_e4m3fn',
     'float8_e5m2' or 'int8'; docs/numerics.md gives every formula).
 
@@ -99,30 +149,41 @@ def rms_norm_quant(out: int, input: Operand, weight: Operand, epsilon: float, nu
     - ``'per_token'``: each row's ``s = max(min(max|y|, scale_ub) / qmax, min_scale)`` is written to
       ``scale``, a device pointer (int) to ``num_tokens`` fp32; ``q = saturate(round(y / s))``.
       ``scale_ub`` (float8 outputs only): None, a float > 0, or a device pointer to one fp32.
+    - ``'per_group'``: the same per group of ``group_size`` (64 or 128, default 128; it must divide
+      hidden_size, at most plan.MAX_GROUPS groups) consecutive elements of a row, without scale_ub; with
+      ``ue8m0`` each scale is rounded up to a power of two (DeepSeek's UE8M0). ``scale``: a device pointer (int)
+      to the (num_tokens, hidden_size / group_size) fp32 scales, row-major with row stride ``scale_stride``
+      (default: the groups), or with ``column_major_scales`` stored transposed, (groups, num_tokens) row-major
+      as DeepGEMM-style GEMMs read them, with group stride ``scale_stride`` (default num_tokens; a padded
+      one, e.g. to a multiple of 4, leaves the padding untouched).
 
     ``out``: a device pointer (int) to rows of ``out_stride`` (default hidden_size) 1-byte elements, at any
     address. ``input`` and ``weight``: raw pointers or arrays as in ``pyrms.rms_norm`` (the weight of the
-    input's dtype). What is written (``out``, per-token scales) must not overlap anything else.
+    input's dtype). What is written (``out``, per-token or per-group scales) must not overlap anything else.
     ``epsilon``, ``dtype``, ``stream``, ``pdl``: as in ``pyrms.rms_norm``. Everything is validated before
     the launch; the launch is asynchronous on ``stream``.
     """
-    _run(False, out, input, None, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub, dtype,
-         input_stride, None, out_stride, stream, round_input, pdl)
+    _run(False, out, input, None, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
+         (group_size, ue8m0, column_major_scales, scale_stride), dtype, input_stride, None, out_stride, stream,
+         round_input, pdl)
 
 
 def fused_add_rms_norm_quant(out: int, input: Operand, residual: Operand, weight: Operand, epsilon: float,
                              num_tokens: int | None = None, hidden_size: int | None = None, *, scale,
                              out_dtype: DTypeLike = "float8_e4m3fn", mode: str = "static", scale_ub=None,
-                             dtype: DTypeLike | None = None, input_stride: int | None = None,
-                             residual_stride: int | None = None, out_stride: int | None = None,
-                             stream: StreamLike = None, round_input: bool = False, pdl: bool = True) -> None:
+                             group_size: int | None = None, ue8m0: bool = False, column_major_scales: bool = False,
+                             scale_stride: int | None = None, dtype: DTypeLike | None = None,
+                             input_stride: int | None = None, residual_stride: int | None = None,
+                             out_stride: int | None = None, stream: StreamLike = None, round_input: bool = False,
+                             pdl: bool = True) -> None:
     """vLLM's residual add, then ``rms_norm_quant`` of the rounded sum: ``residual <- round(input +
     residual)`` in place (as ``pyrms.fused_add_rms_norm``; ``input`` is only read), and ``out`` the
     quantized RMSNorm of the new residual, bit for bit ``rms_norm_quant(out, residual, ...)`` on it. The
     arguments as in ``rms_norm_quant``; ``residual`` with its own ``residual_stride``, disjoint from the rest.
     """
     _run(True, out, input, residual, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
-         dtype, input_stride, residual_stride, out_stride, stream, round_input, pdl)
+         (group_size, ue8m0, column_major_scales, scale_stride), dtype, input_stride, residual_stride, out_stride,
+         stream, round_input, pdl)
 
 
 def _given(mode, scale, scale_ub) -> tuple[float, int | None]:
@@ -135,8 +196,9 @@ def _given(mode, scale, scale_ub) -> tuple[float, int | None]:
     return (float(source) if isinstance(source, numbers.Real) and not isinstance(source, bool) else source), None
 
 
-def _run(residual, out, input, res, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub, dtype,
-         input_stride, residual_stride, out_stride, stream, round_input, pdl) -> None:
+def _run(residual, out, input, res, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
+         grouping, dtype, input_stride, residual_stride, out_stride, stream, round_input, pdl) -> None:
+    """grouping: (group_size, ue8m0, column_major_scales, scale_stride), as given."""
     if not (type(input) is int and type(weight) is int and (res is None or type(res) is int)):
         rows = [("input", input, input_stride, "input_stride", False)]
         if residual:
@@ -150,21 +212,21 @@ def _run(residual, out, input, res, weight, epsilon, num_tokens, hidden_size, sc
             res, residual_stride = found["residual"]
         dtype = dt
     given, given_ptr = _given(mode, scale, scale_ub)
-    pointers = (out, input, *((res,) if residual else ()), weight, *((scale,) if mode == "per_token" else ()),
+    pointers = (out, input, *((res,) if residual else ()), weight, *((scale,) if mode != "static" else ()),
                 *((given_ptr,) if given_ptr is not None else ()))
     static = (residual, dtype, out_dtype, mode, hidden_size, input_stride, residual_stride, out_stride, round_input,
-              given_ptr is not None, pdl)
+              given_ptr is not None, pdl, *grouping)
     prepared = _prepared.get(*static)
     if prepared is not None and all(type(p) is int for p in pointers) and prepared(pointers, given, epsilon,
                                                                                      num_tokens, stream):
         return
-    _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub,
+    _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub, grouping,
              input_stride, residual_stride, out_stride, stream, round_input, pdl)
     launched = _prepared.require(*static)(pointers, given, float(epsilon), int(num_tokens), stream)
     assert launched, "the checks above accept what the prepared launch declines"
 
 
-def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub,
+def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub, grouping,
              input_stride, residual_stride, out_stride, stream, round_input, pdl) -> None:
     """Raise the error that names what the prepared launch declined (the general path's checks)."""
     check.flag("pdl", pdl)
@@ -175,25 +237,34 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
     qt = dtypes.quantized(out_dtype)
     if mode not in planner.QUANT_MODES:
         raise ValueError(f"mode must be one of {planner.QUANT_MODES}, got {mode!r}")
+    group_size, ue8m0, column_major, scale_stride = grouping
+    p = planner.plan_rms_norm_quant(dt, hidden, qt, mode=mode, group=group_size)
+    check.flag("ue8m0", ue8m0)
+    check.flag("column_major_scales", column_major)
     names = ["out", "input", *(["residual"] if residual else []), "weight"]
-    if mode == "per_token":
+    if mode != "static":
         names.append("scale")
+    if mode == "per_token":
         if scale_ub is not None and qt.integer:
             raise ValueError("scale_ub applies to float8 outputs only (as in vLLM), not int8")
     elif scale_ub is not None:
         raise ValueError("scale_ub applies to mode='per_token' only")
+    if mode != "per_group" and (ue8m0 or column_major or scale_stride is not None):
+        raise ValueError(f"ue8m0, column_major_scales and scale_stride apply to mode='per_group' only, not {mode!r}")
     if len(pointers) > len(names):
         names.append("scale" if mode == "static" else "scale_ub")
     for name, ptr in zip(names, pointers):
         if type(ptr) is not int:
-            kind = "a device pointer (int) to num_tokens float32" if name == "scale" else "a device pointer (int)"
+            kind = "a device pointer (int)"
+            if name == "scale" and mode != "static":
+                kind += " to num_tokens float32" if mode == "per_token" else " to the per-group float32 scales"
             if name == "out":
                 kind += " (arrays for out are not supported yet)"
             raise TypeError(f"{name} must be {kind}, got {type(ptr).__name__}")
     if type(given) is not float:
         what = "scale" if mode == "static" else "scale_ub"
         raise TypeError(f"{what} must be a float or a device pointer (int), got {type(given).__name__} {given!r}")
-    if not (given == math.inf and mode == "per_token") and not (math.isfinite(given) and _FLOAT32_TINY <= given
+    if not (given == math.inf and mode != "static") and not (math.isfinite(given) and _FLOAT32_TINY <= given
                                                                 <= check.FLOAT32_MAX):
         what = "scale" if mode == "static" else "scale_ub"
         raise ValueError(f"{what} must be finite and > 0 in float32 (between 2^-149 and {check.FLOAT32_MAX:.7g}), "
@@ -201,9 +272,16 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
     x_stride = check.stride_arg("input_stride", input_stride, hidden)
     o_stride = check.stride_arg("out_stride", out_stride, hidden)
     r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
+    scale_shape = {"static": (4, 0, 1), "per_token": (4, 1, 1)}.get(mode)
+    if mode == "per_group":
+        groups = hidden // p.group_size
+        _, group_stride, scale_shape = group_scales(groups, column_major, scale_stride)
+        if column_major and group_stride is not None and group_stride < num_tokens:
+            raise ValueError(f"scale_stride must be >= num_tokens ({num_tokens}) for column-major scales, so the "
+                             f"tokens of one group do not overlap the next group's, got {group_stride}")
     shapes = {"out": (1, o_stride, hidden), "input": (dt.itemsize, x_stride, hidden),
               "residual": (dt.itemsize, r_stride, hidden), "weight": (dt.itemsize, 0, hidden),
-              "scale": (4, 1, 1) if mode == "per_token" else (4, 0, 1), "scale_ub": (4, 0, 1)}
+              "scale": scale_shape, "scale_ub": (4, 0, 1)}
     spans = {}
     for name, ptr in zip(names, pointers):
         itemsize, stride, length = shapes[name]
@@ -215,7 +293,7 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
         if stride:
             check.extent(name, num_tokens, stride, length)
         spans[name] = (check.Operand(name, ptr), check.span(ptr, num_tokens if stride else 1, stride, length, itemsize))
-    written = {"out", "residual"} | ({"scale"} if mode == "per_token" else set())
+    written = {"out", "residual"} | ({"scale"} if mode != "static" else set())
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             if a in written or b in written:
