@@ -161,15 +161,31 @@ def fused_add_rms_norm_ref(x, residual, weight, epsilon, *, gemma=False):
     return rms_norm_ref(total, weight, epsilon, gemma=gemma), total
 
 
-def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_phases=0, gemma=False,
-                            round_once=False):
-    """Bit-exact twin of fused_add_rms_norm.cu: (new input, new residual) in the storage dtype. The
-    rounded sum is what gets normalized, with the sum of squares split at the residual's phases."""
+def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_phases=0, input_phases=0, gemma=False,
+                            round_once=False, sum_precision="rounded"):
+    """Bit-exact twin of fused_add_rms_norm.cu: (new input, new residual), each in its own dtype.
+
+    sum_precision "rounded" (fused_add_rms_norm_kernel, vLLM's): the sum rounded to the dtype is stored
+    and normalized, with the sum of squares split at the residual's phases. "fp32"
+    (fused_add_rms_norm_fp32_sum_kernel: FlashInfer's, SGLang's; with a float32 residual beside bf16 or
+    fp16 rows, QuACK's and Transformer Engine's): the fp32 sum (numpy's float32 add is __fadd_rn) is
+    normalized, split at the input's phases, and stored in the residual's dtype (rounded, or exactly).
+    A float32 x has one semantics: both are the first."""
     x, residual = _as_2d(x), _as_2d(residual)
-    total = (x.astype(F32) + residual.astype(F32)).astype(x.dtype)
-    out = rms_norm_twin(total, weight, epsilon, block=block, row_phases=residual_phases, gemma=gemma,
-                        round_once=round_once)
-    return out, total
+    if sum_precision not in ("rounded", "fp32"):
+        raise ValueError(f"sum_precision must be 'rounded' or 'fp32', got {sum_precision!r}")
+    total = x.astype(F32) + residual.astype(F32)
+    if residual.dtype != x.dtype:
+        if sum_precision == "rounded":
+            raise ValueError("a residual of another dtype than x's (float32) takes sum_precision='fp32'")
+    elif sum_precision == "rounded" or x.dtype == F32:
+        total = total.astype(x.dtype)
+        out = rms_norm_twin(total, weight, epsilon, block=block, row_phases=residual_phases, gemma=gemma,
+                            round_once=round_once)
+        return out, total
+    dt = dtypes.get(x.dtype)
+    _, inv = row_stats_twin(total, epsilon, block, input_phases, dt.vec_elems)
+    return scale_twin(total, inv, weight, dt, gemma=gemma, round_once=round_once), total.astype(residual.dtype)
 
 
 # --- LayerNorm ------------------------------------------------------------------------------------
