@@ -94,8 +94,9 @@ def extra_cases():
     """Layouts the two matrices do not cover: strided LayerNorm rows, strided and in-place backward
     passes with a partial last chunk of rows, LayerNorm's float32 parameter gradients, LayerNorm
     without bias (forward, and backward without grad_bias), programmatic dependent launch (pdl), the
-    weight variants of rms_norm and fused add (no weight; an fp32 weight beside 2-byte rows), and both
-    backward passes without a weight (LayerNorm's with and without grad_bias)."""
+    weight variants of rms_norm and fused add (no weight; an fp32 weight beside 2-byte rows), fused add's
+    second semantics (the fp32 sum, and an fp32 residual beside 2-byte rows, misaligned in its own
+    4-element vectors), and both backward passes without a weight (LayerNorm's with and without grad_bias)."""
     for dtype in dtypes.ALL:
         n = dtype.vec_elems
         for hidden in HIDDENS:
@@ -116,6 +117,11 @@ def extra_cases():
                                                        pdl=True)
                 yield "fused_add_rms_norm", check_fused_add_rms_norm, dict(
                     dtype=dtype, rows=3, hidden=hidden, offsets={"residual": n - 1}, variant=variant, pdl=True)
+                if dtype is not dtypes.FLOAT32:  # the fp32 sum (float32 rows have one semantics)
+                    for semantics, r_off in ((dict(sum_precision="fp32"), n - 1), (dict(residual_dtype="float32"), 3)):
+                        yield "fused_add_rms_norm", check_fused_add_rms_norm, dict(
+                            dtype=dtype, rows=3, hidden=hidden, offsets={"input": 1, "residual": r_off, "weight": 2},
+                            strides={"residual": hidden + 3}, variant=variant, **semantics)
                 yield "layer_norm", check_layer_norm, dict(dtype=dtype, rows=3, hidden=hidden, variant=variant,
                                                            pdl=True)
             yield "rms_norm_backward", check_norm_backward, dict(dtype=dtype, rows=17, hidden=hidden, pdl=True)
