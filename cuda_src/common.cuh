@@ -29,7 +29,8 @@ template <typename T> struct Vec {
 
 // 16 bytes viewed as N elements of T. Loaded and stored as one uint4 where alignment allows.
 template <typename T> struct alignas(16) Pack {
-    T e[Vec<T>::N];
+    enum { N = Vec<T>::N };  // an enumerator, not a static member: no storage in the PTX
+    T e[N];
 };
 
 // Position of p inside its vector of N elements (by default 16 bytes: Vec<T>::N), in elements

@@ -1,4 +1,4 @@
-// Fused residual add + RMSNorm, in place, with vLLM's semantics (fused_add_rms_norm):
+// Fused residual add + RMSNorm, in place. fused_add_rms_norm_kernel: vLLM's semantics (fused_add_rms_norm; the default),
 //
 //   residual[r, i] <- s[r, i] = round_T(input[r, i] + residual[r, i])      (__fadd_rn, then one rounding)
 //   input[r, i]    <- rms_scale(s[r, i], w_i, inv_rms[r])                   (rms_norm.cu's scaling)
@@ -19,8 +19,21 @@
 // Memory: input and residual must be disjoint (checked by the op). Pass 2 reads sums that other
 // threads of the block stored in pass 1; the barrier in the block sum orders those global writes
 // before the reads, and residual is never read through the non-coherent (.nc) path.
+//
+// fused_add_rms_norm_fp32_sum_kernel: the other semantics (FlashInfer's and SGLang's; with R = float,
+// QuACK's and Transformer Engine's fp32 residual stream beside bf16 or fp16 activations):
+//
+//   s[r, i] = input[r, i] + residual[r, i]                                  (__fadd_rn: the fp32 sum)
+//   residual[r, i] <- R(s[r, i])                                            (rounded to T where R = T; exact for float)
+//   input[r, i]    <- rms_scale(s[r, i], w_i, inv_rms[r])                   (the fp32 sum is normalized)
+//   inv_rms[r] = 1 / sqrt(sum_i s[r, i]^2 / hidden + eps)
+//
+// the same variants and launch shapes, with the weight type W and the residual type R (T or float) always
+// spelled out. The reduction tree is the row core's over the row split at the INPUT's 16-byte boundaries
+// (not the residual's: pass 1 stores nothing here, pass 2 writes the input), the residual read and written
+// at the widest width its alignment relative to the input allows (SummedRow, added_row.cuh). A float T
+// has no second semantics (its sum is not rounded either way): the planner uses the kernel above.
 #include "added_row.cuh"
-#include "rms_norm_row.cuh"
 
 namespace pyrms {
 
@@ -36,6 +49,16 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_
                            ALIGNED ? 16 : load_width<T>((vec_phase(in_row) - vec_phase(res_row)) & (N - 1))};
     rms_norm_row<T, W, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, false>(in_row, res_row, sums, weight,
                                                                               epsilon, hidden);
+}
+
+template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED, typename W, typename R>
+__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_norm_fp32_sum_kernel(
+    T* input, R* residual, const W* __restrict__ weight, float epsilon, int hidden, long long input_stride,
+    long long residual_stride) {
+    begin_dependent_grid();
+    fp32_sum_rms_norm_row<T, W, R, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS>(
+        input + static_cast<long long>(blockIdx.x) * input_stride,
+        residual + static_cast<long long>(blockIdx.x) * residual_stride, weight, epsilon, hidden);
 }
 
 }  // namespace pyrms

@@ -8,8 +8,9 @@
 namespace pyrms {
 
 // w: the weight as fp32 (1 without one: the product by 1 is exact, so y = round_T(x * inv) then).
-template <typename T, bool GEMMA, bool ROUND_ONCE>
-__device__ __forceinline__ T rms_scale(T x, float w, float inv) {
+// x: of T, or an fp32 value that was never rounded to T (added_row.cuh's fp32 sums).
+template <typename T, bool GEMMA, bool ROUND_ONCE, typename X>
+__device__ __forceinline__ T rms_scale(X x, float w, float inv) {
     const float wf = GEMMA ? __fadd_rn(1.0f, w) : w;
     float xn = __fmul_rn(to_float(x), inv);
     if (!ROUND_ONCE) xn = to_float(from_float<T>(xn));
@@ -19,15 +20,15 @@ __device__ __forceinline__ T rms_scale(T x, float w, float inv) {
 __device__ __forceinline__ float square(float x) { return __fmul_rn(x, x); }
 
 // Pass 1 of the RMSNorm of one row: loads the thread's held vectors of the row from `src` (a row core
-// Source) into `held` and returns inv_rms; with EARLY_WEIGHTS, also their weights at out_row's split into
+// Source) into `held` (Pack<T>, or the Source's own pack: row_core.cuh) and returns inv_rms; with EARLY_WEIGHTS, also their weights at out_row's split into
 // held_w (out_row: of any element type O, as write_row then walks it). The output step is the caller's:
 // rms_norm_row's store below, or a quantizing one (rms_norm_quant.cu).
 // W: the weight's type (T, float, or void: no weight; row_core.cuh's WeightVec). LANES: packed rows (RowShape).
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool EARLY_WEIGHTS, int LANES, typename O,
-          typename Src>
+          typename Src, typename H>
 __device__ __forceinline__ float row_inv_rms(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const O* out_row,
                                              const T* x_row, const Src& src, const W* __restrict__ weight, float epsilon,
-                                             int hidden, Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
+                                             int hidden, H (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
                                              WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS]) {
     __shared__ float scratch[32];
     __shared__ float partials[RowShape<CACHE, SPREAD, ALIGNED, LANES>::PARTIALS];

@@ -96,7 +96,8 @@ template <int CACHE, int SPREAD, bool ALIGNED = false, int LANES = 0> struct Row
 __host__ __device__ constexpr int max_threads(int held) { return held <= 2 ? 1024 : 2048 / held; }
 
 // ---- Sources: how pass 1 reads a row --------------------------------------------------------------
-// held(at): a body vector (at: element offset, 16-byte aligned) kept in registers for pass 2;
+// held(at): a body vector (at: element offset, 16-byte aligned) kept in registers for pass 2, a Pack<T>
+// (or any pack of N = Vec<T>::N values with to_float: added_row.cuh's fp32 sums, a WidePack<T>);
 // keep(at, v): what to do with it once every held load is issued (fused add stores its sums there);
 // vec(at): a body vector not kept (re-read in pass 2); elem(at): a prefix or tail element.
 
@@ -116,10 +117,10 @@ template <typename T, bool STREAMING> struct RowIn {
 
 // The thread's held vectors of a row split `s`: every load issued before any is used, so they are in
 // flight together; then keep() each.
-template <typename T, int CACHE, int SPREAD, bool ALIGNED, int LANES, typename Src>
+template <int CACHE, int SPREAD, bool ALIGNED, int LANES, typename Src, typename H>
 __device__ __forceinline__ void load_held(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const RowSplit& s, const Src& src,
-                                          Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS]) {
-    constexpr int N = Vec<T>::N;
+                                          H (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS]) {
+    constexpr int N = H::N;
 #pragma unroll
     for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED, LANES>::HELD; ++k) {
         const int v = sh.held_vector(k);
@@ -133,10 +134,10 @@ __device__ __forceinline__ void load_held(const RowShape<CACHE, SPREAD, ALIGNED,
 }
 
 // P(v) of the tree above: one vector's terms, in element order. __fadd_rn: no contraction with term.
-template <typename T, typename Term> __device__ __forceinline__ float vector_sum(const Pack<T>& v, Term term) {
+template <typename H, typename Term> __device__ __forceinline__ float vector_sum(const H& v, Term term) {
     float p = 0.0f;
 #pragma unroll
-    for (int j = 0; j < Vec<T>::N; ++j) p = __fadd_rn(p, term(to_float(v.e[j])));
+    for (int j = 0; j < H::N; ++j) p = __fadd_rn(p, term(to_float(v.e[j])));
     return p;
 }
 
@@ -144,11 +145,11 @@ template <typename T, typename Term> __device__ __forceinline__ float vector_sum
 // `partials`: RowShape::PARTIALS floats of shared memory (unused when SPREAD == 1). Consecutive calls
 // must alternate `scratch` buffers, or put a barrier between them (the warp totals are read after this
 // function's last barrier); `partials` may be reused, since every read of it precedes that barrier.
-template <typename T, int CACHE, int SPREAD, bool ALIGNED, int LANES, typename Src, typename Term>
+template <int CACHE, int SPREAD, bool ALIGNED, int LANES, typename Src, typename H, typename Term>
 __device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const RowSplit& s, int n, const Src& src,
-                                         const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS], float* scratch,
+                                         const H (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS], float* scratch,
                                          float* partials, Term term) {
-    constexpr int N = Vec<T>::N;
+    constexpr int N = H::N;
     if constexpr (SPREAD > 1) {
 #pragma unroll
         for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED, LANES>::HELD; ++k) {
@@ -316,13 +317,14 @@ __device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, 
 // WeightVec::at), and the width at which b + at may be loaded (b: a bias, or null where BIAS is false). x
 // and w are loaded at the widest width their alignment relative to out allows. When
 // x shares out's phase, the split is x's own, so the thread's body vectors are its held ones (and, when
-// EARLY_WEIGHTS, their weights are in held_w). Each element is visited by exactly one thread. (`at` comes
+// EARLY_WEIGHTS, their weights are in held_w): vector() then gets the held pack, of held's type H (a Pack<T>,
+// or added_row.cuh's fp32 sums), else x's Pack<T>. Each element is visited by exactly one thread. (`at` comes
 // last, and is spelled out in each argument: so the unquantized kernels compile to the PTX they had before.)
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool BIAS, bool EARLY_WEIGHTS, int LANES,
-          typename O, typename Elem, typename Vector>
+          typename O, typename Elem, typename Vector, typename H>
 __device__ __forceinline__ void for_each_out(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const O* out, const T* x,
                                              const W* __restrict__ w, const T* __restrict__ b, int n,
-                                             const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
+                                             const H (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
                                              const WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
                                              Elem element, Vector vector) {
     constexpr int N = Vec<T>::N;

@@ -33,14 +33,15 @@ DEFAULTS = {"epsilon": 1e-5, "variant": None, "pdl": None, "gemma": False, "roun
             "weight": "same", "bias": True, "grad_bias": True, "grad_dtype": None, "rows_per_block": None,
             "own_workspace": False, "sizes": None, "per_row": False, "as_arrays": False,
             "out_dtype": "float8_e4m3fn", "mode": "static", "device_scale": False, "scale_ub": None,
-            "round_input": False, "specials": False, "group_size": None, "ue8m0": False, "column_major": False}
+            "round_input": False, "specials": False, "group_size": None, "ue8m0": False, "column_major": False,
+            "sum_precision": None, "residual_dtype": None}
 _QUANT_OPTIONS = ("epsilon", "pdl", "variant", "out_dtype", "mode", "device_scale", "scale_ub", "round_input", "specials",
                   "group_size", "ue8m0", "column_major")
 _COMMON = ("epsilon", "pdl", "weight")
 _OPTIONS = {
     "rms_norm": _COMMON + ("variant", "gemma", "round_once", "in_place"),
     "rms_norm_nd": _COMMON + ("gemma", "round_once", "in_place", "sizes", "per_row", "as_arrays"),
-    "fused_add_rms_norm": _COMMON + ("variant", "gemma", "round_once"),
+    "fused_add_rms_norm": _COMMON + ("variant", "gemma", "round_once", "sum_precision", "residual_dtype"),
     "layer_norm": _COMMON + ("variant", "in_place", "bias"),
     "rms_norm_backward": _COMMON + ("in_place", "gemma", "grad_dtype", "rows_per_block", "own_workspace"),
     "layer_norm_backward": _COMMON + ("in_place", "grad_bias", "grad_dtype", "rows_per_block", "own_workspace"),
@@ -392,6 +393,10 @@ def _sanitize_fused_add(dtype: str, n: int, hidden: int) -> Iterator[Case]:
             yield case(op, dtype, 3, hidden, offsets={"input": 1, "residual": n - 1, "weight": w_off}, weight=weight,
                        variant=variant)
         yield case(op, dtype, 3, hidden, offsets={"residual": n - 1}, variant=variant, pdl=True)
+        if dtype != "float32":  # the fp32 sum normalized, and an fp32 residual (float32 rows have one semantics)
+            for semantics, r_off in ((dict(sum_precision="fp32"), n - 1), (dict(residual_dtype="float32"), 3)):
+                yield case(op, dtype, 3, hidden, offsets={"input": 1, "residual": r_off, "weight": 2},
+                           strides={"residual": hidden + 3}, variant=variant, **semantics)
 
 
 def _sanitize_layer_norm(dtype: str, n: int, hidden: int) -> Iterator[Case]:

@@ -52,10 +52,12 @@ class Unit:
 
 
 def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool = False, bias: bool = True,
-         grad_dtype=None, weight_dtype=None, out_dtype=None, mode: str = "static", round_input: bool = False) -> Unit:
+         grad_dtype=None, weight_dtype=None, out_dtype=None, mode: str = "static", round_input: bool = False,
+         sum_precision: str | None = None, residual_dtype=None) -> Unit:
     """The unit a call of ``op`` on rows of ``hidden`` elements compiles (the disk cache entry its
     launch looks up); ValueError for an op or a shape that cannot launch (the seed's limits).
-    out_dtype, mode, round_input: the quantizing ops' (one unit per dtype, output dtype, mode, rounding)."""
+    out_dtype, mode, round_input: the quantizing ops' (one unit per dtype, output dtype, mode, rounding);
+    sum_precision, residual_dtype: fused_add_rms_norm's (one unit per semantics and residual dtype)."""
     dt = dtypes.get(dtype)
     if op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
         # per_group: one unit for both group sizes (a run-time argument); hidden sizes it does not divide have none
@@ -74,7 +76,10 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
         if op == "rms_norm_nd":
             return Unit(p.source, p.nd_group, f"{p.source} {dt.name} nd{flags}")
     elif op == "fused_add_rms_norm":
-        p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype)
+        p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype,
+                                         sum_precision=sum_precision, residual_dtype=residual_dtype)
+        if p.sum_precision == "fp32":
+            flags += " fp32_sum" + (" residual=float32" if p.fp32_residual else "")
     elif op == "layer_norm":
         if weight_dtype not in (None, "none"):
             raise ValueError(f"layer_norm's weight is of the dtype or none, got weight_dtype={weight_dtype!r}")
@@ -103,8 +108,12 @@ def _options(op: str, dt: dtypes.DType) -> list[dict]:
     """Every option set of ``op`` on rows of ``dt`` that can change what it compiles."""
     if op in ("rms_norm", "rms_norm_nd", "fused_add_rms_norm"):
         weights = [None, "none"] + (["float32"] if dt is not dtypes.FLOAT32 else [])
-        return [dict(gemma=g, round_once=r, weight_dtype=w) for w in weights for g in (False, True)
+        rows = [dict(gemma=g, round_once=r, weight_dtype=w) for w in weights for g in (False, True)
                 for r in (False, True) if not (g and w == "none")]
+        if op != "fused_add_rms_norm" or dt is dtypes.FLOAT32:  # float32's sum is never rounded: one semantics
+            return rows
+        sums = [dict(sum_precision="rounded"), dict(sum_precision="fp32"), dict(residual_dtype="float32")]
+        return [{**options, **s} for s in sums for options in rows]
     if op == "layer_norm":
         return [dict(bias=b, weight_dtype=w) for w in (None, "none") for b in (True, False)]
     if op == "rms_norm_backward":

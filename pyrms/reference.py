@@ -161,28 +161,55 @@ def fused_add_rms_norm_ref(x, residual, weight, epsilon, *, gemma=False):
     return rms_norm_ref(total, weight, epsilon, gemma=gemma), total
 
 
-def rounded_sum(x, residual):
-    """The fused add's new residual: round_T(fp32(x) + fp32(residual)), [rows, hidden]. A NaN sum is the
-    GPU's one NaN: its fp32 add returns 0x7FFFFFFF whatever the operands' payloads, which bf16 and fp16
-    keep as 0x7FFF; numpy would carry an operand's payload (and ml_dtypes writes 0x7FC0)."""
-    x, residual = _as_2d(x), _as_2d(residual)
-    with np.errstate(invalid="ignore"):  # inf + -inf = NaN, as on the GPU
-        total = (x.astype(F32) + residual.astype(F32)).astype(x.dtype)
-    nan = np.isnan(total.astype(F32))
+def _one_nan(a: np.ndarray) -> np.ndarray:
+    """a with every NaN the GPU's one NaN, in place: its fp32 add returns 0x7FFFFFFF whatever the operands'
+    payloads, which bf16 and fp16 keep as 0x7FFF; numpy would carry an operand's payload (and ml_dtypes
+    writes 0x7FC0)."""
+    nan = np.isnan(a.astype(F32))
     if nan.any():
-        word = np.uint16 if total.dtype.itemsize == 2 else np.uint32
-        total.view(word)[nan] = word(0x7FFF if word is np.uint16 else 0x7FFFFFFF)
-    return total
+        word = np.uint16 if a.dtype.itemsize == 2 else np.uint32
+        a.view(word)[nan] = word(0x7FFF if word is np.uint16 else 0x7FFFFFFF)
+    return a
 
 
-def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_phases=0, gemma=False,
-                            round_once=False):
-    """Bit-exact twin of fused_add_rms_norm.cu: (new input, new residual) in the storage dtype. The
-    rounded sum is what gets normalized, with the sum of squares split at the residual's phases."""
-    total = rounded_sum(x, residual)
-    out = rms_norm_twin(total, weight, epsilon, block=block, row_phases=residual_phases, gemma=gemma,
-                        round_once=round_once)
-    return out, total
+def _fp32_sum(x, residual) -> np.ndarray:
+    with np.errstate(invalid="ignore"):  # inf + -inf = NaN, as on the GPU
+        return _one_nan(x.astype(F32) + residual.astype(F32))
+
+
+def rounded_sum(x, residual):
+    """The fused add's new residual (vLLM's semantics): round_T(fp32(x) + fp32(residual)), [rows, hidden],
+    a NaN sum the GPU's one NaN (_one_nan)."""
+    x, residual = _as_2d(x), _as_2d(residual)
+    return _one_nan(_fp32_sum(x, residual).astype(x.dtype))
+
+
+def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_phases=0, input_phases=0, gemma=False,
+                            round_once=False, sum_precision="rounded"):
+    """Bit-exact twin of fused_add_rms_norm.cu: (new input, new residual), each in its own dtype.
+
+    sum_precision "rounded" (fused_add_rms_norm_kernel, vLLM's): the sum rounded to the dtype is stored
+    and normalized, with the sum of squares split at the residual's phases. "fp32"
+    (fused_add_rms_norm_fp32_sum_kernel: FlashInfer's, SGLang's; with a float32 residual beside bf16 or
+    fp16 rows, QuACK's and Transformer Engine's): the fp32 sum (numpy's float32 add is __fadd_rn) is
+    normalized, split at the input's phases, and stored in the residual's dtype (rounded, or exactly).
+    A float32 x has one semantics: both are the first. A NaN sum is the GPU's one NaN (_one_nan)."""
+    x, residual = _as_2d(x), _as_2d(residual)
+    if sum_precision not in ("rounded", "fp32"):
+        raise ValueError(f"sum_precision must be 'rounded' or 'fp32', got {sum_precision!r}")
+    if residual.dtype != x.dtype:
+        if sum_precision == "rounded":
+            raise ValueError("a residual of another dtype than x's (float32) takes sum_precision='fp32'")
+    elif sum_precision == "rounded" or x.dtype == F32:
+        total = rounded_sum(x, residual)
+        out = rms_norm_twin(total, weight, epsilon, block=block, row_phases=residual_phases, gemma=gemma,
+                            round_once=round_once)
+        return out, total
+    total = _fp32_sum(x, residual)
+    dt = dtypes.get(x.dtype)
+    _, inv = row_stats_twin(total, epsilon, block, input_phases, dt.vec_elems)
+    return (scale_twin(total, inv, weight, dt, gemma=gemma, round_once=round_once),
+            _one_nan(total.astype(residual.dtype)))
 
 
 # --- LayerNorm ------------------------------------------------------------------------------------

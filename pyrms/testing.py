@@ -314,29 +314,37 @@ def _label(op: str, dt, rows, hidden, offsets, strides, **options) -> str:
 
 
 def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, gemma=False, round_once=False,
-                             epsilon=1e-5, stream=None, variant=None, pdl=None, weight="same"):
+                             epsilon=1e-5, stream=None, variant=None, pdl=None, weight="same", sum_precision=None,
+                             residual_dtype=None):
     """One pyrms.fused_add_rms_norm launch on guarded operands ('input', 'residual', 'weight'; offsets
     and strides by name), both in-place outputs compared bit for bit with the twin; ``weight`` as in
-    check_rms_norm."""
+    check_rms_norm; ``sum_precision`` and ``residual_dtype`` (float32: an fp32 residual, its offset in
+    its own elements) passed to the op."""
     from .ops.fused_add_rms_norm import fused_add_rms_norm
 
     dt = dtypes.get(dtype)
-    offsets = dict(offsets or {})
-    w_off = offsets.pop("weight", 0)
-    ops = _allocate(rng, dt, rows, hidden, ("input", "residual"), offsets, strides)
+    offsets, strides = dict(offsets or {}), dict(strides or {})
+    w_off, r_off, r_stride = offsets.pop("weight", 0), offsets.pop("residual", 0), strides.pop("residual", None)
+    p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, sum_precision=sum_precision,
+                                     residual_dtype=residual_dtype)
+    x = _allocate(rng, dt, rows, hidden, ("input",), offsets, strides)["input"]
+    res = allocate(rng, p.residual_dtype, rows, hidden, misalign=r_off, stride=r_stride)
     w = _weight(rng, dt, hidden, weight, w_off)
-    x, res = ops["input"], ops["residual"]
     w_ptr, w_values, w_dtype = _weight_args(w, weight)
-    with _closing(*ops.values(), *([w] if w else [])):
-        p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
+    with _closing(x, res, *([w] if w else [])):
         out, total = reference.fused_add_rms_norm_twin(x.values(), res.values(), w_values, epsilon, block=p.block,
-                                                       residual_phases=phases(res), gemma=gemma, round_once=round_once)
+                                                       residual_phases=phases(res), input_phases=phases(x),
+                                                       gemma=gemma, round_once=round_once,
+                                                       sum_precision=p.sum_precision)
         with forced_row_variant(variant):
-            run_checked(_label("fused_add_rms_norm", dt, rows, hidden, offsets, strides, gemma=gemma,
-                               round_once=round_once, variant=variant, pdl=pdl, weight=weight),
+            run_checked(_label("fused_add_rms_norm", dt, rows, hidden, {**offsets, "residual": r_off},
+                               {**strides, "residual": res.stride}, gemma=gemma, round_once=round_once,
+                               variant=variant, pdl=pdl, weight=weight, sum_precision=p.sum_precision,
+                               residual=p.residual_dtype.name),
                         lambda: fused_add_rms_norm(x.ptr, res.ptr, w_ptr, epsilon, rows, hidden, dtype=dt,
                                                    input_stride=x.stride, residual_stride=res.stride, gemma=gemma,
                                                    round_once=round_once, stream=stream, weight_dtype=w_dtype,
+                                                   sum_precision=sum_precision, residual_dtype=residual_dtype,
                                                    **_pdl(pdl)),
                         outputs={"input": (x, out), "residual": (res, total)},
                         inputs={"weight": w} if w else {})
@@ -597,7 +605,8 @@ def checker_call(case) -> tuple:
             in_place=opt("in_place") == "input", variant=opt("variant"))
     if case.op == "fused_add_rms_norm":
         return check_fused_add_rms_norm, dict(shared, offsets=offsets, strides=strides, gemma=opt("gemma"),
-                                              round_once=opt("round_once"), variant=opt("variant"))
+                                              round_once=opt("round_once"), variant=opt("variant"),
+                                              sum_precision=opt("sum_precision"), residual_dtype=opt("residual_dtype"))
     if case.op == "layer_norm":
         return check_layer_norm, dict(shared, offsets=offsets, strides=strides, in_place=opt("in_place") == "input",
                                       bias=opt("bias"), variant=opt("variant"))

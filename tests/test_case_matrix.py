@@ -82,7 +82,7 @@ def test_deterministic_and_counted():
     assert _all_sanitize() == _all_sanitize() and _all_gpu() == _all_gpu()
     # The counts the sanitizer logs report (tools/sanitize_all.py --count); a change here changes them.
     assert Counter(c.op for c in _all_sanitize()) == {
-        "rms_norm": 970, "rms_norm_nd": 138, "fused_add_rms_norm": 889, "layer_norm": 1183,
+        "rms_norm": 970, "rms_norm_nd": 138, "fused_add_rms_norm": 945, "layer_norm": 1183,
         "rms_norm_backward": 763, "layer_norm_backward": 882, "rms_norm_quant": 549,
         "fused_add_rms_norm_quant": 693, "seed": 6}
     assert len(_all_sanitize(quick=True)) == 2355 + 1242  # the quantizing ops' offsets are all 1 or VEC-1

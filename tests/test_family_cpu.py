@@ -307,6 +307,10 @@ def _all_variants(source):
                       for e in plan.plan_fused_add_rms_norm(dt, 64, gemma=g, round_once=r).group]
             exprs += [e for w in (("none", "float32") if dt is not dtypes.FLOAT32 else ("none",))
                       for e in plan.plan_fused_add_rms_norm(dt, 64, weight_dtype=w).group]
+            if dt is not dtypes.FLOAT32:  # the fp32-sum kernel, with each residual dtype (its own units)
+                exprs += [e for r in (None, "float32") for options in ({}, dict(gemma=True, weight_dtype="float32"))
+                          for e in plan.plan_fused_add_rms_norm(dt, 64, sum_precision="fp32", residual_dtype=r,
+                                                                **options).group]
         elif source == "layer_norm.cu":
             exprs += plan.plan_layer_norm(dt, 64).group + plan.plan_layer_norm(dt, 64, weight=False).group
         else:
@@ -349,6 +353,10 @@ def test_ptx_dump_knows_the_family():
         return family.expression(bf16, hidden, tool.resolve_variant(family, variant, bf16, hidden))
 
     assert expression("fused_add_rms_norm", "gemma") == plan.plan_fused_add_rms_norm(bf16, 5120, gemma=True).expression
+    assert expression("fused_add_rms_norm", "fp32_sum,few") == \
+        plan.plan_fused_add_rms_norm(bf16, 5120, sum_precision="fp32").latency_expression
+    assert expression("fused_add_rms_norm", "fp32_residual,weight=float32") == \
+        plan.plan_fused_add_rms_norm(bf16, 5120, residual_dtype="float32", weight_dtype="float32").expression
     assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0, 1, true, false, false>"
     assert expression("layer_norm", "bias=false") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 1, false, false, false>"
     assert expression("layer_norm", "few") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 4, true, true, false>"

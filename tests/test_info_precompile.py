@@ -155,14 +155,17 @@ def test_every_unit_counts():
     # RMSNorm backward: the same; the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads).
     # rms_norm.cu twice over: its plain rows and its N-D kernel (rms_norm_nd), one unit each. The
     # quantizing ops: per op, dtype, output dtype (3), mode (3: per_group's one unit for both group sizes)
-    # and rounding (2): 2 x 3 x 3 x 3 x 2.
-    assert by_source == {"rms_norm.cu": 52, "fused_add_rms_norm.cu": 26, "layer_norm.cu": 6,
+    # and rounding (2): 2 x 3 x 3 x 3 x 2. Fused add's bf16 and fp16 units three times over (the rounded
+    # sum, the fp32 sum, an fp32 residual): 3 x 2 x 10 + 6 for fp32, whose sum is never rounded.
+    assert by_source == {"rms_norm.cu": 52, "fused_add_rms_norm.cu": 66, "layer_norm.cu": 6,
                          "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 108}
     assert "rms_norm_quant.cu rms_norm_group_quant_kernel bfloat16 float8_e4m3fn per_group" in {u.label for u in units}
     assert precompile.every_unit(["rms_norm", "rms_norm_nd"], [dtypes.FLOAT32]) == \
         [u for u in units if u.label.startswith("rms_norm.cu float32")]
     assert "rms_norm.cu bfloat16 nd weight=none" in {u.label for u in units}
     assert {"rms_norm.cu bfloat16 weight=none", "rms_norm_backward.cu bfloat16 weight=none"} <= {u.label for u in units}
+    assert {"fused_add_rms_norm.cu float16 fp32_sum", "fused_add_rms_norm.cu bfloat16 round_once fp32_sum "
+            "residual=float32"} <= {u.label for u in units}
 
 
 def test_list_compiles_nothing(capsys, monkeypatch):

@@ -147,7 +147,7 @@ def test_dynamo_fullgraph_traces_the_functions_and_modules_into_pyrms_ops(dynamo
         compiled(cpu(4, 8), cpu(4, 8), cpu(8), cpu(8))
     code = graphs[0].code
     assert "torch.ops.pyrms.rms_norm.default(l_x_, l_w_, 1e-06, False, True)" in code
-    assert "torch.ops.pyrms.fused_add_rms_norm.default(l_x_, l_r_, l_w_, 1e-06, False, False)" in code
+    assert "torch.ops.pyrms.fused_add_rms_norm.default(l_x_, l_r_, l_w_, 1e-06, False, False, None)" in code
     assert "torch.ops.pyrms.layer_norm.default(l_x_, l_w_, l_b_, 1e-05)" in code
     assert code.count("torch.ops.pyrms.rms_norm.default(") == 2  # the module's call too
 

@@ -81,6 +81,8 @@ def _row_expression(planner: Callable, dt: dtypes.DType, hidden: int, v: dict) -
     shape, its spread as planned for the cache; with aligned, its all-body variant); cache and the
     option flags as given."""
     options = {key: value for key, value in v.items() if key not in ("few", "aligned")}
+    if options.pop("fp32_sum", False) or options.get("fp32_residual"):  # fused add's second semantics
+        options["sum_precision"] = "fp32"
     planned = replace(planner(dt, hidden), **options)
     if v["aligned"] and not v["few"]:
         raise ValueError("aligned is a variant of the few-row kernel: add few")
@@ -153,8 +155,9 @@ FAMILIES = {
         "seed_rms_norm.cu", "transformer::rms_norm_kernel with VEC = gcd(16 / itemsize, hidden), BLOCK = hidden / VEC",
         lambda dt, hidden, v: plan_seed(dt, hidden).expression),
     "fused_add_rms_norm": _row_family(
-        plan.plan_fused_add_rms_norm, "fused_add_rms_norm.cu", "pyrms::fused_add_rms_norm_kernel, planned like rms_norm",
-        {"gemma": False, "round_once": False}, weight=True),
+        plan.plan_fused_add_rms_norm, "fused_add_rms_norm.cu", "pyrms::fused_add_rms_norm_kernel, planned like rms_norm; "
+        "fp32_sum = the fp32-sum kernel (fused_add_rms_norm_fp32_sum_kernel), fp32_residual = it with an fp32 residual",
+        {"gemma": False, "round_once": False, "fp32_sum": False, "fp32_residual": False}, weight=True),
     "layer_norm": _row_family(
         plan.plan_layer_norm, "layer_norm.cu", "pyrms::layer_norm_kernel (forward), planned like rms_norm; "
         "weightless = no weight", {"bias": True, "weightless": False}),

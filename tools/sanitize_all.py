@@ -73,7 +73,8 @@ def compile_unit(family: str, c: case_matrix.Case) -> precompile_mod.Unit:
     return precompile_mod.unit(family, c.dtype, c.hidden, gemma=c.option("gemma"), round_once=c.option("round_once"),
                                bias=c.option("bias"), grad_dtype=c.option("grad_dtype"), weight_dtype=weight,
                                out_dtype=c.option("out_dtype"), mode=c.option("mode"),
-                               round_input=c.option("round_input"))
+                               round_input=c.option("round_input"), sum_precision=c.option("sum_precision"),
+                               residual_dtype=c.option("residual_dtype"))
 
 
 def precompile(ops, quick: bool, arch: str | None, jobs: int) -> int:

@@ -306,8 +306,9 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
     (name, value) for [hidden] ones. num_tokens and hidden_size are taken from the arrays when None,
     checked against them otherwise. Returns (dtype, rows, hidden, name -> (pointer, row stride)) for
     the raw-pointer path, which checks the rest (alignment, extents, overlaps) with its own messages.
-    `mixed`: vectors that may be float32 beside rows of another dtype (an fp32 weight); their entries
-    are (pointer, hidden, dtype), the dtype None for a raw pointer.
+    `mixed`: vectors that may be float32 beside rows of another dtype (an fp32 weight), the first being
+    the weight; their entries are (pointer, hidden, dtype), the dtype None for a raw pointer. Row operands
+    may be mixed too (an fp32 residual): their entries are then (pointer, row stride, dtype).
     `nd`: the op takes N-D layouts (rms_norm): where a row array's leading dimensions do not collapse to
     one stride, or the first `mixed` vector is a [rows' first dimension, hidden] weight per outer row,
     rows is a tuple of leading sizes, each row operand's stride a tuple (_nd_arrays), and the weight's
@@ -352,7 +353,7 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
         view = views.get(name)
         if view is None:
             if name in raw:
-                found[name] = (raw[name], stride)
+                found[name] = (raw[name], stride, None) if name in mixed else (raw[name], stride)
             continue
         n, h, array_stride = collapse(name, view)
         if hidden_size is None:
@@ -370,7 +371,7 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
             raise ValueError(f"{name} has row stride {array_stride} < hidden_size {h}: its rows overlap")
         if view.ptr == 0 and n:
             raise ValueError(f"{name} has a null data pointer")
-        found[name] = (view.ptr, array_stride)
+        found[name] = (view.ptr, array_stride, view.dtype) if name in mixed else (view.ptr, array_stride)
     if hidden_size is None or num_tokens is None:
         raise TypeError("num_tokens and hidden_size are required when every operand is a raw pointer")
     for name, value in vectors:

@@ -94,16 +94,20 @@ def _explain(x, weight) -> None:
     raise AssertionError("unreachable: the operands passed every check")  # keeps a logic slip from launching
 
 
-def _operands(x: torch.Tensor, vectors: dict, rows: dict | None = None) -> tuple[str, int]:
+# fused_add_rms_norm's rows that may be float32 beside x of another dtype: an fp32 residual stream.
+FUSED_ADD_FLOAT32_ROWS = ("residual",)
+
+
+def _operands(x: torch.Tensor, vectors: dict, rows: dict | None = None, float32_rows: tuple = ()) -> tuple[str, int]:
     """(pyrms dtype name, device index) of operands that pass every check; the error otherwise."""
-    name = check_meta(x, vectors, rows)
+    name = check_meta(x, vectors, rows, float32_rows)
     return name, check_device({"x": x, **(rows or {}), **vectors})
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool,
-                       round_once: bool) -> None:
+                       round_once: bool, sum_precision: str | None = None) -> None:
     """In place: residual <- x + residual, then x <- rms_norm(residual) (see pyrms.torch.fused_add_rms_norm)."""
-    dtype, device = _operands(x, {"weight": weight}, {"residual": residual})
+    dtype, device = _operands(x, {"weight": weight}, {"residual": residual}, FUSED_ADD_FLOAT32_ROWS)
     strides = {}
     for name, t in (("x", x), ("residual", residual)):
         strides[name] = row_stride(t)
@@ -115,7 +119,8 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
         hidden = x.shape[-1]
         _fused_add_rms_norm(x.data_ptr(), residual.data_ptr(), weight.data_ptr(), eps, numel // hidden, hidden,
                             dtype=dtype, input_stride=strides["x"], residual_stride=strides["residual"],
-                            stream=current_stream(device), gemma=gemma, round_once=round_once)
+                            stream=current_stream(device), gemma=gemma, round_once=round_once,
+                            sum_precision=sum_precision, residual_dtype=DTYPE_NAMES[residual.dtype])
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:

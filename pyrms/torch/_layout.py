@@ -28,11 +28,12 @@ def dtype_name(dtype: torch.dtype, name: str = "x") -> str:
     return found
 
 
-def check_meta(x: torch.Tensor, vectors: dict, rows: dict | None = None) -> str:
+def check_meta(x: torch.Tensor, vectors: dict, rows: dict | None = None, float32_rows: tuple = ()) -> str:
     """The checks that need no data and no device, made by the fake (meta) implementations too:
     ``x`` is a tensor of a supported dtype with at least one dimension; each of ``rows`` (name ->
-    tensor) has x's shape and dtype; each of ``vectors`` (name -> tensor or None) is a contiguous
-    [hidden] tensor of x's dtype. Returns x's pyrms dtype name."""
+    tensor) has x's shape and dtype (or float32, for those named in ``float32_rows``: an fp32
+    residual); each of ``vectors`` (name -> tensor or None) is a contiguous [hidden] tensor of x's
+    dtype. Returns x's pyrms dtype name."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     name = dtype_name(x.dtype)
@@ -41,8 +42,9 @@ def check_meta(x: torch.Tensor, vectors: dict, rows: dict | None = None) -> str:
     for other, t in (rows or {}).items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{other} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != x.dtype:
-            raise TypeError(f"{other} has dtype {t.dtype}, but x has {x.dtype}: pyrms computes in one dtype")
+        if t.dtype != x.dtype and not (other in float32_rows and t.dtype == torch.float32):
+            also = " (or torch.float32)" if other in float32_rows else ""
+            raise TypeError(f"{other} has dtype {t.dtype}, but x has {x.dtype}{also}: pyrms computes in one dtype")
         if t.shape != x.shape:
             raise ValueError(f"{other} has shape {tuple(t.shape)}, but x has {tuple(x.shape)}")
     hidden = x.shape[-1]

@@ -6,7 +6,8 @@ on the development machine with the launches stubbed).
 
     torch.ops.pyrms.rms_norm(x, weight?, eps, gemma, round_once) -> Tensor
     torch.ops.pyrms.rms_norm_backward(grad_out, x, weight?, eps, gemma) -> (grad_input, grad_weight)
-    torch.ops.pyrms.fused_add_rms_norm(input, residual, weight, eps, gemma, round_once) -> ()   mutates input, residual
+    torch.ops.pyrms.fused_add_rms_norm(input, residual, weight, eps, gemma, round_once, sum_precision?) -> ()
+        mutates input, residual
     torch.ops.pyrms.layer_norm(x, weight?, bias?, eps) -> Tensor
     torch.ops.pyrms.layer_norm_backward(grad_out, x, weight?, eps, has_bias) -> (grad_input, grad_weight, grad_bias)
 
@@ -69,13 +70,13 @@ rms_norm.register_autograd(_rms_norm_grads, setup_context=_save_rms_norm)
 
 @torch.library.custom_op("pyrms::fused_add_rms_norm", mutates_args=("input", "residual"))
 def fused_add_rms_norm(input: Tensor, residual: Tensor, weight: Tensor, eps: float, gemma: bool,
-                       round_once: bool) -> None:
-    kernels.fused_add_rms_norm(input, residual, weight, eps, gemma, round_once)
+                       round_once: bool, sum_precision: Optional[str] = None) -> None:
+    kernels.fused_add_rms_norm(input, residual, weight, eps, gemma, round_once, sum_precision)
 
 
 @fused_add_rms_norm.register_fake
-def _(input, residual, weight, eps, gemma, round_once):
-    check_meta(input, {"weight": weight}, {"residual": residual})
+def _(input, residual, weight, eps, gemma, round_once, sum_precision=None):
+    check_meta(input, {"weight": weight}, {"residual": residual}, kernels.FUSED_ADD_FLOAT32_ROWS)
 
 
 @torch.library.custom_op("pyrms::layer_norm", mutates_args=())

@@ -63,22 +63,25 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
-                       gemma: bool = False, round_once: bool = False) -> None:
+                       gemma: bool = False, round_once: bool = False, sum_precision: str | None = None) -> None:
     """vLLM's fused_add_rms_norm, in place: ``residual <- x + residual`` (added in fp32, rounded to the
     dtype), then ``x <- rms_norm(residual, weight, eps)`` of that rounded sum. Returns None.
 
     ``x`` and ``residual``: CUDA tensors of one shape [..., hidden] and dtype, disjoint, each with its
     rows one stride apart (ValueError otherwise: an in-place op cannot work on a copy). ``weight``,
-    ``eps``, ``gemma``, ``round_once``: as in rms_norm. No autograd: call it under ``torch.no_grad()``
+    ``eps``, ``gemma``, ``round_once``: as in rms_norm. ``sum_precision="fp32"`` normalizes the fp32 sum
+    instead (FlashInfer's, SGLang's), and a torch.float32 ``residual`` beside bf16 or fp16 ``x`` is an
+    fp32 residual stream that stores the sum exactly (QuACK's, Transformer Engine's): as in
+    ``pyrms.fused_add_rms_norm``. No autograd: call it under ``torch.no_grad()``
     or ``torch.inference_mode()`` (RuntimeError when autograd would have to record it).
     """
     if torch.compiler.is_compiling() or _dispatch_modes():
-        _FUSED_ADD_RMS_NORM(x, residual, weight, float(eps), gemma, round_once)
+        _FUSED_ADD_RMS_NORM(x, residual, weight, float(eps), gemma, round_once, sum_precision)
         return
     if _records(x, weight, residual):
         raise RuntimeError("fused_add_rms_norm works in place and has no backward; call it under torch.no_grad() "
                            "or torch.inference_mode(), or use rms_norm(x + residual, weight, eps) to train")
-    kernels.fused_add_rms_norm(x, residual, weight, eps, gemma, round_once)
+    kernels.fused_add_rms_norm(x, residual, weight, eps, gemma, round_once, sum_precision)
     # Written through raw pointers: tell autograd both changed, as torch's own in-place ops do.
     _increment_version(x)
     _increment_version(residual)
