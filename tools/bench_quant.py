@@ -3,8 +3,8 @@ norm then quantize (eager, torch.compile of each step apart, torch.compile of bo
 
     python -m tools.bench_quant [--tokens 1,16,128,1024,16384] [--hidden 5120] [--reps 15] [--json out.json]
 
-bf16 rows of `hidden` elements, a bf16 weight, float8_e4m3fn output; modes static (one scale) and per_token
-(a scale per row, written). Bytes: read x (and the residual) and the weight, write q and the scales (and
+bf16 rows of `hidden` elements, a bf16 weight, float8_e4m3fn output; modes static (one scale), per_token
+(a scale per row, written) and per_group (a scale per GROUP elements of a row, row-major fp32, written). Bytes: read x (and the residual) and the weight, write q and the scales (and
 the residual). Device time per call by the benchmark's method (pyrms.bench.timing: events around a batch
 queued behind a spin kernel), the median of --reps samples; the copy ceiling as pyrms.bench measures it.
 "agree" is the fraction of q's bytes equal to torch eager's (which rounds the norm to bf16 first: pyrms
@@ -24,10 +24,12 @@ EPS = 1e-6
 QMAX = 448.0  # float8_e4m3fn
 MIN_SCALE = 1.0 / (QMAX * 512.0)  # the minimum per-token scale (docs/numerics.md)
 STATIC_SCALE = 0.02
+GROUP = 128  # per_group's group size (DeepSeek's 1x128)
+MODES = ("static", "per_token", "per_group")
 
 
 def torch_steps(torch):
-    """(norm, add-then-norm, static quantize, per-token quantize) as torch code, the pair an unfused stack runs."""
+    """(norm, add-then-norm, {mode: quantize}) as torch code, the pair an unfused stack runs."""
     f = torch.nn.functional
 
     def norm(x, w):
@@ -44,20 +46,27 @@ def torch_steps(torch):
         s = (y.abs().amax(-1, keepdim=True).float() / QMAX).clamp(min=MIN_SCALE)
         return (y.float() / s).clamp(-QMAX, QMAX).to(torch.float8_e4m3fn), s
 
-    return norm, add_norm, static, per_token
+    def per_group(y):
+        g = y.float().view(*y.shape[:-1], y.shape[-1] // GROUP, GROUP)
+        s = (g.abs().amax(-1, keepdim=True) / QMAX).clamp(min=MIN_SCALE)
+        return (g / s).clamp(-QMAX, QMAX).to(torch.float8_e4m3fn).view(y.shape), s.squeeze(-1)
+
+    return norm, add_norm, {"static": static, "per_token": per_token, "per_group": per_group}
 
 
 def implementations(torch, fused: bool, mode: str):
     """name -> run(x, r, w, q, s): each writes q (and s), reading x (and r, updated in place by pyrms)."""
-    norm, add_norm, static, per_token = torch_steps(torch)
-    quant = static if mode == "static" else per_token
+    norm, add_norm, quants = torch_steps(torch)
+    quant = quants[mode]
+    grouping = dict(group_size=GROUP) if mode == "per_group" else {}
 
     def pyrms_run(x, r, w, q, s):
         scale = STATIC_SCALE if mode == "static" else s.data_ptr()
         if fused:
-            pyrms.fused_add_rms_norm_quant(q.data_ptr(), x, r, w, EPS, scale=scale, mode=mode, round_input=True)
+            pyrms.fused_add_rms_norm_quant(q.data_ptr(), x, r, w, EPS, scale=scale, mode=mode, round_input=True,
+                                           **grouping)
         else:
-            pyrms.rms_norm_quant(q.data_ptr(), x, w, EPS, scale=scale, mode=mode, round_input=True)
+            pyrms.rms_norm_quant(q.data_ptr(), x, w, EPS, scale=scale, mode=mode, round_input=True, **grouping)
 
     def eager(x, r, w, q, s, n=norm, a=add_norm, qf=quant):
         return qf(a(x, r, w)[0] if fused else n(x, w))
@@ -90,20 +99,23 @@ def main(argv=None) -> int:
     w = torch.randn(hidden, dtype=torch.bfloat16, device="cuda")
     results = []
     for fused in (False, True):
-        for mode in ("static", "per_token"):
+        for mode in MODES:
+            if mode == "per_group" and hidden % GROUP:
+                print(f"per_group skipped: hidden {hidden} is not a multiple of {GROUP}", flush=True)
+                continue
             # Dynamo keys its cache by code object: the four configurations' `eager` share one, and 8 shapes
             # (its recompile limit) would leave the later ones running uncompiled (run 27's fused add rows).
             torch._dynamo.reset()
             impls = implementations(torch, fused, mode)
             for tokens in (int(t) for t in args.tokens.split(",")):
                 elems = tokens * hidden
-                nbytes = elems * 2 + hidden * 2 + elems + (4 * tokens if mode == "per_token" else 0) + \
-                    (2 * elems * 2 if fused else 0)
+                scales = {"static": 0, "per_token": tokens, "per_group": tokens * (hidden // GROUP)}[mode]
+                nbytes = elems * 2 + hidden * 2 + elems + 4 * scales + (2 * elems * 2 if fused else 0)
                 sets = max(2, min(16, (512 << 20) // nbytes))
                 data = [(torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda"),
                          torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda"),
                          torch.empty(tokens, hidden, dtype=torch.float8_e4m3fn, device="cuda"),
-                         torch.empty(tokens, dtype=torch.float32, device="cuda")) for _ in range(sets)]
+                         torch.empty(max(scales, 1), dtype=torch.float32, device="cuda")) for _ in range(sets)]
                 row = {"op": "fused_add_rms_norm_quant" if fused else "rms_norm_quant", "mode": mode, "tokens": tokens,
                        "hidden": hidden, "bytes": nbytes, "us": {}}
                 # agreement with torch eager on fresh copies (pyrms's fused add updates the residual in place)
