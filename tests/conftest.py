@@ -1,8 +1,12 @@
 """Shared test setup: the ``gpu`` marker skips, with the reason, where no CUDA driver or device exists;
-the ``rng`` fixture (reproducible per test), the ``small`` source directory and the ``fake`` driver."""
+the ``rng`` fixture (reproducible per test), the ``small`` source directory, the ``fake`` driver and
+the ``host_device`` harness."""
 import functools
 import gc
+import importlib.util
 import zlib
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -65,3 +69,16 @@ def fake(monkeypatch):
     fresh_driver_state(monkeypatch.setattr, fake_cu)
     yield fake_cu
     gc.collect()  # run the finalizers of whatever the test left open while the fake is still in place
+
+
+@pytest.fixture
+def host_device(monkeypatch):
+    """(differences, compared): operand names counted by the host harness's comparisons: device memory as
+    host memory and launches that write nothing (tools/random_check_host_time.py), for the checkers."""
+    path = Path(__file__).resolve().parent.parent / "tools" / "random_check_host_time.py"
+    spec = importlib.util.spec_from_file_location("random_check_host_time", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    differences, compared = Counter(), Counter()
+    module.install(Counter(), differences, patch=monkeypatch.setattr, compared=compared)
+    return differences, compared

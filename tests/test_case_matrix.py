@@ -1,17 +1,14 @@
 """pyrms.case_matrix on the CPU: every op covered, every misalignment of every pointer present, sizes
 with a prefix, a body and a tail, each case once, the same matrix on every call, and each case's
 checker arguments fitting its checker (run on host memory through tools/random_check_host_time.py)."""
-import importlib.util
 import inspect
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from pyrms import case_matrix, dtypes, precompile, testing
 from pyrms.case_matrix import BACKWARD, DTYPES, FAMILIES, GPU_AXES, case, gpu, sanitize
 
-TOOLS = Path(__file__).resolve().parent.parent / "tools"
 GPU_FAMILIES = ("rms_norm", "fused_add_rms_norm", "layer_norm", *BACKWARD)
 
 
@@ -137,16 +134,6 @@ def test_checker_arguments_fit_the_checkers():
     for c in {*_all_gpu(), *_all_sanitize(), *case_matrix.concurrency("rms_norm")}:
         check, kwargs = testing.checker_call(c)
         inspect.signature(check).bind(None, stream=None, **kwargs)  # TypeError on a wrong keyword
-
-
-@pytest.fixture
-def host_device(monkeypatch):
-    spec = importlib.util.spec_from_file_location("random_check_host_time", TOOLS / "random_check_host_time.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    differences, compared = Counter(), Counter()
-    module.install(Counter(), differences, patch=monkeypatch.setattr, compared=compared)
-    return differences, compared
 
 
 def test_each_case_compares_exactly_its_operands(host_device, rng):

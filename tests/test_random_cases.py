@@ -5,13 +5,11 @@ reach every op, dtype and option within 5,000 cases; each case's repro line must
 same case; the runner must keep going after a failure and say which cases failed. The GPU run of
 the same cases is tests/test_random_check_gpu.py.
 """
-import importlib.util
 import inspect
 import json
 import math
 import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +18,6 @@ from pyrms import errors, plan, random_check, testing
 from pyrms.random_cases import (DTYPES, MAX_ELEMENTS, MAX_HIDDEN, OPS, SPECIAL_HIDDENS, Case, draw_case, draw_cases,
                                 features, operands)
 
-TOOLS = Path(__file__).resolve().parent.parent / "tools"
 COUNT = 5000
 
 
@@ -157,17 +154,6 @@ def test_compile_units_are_the_plans_groups(cases):
 
 
 # --- the checkers on the host: device memory as host memory, launches that write nothing ------------------
-
-
-@pytest.fixture
-def host_device(monkeypatch):
-    """(differences, compared): operand names counted by the host harness's comparisons."""
-    spec = importlib.util.spec_from_file_location("random_check_host_time", TOOLS / "random_check_host_time.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    differences, compared = Counter(), Counter()
-    module.install(Counter(), differences, patch=monkeypatch.setattr, compared=compared)
-    return differences, compared
 
 
 def _outputs(case: Case) -> set[str]:
