@@ -55,7 +55,9 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
          grad_dtype=None, weight_dtype=None, out_dtype=None, mode: str = "static", round_input: bool = False) -> Unit:
     """The unit a call of ``op`` on rows of ``hidden`` elements compiles (the disk cache entry its
     launch looks up); ValueError for an op or a shape that cannot launch (the seed's limits).
-    out_dtype, mode, round_input: the quantizing ops' (one unit per dtype, output dtype, mode, rounding)."""
+    out_dtype, mode, round_input: the quantizing ops' (one unit per dtype, output dtype, mode, rounding);
+    out_dtype for rms_norm, rms_norm_nd, fused_add_rms_norm and layer_norm: None or float32 (an fp32 output
+    beside bf16/fp16 rows: a unit of its own per option set)."""
     dt = dtypes.get(dtype)
     if op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
         q = plan.plan_rms_norm_quant(dt, hidden, out_dtype or dtypes.FLOAT8_E4M3FN, mode=mode, round_input=round_input,
@@ -65,19 +67,27 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
     flags = "".join(f" {name}" for name, on in (("gemma", gemma), ("round_once", round_once)) if on)
     if weight_dtype is not None:
         flags += f" weight={weight_dtype}"
+    outs = ""  # the label's output kind, where it is not the rows' dtype
+    if op in ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "layer_norm"):
+        if plan.out_kind(dt, out_dtype) != "same":
+            outs = " out=float32"
+    elif out_dtype is not None:
+        raise ValueError(f"{op} has no out_dtype, got out_dtype={out_dtype!r}")
     p: plan.RmsNormPlan | plan.FusedAddRmsNormPlan | plan.LayerNormPlan | plan.NormBackwardPlan
     if op in ("rms_norm", "rms_norm_nd"):
-        p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype)
+        p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype,
+                               out_dtype=out_dtype)
         if op == "rms_norm_nd":
-            return Unit(p.source, p.nd_group, f"{p.source} {dt.name} nd{flags}")
+            return Unit(p.source, p.nd_group, f"{p.source} {dt.name} nd{flags}{outs}")
     elif op == "fused_add_rms_norm":
-        p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype)
+        p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype,
+                                         out_dtype=out_dtype)
     elif op == "layer_norm":
-        if weight_dtype not in (None, "none"):
-            raise ValueError(f"layer_norm's weight is of the dtype or none, got weight_dtype={weight_dtype!r}")
-        p = plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight_dtype is None)
-        # one unit per dtype: with and without bias, forward and backward; and one without a weight
-        flags = "" if weight_dtype is None else " weight=none"
+        p = plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight_dtype != "none",
+                                 weight_dtype=None if weight_dtype == "none" else weight_dtype, out_dtype=out_dtype)
+        # one unit per dtype: with and without bias, forward and backward; one without a weight; and the
+        # mixed ones (fp32 weight and bias, fp32 output: the forward only)
+        flags = "" if p.weight == "same" else f" weight={p.weight}"
     elif op in ("rms_norm_backward", "layer_norm_backward"):
         if weight_dtype not in (None, "none"):
             raise ValueError(f"{op}'s weight is of the dtype or none, got weight_dtype={weight_dtype!r}")
@@ -93,17 +103,19 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
         return Unit(s.source, (s.expression,), f"{s.source} {dt.name} hidden {hidden}")
     else:
         raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")
-    return Unit(p.source, tuple(p.group), f"{p.source} {dt.name}{flags}")
+    return Unit(p.source, tuple(p.group), f"{p.source} {dt.name}{flags}{outs}")
 
 
 def _options(op: str, dt: dtypes.DType) -> list[dict]:
     """Every option set of ``op`` on rows of ``dt`` that can change what it compiles."""
+    mixed = dt is not dtypes.FLOAT32  # fp32 weights and outputs beside 2-byte rows
+    weights = [None, "none"] + (["float32"] if mixed else [])
+    outs = [None] + (["float32"] if mixed else [])
     if op in ("rms_norm", "rms_norm_nd", "fused_add_rms_norm"):
-        weights = [None, "none"] + (["float32"] if dt is not dtypes.FLOAT32 else [])
-        return [dict(gemma=g, round_once=r, weight_dtype=w) for w in weights for g in (False, True)
-                for r in (False, True) if not (g and w == "none")]
+        return [dict(gemma=g, round_once=r, weight_dtype=w, out_dtype=o) for o in outs for w in weights
+                for g in (False, True) for r in (False, True) if not (g and w == "none")]
     if op == "layer_norm":
-        return [dict(bias=b, weight_dtype=w) for w in (None, "none") for b in (True, False)]
+        return [dict(bias=b, weight_dtype=w, out_dtype=o) for o in outs for w in weights for b in (True, False)]
     if op == "rms_norm_backward":
         return [dict(gemma=g, grad_dtype=d) for g in (False, True) for d in (None, "float32")] + [
             dict(weight_dtype="none")]
