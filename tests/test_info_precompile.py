@@ -149,7 +149,9 @@ def test_every_unit_counts():
     # RMSNorm backward: the same; the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads).
     # rms_norm.cu twice over: its plain rows and its N-D kernel (rms_norm_nd), one unit each. The
     # quantizing ops: per op, dtype, output dtype (3), mode (2) and rounding (2): 2 x 3 x 3 x 2 x 2.
-    assert by_source == {"rms_norm.cu": 52, "fused_add_rms_norm.cu": 26, "layer_norm.cu": 6,
+    # Mixed dtypes: each 2-byte rms_norm, N-D and fused-add unit again with an fp32 output (10 per dtype);
+    # LayerNorm's forward with fp32 weight and bias, and with an fp32 output for each weight kind (4 per dtype).
+    assert by_source == {"rms_norm.cu": 92, "fused_add_rms_norm.cu": 46, "layer_norm.cu": 14,
                          "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 72}
     assert precompile.every_unit(["rms_norm", "rms_norm_nd"], [dtypes.FLOAT32]) == \
         [u for u in units if u.label.startswith("rms_norm.cu float32")]
