@@ -345,12 +345,13 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
             raise ValueError(f"{name} has dtype {view.dtype.name}, but the dtype is {dt.name}"
                              + ("" if hint is not None else f" (that of {next(iter(views))})"))
     dt = dt or dtypes.BFLOAT16
-    for name in (*mixed, mixed_out):
+    for name in (mixed_out, *mixed):
         view = views.get(name)
         if view is None or view.dtype is dt:
             continue
         if dt is dtypes.FLOAT32:  # fp32 rows: fp32 all through
-            raise ValueError(f"{name} has dtype {view.dtype.name}, but the dtype is {dt.name}")
+            raise ValueError(f"{name} has dtype {view.dtype.name}, but the dtype is {dt.name}"
+                             + ("" if hint is not None else f" (that of {next(iter(views))})"))
         if view.dtype is not dtypes.FLOAT32:
             raise ValueError(f"{name} has dtype {view.dtype.name}; it must be {dt.name} (the input's) or float32")
     weight_name = mixed[0] if mixed else None
