@@ -197,6 +197,29 @@ def quant_cases():
                             variant=variant)
 
 
+def mixed_cases():
+    """Mixed dtypes beside 2-byte rows (docs/numerics.md): an fp32 output (offset 7: its 32-byte vector's
+    last element) with each weight kind, LayerNorm's fp32 weight and bias with either output, in both shapes."""
+    for dtype in (dtypes.BFLOAT16, dtypes.FLOAT16):
+        n = dtype.vec_elems
+        for hidden in HIDDENS:
+            for variant in ("few", "many"):
+                for weight in ("same", "float32", "none"):
+                    w = {} if weight == "none" else {"weight": 1}
+                    yield "rms_norm", check_rms_norm, dict(dtype=dtype, rows=3, hidden=hidden, in_off=n - 1,
+                                                           w_off=w.get("weight", 0), out_off=7, weight=weight,
+                                                           variant=variant, out_dtype="float32")
+                    yield "layer_norm", check_layer_norm, dict(
+                        dtype=dtype, rows=3, hidden=hidden, offsets={"input": 1, "out": 7, **w}, weight=weight,
+                        variant=variant, out_dtype="float32")
+                yield "fused_add_rms_norm", check_fused_add_rms_norm, dict(
+                    dtype=dtype, rows=3, hidden=hidden, offsets={"input": 1, "residual": n - 1, "out": 7, "weight": 1},
+                    strides={"out": hidden + 1}, weight="float32", variant=variant, out_dtype="float32")
+                yield "layer_norm", check_layer_norm, dict(dtype=dtype, rows=3, hidden=hidden,
+                                                           offsets={"out": n - 1, "bias": 1}, weight="float32",
+                                                           variant=variant)
+
+
 def seed_cases():
     for dtype in dtypes.ALL:
         for hidden in SEED_HIDDENS:
@@ -210,6 +233,7 @@ def all_cases():
     for check, case in sanitize_family.cases(quick=False):
         yield _op_of(check, case), check, case
     yield from extra_cases()
+    yield from mixed_cases()
     yield from nd_cases()
     yield from quant_cases()
     yield from seed_cases()
