@@ -163,9 +163,12 @@ def test_list_compiles_nothing(capsys, monkeypatch):
     monkeypatch.setattr(precompile, "compile_units", None)  # would fail if called
     assert precompile.main(["--list", "--ops", "layer_norm,seed", "--dtypes", "bf16", "--seed-hidden", "769,4096"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == ["layer_norm.cu bfloat16: 33 kernels", "layer_norm.cu bfloat16 weight=none: 36 kernels",
+    assert out == ["layer_norm.cu bfloat16: 33 kernels", "layer_norm.cu bfloat16 out=float32: 28 kernels",
+                   "layer_norm.cu bfloat16 weight=float32: 28 kernels",
+                   "layer_norm.cu bfloat16 weight=float32 out=float32: 28 kernels",
+                   "layer_norm.cu bfloat16 weight=none: 36 kernels", "layer_norm.cu bfloat16 weight=none out=float32: 28 kernels",
                    "seed_rms_norm.cu bfloat16 hidden 4096: 1 kernel", "seed_rms_norm.cu bfloat16 hidden 769: 1 kernel",
-                   "precompile: 4 compile units"]
+                   "precompile: 8 compile units"]
 
 
 # --- pyrms.precompile: compiling ------------------------------------------------------------------

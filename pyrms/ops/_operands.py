@@ -344,6 +344,8 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
         elif view.dtype is not dt:
             raise ValueError(f"{name} has dtype {view.dtype.name}, but the dtype is {dt.name}"
                              + ("" if hint is not None else f" (that of {next(iter(views))})"))
+    if dt is None and mixed_out in views:  # no other array says the rows' dtype: the output's does, as before
+        dt = views[mixed_out].dtype
     dt = dt or dtypes.BFLOAT16
     for name in (mixed_out, *mixed):
         view = views.get(name)
