@@ -96,6 +96,21 @@ template <typename T, typename R> struct SummedRow {
     __device__ __forceinline__ WidePack<T> sums(const Pack<T>& x, int at) const { return add_fp32(x, res + at, res_width); }
 };
 
+// for_each_out's body callback for the fp32 sum: it hands over a held vector (the sums, as WidePack) or
+// a re-read one (the input's values, as Pack), and f gets the sums either way (src.sums). A struct with
+// two overloads, not a generic lambda: NVRTC 13.0 takes a generic lambda's operator() for a host function
+// (run 29: "host functions are not allowed in JIT mode"), where 13.5 does not.
+template <typename T, typename W, typename Src, typename F> struct SumsOf {
+    const Src& src;
+    const F& f;
+    __device__ __forceinline__ void operator()(const WidePack<T>& v, const WeightVec<T, W>& wv, int at, int b) const {
+        f(src.sums(v, at), wv, at, b);
+    }
+    __device__ __forceinline__ void operator()(const Pack<T>& v, const WeightVec<T, W>& wv, int at, int b) const {
+        f(src.sums(v, at), wv, at, b);
+    }
+};
+
 // The fused add of one row with the fp32 sum, in place: residual <- R(s), input <- rms_scale(s, w, inv),
 // inv from the sums of squares of s in the row core's tree (the input's split). Pass 2 walks the input's
 // split (for_each_out, x = out = the input), each element read and written by one thread.
@@ -113,6 +128,14 @@ __device__ __forceinline__ void fp32_sum_rms_norm_row(T* in_row, R* res_row, con
     WeightVec<T, W> held_w[Shape::SLOTS];
     const float inv = row_inv_rms<T, W, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(sh, in_row, in_row, src, weight, epsilon,
                                                                                hidden, held, held_w);
+    // Pass 2's body vector at `at`, given its fp32 sums (SumsOf rebuilds them from what for_each_out hands over).
+    const auto body = [&](const WidePack<T>& s, const WeightVec<T, W>& wv, int at, int) {
+        store_sums(res_row + at, s, res_width);
+        Pack<T> y;
+#pragma unroll
+        for (int j = 0; j < Vec<T>::N; ++j) y.e[j] = rms_scale<T, GEMMA, ROUND_ONCE>(s.e[j], wv.at(j), inv);
+        store_aligned(in_row + at, y);
+    };
     for_each_out<T, W, CACHE, SPREAD, ALIGNED, false, EARLY_WEIGHTS>(
         sh, in_row, in_row, weight, nullptr, hidden, held, held_w,
         [&](int i) {
@@ -120,14 +143,7 @@ __device__ __forceinline__ void fp32_sum_rms_norm_row(T* in_row, R* res_row, con
             res_row[i] = from_float<R>(s);
             in_row[i] = rms_scale<T, GEMMA, ROUND_ONCE>(s, weight_at(weight, i), inv);
         },
-        [&](const auto& xv, const WeightVec<T, W>& wv, int at, int) {
-            const WidePack<T> s = src.sums(xv, at);
-            store_sums(res_row + at, s, res_width);
-            Pack<T> y;
-#pragma unroll
-            for (int j = 0; j < Vec<T>::N; ++j) y.e[j] = rms_scale<T, GEMMA, ROUND_ONCE>(s.e[j], wv.at(j), inv);
-            store_aligned(in_row + at, y);
-        });
+        SumsOf<T, W, SummedRow<T, R>, decltype(body)>{src, body});
 }
 
 }  // namespace pyrms

@@ -51,8 +51,9 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_ker
     const RowStats st = row_stats<T, CACHE, SPREAD, ALIGNED, true>(sh, s, hidden, epsilon, src, held, scratch[0], scratch[1],
                                                           partials);
     write_row<T, W, CACHE, SPREAD, ALIGNED, BIAS, false, EARLY_WEIGHTS>(sh, out_row, in_row, weight, bias, hidden, held,
-                                                                held_w, [st](T x, float w, auto b) {
-        // without a weight, w = 1: the product by 1 is exact; b: the bias, of T or float (T() without one)
+                                                                held_w, [st](T x, float w, Bias<T, W> b) {
+        // without a weight, w = 1: the product by 1 is exact; b: the bias, of T or float (T() without one,
+        // unused). A named type, not auto: NVRTC 13.0 refuses generic lambdas in device code.
         const float scaled = __fmul_rn(__fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv), w);
         return from_float<O>(BIAS ? __fadd_rn(scaled, to_float(b)) : scaled);
     });

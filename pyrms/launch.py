@@ -286,8 +286,8 @@ class RowLaunch:
 
 
 class Module:
-    """A CUBIN loaded for one device (a CUlibrary, or a CUmodule of its primary context: see
-    driver.kernel_loading). Lives as long as its Device."""
+    """A CUBIN loaded for one device (a CUlibrary: driver.image_load), its kernels looked up there. Lives
+    as long as its Device."""
 
     def __init__(self, handle, device: driver.Device, sha256: str):
         self.handle = handle
@@ -320,8 +320,7 @@ _modules_lock = threading.Lock()
 
 def load_module(cubin: bytes, device=None) -> Module:
     """The Module of a CUBIN image on ``device`` (ordinal, Device or None for the current one),
-    loaded once per (device, sha256 of the image), as ``PYRMS_KERNEL_LOADING`` says when it is first
-    loaded (driver.kernel_loading). Hashing costs time: keep the Kernels you get."""
+    loaded once per (device, sha256 of the image). Hashing costs time: keep the Kernels you get."""
     if not isinstance(cubin, (bytes, bytearray, memoryview)):
         raise TypeError(f"cubin must be bytes, got {type(cubin).__name__}")
     cubin = bytes(cubin)
@@ -332,6 +331,6 @@ def load_module(cubin: bytes, device=None) -> Module:
     with _modules_lock:
         module = device.modules.get(digest)
         if module is None:
-            image = driver.image_load(cubin, device, driver.kernel_loading())
+            image = driver.image_load(cubin)
             module = device.modules[digest] = Module(image, device, digest)
     return module

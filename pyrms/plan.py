@@ -7,6 +7,7 @@ row's result independent of the batch it sits in (GUIDE.md §3).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from . import dtypes
 
@@ -518,7 +519,9 @@ class NormBackwardPlan:
         if self.weightless and self.gemma:
             raise ValueError("gemma needs a weight (it multiplies by 1 + weight); got weight=None")
 
-    @property
+    # cached_property (a frozen dataclass keeps its __dict__): the backward's prepared call reads these
+    # about fifteen times per launch, each a Python call otherwise.
+    @cached_property
     def stats_fold(self) -> int:
         """The fold width of the recomputed statistics (the kernel's `fold` argument): the forward's
         block for this dtype and hidden size, so that they are the forward's statistics."""
@@ -548,24 +551,24 @@ class NormBackwardPlan:
             return LayerNormPlan(self.dtype, 0, 0, 0, weightless=self.weightless).group
         return _backward_group(self.dtype, False, self.weightless)
 
-    @property
+    @cached_property
     def sums_bias(self) -> bool:
         """Whether kernel 1 sums dbias: LayerNorm's always beside dweight, without a weight for grad_bias."""
         return self.centered and (self.grad_bias or not self.weightless)
 
-    @property
+    @cached_property
     def params(self) -> int:
         """Parameter gradients kernel 1 sums over rows (the workspace's planes, in order): dweight unless
         weightless, then dbias where sums_bias."""
         return int(not self.weightless) + int(self.sums_bias)
 
-    @property
+    @cached_property
     def ws_stride(self) -> int:
         """Floats per chunk row of the workspace: a multiple of 4 (16 bytes) >= hidden + 7, room for
         the weight's phase in front (norm_backward.cuh)."""
         return -(-(self.hidden + 7) // 4) * 4
 
-    @property
+    @cached_property
     def shared_bytes(self) -> int:
         """Dynamic shared memory of kernel 1: the chunk's column sums, or 0 to keep them in the workspace."""
         nbytes = self.params * self.ws_stride * 4

@@ -341,20 +341,6 @@ class FakeDriver:
     def _current(self):
         return self._stack()[-1] if self._stack() else 0
 
-    def cuModuleLoadData(self, image):
-        self._log("cuModuleLoadData", bytes(image))
-        module = self._handle(real_cu.CUmodule)
-        self.contexts[int(module)] = self._current()
-        return (OK, module)
-
-    def cuModuleGetFunction(self, module, name):
-        if self.functions is not None and name not in self.functions:
-            return (real_cu.CUresult.CUDA_ERROR_NOT_FOUND, None)
-        function = self._handle(real_cu.CUfunction)
-        self.contexts[int(function)] = self.contexts[int(module)]
-        self.kernel_names[int(function)] = name.decode()
-        return (OK, function)
-
     def cuLibraryLoadData(self, code, jit_options, jit_values, jit_count, options, option_values, option_count):
         self._log("cuLibraryLoadData", bytes(code))
         return (OK, self._handle(real_cu.CUlibrary))

@@ -684,13 +684,7 @@ class SimGpu:
         return stack[-1] if stack else 0
 
     # modules, libraries, kernels, graphs
-    def cuModuleLoadData(self, image): return (OK_STATUS, self._handle(real_cu.CUmodule))
     def cuFuncSetAttribute(self, function, attribute, value): return (OK_STATUS,)
-
-    def cuModuleGetFunction(self, module, name):
-        handle = self._handle(real_cu.CUfunction)
-        self.functions[int(handle)] = name.decode()
-        return (OK_STATUS, handle)
 
     def cuLibraryLoadData(self, code, *options): return (OK_STATUS, self._handle(real_cu.CUlibrary))
     def cuKernelSetAttribute(self, attribute, value, kernel, dev): return (OK_STATUS,)

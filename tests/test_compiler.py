@@ -19,6 +19,8 @@ from pyrms import cache, compiler, dtypes, headers, plan, ptx_inspect
 from pyrms.errors import CompileError, HeaderNotFoundError
 from small_sources import BAD_CU, SMALL_CU, X_CUH
 
+CUDA_SRC = Path(__file__).resolve().parent.parent / "cuda_src"
+
 ROOT = Path(__file__).resolve().parent.parent
 SEED_EXPR = "transformer::rms_norm_kernel<__nv_bfloat16, 8, 5120, 2, 640>"
 SEED_LOWERED = "_ZN11transformer15rms_norm_kernelI13__nv_bfloat16Li8ELi5120ELi2ELi640EEEvPT_PKS2_S5_f"
@@ -337,3 +339,13 @@ def test_slow_compile_is_reported_with_its_duration(small, monkeypatch, capsys):
     monkeypatch.setenv("PYRMS_QUIET", "1")
     _compile_small(arch="sm_80")
     assert capsys.readouterr().err == ""
+
+
+def test_no_generic_lambdas_in_the_kernels():
+    """No lambda in cuda_src takes an `auto` parameter: NVRTC 13.0 (the GPU machine's) compiles a generic
+    lambda's operator() as a host function and refuses it in JIT mode, where NVRTC 13.5 here accepts it
+    (run 29: fused add's 40 fp32-sum units failed on the GPU machine only)."""
+    generic = re.compile(r"\[[^\]\n]*\]\s*\([^)]*\bauto\b")
+    found = [f"{path.name}:{n}" for path in sorted(CUDA_SRC.glob("*.cu*"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if generic.search(line)]
+    assert not found, f"generic lambdas (use a functor with overloads): {found}"

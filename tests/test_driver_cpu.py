@@ -403,19 +403,15 @@ def test_fake_graph_capture(fake):
         assert fake.names()[-2:] == ["cuStreamEndCapture", "cuGraphDestroy"]
 
 
-@pytest.mark.parametrize("loading", ["library", "module"])
-def test_fake_modules_kernels_and_launches(fake, monkeypatch, loading):
-    monkeypatch.setenv("PYRMS_KERNEL_LOADING", loading)
+def test_fake_modules_kernels_and_launches(fake):
     fake.functions = {b"present"}
     module = launch.load_module(b"cubin bytes")
     assert launch.load_module(bytearray(b"cubin bytes"), 0) is module
-    load = {"library": "cuLibraryLoadData", "module": "cuModuleLoadData"}[loading]
-    assert fake.names().count(load) == 1 and len([n for n in fake.names() if n.endswith("LoadData")]) == 1
+    assert fake.names().count("cuLibraryLoadData") == 1 and len([n for n in fake.names() if n.endswith("LoadData")]) == 1
     kernel = module.function("present", ("ptr", "i32"))
     assert module.function("present", ("ptr", "i32")) is kernel
     # A library's CUkernel launches anywhere; its function (the general path's) in the device's context.
-    assert kernel.any_context == (loading == "library")
-    assert (kernel.function is kernel.handle) == (loading == "module")
+    assert kernel.any_context and kernel.function is not kernel.handle
     assert fake.contexts[int(kernel.function)] == 0xC000
     with pytest.raises(launch.KernelNotFoundError, match=r"^no kernel named 'absent' in module [0-9a-f]{12}$"):
         module.function("absent", ())
@@ -427,16 +423,9 @@ def test_fake_modules_kernels_and_launches(fake, monkeypatch, loading):
     kernel.set_max_dynamic_shared(100_000)
     attribute = real_cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     set_calls = [call for call in fake.calls[before:] if call[0].endswith("SetAttribute")]
-    expected = [("cuFuncSetAttribute", (int(kernel.function), attribute, 100_000))]
-    if loading == "library":  # the CUkernel's attribute on this device too
-        expected.insert(0, ("cuKernelSetAttribute", (attribute, 100_000, int(kernel.handle), 0)))
-    assert set_calls == expected
-
-
-def test_an_unknown_kernel_loading_is_refused_naming_the_allowed(fake, monkeypatch):
-    monkeypatch.setenv("PYRMS_KERNEL_LOADING", "eager")
-    with pytest.raises(ValueError, match=r"PYRMS_KERNEL_LOADING is 'eager'; allowed: library, module"):
-        launch.load_module(b"cubin bytes")
+    # the CUkernel's attribute on this device, and its function's, since launches use either
+    assert set_calls == [("cuKernelSetAttribute", (attribute, 100_000, int(kernel.handle), 0)),
+                         ("cuFuncSetAttribute", (int(kernel.function), attribute, 100_000))]
 
 
 def test_a_fresh_fake_starts_with_no_device_selected_where_the_hot_path_reads_it(fake):

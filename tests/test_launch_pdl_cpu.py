@@ -136,17 +136,6 @@ def test_a_library_kernel_on_an_explicit_stream_runs_in_the_streams_context(fake
     stream.close()
 
 
-def test_module_loading_launches_the_modules_function_in_its_context_on_every_stream(fake, monkeypatch):
-    monkeypatch.setenv("PYRMS_KERNEL_LOADING", "module")
-    kernel = launch.load_module(b"module cubin").function("present", SIGNATURE)
-    rows = launch.RowLaunch(SIGNATURE, 64, (7,), driver.current_device())
-    rows(kernel, 1, 0x70, 0x1000)
-    other_library_switches_context(fake)
-    rows(kernel, 2, 0x70, 0x1000)  # fails in the other context, then is retried in the device's
-    assert [(args[0], args[5]) for call, args in fake.calls if call == "cuLaunchKernel"] == [
-        (int(kernel.handle), 0xC000), (int(kernel.handle), 0xBEEF), (int(kernel.handle), 0xC000)]
-
-
 @pytest.mark.parametrize("pdl", [False, True])
 @pytest.mark.parametrize("how", ["Kernel.launch", "RowLaunch"])
 def test_other_launch_errors_are_raised_not_retried(fake, kernel, how, pdl):
