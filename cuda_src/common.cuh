@@ -137,7 +137,8 @@ template <typename T, int N = Vec<T>::N> __device__ __forceinline__ RowSplit spl
 }
 
 // The output vector of a row of T written as O: Vec<T>::N elements of O, so that its split matches the
-// row's (16 bytes when O is T; 8 bytes of a 1-byte O beside 2-byte rows). Stored as one word.
+// row's (16 bytes when O is T; 8 bytes of a 1-byte O beside 2-byte rows; 32 bytes of fp32 beside 2-byte
+// rows, split at out's 32-byte boundaries). Stored as one word, or two (store_out).
 template <typename T, typename O> struct alignas(sizeof(O) * Vec<T>::N) OutPack {
     O e[Vec<T>::N];
 };
@@ -147,13 +148,28 @@ template <> struct Word<16> { using type = uint4; };
 template <> struct Word<8> { using type = uint2; };
 template <> struct Word<4> { using type = unsigned; };
 
-// Store an output vector at p, aligned to its size; STREAMING: with the cache-streaming hint (st.global.cs).
+// Store an output vector at p, aligned to its size, in words of at most 16 bytes (the widest store: an
+// fp32 output beside bf16/fp16 rows is 32 bytes, two of them); STREAMING: with the cache-streaming hint
+// (st.global.cs).
 template <bool STREAMING, typename T, typename O> __device__ __forceinline__ void store_out(O* p, const OutPack<T, O>& v) {
-    using W = typename Word<sizeof(OutPack<T, O>)>::type;
-    if constexpr (STREAMING) {
-        __stcs(reinterpret_cast<W*>(p), *reinterpret_cast<const W*>(&v));
+    constexpr int BYTES = sizeof(OutPack<T, O>);
+    if constexpr (BYTES > 16) {
+        const uint4* words = reinterpret_cast<const uint4*>(&v);
+#pragma unroll
+        for (int k = 0; k < BYTES / 16; ++k) {
+            if constexpr (STREAMING) {
+                __stcs(reinterpret_cast<uint4*>(p) + k, words[k]);
+            } else {
+                reinterpret_cast<uint4*>(p)[k] = words[k];
+            }
+        }
     } else {
-        *reinterpret_cast<W*>(p) = *reinterpret_cast<const W*>(&v);
+        using W = typename Word<BYTES>::type;
+        if constexpr (STREAMING) {
+            __stcs(reinterpret_cast<W*>(p), *reinterpret_cast<const W*>(&v));
+        } else {
+            *reinterpret_cast<W*>(p) = *reinterpret_cast<const W*>(&v);
+        }
     }
 }
 

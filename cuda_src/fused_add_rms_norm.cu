@@ -61,4 +61,22 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_
         residual + static_cast<long long>(blockIdx.x) * residual_stride, weight, epsilon, hidden);
 }
 
+// The same with the normalized row written to `out` instead of over input (which is then only read): for an
+// output type O other than T (float beside bf16/fp16 rows: rms_norm.cu's O). The residual is updated as above,
+// in T; pass 2 splits at OUT's boundaries. out must be disjoint from input, residual and weight.
+template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED, typename W,
+          typename O>
+__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_norm_out_kernel(
+    O* out, const T* input, T* residual, const W* __restrict__ weight, float epsilon, int hidden,
+    long long input_stride, long long residual_stride, long long out_stride) {
+    constexpr int N = Vec<T>::N;
+    begin_dependent_grid();
+    const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
+    T* res_row = residual + static_cast<long long>(blockIdx.x) * residual_stride;
+    const AddedRow<T> sums{in_row, res_row,
+                           ALIGNED ? 16 : load_width<T>((vec_phase(in_row) - vec_phase(res_row)) & (N - 1))};
+    rms_norm_row<T, W, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, false>(
+        out + static_cast<long long>(blockIdx.x) * out_stride, res_row, sums, weight, epsilon, hidden);
+}
+
 }  // namespace pyrms

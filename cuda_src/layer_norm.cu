@@ -1,9 +1,11 @@
 // LayerNorm, forward and backward (one file: both are built on the same row statistics).
 //
 //   mean = sum(x) / n,  var = sum((x - mean)^2) / n  (two passes, over registers),  inv = 1 / sqrt(var + eps)
-//   forward:   y  = round_T(((x - mean) * inv) * w + b)      all in fp32, rounded once at the end
-//              (BIAS = false: y = round_T(((x - mean) * inv) * w), no addition, so -0 stays -0 as in PyTorch;
-//              W = void, no weight: w = 1, as torch.nn.LayerNorm(elementwise_affine=False))
+//   forward:   y  = round_O(((x - mean) * inv) * w + b)      all in fp32, rounded once at the end
+//              (BIAS = false: y = round_O(((x - mean) * inv) * w), no addition, so -0 stays -0 as in PyTorch;
+//              W = void, no weight: w = 1, as torch.nn.LayerNorm(elementwise_affine=False); w and b of
+//              W = float beside bf16/fp16 rows: gamma and beta read exactly; O, the output's type, T or
+//              float beside bf16/fp16 rows, where round_O is exact)
 //   backward:  x_hat = (x - mean) * inv,  g = w * dy
 //              dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
 //              dw = sum over rows of dy * x_hat,  db = sum over rows of dy   (fp32, fixed order)
@@ -26,17 +28,19 @@
 namespace pyrms {
 
 // bias is not read when BIAS is false (it may be null).
-// W: the weight's type, T or void (no weight: y = round_T((x - mean) * inv [+ b]), weight not read).
-template <typename T, int CACHE, int SPREAD, bool BIAS, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T>
+// W: the weight's type, T, float (bf16/fp16 rows; the bias is then fp32 too: row_core.cuh's Bias) or void
+// (no weight: y = round_O((x - mean) * inv [+ b]), weight not read, the bias of T).
+// O: the output's type, T or float (bf16/fp16 rows; no in place then).
+template <typename T, int CACHE, int SPREAD, bool BIAS, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T, typename O = T>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_kernel(
-    T* out, const T* input, const W* __restrict__ weight, const T* __restrict__ bias, float epsilon, int hidden,
-    long long input_stride, long long out_stride) {
+    O* out, const T* input, const W* __restrict__ weight, const Bias<T, W>* __restrict__ bias, float epsilon,
+    int hidden, long long input_stride, long long out_stride) {
     using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
     __shared__ float scratch[2][32];
     __shared__ float partials[Shape::PARTIALS];
     begin_dependent_grid();
     const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
-    T* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
+    O* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
     const Shape sh;
     const RowSplit s = sh.split(in_row, hidden);
     const RowIn<T, false> src{in_row};
@@ -47,10 +51,11 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_ker
     const RowStats st = row_stats<T, CACHE, SPREAD, ALIGNED, true>(sh, s, hidden, epsilon, src, held, scratch[0], scratch[1],
                                                           partials);
     write_row<T, W, CACHE, SPREAD, ALIGNED, BIAS, false, EARLY_WEIGHTS>(sh, out_row, in_row, weight, bias, hidden, held,
-                                                                held_w, [st](T x, float w, T b) {
-        // without a weight, w = 1: the product by 1 is exact
+                                                                held_w, [st](T x, float w, Bias<T, W> b) {
+        // without a weight, w = 1: the product by 1 is exact; b: the bias, of T or float (T() without one,
+        // unused). A named type, not auto: NVRTC 13.0 refuses generic lambdas in device code.
         const float scaled = __fmul_rn(__fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv), w);
-        return from_float<T>(BIAS ? __fadd_rn(scaled, to_float(b)) : scaled);
+        return from_float<O>(BIAS ? __fadd_rn(scaled, to_float(b)) : scaled);
     });
 }
 

@@ -18,12 +18,15 @@
 // EARLY_WEIGHTS (load the weights before the reduction: a latency choice for few rows); ALIGNED (the
 // launcher found every row 16-byte aligned, hidden a multiple of the vector: see RowShape); W, the
 // weight's type: T (the default), float (an fp32 weight with bf16 or fp16 rows: w_i is read exactly), or
-// void (no weight, w_i = 1: out = round_T(x * inv_rms), either rounding, and weight is not read). The planner
+// void (no weight, w_i = 1: out = round_T(x * inv_rms), either rounding, and weight is not read); O, the
+// output's type: T (the default), or float beside bf16 or fp16 rows (round_T above becomes exact for the
+// final product only: the intermediate round_T(x * inv_rms) stays; rms_scale). The planner
 // (pyrms/plan.py) picks the fold width F = blockDim.x / SPREAD and CACHE from the hidden size only,
 // and every variant computes the same bits for the same F (the row core's tree).
 //
 // Cache hints: the held input vectors and the body stores are streaming accesses (load_streaming).
-// In place (out == input) is allowed (see write_row).
+// In place (out == input, O = T) is allowed (see write_row). An fp32 O splits at out's 32-byte boundaries
+// (a vector of T's N elements: two 16-byte stores), so ALIGNED there also needs out 32-byte aligned.
 //
 // rms_norm_nd_kernel: the same rows (rms_norm_row, the same tree), addressed as an N-D view: row r of
 // `rows` is (i0, i1, i2) of leading sizes (rows / (d1 * d2), d1, d2), at element offset
@@ -39,20 +42,21 @@
 
 namespace pyrms {
 
-template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T>
+template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T,
+          typename O = T>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_kernel(
-    T* out, const T* input, const W* __restrict__ weight, float epsilon, int hidden,
+    O* out, const T* input, const W* __restrict__ weight, float epsilon, int hidden,
     long long input_stride, long long out_stride) {
     begin_dependent_grid();
     const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
-    T* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
+    O* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
     rms_norm_row<T, W, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, true>(out_row, in_row, RowIn<T, true>{in_row},
                                                                              weight, epsilon, hidden);
 }
 
-template <typename T, int CACHE, int LANES, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, typename W = T>
+template <typename T, int CACHE, int LANES, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, typename W = T, typename O = T>
 __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_nd_kernel(
-    T* out, const T* input, const W* __restrict__ weight, float epsilon, int rows, int d1, int d2, int hidden,
+    O* out, const T* input, const W* __restrict__ weight, float epsilon, int rows, int d1, int d2, int hidden,
     long long in_s0, long long in_s1, long long in_s2, long long out_s0, long long out_s1, long long out_s2,
     long long w_stride) {
     begin_dependent_grid();
@@ -64,7 +68,7 @@ __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_nd_kernel(
     const long long i0 = q / static_cast<unsigned>(d1);
     const long long i1 = q - static_cast<unsigned>(i0) * static_cast<unsigned>(d1);
     const T* in_row = input + i0 * in_s0 + i1 * in_s1 + i2 * in_s2;
-    T* out_row = out + i0 * out_s0 + i1 * out_s1 + i2 * out_s2;
+    O* out_row = out + i0 * out_s0 + i1 * out_s1 + i2 * out_s2;
     rms_norm_row<T, W, CACHE, 1, ALIGNED, GEMMA, ROUND_ONCE, false, true, LANES>(
         out_row, in_row, RowIn<T, true>{in_row}, weight_row(weight, i0 * w_stride), epsilon, hidden);
 }

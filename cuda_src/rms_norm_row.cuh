@@ -9,12 +9,16 @@ namespace pyrms {
 
 // w: the weight as fp32 (1 without one: the product by 1 is exact, so y = round_T(x * inv) then).
 // x: of T, or an fp32 value that was never rounded to T (added_row.cuh's fp32 sums).
-template <typename T, bool GEMMA, bool ROUND_ONCE, typename X>
-__device__ __forceinline__ T rms_scale(X x, float w, float inv) {
+// O: the output's type: T, or float beside bf16/fp16 rows, where the product is stored as computed
+// (round_O is exact), so round_T of an fp32 output is the T output, bit for bit. The intermediate
+// round_T(x * inv) of the default (not ROUND_ONCE) rounding is T's whatever O is: Hugging Face LLaMA's
+// `weight * hidden.to(input_dtype)`, which an fp32 weight promotes to an fp32 result.
+template <typename T, bool GEMMA, bool ROUND_ONCE, typename O = T, typename X>
+__device__ __forceinline__ O rms_scale(X x, float w, float inv) {
     const float wf = GEMMA ? __fadd_rn(1.0f, w) : w;
     float xn = __fmul_rn(to_float(x), inv);
     if (!ROUND_ONCE) xn = to_float(from_float<T>(xn));
-    return from_float<T>(__fmul_rn(xn, wf));
+    return from_float<O>(__fmul_rn(xn, wf));
 }
 
 __device__ __forceinline__ float square(float x) { return __fmul_rn(x, x); }
@@ -40,10 +44,10 @@ __device__ __forceinline__ float row_inv_rms(const RowShape<CACHE, SPREAD, ALIGN
 
 // The RMSNorm of one row, read from `src` and written to out_row: the body of rms_norm_kernel and of
 // fused_add_rms_norm_kernel, which differ only in their source (and cache hints).
-// x_row is where pass 2 re-reads the row values that are not held.
+// x_row is where pass 2 re-reads the row values that are not held. O: out's type (rms_scale).
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS,
-          bool STREAMING, int LANES = 0, typename Src>
-__device__ __forceinline__ void rms_norm_row(T* out_row, const T* x_row, const Src& src, const W* __restrict__ weight,
+          bool STREAMING, int LANES = 0, typename O, typename Src>
+__device__ __forceinline__ void rms_norm_row(O* out_row, const T* x_row, const Src& src, const W* __restrict__ weight,
                                              float epsilon, int hidden) {
     using Shape = RowShape<CACHE, SPREAD, ALIGNED, LANES>;
     const Shape sh;
@@ -53,7 +57,7 @@ __device__ __forceinline__ void rms_norm_row(T* out_row, const T* x_row, const S
                                                                                hidden, held, held_w);
     write_row<T, W, CACHE, SPREAD, ALIGNED, false, STREAMING, EARLY_WEIGHTS>(
         sh, out_row, x_row, weight, nullptr, hidden, held, held_w,
-        [inv](T x, float w, T) { return rms_scale<T, GEMMA, ROUND_ONCE>(x, w, inv); });
+        [inv](T x, float w, T) { return rms_scale<T, GEMMA, ROUND_ONCE, O>(x, w, inv); });
 }
 
 }  // namespace pyrms

@@ -283,6 +283,22 @@ template <typename W> __device__ __forceinline__ const W* weight_row(const W* w,
     }
 }
 
+// A bias's type: the weight's (LayerNorm's gamma and beta are both fp32 beside bf16/fp16 rows, or both of
+// the rows' dtype), or the rows' own without a weight.
+template <typename T, typename W> struct BiasOf { using type = W; };
+template <typename T> struct BiasOf<T, void> { using type = T; };
+template <typename T, typename W> using Bias = typename BiasOf<T, W>::type;
+
+// The biases of the output vector at element `at` (b + at `width`-byte aligned), as stored (.e[j]): one
+// Pack where they are of T, the weights' loads where they are fp32 beside bf16/fp16 rows.
+template <typename T, typename B> __device__ __forceinline__ auto load_bias(const B* b, int at, int width) {
+    if constexpr (sizeof(B) == sizeof(T)) {
+        return load_pack(b + at, width);
+    } else {
+        return load_weights<T>(b, at, width);
+    }
+}
+
 template <typename W> __device__ __forceinline__ float weight_at(const W* w, int i) {
     if constexpr (Weightless<W>::value) {
         return 1.0f;
@@ -314,7 +330,8 @@ __device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, 
 // Pass 2's walk over a row split at OUT's vector boundaries (out's elements of any type O, in vectors of
 // T's N elements: 16 bytes when O is T): element(i) for each prefix and tail element, vector(xv, wv, at,
 // b_width) for each body vector at element `at`, with x's values and the weights there (w as fp32 through
-// WeightVec::at), and the width at which b + at may be loaded (b: a bias, or null where BIAS is false). x
+// WeightVec::at), and the width at which b + at may be loaded (b: a bias of the weight's type, Bias, or
+// null where BIAS is false). x
 // and w are loaded at the widest width their alignment relative to out allows. When
 // x shares out's phase, the split is x's own, so the thread's body vectors are its held ones (and, when
 // EARLY_WEIGHTS, their weights are in held_w): vector() then gets the held pack, of held's type H (a Pack<T>,
@@ -323,7 +340,7 @@ __device__ __forceinline__ void load_held_weights(const RowShape<CACHE, SPREAD, 
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool BIAS, bool EARLY_WEIGHTS, int LANES,
           typename O, typename Elem, typename Vector, typename H>
 __device__ __forceinline__ void for_each_out(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, const O* out, const T* x,
-                                             const W* __restrict__ w, const T* __restrict__ b, int n,
+                                             const W* __restrict__ w, const Bias<T, W>* __restrict__ b, int n,
                                              const H (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
                                              const WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
                                              Elem element, Vector vector) {
@@ -333,7 +350,7 @@ __device__ __forceinline__ void for_each_out(const RowShape<CACHE, SPREAD, ALIGN
     const int out_phase = sh.template phase<O, N>(out);
     const int rel_x = (sh.phase(x) - out_phase) & (N - 1);
     const int w_width = weight_width(sh, w, out_phase);
-    const int b_width = BIAS ? load_width<T>((sh.phase(b) - out_phase) & (N - 1)) : 16;
+    const int b_width = BIAS ? load_width<Bias<T, W>>((sh.phase(b) - out_phase) & (Vec<Bias<T, W>>::N - 1)) : 16;
     const RowSplit s = sh.template split<O, N>(out, n);
     if (u < s.pre) element(u);
     if (s.tail + u < n) element(s.tail + u);
@@ -355,15 +372,15 @@ __device__ __forceinline__ void for_each_out(const RowShape<CACHE, SPREAD, ALIGN
     }
 }
 
-// out[i] = f(x[i], w[i], b[i]) (w as fp32, 1 without a weight; b only when BIAS), walked by for_each_out:
-// split at OUT's vector boundaries so that every body store is one aligned word (16 bytes when O is T;
-// streaming stores when STREAMING: the output is not read again here). O: out's element type, what f
-// returns (T, or a quantized type: cuda_src/quant.cuh). In place (out == x) is safe: each element is read
-// by the thread that writes it, after the barrier that ends pass 1.
+// out[i] = f(x[i], w[i], b[i]) (w as fp32, 1 without a weight; b of Bias<T, W> when BIAS, else T()), walked by
+// for_each_out: split at OUT's vector boundaries so that every body store is aligned (16 bytes when O is
+// T; streaming stores when STREAMING: the output is not read again here). O: out's element type, what f
+// returns (T, float beside bf16/fp16 rows, or a quantized type: cuda_src/quant.cuh). In place (out == x,
+// O = T only) is safe: each element is read by the thread that writes it, after the barrier that ends pass 1.
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool BIAS, bool STREAMING, bool EARLY_WEIGHTS,
           int LANES, typename F, typename O>
 __device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED, LANES>& sh, O* out, const T* x, const W* __restrict__ w,
-                                          const T* __restrict__ b, int n,
+                                          const Bias<T, W>* __restrict__ b, int n,
                                           const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS],
                                           const WeightVec<T, W> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED, LANES>::SLOTS], F f) {
     constexpr int N = Vec<T>::N;
@@ -377,7 +394,7 @@ __device__ __forceinline__ void write_row(const RowShape<CACHE, SPREAD, ALIGNED,
     auto vector = [&](const Pack<T>& xv, const WeightVec<T, W>& wv, int at, int b_width) {
         OutPack<T, O> y;
         if constexpr (BIAS) {
-            const Pack<T> bv = load_pack(b + at, b_width);
+            const auto bv = load_bias<T>(b, at, b_width);
 #pragma unroll
             for (int j = 0; j < N; ++j) y.e[j] = f(xv.e[j], wv.at(j), bv.e[j]);
         } else {

@@ -34,15 +34,17 @@ DEFAULTS = {"epsilon": 1e-5, "variant": None, "pdl": None, "gemma": False, "roun
             "own_workspace": False, "sizes": None, "per_row": False, "as_arrays": False,
             "out_dtype": "float8_e4m3fn", "mode": "static", "device_scale": False, "scale_ub": None,
             "round_input": False, "specials": False, "group_size": None, "ue8m0": False, "column_major": False,
-            "sum_precision": None, "residual_dtype": None}
+            "sum_precision": None, "residual_dtype": None, "out_kind": "same"}
+# out_kind: the output of a row op beside bf16/fp16 rows (plan.OUT_KINDS: "same", or "float32"; the checkers'
+# out_dtype), apart from out_dtype, the quantizing ops' output dtype.
 _QUANT_OPTIONS = ("epsilon", "pdl", "variant", "out_dtype", "mode", "device_scale", "scale_ub", "round_input", "specials",
                   "group_size", "ue8m0", "column_major")
 _COMMON = ("epsilon", "pdl", "weight")
 _OPTIONS = {
-    "rms_norm": _COMMON + ("variant", "gemma", "round_once", "in_place"),
-    "rms_norm_nd": _COMMON + ("gemma", "round_once", "in_place", "sizes", "per_row", "as_arrays"),
-    "fused_add_rms_norm": _COMMON + ("variant", "gemma", "round_once", "sum_precision", "residual_dtype"),
-    "layer_norm": _COMMON + ("variant", "in_place", "bias"),
+    "rms_norm": _COMMON + ("variant", "gemma", "round_once", "in_place", "out_kind"),
+    "rms_norm_nd": _COMMON + ("gemma", "round_once", "in_place", "sizes", "per_row", "as_arrays", "out_kind"),
+    "fused_add_rms_norm": _COMMON + ("variant", "gemma", "round_once", "sum_precision", "residual_dtype", "out_kind"),
+    "layer_norm": _COMMON + ("variant", "in_place", "bias", "out_kind"),
     "rms_norm_backward": _COMMON + ("in_place", "gemma", "grad_dtype", "rows_per_block", "own_workspace"),
     "layer_norm_backward": _COMMON + ("in_place", "grad_bias", "grad_dtype", "rows_per_block", "own_workspace"),
     "rms_norm_quant": _QUANT_OPTIONS,
@@ -61,15 +63,16 @@ IN_PLACE = ((5120, 0), (5125, 3), (20000, 1))  # (hidden, offset of the operand 
 ROW_OPTIONS = ((True, False), (False, True), (True, True))  # (gemma, round_once)
 
 
-def operands(op: str, *, in_place: str | None = None, bias: bool = True,
-             weight: bool = True) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def operands(op: str, *, in_place: str | None = None, bias: bool = True, weight: bool = True,
+             out: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(row operands, vector operands) of a case of ``op``, named as pyrms.testing's checkers name them;
     an operand written in place over another is not separate, so it has no offset or stride. ``bias``:
-    LayerNorm's bias (forward) or grad_bias (backward); ``weight`` False: weight=None (and no grad_weight)."""
+    LayerNorm's bias (forward) or grad_bias (backward); ``weight`` False: weight=None (and no grad_weight);
+    ``out``: fused add's fp32 out of its own (out_kind="float32")."""
     if op in ("rms_norm", "rms_norm_nd", "seed"):
         return ("input",) if in_place else ("input", "out"), ("weight",) * weight
     if op == "fused_add_rms_norm":
-        return ("input", "residual"), ("weight",) * weight
+        return ("input", "residual") + ("out",) * out, ("weight",) * weight
     if op == "layer_norm":
         return ("input",) if in_place else ("input", "out"), ("weight",) * weight + ("bias",) * bias
     if op in QUANT:  # out: the quantized bytes (offsets in bytes); scale (fp32): per-token's, or a device scale
@@ -95,14 +98,19 @@ def pointers(op: str, **options) -> tuple[str, ...]:
 def _operands_of(op: str, options: dict) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return operands(op, in_place=options.get("in_place"), bias=options.get("grad_bias" if op in BACKWARD else "bias",
                                                                             True),
-                    weight=options.get("weight", "same") != "none")
+                    weight=options.get("weight", "same") != "none", out=options.get("out_kind", "same") != "same")
 
 
-def vector_elements(dtype, operand: str, *, weight: str = "same", grad_dtype: str | None = None) -> int:
-    """Elements of a 16-byte vector in ``operand``'s own dtype (an fp32 weight or fp32 parameter gradients
-    beside 2-byte rows count 4): its offsets 0 .. this - 1 are every misalignment it can have."""
-    fp32 = (operand == "weight" and weight == "float32") or (operand in ("grad_weight", "grad_bias")
-                                                             and grad_dtype == "float32")
+def vector_elements(dtype, operand: str, *, weight: str = "same", grad_dtype: str | None = None,
+                    out_kind: str = "same") -> int:
+    """Elements of a 16-byte vector in ``operand``'s own dtype (an fp32 weight, LayerNorm's fp32 bias beside
+    it, or fp32 parameter gradients beside 2-byte rows count 4): its offsets 0 .. this - 1 are every
+    misalignment it can have. An fp32 output beside 2-byte rows (out_kind="float32") counts 8: its vector
+    of the rows' 8 elements is 32 bytes (plan.align_mask)."""
+    if operand == "out" and out_kind != "same":
+        return dtypes.get(dtype).vec_elems
+    fp32 = (operand in ("weight", "bias") and weight == "float32") or (operand in ("grad_weight", "grad_bias")
+                                                                        and grad_dtype == "float32")
     return (dtypes.FLOAT32 if fp32 else dtypes.get(dtype)).vec_elems
 
 
@@ -212,7 +220,8 @@ def misaligned(op, dtype, rows, hiddens, variants=(None,), **options) -> Iterato
     """Each pointer alone at every element offset of its vector (0 .. VEC-1), per hidden size and row variant."""
     for hidden in hiddens:
         for name in pointers(op, **options):
-            n = vector_elements(dtype, name, weight=options.get("weight", "same"), grad_dtype=options.get("grad_dtype"))
+            n = vector_elements(dtype, name, weight=options.get("weight", "same"), grad_dtype=options.get("grad_dtype"),
+                                out_kind=options.get("out_kind", "same"))
             for off in range(n):
                 for variant in variants:
                     yield case(op, dtype, rows, hidden, offsets={name: off}, variant=variant, **options)
@@ -381,6 +390,10 @@ def _sanitize_rms_norm(dtype: str, n: int, hidden: int) -> Iterator[Case]:
             yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "weight": w_off, "out": 1}, weight=weight,
                        variant=variant)
         yield case(op, dtype, 3, hidden, offsets={"input": 1}, variant=variant, pdl=True)
+        if dtype != "float32":  # an fp32 output (offset 7: its 32-byte vector's last element), each weight kind
+            for weight in ("same", "float32", "none"):
+                yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "weight": int(weight != "none"), "out": 7},
+                           weight=weight, variant=variant, out_kind="float32")
 
 
 def _sanitize_fused_add(dtype: str, n: int, hidden: int) -> Iterator[Case]:
@@ -397,6 +410,9 @@ def _sanitize_fused_add(dtype: str, n: int, hidden: int) -> Iterator[Case]:
             for semantics, r_off in ((dict(sum_precision="fp32"), n - 1), (dict(residual_dtype="float32"), 3)):
                 yield case(op, dtype, 3, hidden, offsets={"input": 1, "residual": r_off, "weight": 2},
                            strides={"residual": hidden + 3}, variant=variant, **semantics)
+            # an fp32 out of its own (the rounded sum's out-of-place kernel), at its 32-byte vector's last element
+            yield case(op, dtype, 3, hidden, offsets={"input": 1, "residual": n - 1, "out": 7, "weight": 1},
+                       strides={"out": hidden + 1}, weight="float32", variant=variant, out_kind="float32")
 
 
 def _sanitize_layer_norm(dtype: str, n: int, hidden: int) -> Iterator[Case]:
@@ -408,6 +424,11 @@ def _sanitize_layer_norm(dtype: str, n: int, hidden: int) -> Iterator[Case]:
             yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": n - 1}, weight="none", bias=bias,
                        variant=variant)
         yield case(op, dtype, 3, hidden, variant=variant, pdl=True)
+        if dtype != "float32":  # mixed dtypes: an fp32 output with each weight kind; fp32 weight and bias
+            for weight in ("same", "float32", "none"):
+                yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": 7, "weight": int(weight != "none")},
+                           weight=weight, variant=variant, out_kind="float32")
+            yield case(op, dtype, 3, hidden, offsets={"out": n - 1, "bias": 1}, weight="float32", variant=variant)
     yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": n - 1}, strides={"input": hidden + 3, "out": hidden + 5})
     yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "weight": 1}, strides={"out": hidden + 1}, bias=False)
 

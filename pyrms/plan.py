@@ -86,6 +86,31 @@ def weight_kind(dtype: dtypes.DType, weight_dtype) -> str:
     raise ValueError(f"weight dtype must be {dtype.name} (the input's) or float32, got {wdt.name}")
 
 
+# The output of a row op (the kernels' O): the rows' own dtype, or float32 beside bf16 or fp16 rows (an fp32
+# output for bf16 input, Hugging Face's promotion of an fp32 weight times bf16 activations).
+OUT_KINDS = ("same", "float32")
+
+
+def out_kind(dtype: dtypes.DType, out_dtype) -> str:
+    """The kind of an output of `out_dtype` (None: the rows' dtype) beside rows of `dtype`; ValueError for
+    any other dtype."""
+    if out_dtype is None:
+        return "same"
+    odt = dtypes.get(out_dtype)
+    if odt is dtype:
+        return "same"
+    if odt is dtypes.FLOAT32:
+        return "float32"
+    raise ValueError(f"out_dtype must be {dtype.name} (the input's) or float32, got {odt.name}")
+
+
+def _type_args(dtype: dtypes.DType, weight: str, out: str) -> str:
+    """The kernels' trailing type arguments: W (the weight's type: ", float", ", void"), then O (the output's,
+    ", float"), each left out where it is the rows' own type and nothing follows it."""
+    w = {"same": "", "float32": ", float", "none": ", void"}[weight]
+    return w if out == "same" else f"{w or ', ' + dtype.ctype}, float"
+
+
 @dataclass(frozen=True)
 class _RowPlan:
     """A kernel on the row core (row_core.cuh): `block` is the fold width F, which with the dtype, the
@@ -105,8 +130,14 @@ class _RowPlan:
         return ()
 
     def _weight_type(self) -> str:
-        """The kernel's trailing weight type argument (", float" or ", void"), "" for the default."""
+        """The kernel's trailing type arguments (_type_args), "" for the default."""
         return ""
+
+    @property
+    def align_mask(self) -> int:
+        """The bits the pointers of a call must have clear for the ALIGNED kernels: 16 bytes, or 32 where the
+        output is fp32 beside 2-byte rows (its vector of the rows' N elements is 32 bytes: write_row)."""
+        return 15
 
     def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None, aligned: bool = False) -> str:
         options = ", ".join(_bool(f) for f in (*(self._flags() if flags is None else flags), early, aligned))
@@ -158,6 +189,7 @@ class RmsNormPlan(_RowPlan):
     gemma: bool = False
     round_once: bool = False
     weight: str = "same"  # WEIGHT_KINDS
+    out: str = "same"  # OUT_KINDS
 
     kernel = "rms_norm_kernel"
     source = "rms_norm.cu"
@@ -166,7 +198,16 @@ class RmsNormPlan(_RowPlan):
         return (self.gemma, self.round_once)
 
     def _weight_type(self) -> str:
-        return {"same": "", "float32": ", float", "none": ", void"}[self.weight]
+        return _type_args(self.dtype, self.weight, self.out)
+
+    @property
+    def align_mask(self) -> int:
+        return 31 if self.out == "float32" else 15
+
+    @property
+    def out_dtype(self) -> dtypes.DType:
+        """The output's dtype."""
+        return dtypes.FLOAT32 if self.out == "float32" else self.dtype
 
     @property
     def lanes(self) -> int:
@@ -260,11 +301,13 @@ def _rms_weight(dt: dtypes.DType, weight_dtype, gemma: bool) -> str:
 
 
 def plan_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool = False,
-                  weight_dtype=None) -> RmsNormPlan:
-    """weight_dtype: None or the dtype (the default), float32, or "none" (no weight)."""
+                  weight_dtype=None, out_dtype=None) -> RmsNormPlan:
+    """weight_dtype: None or the dtype (the default), float32, or "none" (no weight); out_dtype: None or
+    the dtype (the default), or float32 beside bf16/fp16 rows."""
     dt = dtypes.get(dtype)
     block, cache = block_and_cache(dt, hidden)
-    return RmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once), _rms_weight(dt, weight_dtype, gemma))
+    return RmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once), _rms_weight(dt, weight_dtype, gemma),
+                       out_kind(dt, out_dtype))
 
 
 # --- The rest of the family: fused add, LayerNorm, the backward passes ----------------------------
@@ -280,7 +323,9 @@ SUM_PRECISIONS = ("rounded", "fp32")
 class FusedAddRmsNormPlan(RmsNormPlan):
     """For fused_add_rms_norm.cu: rms_norm.cu's row (rms_norm_row.cuh) with the residual add as its
     source, so rms_norm's launch shapes and variants. sum_precision "fp32" (bf16 and fp16 only) is the
-    fp32-sum kernel, with the residual of the dtype or, fp32_residual, of float32."""
+    fp32-sum kernel, with the residual of the dtype or, fp32_residual, of float32. An fp32 output
+    (out="float32", with the rounded sum only) is written to an out of its own
+    (fused_add_rms_norm_out_kernel), not over the input."""
 
     sum_precision: str = "rounded"
     fp32_residual: bool = False
@@ -289,7 +334,9 @@ class FusedAddRmsNormPlan(RmsNormPlan):
 
     @property
     def kernel(self) -> str:  # type: ignore[override]
-        return "fused_add_rms_norm_kernel" if self.sum_precision == "rounded" else "fused_add_rms_norm_fp32_sum_kernel"
+        if self.sum_precision == "fp32":
+            return "fused_add_rms_norm_fp32_sum_kernel"
+        return "fused_add_rms_norm_out_kernel" if self.out == "float32" else "fused_add_rms_norm_kernel"
 
     def _weight_type(self) -> str:
         if self.sum_precision == "rounded":
@@ -304,11 +351,13 @@ class FusedAddRmsNormPlan(RmsNormPlan):
 
 def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool = False,
                             weight_dtype=None, sum_precision: str | None = None,
-                            residual_dtype=None) -> FusedAddRmsNormPlan:
+                            residual_dtype=None, out_dtype=None) -> FusedAddRmsNormPlan:
     """sum_precision: one of SUM_PRECISIONS, or None: "fp32" with a float32 residual beside bf16 or fp16
     rows (whose sum is stored exactly, so nothing else is meaningful), else "rounded". residual_dtype:
     None or the dtype, or float32. A float32 dtype has one semantics (its sum is never rounded): both
-    precisions plan the same kernel. ValueError for anything else."""
+    precisions plan the same kernel. out_dtype: as plan_rms_norm's; a float32 output beside bf16/fp16
+    rows is offered with the rounded sum only (the fp32-sum kernel writes the input in place: refused by
+    name). ValueError for anything else."""
     dt = dtypes.get(dtype)
     rdt = dt if residual_dtype is None else dtypes.get(residual_dtype)
     if rdt not in (dt, dtypes.FLOAT32):
@@ -323,9 +372,14 @@ def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_on
                          "is normalized: sum_precision must be 'fp32' (or None), got 'rounded'")
     if dt is dtypes.FLOAT32:
         sum_precision = "rounded"  # the fp32 sum is the rounded one
+    out = out_kind(dt, out_dtype)
+    if out == "float32" and sum_precision == "fp32":
+        raise ValueError(f"out_dtype=float32 beside {dt.name} rows is offered with sum_precision='rounded' only "
+                         "(fused_add_rms_norm_out_kernel); sum_precision='fp32' (or a float32 residual) writes the "
+                         "normalized row over the input, of the input's dtype")
     block, cache = block_and_cache(dt, hidden)
     return FusedAddRmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once),
-                               _rms_weight(dt, weight_dtype, gemma), sum_precision, fp32_residual)
+                               _rms_weight(dt, weight_dtype, gemma), out, sum_precision, fp32_residual)
 
 
 # The backward kernels launch at most 512 threads of their own (rms_norm_backward's V = 2 variant needs
@@ -369,6 +423,8 @@ SHARED_SUMS_LIMIT = 96 * 1024
 class LayerNormPlan(_RowPlan):
     bias: bool = True  # False: y = x_hat * w, no bias term
     weightless: bool = False  # True: no weight (w = 1), the kernels' W = void
+    fp32_params: bool = False  # True: weight and bias in fp32 beside bf16/fp16 rows (W = float)
+    out: str = "same"  # OUT_KINDS
 
     kernel = "layer_norm_kernel"
     source = "layer_norm.cu"
@@ -376,20 +432,48 @@ class LayerNormPlan(_RowPlan):
     def _flags(self) -> tuple:
         return (self.bias,)
 
+    @property
+    def weight(self) -> str:
+        """The weight's kind (WEIGHT_KINDS); the bias, if any, is of the same dtype (of the rows' without a weight)."""
+        return "none" if self.weightless else "float32" if self.fp32_params else "same"
+
     def _weight_type(self) -> str:
-        return ", void" if self.weightless else ""
+        return _type_args(self.dtype, self.weight, self.out)
+
+    @property
+    def align_mask(self) -> int:
+        return 31 if self.out == "float32" else 15
+
+    @property
+    def param_dtype(self) -> dtypes.DType:
+        """The weight's and the bias's dtype."""
+        return dtypes.FLOAT32 if self.fp32_params else self.dtype
+
+    @property
+    def out_dtype(self) -> dtypes.DType:
+        return dtypes.FLOAT32 if self.out == "float32" else self.dtype
 
     @property
     def group(self) -> tuple[str, ...]:
         """Every kernel of layer_norm.cu for one dtype and weight (the dtype's, or none: its own unit),
-        forward (with and without bias) and backward (without a weight, summing grad_bias or nothing)."""
-        return self._group((True,)) + self._group((False,)) + _backward_group(self.dtype, True, self.weightless)
+        forward (with and without bias) and backward (without a weight, summing grad_bias or nothing); a
+        mixed unit (fp32 parameters or output beside bf16/fp16 rows) is the forward's only: the backward
+        takes parameters of the rows' dtype."""
+        forward = self._group((True,)) + self._group((False,))
+        if self.fp32_params or self.out != "same":
+            return forward
+        return forward + _backward_group(self.dtype, True, self.weightless)
 
 
-def plan_layer_norm(dtype, hidden: int, *, bias: bool = True, weight: bool = True) -> LayerNormPlan:
-    """weight=False: no weight (torch.nn.LayerNorm(elementwise_affine=False) when bias is False too)."""
+def plan_layer_norm(dtype, hidden: int, *, bias: bool = True, weight: bool = True, weight_dtype=None,
+                    out_dtype=None) -> LayerNormPlan:
+    """weight=False: no weight (torch.nn.LayerNorm(elementwise_affine=False) when bias is False too);
+    weight_dtype: the weight's and the bias's dtype (None: the rows'; float32 beside bf16/fp16 rows);
+    out_dtype: as plan_rms_norm's."""
     dt = dtypes.get(dtype)
-    return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden), bool(bias), not weight)
+    fp32 = weight and weight_dtype is not None and weight_kind(dt, weight_dtype) == "float32"
+    return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden), bool(bias), not weight, fp32,
+                         out_kind(dt, out_dtype))
 
 
 def _sum_partials(dtype: dtypes.DType) -> dict[str, None]:

@@ -57,7 +57,9 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
     """The unit a call of ``op`` on rows of ``hidden`` elements compiles (the disk cache entry its
     launch looks up); ValueError for an op or a shape that cannot launch (the seed's limits).
     out_dtype, mode, round_input: the quantizing ops' (one unit per dtype, output dtype, mode, rounding);
-    sum_precision, residual_dtype: fused_add_rms_norm's (one unit per semantics and residual dtype)."""
+    sum_precision, residual_dtype: fused_add_rms_norm's (one unit per semantics and residual dtype);
+    out_dtype for rms_norm, rms_norm_nd, fused_add_rms_norm and layer_norm: None or float32 (an fp32 output
+    beside bf16/fp16 rows: a unit of its own per option set; fused add's with the rounded sum only)."""
     dt = dtypes.get(dtype)
     if op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
         # per_group: one unit for both group sizes (a run-time argument); hidden sizes it does not divide have none
@@ -70,22 +72,30 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
     flags = "".join(f" {name}" for name, on in (("gemma", gemma), ("round_once", round_once)) if on)
     if weight_dtype is not None:
         flags += f" weight={weight_dtype}"
+    outs = ""  # the label's output kind, where it is not the rows' dtype
+    if op in ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "layer_norm"):
+        if plan.out_kind(dt, out_dtype) != "same":
+            outs = " out=float32"
+    elif out_dtype is not None:
+        raise ValueError(f"{op} has no out_dtype, got out_dtype={out_dtype!r}")
     p: plan.RmsNormPlan | plan.FusedAddRmsNormPlan | plan.LayerNormPlan | plan.NormBackwardPlan
     if op in ("rms_norm", "rms_norm_nd"):
-        p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype)
+        p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype,
+                               out_dtype=out_dtype)
         if op == "rms_norm_nd":
-            return Unit(p.source, p.nd_group, f"{p.source} {dt.name} nd{flags}")
+            return Unit(p.source, p.nd_group, f"{p.source} {dt.name} nd{flags}{outs}")
     elif op == "fused_add_rms_norm":
         p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, weight_dtype=weight_dtype,
-                                         sum_precision=sum_precision, residual_dtype=residual_dtype)
+                                         sum_precision=sum_precision, residual_dtype=residual_dtype,
+                                         out_dtype=out_dtype)
         if p.sum_precision == "fp32":
             flags += " fp32_sum" + (" residual=float32" if p.fp32_residual else "")
     elif op == "layer_norm":
-        if weight_dtype not in (None, "none"):
-            raise ValueError(f"layer_norm's weight is of the dtype or none, got weight_dtype={weight_dtype!r}")
-        p = plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight_dtype is None)
-        # one unit per dtype: with and without bias, forward and backward; and one without a weight
-        flags = "" if weight_dtype is None else " weight=none"
+        p = plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight_dtype != "none",
+                                 weight_dtype=None if weight_dtype == "none" else weight_dtype, out_dtype=out_dtype)
+        # one unit per dtype: with and without bias, forward and backward; one without a weight; and the
+        # mixed ones (fp32 weight and bias, fp32 output: the forward only)
+        flags = "" if p.weight == "same" else f" weight={p.weight}"
     elif op in ("rms_norm_backward", "layer_norm_backward"):
         if weight_dtype not in (None, "none"):
             raise ValueError(f"{op}'s weight is of the dtype or none, got weight_dtype={weight_dtype!r}")
@@ -101,21 +111,25 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
         return Unit(s.source, (s.expression,), f"{s.source} {dt.name} hidden {hidden}")
     else:
         raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")
-    return Unit(p.source, tuple(p.group), f"{p.source} {dt.name}{flags}")
+    return Unit(p.source, tuple(p.group), f"{p.source} {dt.name}{flags}{outs}")
 
 
 def _options(op: str, dt: dtypes.DType) -> list[dict]:
     """Every option set of ``op`` on rows of ``dt`` that can change what it compiles."""
+    mixed = dt is not dtypes.FLOAT32  # fp32 weights and outputs beside 2-byte rows
+    weights = [None, "none"] + (["float32"] if mixed else [])
+    outs = [None] + (["float32"] if mixed else [])
     if op in ("rms_norm", "rms_norm_nd", "fused_add_rms_norm"):
-        weights = [None, "none"] + (["float32"] if dt is not dtypes.FLOAT32 else [])
-        rows = [dict(gemma=g, round_once=r, weight_dtype=w) for w in weights for g in (False, True)
-                for r in (False, True) if not (g and w == "none")]
+        rows = [dict(gemma=g, round_once=r, weight_dtype=w, out_dtype=o) for o in outs for w in weights
+                for g in (False, True) for r in (False, True) if not (g and w == "none")]
         if op != "fused_add_rms_norm" or dt is dtypes.FLOAT32:  # float32's sum is never rounded: one semantics
             return rows
+        # the fp32 sum writes over the input: no fp32 output of its own (plan_fused_add_rms_norm)
         sums = [dict(sum_precision="rounded"), dict(sum_precision="fp32"), dict(residual_dtype="float32")]
-        return [{**options, **s} for s in sums for options in rows]
+        return [{**options, **s} for s in sums for options in rows
+                if options["out_dtype"] is None or s == dict(sum_precision="rounded")]
     if op == "layer_norm":
-        return [dict(bias=b, weight_dtype=w) for w in (None, "none") for b in (True, False)]
+        return [dict(bias=b, weight_dtype=w, out_dtype=o) for o in outs for w in weights for b in (True, False)]
     if op == "rms_norm_backward":
         return [dict(gemma=g, grad_dtype=d) for g in (False, True) for d in (None, "float32")] + [
             dict(weight_dtype="none")]

@@ -90,9 +90,11 @@ def inv_rms_twin(sum_sq, hidden, epsilon):
         return F32(1.0) / np.sqrt(sum_sq / F32(hidden) + F32(epsilon))
 
 
-def scale_twin(xf, inv, weight, dtype, *, gemma=False, round_once=False):
+def scale_twin(xf, inv, weight, dtype, *, gemma=False, round_once=False, out_dtype=None):
     """rms_scale in rms_norm.cu: the output in storage dtype from fp32 x, per-row inv and weight (of
-    the storage dtype or float32: its fp32 value either way; None: no weight, every w = 1)."""
+    the storage dtype or float32: its fp32 value either way; None: no weight, every w = 1).
+    out_dtype float32 (bf16/fp16 rows): the final product unrounded; the default rounding's
+    intermediate round_T(x * inv) is the storage dtype's all the same (docs/numerics.md)."""
     dt = dtypes.get(dtype)
     wf = np.ones(xf.shape[1], dtype=F32) if weight is None else np.asarray(weight).astype(F32)
     if gemma:
@@ -101,21 +103,27 @@ def scale_twin(xf, inv, weight, dtype, *, gemma=False, round_once=False):
         xn = xf * inv[:, None]
     if not round_once:
         xn = xn.astype(dt.numpy).astype(F32)
-    return (xn * wf).astype(dt.numpy)
+    return (xn * wf).astype(_out(dt, out_dtype).numpy)
 
 
-def rms_norm_twin(x, weight, epsilon, *, block, row_phases=0, gemma=False, round_once=False):
+def _out(dt: dtypes.DType, out_dtype) -> dtypes.DType:
+    """The output's dtype: the rows' (None), or float32 beside bf16/fp16 rows (plan.out_kind's rule)."""
+    return dtypes.get(out_dtype) if out_dtype is not None else dt
+
+
+def rms_norm_twin(x, weight, epsilon, *, block, row_phases=0, gemma=False, round_once=False, out_dtype=None):
     """Bit-exact twin of rms_norm.cu.
 
     x: (rows, hidden) in the storage dtype (numpy float16/float32 or ml_dtypes.bfloat16);
     block: the launch's threads per block; row_phases: each input row's position inside its
-    16-byte vector, in elements (an int for all rows, or one per row).
+    16-byte vector, in elements (an int for all rows, or one per row); out_dtype: float32 for the fp32
+    output of bf16/fp16 rows (scale_twin), None for the rows' dtype. Out's alignment changes no arithmetic.
     """
     x = _as_2d(x)
     dt = dtypes.get(x.dtype)
     xf = x.astype(F32)
     _, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems)
-    return scale_twin(xf, inv, weight, dt, gemma=gemma, round_once=round_once)
+    return scale_twin(xf, inv, weight, dt, gemma=gemma, round_once=round_once, out_dtype=out_dtype)
 
 
 def row_stats_twin(xf, epsilon, block, row_phases, vec_elems, *, centered=False):
@@ -185,7 +193,7 @@ def rounded_sum(x, residual):
 
 
 def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_phases=0, input_phases=0, gemma=False,
-                            round_once=False, sum_precision="rounded"):
+                            round_once=False, sum_precision="rounded", out_dtype=None):
     """Bit-exact twin of fused_add_rms_norm.cu: (new input, new residual), each in its own dtype.
 
     sum_precision "rounded" (fused_add_rms_norm_kernel, vLLM's): the sum rounded to the dtype is stored
@@ -193,7 +201,9 @@ def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_pha
     (fused_add_rms_norm_fp32_sum_kernel: FlashInfer's, SGLang's; with a float32 residual beside bf16 or
     fp16 rows, QuACK's and Transformer Engine's): the fp32 sum (numpy's float32 add is __fadd_rn) is
     normalized, split at the input's phases, and stored in the residual's dtype (rounded, or exactly).
-    A float32 x has one semantics: both are the first. A NaN sum is the GPU's one NaN (_one_nan)."""
+    A float32 x has one semantics: both are the first. A NaN sum is the GPU's one NaN (_one_nan).
+    out_dtype float32 (the rounded sum only, as plan_fused_add_rms_norm): the normalized rows as the
+    out-of-place kernel's fp32 out (rms_norm_twin's)."""
     x, residual = _as_2d(x), _as_2d(residual)
     if sum_precision not in ("rounded", "fp32"):
         raise ValueError(f"sum_precision must be 'rounded' or 'fp32', got {sum_precision!r}")
@@ -203,8 +213,10 @@ def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_pha
     elif sum_precision == "rounded" or x.dtype == F32:
         total = rounded_sum(x, residual)
         out = rms_norm_twin(total, weight, epsilon, block=block, row_phases=residual_phases, gemma=gemma,
-                            round_once=round_once)
+                            round_once=round_once, out_dtype=out_dtype)
         return out, total
+    if _out(dtypes.get(x.dtype), out_dtype) != dtypes.get(x.dtype):
+        raise ValueError("an fp32 out_dtype takes sum_precision='rounded' (the fp32 sum is written over the input)")
     total = _fp32_sum(x, residual)
     dt = dtypes.get(x.dtype)
     _, inv = row_stats_twin(total, epsilon, block, input_phases, dt.vec_elems)
@@ -226,10 +238,11 @@ def layer_norm_ref(x, weight, bias, epsilon):
     return centered * inv * w64 + b64
 
 
-def layer_norm_twin(x, weight, bias, epsilon, *, block, row_phases=0):
-    """Bit-exact twin of layer_norm_kernel: fp32 two-pass statistics, one rounding at the end.
-    bias None: no bias term (no addition of 0, which would turn -0 into +0); weight None: no weight
-    (the kernel's product by 1, exact)."""
+def layer_norm_twin(x, weight, bias, epsilon, *, block, row_phases=0, out_dtype=None):
+    """Bit-exact twin of layer_norm_kernel: fp32 two-pass statistics, one rounding at the end (none for an
+    fp32 out_dtype beside bf16/fp16 rows). bias None: no bias term (no addition of 0, which would turn -0
+    into +0); weight None: no weight (the kernel's product by 1, exact). weight and bias: of the storage
+    dtype or float32, their fp32 values either way."""
     x = _as_2d(x)
     dt = dtypes.get(x.dtype)
     xf = x.astype(F32)
@@ -239,7 +252,7 @@ def layer_norm_twin(x, weight, bias, epsilon, *, block, row_phases=0):
         y = y * np.asarray(weight).astype(F32)
     if bias is not None:
         y = y + np.asarray(bias).astype(F32)
-    return y.astype(dt.numpy)
+    return y.astype(_out(dt, out_dtype).numpy)
 
 
 # --- backward -------------------------------------------------------------------------------------

@@ -207,44 +207,47 @@ def _weight_args(w, kind: str):
 
 def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in_stride=None, out_stride=None,
                    gemma=False, round_once=False, in_place=False, epsilon=1e-5, stream=None, variant=None,
-                   pdl=None, weight="same"):
+                   pdl=None, weight="same", out_dtype=None):
     """One pyrms.rms_norm launch on guarded operands, compared bit for bit with the twin.
 
     Raises AssertionError on any difference: in the rows, the guards, the gaps between strided
     rows, or the inputs. The offsets are element offsets past a 16-byte boundary (the weight's in its
     own elements). ``variant`` forces the kernel for "few" or "many" rows (plan.FEW_ROWS) whatever
     ``rows`` is (as for the other row ops' checks); ``pdl`` is passed to the op (None: the op's
-    default), as for the others; ``weight``: "same" (the dtype's), "float32" or "none" (weight=None).
+    default), as for the others; ``weight``: "same" (the dtype's), "float32" or "none" (weight=None);
+    ``out_dtype``: the output's (None: the dtype; "float32" beside bf16/fp16 rows, out_off then in fp32
+    elements past a 16-byte boundary, 0..7 covering its 32-byte vectors).
     """
     from .ops.rms_norm import rms_norm
 
     dt = dtypes.get(dtype)
+    odt = dt if out_dtype is None else dtypes.get(out_dtype)
     x = allocate(rng, dt, rows, hidden, misalign=in_off, stride=in_stride)
     w = _weight(rng, dt, hidden, weight, w_off)
-    out = x if in_place else allocate(rng, dt, rows, hidden, misalign=out_off, stride=out_stride, poison=True)
+    out = x if in_place else allocate(rng, odt, rows, hidden, misalign=out_off, stride=out_stride, poison=True)
     w_ptr, w_values, w_dtype = _weight_args(w, weight)
     with _closing(x, out, *([w] if w else [])):
         p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
         want = reference.rms_norm_twin(x.values(), w_values, epsilon, block=p.block, row_phases=phases(x),
-                                       gemma=gemma, round_once=round_once)
+                                       gemma=gemma, round_once=round_once, out_dtype=out_dtype)
         with forced_row_variant(variant):
             run_checked(f"rms_norm {dt.name} rows={rows} hidden={hidden} offsets={in_off},{w_off},{out_off} "
-                        f"strides={x.stride},{out.stride} variant={variant} pdl={pdl} weight={weight}",
+                        f"strides={x.stride},{out.stride} variant={variant} pdl={pdl} weight={weight} out={odt.name}",
                         lambda: rms_norm(out.ptr, x.ptr, w_ptr, epsilon, rows, hidden, dtype=dt, input_stride=x.stride,
                                          out_stride=out.stride, gemma=gemma, round_once=round_once, stream=stream,
-                                         weight_dtype=w_dtype, **_pdl(pdl)),
+                                         weight_dtype=w_dtype, out_dtype=out_dtype, **_pdl(pdl)),
                         outputs={"out": (out, want)},
                         inputs={**({"weight": w} if w else {}), **({} if in_place else {"input": x})})
 
 
 def check_rms_norm_nd(rng, dtype, sizes, hidden, *, in_strides=None, out_strides=None, in_off=0, out_off=0, w_off=0,
                       weight="same", per_row=False, w_stride=None, in_place=False, gemma=False, round_once=False,
-                      epsilon=1e-5, as_arrays=False, stream=None, pdl=None):
+                      epsilon=1e-5, as_arrays=False, stream=None, pdl=None, out_dtype=None):
     """One pyrms.rms_norm launch on guarded N-D views [*sizes, hidden] (element strides along the
     leading dimensions; default contiguous), compared bit for bit with the twin as check_rms_norm.
     ``per_row``: a weight per outer row, [sizes[0], hidden] of row stride ``w_stride`` (default hidden).
     ``as_arrays``: pass pyrms Tensor views instead of raw pointers and tuples (the arrays' path, which
-    collapses the leading dimensions itself)."""
+    collapses the leading dimensions itself); ``out_dtype`` as in check_rms_norm."""
     from .ops._views import contiguous
     from .ops.rms_norm import rms_norm
     from .tensor import Tensor
@@ -254,7 +257,8 @@ def check_rms_norm_nd(rng, dtype, sizes, hidden, *, in_strides=None, out_strides
     in_strides = tuple(in_strides or contiguous(sizes, hidden))
     out_strides = in_strides if in_place else tuple(out_strides or contiguous(sizes, hidden))
     x = allocate(rng, dt, 0, hidden, misalign=in_off, lead=(sizes, in_strides))
-    out = x if in_place else allocate(rng, dt, 0, hidden, misalign=out_off, poison=True, lead=(sizes, out_strides))
+    odt = dt if out_dtype is None else dtypes.get(out_dtype)
+    out = x if in_place else allocate(rng, odt, 0, hidden, misalign=out_off, poison=True, lead=(sizes, out_strides))
     w = _weight(rng, dt, hidden, weight, w_off, sizes[0] if per_row else 1, (w_stride or hidden) if per_row else None)
     with _closing(x, out, *([w] if w else [])):
         p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
@@ -262,7 +266,7 @@ def check_rms_norm_nd(rng, dtype, sizes, hidden, *, in_strides=None, out_strides
         if w is not None:
             w_values = np.repeat(w.values(), x.rows // sizes[0], axis=0) if per_row else w.values()[0]
         want = reference.rms_norm_twin(x.values(), w_values, epsilon, block=p.block, row_phases=phases(x),
-                                       gemma=gemma, round_once=round_once)
+                                       gemma=gemma, round_once=round_once, out_dtype=out_dtype)
         options = dict(gemma=gemma, round_once=round_once, stream=stream, **_pdl(pdl))
         if as_arrays:
             def view(op, strides, dtype_=dt, shape=(*sizes, hidden)):
@@ -272,16 +276,17 @@ def check_rms_norm_nd(rng, dtype, sizes, hidden, *, in_strides=None, out_strides
             if w is not None:
                 w_arg = (view(w, (w.stride,), w.host.dtype, (sizes[0], hidden)) if per_row
                          else view(w, (), w.host.dtype, (hidden,)))
-            launch = lambda: rms_norm(view(out, out_strides), view(x, in_strides), w_arg, epsilon,  # noqa: E731
+            launch = lambda: rms_norm(view(out, out_strides, odt), view(x, in_strides), w_arg, epsilon,  # noqa: E731
                                       **options)
         else:
             w_dtype = "float32" if weight == "float32" else None
             launch = lambda: rms_norm(out.ptr, x.ptr, w.ptr if w else None, epsilon, sizes, hidden,  # noqa: E731
                                       dtype=dt, input_stride=in_strides, out_stride=out_strides, weight_dtype=w_dtype,
-                                      weight_stride=w.stride if per_row and w else None, **options)
+                                      weight_stride=w.stride if per_row and w else None, out_dtype=out_dtype,
+                                      **options)
         run_checked(f"rms_norm N-D {dt.name} sizes={sizes} hidden={hidden} strides={in_strides},{out_strides} "
                     f"offsets={in_off},{w_off},{out_off} weight={weight} per_row={per_row} in_place={in_place} "
-                    f"arrays={as_arrays}", launch, outputs={"out": (out, want)},
+                    f"arrays={as_arrays} out={odt.name}", launch, outputs={"out": (out, want)},
                     inputs={**({"weight": w} if w else {}), **({} if in_place else {"input": x})})
 
 
@@ -290,9 +295,11 @@ def check_rms_norm_nd(rng, dtype, sizes, hidden, *, in_strides=None, out_strides
 _RANGES = {"weight": (-1.0, 1.0), "bias": (-1.0, 1.0), "grad_output": (-1.0, 1.0)}
 
 
-def _allocate(rng, dt, rows, hidden, names, offsets, strides, *, vectors=(), outputs=(), out_dtype=None):
+def _allocate(rng, dt, rows, hidden, names, offsets, strides, *, vectors=(), outputs=(), out_dtype=None,
+              dtypes_of=None):
     """Guarded operands by name: [rows, hidden] ones, then [hidden] ones (`vectors`); `outputs` are
-    poisoned and, if vectors, in `out_dtype`. offsets/strides: name -> elements (default 0 / hidden)."""
+    poisoned and, if vectors, in `out_dtype`; `dtypes_of`: name -> dtype for operands of another dtype
+    than `dt` (mixed dtypes). offsets/strides: name -> elements (default 0 / hidden)."""
     offsets, strides = offsets or {}, strides or {}
     unknown = (set(offsets) | set(strides)) - set(names) - set(vectors)
     if unknown:
@@ -301,7 +308,8 @@ def _allocate(rng, dt, rows, hidden, names, offsets, strides, *, vectors=(), out
     for name in (*names, *vectors):
         is_vector = name in vectors
         low, high = _RANGES.get(name, (-2.0, 2.0))
-        made[name] = allocate(rng, out_dtype if is_vector and name in outputs and out_dtype else dt,
+        own = (dtypes_of or {}).get(name) or (out_dtype if is_vector and name in outputs and out_dtype else dt)
+        made[name] = allocate(rng, own,
                               1 if is_vector else rows, hidden, misalign=offsets.get(name, 0),
                               stride=None if is_vector else strides.get(name), poison=name in outputs,
                               low=low, high=high)
@@ -315,67 +323,81 @@ def _label(op: str, dt, rows, hidden, offsets, strides, **options) -> str:
 
 def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, gemma=False, round_once=False,
                              epsilon=1e-5, stream=None, variant=None, pdl=None, weight="same", sum_precision=None,
-                             residual_dtype=None):
+                             residual_dtype=None, out_dtype=None):
     """One pyrms.fused_add_rms_norm launch on guarded operands ('input', 'residual', 'weight'; offsets
     and strides by name), both in-place outputs compared bit for bit with the twin; ``weight`` as in
     check_rms_norm; ``sum_precision`` and ``residual_dtype`` (float32: an fp32 residual, its offset in
-    its own elements) passed to the op."""
+    its own elements) passed to the op. ``out_dtype="float32"``: the normalized rows go to an fp32 'out'
+    of their own (offsets and strides by name too; the rounded sum only), input must stay as it was."""
     from .ops.fused_add_rms_norm import fused_add_rms_norm
 
     dt = dtypes.get(dtype)
     offsets, strides = dict(offsets or {}), dict(strides or {})
     w_off, r_off, r_stride = offsets.pop("weight", 0), offsets.pop("residual", 0), strides.pop("residual", None)
+    mixed = out_dtype is not None and dtypes.get(out_dtype) is not dt
+    o_off, o_stride = offsets.pop("out", 0), strides.pop("out", None)
     p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, sum_precision=sum_precision,
-                                     residual_dtype=residual_dtype)
+                                     residual_dtype=residual_dtype, out_dtype=out_dtype)
     x = _allocate(rng, dt, rows, hidden, ("input",), offsets, strides)["input"]
     res = allocate(rng, p.residual_dtype, rows, hidden, misalign=r_off, stride=r_stride)
     w = _weight(rng, dt, hidden, weight, w_off)
+    o = allocate(rng, out_dtype, rows, hidden, misalign=o_off, stride=o_stride, poison=True) if mixed else None
     w_ptr, w_values, w_dtype = _weight_args(w, weight)
-    with _closing(x, res, *([w] if w else [])):
+    with _closing(x, res, *([w] if w else []), *([o] if o else [])):
         out, total = reference.fused_add_rms_norm_twin(x.values(), res.values(), w_values, epsilon, block=p.block,
                                                        residual_phases=phases(res), input_phases=phases(x),
                                                        gemma=gemma, round_once=round_once,
-                                                       sum_precision=p.sum_precision)
+                                                       sum_precision=p.sum_precision,
+                                                       out_dtype=out_dtype if mixed else None)
         with forced_row_variant(variant):
-            run_checked(_label("fused_add_rms_norm", dt, rows, hidden, {**offsets, "residual": r_off},
-                               {**strides, "residual": res.stride}, gemma=gemma, round_once=round_once,
-                               variant=variant, pdl=pdl, weight=weight, sum_precision=p.sum_precision,
-                               residual=p.residual_dtype.name),
+            run_checked(_label("fused_add_rms_norm", dt, rows, hidden,
+                               {**offsets, "residual": r_off, **({"out": o_off} if o else {})},
+                               {**strides, "residual": res.stride, **({"out": o.stride} if o else {})}, gemma=gemma,
+                               round_once=round_once, variant=variant, pdl=pdl, weight=weight,
+                               sum_precision=p.sum_precision, residual=p.residual_dtype.name,
+                               out_dtype=out_dtype if mixed else None),
                         lambda: fused_add_rms_norm(x.ptr, res.ptr, w_ptr, epsilon, rows, hidden, dtype=dt,
                                                    input_stride=x.stride, residual_stride=res.stride, gemma=gemma,
                                                    round_once=round_once, stream=stream, weight_dtype=w_dtype,
                                                    sum_precision=sum_precision, residual_dtype=residual_dtype,
+                                                   out_dtype=out_dtype if mixed else None,
+                                                   out=o.ptr if o else None, out_stride=o.stride if o else None,
                                                    **_pdl(pdl)),
-                        outputs={"input": (x, out), "residual": (res, total)},
-                        inputs={"weight": w} if w else {})
+                        outputs={"out" if o else "input": (o or x, out), "residual": (res, total)},
+                        inputs={**({"weight": w} if w else {}), **({"input": x} if o else {})})
 
 
 def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in_place=False, bias=True,
-                     epsilon=1e-5, stream=None, variant=None, pdl=None, weight="same"):
+                     epsilon=1e-5, stream=None, variant=None, pdl=None, weight="same", out_dtype=None):
     """One pyrms.layer_norm launch on guarded operands ('input', 'out', 'weight', 'bias'), compared bit
     for bit with the twin; in_place writes over the input (then 'out' takes no offset or stride);
     bias=False passes bias=None (a LayerNorm without bias), weight="none" weight=None ("same": the
-    dtype's, as in check_rms_norm; LayerNorm has no fp32 weight yet)."""
+    dtype's, "float32": fp32 weight and bias beside bf16/fp16 rows, as in check_rms_norm); ``out_dtype``
+    as in check_rms_norm."""
     from .ops.layer_norm import layer_norm
 
-    if weight not in ("same", "none"):
-        raise ValueError(f"weight must be 'same' or 'none' for layer_norm, got {weight!r}")
+    if weight not in plan.WEIGHT_KINDS:
+        raise ValueError(f"weight must be one of {plan.WEIGHT_KINDS}, got {weight!r}")
     dt = dtypes.get(dtype)
+    odt = dt if out_dtype is None else dtypes.get(out_dtype)
+    pdt = dtypes.FLOAT32 if weight == "float32" else dt
     names = ("input",) if in_place else ("input", "out")
-    vectors = ("weight",) * (weight == "same") + ("bias",) * bool(bias)
-    ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=vectors, outputs=("out",))
+    vectors = ("weight",) * (weight != "none") + ("bias",) * bool(bias)
+    ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=vectors, outputs=("out",),
+                    dtypes_of={"out": odt, "weight": pdt, "bias": pdt})
     x, w, b = ops["input"], ops.get("weight"), ops.get("bias")
     out = x if in_place else ops["out"]
     with _closing(*ops.values()):
-        p = plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight == "same")
+        p = plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight != "none")
         want = reference.layer_norm_twin(x.values(), w.values()[0] if w else None, b.values()[0] if b else None,
-                                         epsilon, block=p.block, row_phases=phases(x))
+                                         epsilon, block=p.block, row_phases=phases(x), out_dtype=out_dtype)
         with forced_row_variant(variant):
             run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place, no_bias=not bias,
-                               weight=weight, variant=variant, pdl=pdl),
+                               weight=weight, variant=variant, pdl=pdl, out_dtype=out_dtype),
                         lambda: layer_norm(out.ptr, x.ptr, w.ptr if w else None, b.ptr if b else None, epsilon, rows,
                                            hidden, dtype=dt, input_stride=x.stride, out_stride=out.stride,
-                                           stream=stream, **_pdl(pdl)),
+                                           stream=stream, weight_dtype="float32" if weight == "float32" else None,
+                                           out_dtype=out_dtype, **_pdl(pdl)),
                         outputs={"out": (out, want)},
                         inputs={name: ops[name] for name in (*vectors, *(() if in_place else ("input",)))})
 
@@ -591,6 +613,8 @@ def checker_call(case) -> tuple:
         return check_seed, dict(common, rows=case.rows)
     offsets, strides = dict(case.offsets), dict(case.strides)
     shared = dict(common, pdl=opt("pdl"), weight=opt("weight"))
+    if case.op in ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "layer_norm"):  # the mixed-dtype output
+        shared.update(out_dtype=None if opt("out_kind") == "same" else opt("out_kind"))
     if case.op == "rms_norm_nd":
         return check_rms_norm_nd, dict(
             shared, sizes=opt("sizes"), in_strides=s("input"), out_strides=s("out"), in_off=o("input"),

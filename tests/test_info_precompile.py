@@ -157,7 +157,10 @@ def test_every_unit_counts():
     # quantizing ops: per op, dtype, output dtype (3), mode (3: per_group's one unit for both group sizes)
     # and rounding (2): 2 x 3 x 3 x 3 x 2. Fused add's bf16 and fp16 units three times over (the rounded
     # sum, the fp32 sum, an fp32 residual): 3 x 2 x 10 + 6 for fp32, whose sum is never rounded.
-    assert by_source == {"rms_norm.cu": 52, "fused_add_rms_norm.cu": 66, "layer_norm.cu": 6,
+    # Mixed dtypes: each 2-byte rms_norm, N-D and fused-add (rounded sum only) unit again with an fp32
+    # output (10 per dtype each); LayerNorm's forward with fp32 weight and bias, and with an fp32 output for
+    # each weight kind (4 per dtype).
+    assert by_source == {"rms_norm.cu": 92, "fused_add_rms_norm.cu": 86, "layer_norm.cu": 14,
                          "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 108}
     assert "rms_norm_quant.cu rms_norm_group_quant_kernel bfloat16 float8_e4m3fn per_group" in {u.label for u in units}
     assert precompile.every_unit(["rms_norm", "rms_norm_nd"], [dtypes.FLOAT32]) == \
@@ -172,9 +175,12 @@ def test_list_compiles_nothing(capsys, monkeypatch):
     monkeypatch.setattr(precompile, "compile_units", None)  # would fail if called
     assert precompile.main(["--list", "--ops", "layer_norm,seed", "--dtypes", "bf16", "--seed-hidden", "769,4096"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == ["layer_norm.cu bfloat16: 33 kernels", "layer_norm.cu bfloat16 weight=none: 36 kernels",
+    assert out == ["layer_norm.cu bfloat16: 33 kernels", "layer_norm.cu bfloat16 out=float32: 28 kernels",
+                   "layer_norm.cu bfloat16 weight=float32: 28 kernels",
+                   "layer_norm.cu bfloat16 weight=float32 out=float32: 28 kernels",
+                   "layer_norm.cu bfloat16 weight=none: 36 kernels", "layer_norm.cu bfloat16 weight=none out=float32: 28 kernels",
                    "seed_rms_norm.cu bfloat16 hidden 4096: 1 kernel", "seed_rms_norm.cu bfloat16 hidden 769: 1 kernel",
-                   "precompile: 4 compile units"]
+                   "precompile: 8 compile units"]
 
 
 # --- pyrms.precompile: compiling ------------------------------------------------------------------

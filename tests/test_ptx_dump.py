@@ -278,13 +278,18 @@ def test_cli_bad_arguments_one_line(tmp_path, args, names):
 
 def test_resolve_variant_and_stem(tool):
     family = tool.FAMILIES["rms_norm"]
-    planned = {"few": False, "aligned": False, "gemma": False, "round_once": False, "weight": "same"}
+    planned = {"few": False, "aligned": False, "gemma": False, "round_once": False, "weight": "same", "out": "same"}
     assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 5120) == {"cache": 4, **planned}
     assert tool.resolve_variant(family, None, dtypes.BFLOAT16, 65536) == {"cache": 0, **planned}
     variant = tool.resolve_variant(family, "cache=0, gemma,round_once=off", dtypes.FLOAT16, 5120)
-    assert variant == {"cache": 0, "few": False, "aligned": False, "gemma": True, "round_once": False, "weight": "same"}
+    assert variant == {"cache": 0, "few": False, "aligned": False, "gemma": True, "round_once": False, "weight": "same",
+                       "out": "same"}
     stem = tool.output_stem("rms_norm", dtypes.FLOAT16, 5120, "sm_90", variant)
     assert stem == "rms_norm-float16-h5120-sm_90-cache0-gemma"
+    mixed = tool.resolve_variant(family, "out=float32,weight=float32", dtypes.BFLOAT16, 5120)
+    assert tool.output_stem("rms_norm", dtypes.BFLOAT16, 5120, "sm_90", mixed) == \
+        "rms_norm-bfloat16-h5120-sm_90-cache4-weightfloat32-outfloat32"
+    assert family.expression(dtypes.BFLOAT16, 5120, mixed).endswith(", float, float>")
     few = tool.resolve_variant(family, "few", dtypes.BFLOAT16, 5120)
     assert tool.output_stem("rms_norm", dtypes.BFLOAT16, 5120, "sm_90", few) == "rms_norm-bfloat16-h5120-sm_90-cache4-few"
     assert family.expression(dtypes.BFLOAT16, 5120, few) == \

@@ -83,6 +83,8 @@ def _row_expression(planner: Callable, dt: dtypes.DType, hidden: int, v: dict) -
     options = {key: value for key, value in v.items() if key not in ("few", "aligned")}
     if options.pop("fp32_sum", False) or options.get("fp32_residual"):  # fused add's second semantics
         options["sum_precision"] = "fp32"
+        if options.get("out", "same") != "same":
+            raise ValueError("out=float32 is a variant of the rounded sum's kernels only (fused_add_rms_norm_out_kernel)")
     planned = replace(planner(dt, hidden), **options)
     if v["aligned"] and not v["few"]:
         raise ValueError("aligned is a variant of the few-row kernel: add few")
@@ -97,15 +99,24 @@ def _weight_kind(text: str | None) -> str:
     return text
 
 
-def _row_family(planner: Callable, source: str, about: str, flags: dict, weight: bool = False) -> "Family":
-    """A kernel family on the row core (row_core.cuh): variants cache, few, aligned, its option flags, and
-    with `weight` the weight's kind (plan.WEIGHT_KINDS: the dtype's, float32, none)."""
-    kinds = {"weight": "same"} if weight else {}
+def _out_kind(text: str | None) -> str:
+    if text not in plan.OUT_KINDS:
+        raise ValueError(f"expected out={'|'.join(plan.OUT_KINDS)}, got {'no value' if text is None else repr(text)}")
+    return text
+
+
+def _row_family(planner: Callable, source: str, about: str, flags: dict, weight: bool = False,
+                out: bool = True) -> "Family":
+    """A kernel family on the row core (row_core.cuh): variants cache, few, aligned, its option flags, with
+    `out` the output's kind (out=float32: an fp32 output beside bf16/fp16 rows, plan.OUT_KINDS; the
+    quantizing kernels have out_dtype instead), and with `weight` the weight's kind (plan.WEIGHT_KINDS:
+    the dtype's, float32, none)."""
+    kinds = ({"weight": "same"} if weight else {}) | ({"out": "same"} if out else {})
     return Family(source, about, lambda dt, hidden, v: _row_expression(planner, dt, hidden, v),
                   lambda dt, hidden: {"cache": planner(dt, hidden).cache, "few": False, "aligned": False, **flags,
                                       **kinds},
                   {"cache": _cache_vectors, "few": _flag, "aligned": _flag, **{key: _flag for key in flags},
-                   **({"weight": _weight_kind} if weight else {})})
+                   **({"weight": _weight_kind} if weight else {}), **({"out": _out_kind} if out else {})})
 
 
 def _quant_dtype(text: str | None) -> str:
@@ -126,7 +137,7 @@ def _quant_family(residual: bool) -> "Family":
     def planner(dt: dtypes.DType, hidden: int) -> plan.RmsNormQuantPlan:
         return plan.plan_rms_norm_quant(dt, hidden, dtypes.FLOAT8_E4M3FN, residual=residual)
     kernel = "fused_add_rms_norm_quant_kernel" if residual else "rms_norm_quant_kernel"
-    row = _row_family(planner, "rms_norm_quant.cu", "", {"round_input": False})
+    row = _row_family(planner, "rms_norm_quant.cu", "", {"round_input": False}, out=False)
     return Family(
         "rms_norm_quant.cu", f"pyrms::{kernel} (mode=per_group: the group kernel), planned like rms_norm; "
         "out_dtype=float8_e4m3fn|float8_e5m2|int8, mode=static|per_token|per_group",
@@ -149,18 +160,21 @@ class Family:
 FAMILIES = {
     "rms_norm": _row_family(
         plan.plan_rms_norm, "rms_norm.cu", "pyrms::rms_norm_kernel; the hidden size (a run-time argument) only picks "
-        "the planned cache and spread; few = the few-row kernel; weight=float32|none", {"gemma": False, "round_once": False},
+        "the planned cache and spread; few = the few-row kernel; weight=float32|none; out=float32",
+        {"gemma": False, "round_once": False},
         weight=True),
     "seed": Family(
         "seed_rms_norm.cu", "transformer::rms_norm_kernel with VEC = gcd(16 / itemsize, hidden), BLOCK = hidden / VEC",
         lambda dt, hidden, v: plan_seed(dt, hidden).expression),
     "fused_add_rms_norm": _row_family(
         plan.plan_fused_add_rms_norm, "fused_add_rms_norm.cu", "pyrms::fused_add_rms_norm_kernel, planned like rms_norm; "
-        "fp32_sum = the fp32-sum kernel (fused_add_rms_norm_fp32_sum_kernel), fp32_residual = it with an fp32 residual",
+        "fp32_sum = the fp32-sum kernel (fused_add_rms_norm_fp32_sum_kernel), fp32_residual = it with an fp32 residual; "
+        "out=float32: fused_add_rms_norm_out_kernel (the rounded sum only)",
         {"gemma": False, "round_once": False, "fp32_sum": False, "fp32_residual": False}, weight=True),
     "layer_norm": _row_family(
         plan.plan_layer_norm, "layer_norm.cu", "pyrms::layer_norm_kernel (forward), planned like rms_norm; "
-        "weightless = no weight", {"bias": True, "weightless": False}),
+        "weightless = no weight; fp32_params = fp32 weight and bias; out=float32",
+        {"bias": True, "weightless": False, "fp32_params": False}),
     "rms_norm_backward": Family(
         "rms_norm_backward.cu", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums); "
         "weightless = no weight (dx only)",
@@ -200,11 +214,11 @@ def resolve_variant(family: Family, text: str | None, dt: dtypes.DType, hidden: 
 
 
 def output_stem(kernel: str, dt: dtypes.DType, hidden: int, arch: str, variant: dict) -> str:
-    """'rms_norm-bfloat16-h5120-sm_90-cache1-gemma': switches appear only when on, the weight only when
-    it is not the dtype's ('weightfloat32')."""
+    """'rms_norm-bfloat16-h5120-sm_90-cache1-gemma': switches appear only when on, the weight and the
+    output only when they are not the dtype's ('weightfloat32', 'outfloat32')."""
     parts = [kernel, dt.name, f"h{hidden}", arch]
     parts += [key if value is True else f"{key}{value}" for key, value in variant.items()
-              if value is not False and not (key == "weight" and value == "same")]
+              if value is not False and not (key in ("weight", "out") and value == "same")]
     return "-".join(parts)
 
 

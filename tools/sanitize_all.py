@@ -70,9 +70,14 @@ def compile_unit(family: str, c: case_matrix.Case) -> precompile_mod.Unit:
     """The unit (source and name expressions compiled together) a case of `family` launches: what
     pyrms.kernels.get compiles, so the disk cache entry is the one the launch will look up."""
     weight = None if c.option("weight") in ("same", "ones") else c.option("weight")
+    # out_dtype: the quantizing ops' output dtype, or the row ops' mixed-dtype output (out_kind)
+    if family in case_matrix.QUANT:
+        out_dtype = c.option("out_dtype")
+    else:
+        out_dtype = None if c.option("out_kind") == "same" else c.option("out_kind")
     return precompile_mod.unit(family, c.dtype, c.hidden, gemma=c.option("gemma"), round_once=c.option("round_once"),
                                bias=c.option("bias"), grad_dtype=c.option("grad_dtype"), weight_dtype=weight,
-                               out_dtype=c.option("out_dtype"), mode=c.option("mode"),
+                               out_dtype=out_dtype, mode=c.option("mode"),
                                round_input=c.option("round_input"), sum_precision=c.option("sum_precision"),
                                residual_dtype=c.option("residual_dtype"))
 

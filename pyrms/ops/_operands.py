@@ -238,7 +238,8 @@ def _collapses(view: _adapter.View) -> bool:
     return True
 
 
-def _nd_arrays(dt, num_tokens, hidden_size, rows: list, views: dict, raw: dict, weight_name: str | None):
+def _nd_arrays(dt, num_tokens, hidden_size, rows: list, views: dict, raw: dict, weight_name: str | None,
+               mixed_out: str | None = None):
     """The N-D form of arrays(): the row operands' leading dimensions (one shape for all) collapsed
     jointly (_views.joint_lead) to at most three, each operand with its own strides; a weight of shape
     [shape[0], hidden] is one per outer row (weight_stride). Raw row pointers take stride tuples along
@@ -289,7 +290,7 @@ def _nd_arrays(dt, num_tokens, hidden_size, rows: list, views: dict, raw: dict, 
         ptr = views[name].ptr if name in views else raw[name]
         if ptr == 0:
             raise ValueError(f"{name} has a null data pointer")
-        found[name] = (ptr, steps[name])
+        found[name] = (ptr, steps[name], *_out_dtype_entry(name, mixed_out, views))
     if w_view is not None:
         if w_view.ptr == 0:
             raise ValueError(f"{weight_name} has a null data pointer")
@@ -298,8 +299,17 @@ def _nd_arrays(dt, num_tokens, hidden_size, rows: list, views: dict, raw: dict, 
     return sizes, hidden, found
 
 
+def _out_dtype_entry(name: str, mixed_out: str | None, views: dict, mixed: tuple[str, ...] = ()) -> tuple:
+    """The dtype a `mixed_out` (or `mixed`: an fp32 residual) row operand's entry carries (None for a raw
+    pointer); nothing for the others."""
+    if name != mixed_out and name not in mixed:
+        return ()
+    return (views[name].dtype if name in views else None,)
+
+
 def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
-           mixed: tuple[str, ...] = (), nd: bool = False) -> tuple[dtypes.DType, int, int, dict]:
+           mixed: tuple[str, ...] = (), nd: bool = False,
+           mixed_out: str | None = None) -> tuple[dtypes.DType, int, int, dict]:
     """The array (or raw pointer) operands of one call, read and checked against each other.
 
     rows: (name, value, stride argument, its name, written) for [..., hidden] operands; vectors:
@@ -309,6 +319,8 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
     `mixed`: vectors that may be float32 beside rows of another dtype (an fp32 weight), the first being
     the weight; their entries are (pointer, hidden, dtype), the dtype None for a raw pointer. Row operands
     may be mixed too (an fp32 residual): their entries are then (pointer, row stride, dtype).
+    `mixed_out`: the row operand (the output) that may be float32 beside rows of another dtype; its entry is
+    (pointer, row stride, dtype), the dtype None for a raw pointer (out_dtype_operand reads it).
     `nd`: the op takes N-D layouts (rms_norm): where a row array's leading dimensions do not collapse to
     one stride, or the first `mixed` vector is a [rows' first dimension, hidden] weight per outer row,
     rows is a tuple of leading sizes, each row operand's stride a tuple (_nd_arrays), and the weight's
@@ -327,23 +339,30 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
             views[name] = _adapter.read(name, value, hint, written=rest[2])
     dt = hint
     for name, view in views.items():
-        if name in mixed:
+        if name in mixed or name == mixed_out:
             continue
         if dt is None:
             dt = view.dtype
         elif view.dtype is not dt:
             raise ValueError(f"{name} has dtype {view.dtype.name}, but the dtype is {dt.name}"
                              + ("" if hint is not None else f" (that of {next(iter(views))})"))
+    if dt is None and mixed_out in views:  # no other array says the rows' dtype: the output's does, as before
+        dt = views[mixed_out].dtype
     dt = dt or dtypes.BFLOAT16
-    for name in mixed:
+    for name in (mixed_out, *mixed):
         view = views.get(name)
-        if view is not None and view.dtype is not dt and view.dtype is not dtypes.FLOAT32:
+        if view is None or view.dtype is dt:
+            continue
+        if dt is dtypes.FLOAT32:  # fp32 rows: fp32 all through
+            raise ValueError(f"{name} has dtype {view.dtype.name}, but the dtype is {dt.name}"
+                             + ("" if hint is not None else f" (that of {next(iter(views))})"))
+        if view.dtype is not dtypes.FLOAT32:
             raise ValueError(f"{name} has dtype {view.dtype.name}; it must be {dt.name} (the input's) or float32")
     weight_name = mixed[0] if mixed else None
     if nd and views and any(name in views for name, *_ in rows) and (
             not all(_collapses(views[name]) for name, *_ in rows if name in views)
             or (weight_name in views and len(views[weight_name].shape) == 2)):
-        made = _nd_arrays(dt, num_tokens, hidden_size, rows, views, raw, weight_name)
+        made = _nd_arrays(dt, num_tokens, hidden_size, rows, views, raw, weight_name, mixed_out)
         if made is None:  # an empty batch
             return dt, 0, views[next(name for name, *_ in rows if name in views)].shape[-1], {}
         _same_device(views)
@@ -353,7 +372,7 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
         view = views.get(name)
         if view is None:
             if name in raw:
-                found[name] = (raw[name], stride, None) if name in mixed else (raw[name], stride)
+                found[name] = (raw[name], stride, *_out_dtype_entry(name, mixed_out, views, mixed))
             continue
         n, h, array_stride = collapse(name, view)
         if hidden_size is None:
@@ -371,7 +390,7 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
             raise ValueError(f"{name} has row stride {array_stride} < hidden_size {h}: its rows overlap")
         if view.ptr == 0 and n:
             raise ValueError(f"{name} has a null data pointer")
-        found[name] = (view.ptr, array_stride, view.dtype) if name in mixed else (view.ptr, array_stride)
+        found[name] = (view.ptr, array_stride, *_out_dtype_entry(name, mixed_out, views, mixed))
     if hidden_size is None or num_tokens is None:
         raise TypeError("num_tokens and hidden_size are required when every operand is a raw pointer")
     for name, value in vectors:
@@ -527,6 +546,23 @@ def weight_operand(found, weight_dtype) -> tuple[int | None, object]:
     if weight_dtype is not None and dtypes.get(weight_dtype) is not array_dtype:
         raise ValueError(f"weight has dtype {array_dtype.name}, but weight_dtype is {dtypes.get(weight_dtype).name}")
     return ptr, array_dtype
+
+
+def out_dtype_operand(array_dtype, out_dtype):
+    """The out_dtype of the raw-pointer call from a `mixed_out` entry's dtype (None: a raw pointer, whose
+    dtype out_dtype gives); an array's dtype must agree with an out_dtype given."""
+    if array_dtype is None:
+        return out_dtype
+    if out_dtype is not None and dtypes.get(out_dtype) is not array_dtype:
+        raise ValueError(f"out has dtype {array_dtype.name}, but out_dtype is {dtypes.get(out_dtype).name}")
+    return array_dtype
+
+
+def in_place_dtypes(out: int, input: int, out_dtype: dtypes.DType, dtype: dtypes.DType, input_name: str = "input") -> None:
+    """In place (out is the input) needs one dtype: an output of another dtype cannot overwrite the rows it reads."""
+    if out == input and out_dtype is not dtype:
+        raise ValueError(f"out is {input_name} (in place), but out's dtype {out_dtype.name} is not {input_name}'s "
+                         f"{dtype.name}: in place needs one dtype; give out an allocation of its own")
 
 
 def flag(name: str, value) -> bool:

@@ -117,10 +117,11 @@ def use_pdl(device, pdl) -> bool:
 class RowLaunches:
     """The kernels and launches of an op on the row core (row_core.cuh): one for many rows (plan.block
     threads per row) and two for few (plan.latency_block threads, the weights loaded early), of which
-    the ALIGNED one serves calls whose every pointer is 16-byte aligned when the layout allows it
-    (plan.aligned_layout). The kernels compute the same bits."""
+    the ALIGNED one serves calls whose every pointer is 16-byte aligned (32 where plan.align_mask says so:
+    an fp32 output beside 2-byte rows) when the layout allows it (plan.aligned_layout). The kernels
+    compute the same bits."""
 
-    __slots__ = ("many", "few", "few_aligned", "launch_many", "launch_few", "aligned_layout")
+    __slots__ = ("many", "few", "few_aligned", "launch_many", "launch_few", "aligned_layout", "align_mask")
 
     def __init__(self, plan, signature, tail: tuple, device, pdl: bool, strides: tuple):
         self.many = kernels.get(plan.source, plan.expression, plan.group, signature, device)
@@ -129,10 +130,11 @@ class RowLaunches:
         self.launch_many = launch.RowLaunch(signature, plan.block, tail, device, pdl=pdl)
         self.launch_few = launch.RowLaunch(signature, plan.latency_block, tail, device, pdl=pdl)
         self.aligned_layout = plan.aligned_layout(*strides)
+        self.align_mask = plan.align_mask
 
     def few_kernel(self, pointers_or: int):
-        """The few-row kernel for pointers whose bitwise or is `pointers_or` (16-byte test)."""
-        return self.few_aligned if self.aligned_layout and not pointers_or & 15 else self.few
+        """The few-row kernel for pointers whose bitwise or is `pointers_or` (align_mask's test)."""
+        return self.few_aligned if self.aligned_layout and not pointers_or & self.align_mask else self.few
 
     def __call__(self, few_rows: int, rows: int, stream: int, pointers_or: int, *head) -> None:
         """Launch on `rows` rows: the few-row kernel up to `few_rows` of them (the op's threshold,

@@ -9,42 +9,63 @@ from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
 from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
+# fused_add_rms_norm_out_kernel: out first, its row stride last.
+_OUT_SIGNATURE = ("ptr", *_SIGNATURE, "i64")
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
 _FEW_ROWS = planner.FEW_ROWS
 
 
 class Prepared:
-    """One (device, dtype, hidden, strides, options) of fused_add_rms_norm, resolved once."""
+    """One (device, dtype, hidden, strides, options) of fused_add_rms_norm, resolved once; with an fp32
+    output (out_dtype), the out-of-place kernel, whose `out` a call passes last."""
 
-    __slots__ = ("rows", "max_rows", "pointers", "weightless", "placed")
+    __slots__ = ("rows", "max_rows", "pointers", "weightless", "placed", "has_out")
 
     def __init__(self, device, dtype, hidden, input_stride, residual_stride, gemma, round_once, pdl, weight_dtype=None,
-                 sum_precision=None, residual_dtype=None):
+                 sum_precision=None, residual_dtype=None, out_dtype=None, out_stride=None):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
         p = planner.plan_fused_add_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once),
                                             weight_dtype=weight_dtype, sum_precision=sum_precision,
-                                            residual_dtype=residual_dtype)
-        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, r_stride), device, use_pdl(device, pdl),
-                                (x_stride, r_stride))
-        self.max_rows = check.max_rows(hidden, x_stride, r_stride)
+                                            residual_dtype=residual_dtype, out_dtype=out_dtype)
+        self.has_out = p.out != "same"
+        if not self.has_out and out_stride is not None:
+            raise ValueError("out_stride was given without an out of its own (out_dtype); leave it out")
+        o_stride = check.stride_arg("out_stride", out_stride, hidden)
+        signature, tail = (_OUT_SIGNATURE, (hidden, x_stride, r_stride, o_stride)) if self.has_out else (
+            _SIGNATURE, (hidden, x_stride, r_stride))
+        self.rows = RowLaunches(p, signature, tail, device, use_pdl(device, pdl),
+                                (x_stride, r_stride, o_stride) if self.has_out else (x_stride, r_stride))
+        self.max_rows = check.max_rows(hidden, x_stride, r_stride, *((o_stride,) if self.has_out else ()))
         # input and residual are both written: disjoint from each other and the weight
         self.weightless = p.weight == "none"  # then the weight pointer is null and never read
         weight = [] if self.weightless else [(p.weight_itemsize, 0)]
-        self.pointers = Pointers(hidden, [(dt.itemsize, x_stride), (p.residual_dtype.itemsize, r_stride), *weight],
-                                 [(0, 1, False)] + ([] if self.weightless else [(0, 2, False), (1, 2, False)]))
+        operands = [(dt.itemsize, x_stride), (p.residual_dtype.itemsize, r_stride), *weight]
+        pairs = [(0, 1, False)] + ([] if self.weightless else [(0, 2, False), (1, 2, False)])
+        if self.has_out:  # last: written, disjoint from everything else
+            pairs += [(len(operands), k, False) for k in range(len(operands))]
+            operands.append((p.out_dtype.itemsize, o_stride))
+        self.pointers = Pointers(hidden, operands, pairs)
         self.placed = _placement.for_device(device)  # None with one device: nothing to check per call
 
-    def __call__(self, input, residual, weight, epsilon, num_tokens, stream) -> bool:
+    def __call__(self, input, residual, weight, epsilon, num_tokens, stream, out=0) -> bool:
         pointers = (input, residual) if self.weightless else (input, residual, weight)
+        if self.has_out:
+            pointers += (out,)
+        elif out:
+            return False
         if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok(pointers, num_tokens)):
             return False
         handle, placed = check.stream(stream), self.placed
         if placed is not None and not placed.ok(pointers, handle):
             return False
-        self.rows(_FEW_ROWS, num_tokens, handle, input | residual | weight, input, residual, weight, epsilon)
+        if self.has_out:
+            self.rows(_FEW_ROWS, num_tokens, handle, out | input | residual | weight, out, input, residual, weight,
+                      epsilon)
+        else:
+            self.rows(_FEW_ROWS, num_tokens, handle, input | residual | weight, input, residual, weight, epsilon)
         return True
 
 
@@ -56,7 +77,8 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperan
                        input_stride: int | None = None, residual_stride: int | None = None, stream: StreamLike = None,
                        gemma: bool = False, round_once: bool = False, pdl: bool = True,
                        weight_dtype: DTypeLike | None = None, sum_precision: str | None = None,
-                       residual_dtype: DTypeLike | None = None) -> None:
+                       residual_dtype: DTypeLike | None = None, out: OptionalOperand = None,
+                       out_dtype: DTypeLike | None = None, out_stride: int | None = None) -> OptionalOperand:
     """vLLM's fused_add_rms_norm, in place on ``num_tokens`` rows of ``hidden_size`` elements:
     ``residual <- input + residual`` (added in fp32, rounded once to the dtype), then
     ``input <- rms_norm(residual, weight)`` of that rounded sum, bit for bit what ``pyrms.rms_norm``
@@ -77,27 +99,44 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperan
     ``dtype``, ``stream``, ``epsilon``, ``pdl``, ``weight=None`` (no weight) and an fp32 weight
     (``weight_dtype``): as in ``pyrms.rms_norm``.
 
+    ``out_dtype='float32'`` (bfloat16 or float16 rows): the normalized rows are written to ``out``, an fp32
+    [..., hidden_size] of its own (row stride ``out_stride``), not over ``input``, which is then only read;
+    the residual is updated in its dtype as above. ``out`` holds what rms_norm's fp32 output would (its
+    rounding to the rows' dtype is the in-place result, bit for bit). Returns ``out`` (a new pyrms.Tensor
+    for arrays given ``out=None``), or None in place. ``out`` must be disjoint from every other operand.
+    An fp32 out is offered with the rounded sum only: ``sum_precision='fp32'`` (or a float32 residual) with
+    ``out_dtype='float32'`` is a ValueError naming both (its kernel writes the normalized row over input).
+
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
-    if type(input) is int and type(residual) is int and (type(weight) is int or weight is None):
+    if type(input) is int and type(residual) is int and (type(weight) is int or weight is None) and (
+            out is None or type(out) is int):
         if weight is None:  # no weight: its own kernel (W = void), a null pointer never read
             weight, weight_dtype = 0, check.no_weight(weight_dtype)
         static = (dtype, hidden_size, input_stride, residual_stride, gemma, round_once, pdl, weight_dtype,
-                  sum_precision, residual_dtype)
+                  sum_precision, residual_dtype, out_dtype, out_stride)
         prepared = _prepared.get(*static)
-        if prepared is not None and prepared(input, residual, weight, epsilon, num_tokens, stream):
-            return
+        if prepared is not None and prepared(input, residual, weight, epsilon, num_tokens, stream, out or 0):
+            return out
         _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, stream,
-                 pdl, gemma, weight_dtype, sum_precision, residual_dtype)
-        launched = _prepared.require(*static)(input, residual, weight, float(epsilon), int(num_tokens), stream)
+                 pdl, gemma, weight_dtype, sum_precision, residual_dtype, out, out_dtype, out_stride)
+        launched = _prepared.require(*static)(input, residual, weight, float(epsilon), int(num_tokens), stream, out)
         assert launched, "the checks above accept what the prepared launch declines"
-        return
+        return out
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", True),
-                                                 ("residual", residual, residual_stride, "residual_stride", True)],
+                                                 ("residual", residual, residual_stride, "residual_stride", True),
+                                                 ("out", out, out_stride, "out_stride", True)],
                                            vectors=[] if weight is None else [("weight", weight)],
-                                           mixed=("weight", "residual"))
+                                           mixed=("weight", "residual"), mixed_out="out")
+    o = o_stride = None
+    if out is None and out_dtype is not None and dtypes.get(out_dtype) is not dt:  # the allocating form
+        out = check.allocate_like(input, dtypes.get(out_dtype), max(rows, 1), hidden)
+        found["out"] = (out.ptr, hidden, dtypes.get(out_dtype))
+    if "out" in found:
+        o, o_stride, o_dtype = found["out"]
+        out_dtype = check.out_dtype_operand(o_dtype, out_dtype)
     if rows:
         (x, x_stride), (r, r_stride, r_dtype) = found["input"], found["residual"]
         w, weight_dtype = check.weight_operand(found.get("weight"), weight_dtype)
@@ -108,24 +147,37 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperan
             residual_dtype = r_dtype
         fused_add_rms_norm(x, r, w, epsilon, rows, hidden, dtype=dt, input_stride=x_stride, residual_stride=r_stride,
                            stream=stream, gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=weight_dtype,
-                           sum_precision=sum_precision, residual_dtype=residual_dtype)
+                           sum_precision=sum_precision, residual_dtype=residual_dtype,
+                           out=o, out_dtype=out_dtype, out_stride=o_stride)
+    return out
 
 
 def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, stream,
-             pdl, gemma, weight_dtype, sum_precision, residual_dtype) -> None:
+             pdl, gemma, weight_dtype, sum_precision, residual_dtype, out, out_dtype, out_stride) -> None:
     """Raise the error naming what the prepared launch declined."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
     dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
     p = planner.plan_fused_add_rms_norm(dt, 1, gemma=bool(gemma), weight_dtype=weight_dtype,  # checked
-                                        sum_precision=sum_precision, residual_dtype=residual_dtype)
+                                        sum_precision=sum_precision, residual_dtype=residual_dtype,
+                                        out_dtype=out_dtype)
+    if p.out == "same" and (out is not None or out_stride is not None):
+        raise ValueError(f"out (and out_stride) take an output of another dtype than input's {dt.name} (out_dtype="
+                         f"'float32'); the output of input's dtype is written over input (in place)")
+    if p.out != "same" and out is None:
+        raise TypeError(f"out_dtype={p.out_dtype.name} needs out, a device pointer or array of its own for the output")
     rows = {"input": (input, input_stride, "input_stride")}
     residual_row = {"residual": (residual, residual_stride, "residual_stride")}
     if p.fp32_residual:  # rows of another dtype: a layout of their own
         _, _, r = check.layout(num_tokens, hidden, dtypes.FLOAT32, rows=residual_row, vectors={})
     else:
         rows, r = {**rows, **residual_row}, {}
+    if out is not None:
+        check.in_place_dtypes(out, input, p.out_dtype, dt)
+        _, _, o_r = check.layout(num_tokens, hidden, p.out_dtype, rows={"out": (out, out_stride, "out_stride")},
+                                 vectors={})
+        r.update(o_r)
     if p.weight == "float32":  # a [hidden] vector of its own dtype: layout's params
         _, _, found = check.layout(num_tokens, hidden, dtype, rows=rows, vectors={}, params={"weight": weight},
                                    params_dtype=dtypes.FLOAT32)
@@ -133,5 +185,6 @@ def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, i
         _, _, found = check.layout(num_tokens, hidden, dtype, rows=rows,
                                    vectors={} if p.weight == "none" else {"weight": weight})
     r.update(found)
-    check.disjoint([r["input"], r["residual"]], [r["weight"]] if "weight" in r else [])
+    check.disjoint([*((r["out"],) if "out" in r else ()), r["input"], r["residual"]],
+                   [r["weight"]] if "weight" in r else [])
     _placement.check(driver.selected_device(), {name: region.ptr for name, region in r.items()}, stream)

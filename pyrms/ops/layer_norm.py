@@ -15,24 +15,29 @@ _FEW_ROWS = planner.FEW_ROWS
 
 
 class Prepared:
-    """One (device, dtype, hidden, strides, bias or not) of layer_norm, resolved once."""
+    """One (device, dtype, hidden, strides, bias or not, weight and output dtypes) of layer_norm, resolved once."""
 
     __slots__ = ("rows", "max_rows", "pointers", "placed", "has_weight")
 
-    def __init__(self, device, dtype, hidden, input_stride, out_stride, has_bias, pdl, has_weight=True):
+    def __init__(self, device, dtype, hidden, input_stride, out_stride, has_bias, pdl, has_weight=True,
+                 weight_dtype=None, out_dtype=None):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
-        p = planner.plan_layer_norm(dt, hidden, bias=has_bias, weight=has_weight)
+        if not has_weight:
+            check.no_weight(weight_dtype)
+        p = planner.plan_layer_norm(dt, hidden, bias=has_bias, weight=has_weight, weight_dtype=weight_dtype,
+                                    out_dtype=out_dtype)
         self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
                                 (x_stride, o_stride))
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
-        size = dt.itemsize  # out: in place over input allowed, disjoint from the weight and bias
+        # out: in place over input allowed (one dtype only), disjoint from the weight and bias, which share
+        # one dtype (the input's without a weight)
         self.has_weight = has_weight  # without one, the weight pointer is null and never read
-        vectors = [(size, 0)] * (int(has_weight) + int(has_bias))
-        self.pointers = Pointers(hidden, [(size, o_stride), (size, x_stride), *vectors],
-                                 [(0, 1, True), *((0, 2 + k, False) for k in range(len(vectors)))])
+        vectors = [(p.param_dtype.itemsize, 0)] * (int(has_weight) + int(has_bias))
+        self.pointers = Pointers(hidden, [(p.out_dtype.itemsize, o_stride), (dt.itemsize, x_stride), *vectors],
+                                 [(0, 1, p.out == "same"), *((0, 2 + k, False) for k in range(len(vectors)))])
         self.placed = _placement.for_device(device)
 
     def __call__(self, out, input, weight, bias, epsilon, num_tokens, stream) -> bool:
@@ -55,7 +60,8 @@ _prepared = PreparedCache(Prepared)
 def layer_norm(out: OptionalOperand, input: Operand, weight: Operand | None, bias: Operand | None, epsilon: float,
                num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
                input_stride: int | None = None, out_stride: int | None = None,
-               stream: StreamLike = None, pdl: bool = True) -> OptionalOperand:
+               stream: StreamLike = None, pdl: bool = True, weight_dtype: DTypeLike | None = None,
+               out_dtype: DTypeLike | None = None) -> OptionalOperand:
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
     ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``);
@@ -66,6 +72,11 @@ def layer_norm(out: OptionalOperand, input: Operand, weight: Operand | None, bia
     in registers: no E[x^2] - mean^2 cancellation); the whole expression in fp32, rounded once to the
     dtype. A row's result does not depend on the batch it sits in.
 
+    Mixed dtypes (bfloat16 or float16 rows): ``weight`` and ``bias`` both float32 (FlashInfer's and vLLM's
+    fp32 gamma and beta; float32 arrays, or ``weight_dtype='float32'`` for raw pointers), read exactly;
+    ``out`` float32 (a float32 array, or ``out_dtype='float32'``): the fp32 expression stored unrounded, so
+    its rounding to the rows' dtype is their output bit for bit. Not in place when out's dtype differs.
+
     ``out``, ``input``: [..., hidden_size]; ``weight``, ``bias``: [hidden_size]; raw device pointers
     (int) or arrays as in ``pyrms.rms_norm`` (sizes then inferred), contiguous along the hidden
     dimension, any element alignment. ``out`` may be ``input`` (in place). ``dtype``, strides,
@@ -74,40 +85,73 @@ def layer_norm(out: OptionalOperand, input: Operand, weight: Operand | None, bia
     """
     if type(out) is int and type(input) is int and (weight is None or type(weight) is int) and (
             bias is None or type(bias) is int):
-        static = (dtype, hidden_size, input_stride, out_stride, bias is not None, pdl, weight is not None)
+        static = (dtype, hidden_size, input_stride, out_stride, bias is not None, pdl, weight is not None, weight_dtype,
+                  out_dtype)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(out, input, weight, bias, epsilon, num_tokens, stream):
             return out
-        _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl)
+        _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
+                 weight_dtype, out_dtype)
         launched = _prepared.require(*static)(out, input, weight, bias, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
     vectors = ([] if weight is None else [("weight", weight)]) + ([] if bias is None else [("bias", bias)])
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", False),
-                                                 ("out", out, out_stride, "out_stride", True)], vectors=vectors)
+                                                 ("out", out, out_stride, "out_stride", True)], vectors=vectors,
+                                           mixed=("weight", "bias"), mixed_out="out")
     if out is None:
-        out = check.allocate_like(input, dt, max(rows, 1), hidden)
-        found["out"] = (out.ptr, hidden)
+        odt = dt if out_dtype is None else dtypes.get(out_dtype)
+        out = check.allocate_like(input, odt, max(rows, 1), hidden)
+        found["out"] = (out.ptr, hidden, odt)
+    (o, o_stride, o_dtype) = found["out"]
+    out_dtype = check.out_dtype_operand(o_dtype, out_dtype)
+    weight_dtype = _params_dtype(dt, weight_dtype, found)
     if rows:
-        (x, x_stride), (o, o_stride) = found["input"], found["out"]
+        x, x_stride = found["input"]
         layer_norm(o, x, None if weight is None else found["weight"][0], None if bias is None else found["bias"][0],
-                   epsilon, rows, hidden,
-                   dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream, pdl=pdl)
+                   epsilon, rows, hidden, dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream, pdl=pdl,
+                   weight_dtype=weight_dtype, out_dtype=out_dtype)
     return out
 
 
+def _params_dtype(dt: dtypes.DType, weight_dtype, found: dict):
+    """weight_dtype of the raw-pointer call from the weight and bias arrays' dtypes (check.arrays' mixed
+    entries: None for a raw pointer): weight_dtype if given, else the weight's, else the bias's; gamma and
+    beta share it (the bias is of the input's dtype without a weight)."""
+    has_weight = "weight" in found
+    want = dtypes.get(weight_dtype) if weight_dtype is not None else None
+    for name in ("weight", "bias"):
+        array_dtype = found[name][2] if name in found else None
+        if array_dtype is None:
+            continue
+        if want is None:
+            want = array_dtype if has_weight else dt
+        if array_dtype is not want:
+            whose = "the weight's and bias's dtype" if has_weight else "the input's (a bias without a weight)"
+            raise ValueError(f"{name} has dtype {array_dtype.name}, but {whose} is {want.name}")
+    return want if has_weight else None
+
+
 def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
-             pdl) -> None:
+             pdl, weight_dtype, out_dtype) -> None:
     """Raise the error naming what the prepared launch declined."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
+    if weight is None:
+        check.no_weight(weight_dtype)
+    dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+    p = planner.plan_layer_norm(dt, 1, weight=weight is not None, weight_dtype=weight_dtype, out_dtype=out_dtype)
     vectors = {name: v for name, v in (("weight", weight), ("bias", bias)) if v is not None}
-    _, _, r = check.layout(num_tokens, hidden, dtype,
-                           rows={"out": (out, out_stride, "out_stride"), "input": (input, input_stride, "input_stride")},
-                           vectors=vectors)
-    check.disjoint([r["out"]], [r[name] for name in ("input", *vectors)], in_place={("out", "input")})
+    params = {} if p.param_dtype is dt else vectors  # fp32 gamma and beta: [hidden] vectors of their own dtype
+    _, _, r = check.layout(num_tokens, hidden, dtype, rows={"input": (input, input_stride, "input_stride")},
+                           vectors={} if params else vectors, params=params, params_dtype=p.param_dtype)
+    check.in_place_dtypes(out, input, p.out_dtype, dt)
+    _, _, o_r = check.layout(num_tokens, hidden, p.out_dtype, rows={"out": (out, out_stride, "out_stride")}, vectors={})
+    r.update(o_r)
+    check.disjoint([r["out"]], [r[name] for name in ("input", *vectors)],
+                   in_place={("out", "input")} if p.out == "same" else ())
     _placement.check(driver.selected_device(), {name: region.ptr for name, region in r.items()}, stream)
 
 

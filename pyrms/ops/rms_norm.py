@@ -24,15 +24,17 @@ class Prepared:
     calls, inline, and returns False, having launched nothing, for anything unusual; the general path
     then says what is wrong."""
 
-    __slots__ = ("rows", "packed", "mask", "max_rows", "row_bytes", "x_step", "o_step", "same_steps", "spans",
-                 "weightless", "w_mask", "w_bytes", "placed")
+    __slots__ = ("rows", "packed", "mask", "o_mask", "max_rows", "x_row_bytes", "o_row_bytes", "x_step", "o_step",
+                 "same_steps", "spans", "weightless", "w_mask", "w_bytes", "placed")
 
-    def __init__(self, device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype=None):
+    def __init__(self, device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype=None,
+                 out_dtype=None):
         hidden = check.size("hidden_size", hidden)
         dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
-        p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once), weight_dtype=weight_dtype)
+        p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once), weight_dtype=weight_dtype,
+                                  out_dtype=out_dtype)
         # The weight: none (a null pointer, never read), or of p.weight_itemsize bytes per element.
         self.weightless = p.weight == "none"
         self.w_mask = max(p.weight_itemsize, 1) - 1
@@ -42,10 +44,13 @@ class Prepared:
         # Many short rows: packed several to a warp (rms_norm_nd_kernel), not one 32-thread block each.
         self.packed = NdLaunch(p, (x_stride, 0, 0, o_stride, 0, 0), 0, device, use_pdl(device, pdl)) if p.lanes else None
         self.mask = dt.itemsize - 1  # itemsizes are powers of two: alignment is a bit test
+        odt = p.out_dtype  # the rows' dtype, or float32 (then out's own mask and byte sizes)
+        self.o_mask = odt.itemsize - 1
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
-        self.row_bytes, self.x_step, self.o_step = hidden * dt.itemsize, x_stride * dt.itemsize, o_stride * dt.itemsize
-        self.same_steps = x_stride == o_stride
-        self.spans = (1, self.row_bytes, self.row_bytes)  # (rows, out's bytes, input's bytes) of the last call
+        self.x_row_bytes, self.o_row_bytes = hidden * dt.itemsize, hidden * odt.itemsize
+        self.x_step, self.o_step = x_stride * dt.itemsize, o_stride * odt.itemsize
+        self.same_steps = x_stride == o_stride and odt is dt  # in place needs one dtype
+        self.spans = (1, self.o_row_bytes, self.x_row_bytes)  # (rows, out's bytes, input's bytes) of the last call
         self.placed = _placement.for_device(device)  # None with one device: nothing to check per call
 
     def __call__(self, out, input, weight, epsilon, num_tokens, stream) -> bool:
@@ -54,12 +59,13 @@ class Prepared:
             return False
         # Null or misaligned pointers; a negative one fails to pack (struct range) before any launch.
         pointers_or = out | input | weight
-        if not (out and input and (weight or self.weightless)) or pointers_or & self.mask or weight & self.w_mask:
+        if (not (out and input and (weight or self.weightless)) or pointers_or & self.mask or weight & self.w_mask
+                or out & self.o_mask):
             return False
         rows, o_bytes, x_bytes = self.spans  # a model repeats row counts: the spans of the last one are kept
         if rows != num_tokens:
-            o_bytes = (num_tokens - 1) * self.o_step + self.row_bytes
-            x_bytes = (num_tokens - 1) * self.x_step + self.row_bytes
+            o_bytes = (num_tokens - 1) * self.o_step + self.o_row_bytes
+            x_bytes = (num_tokens - 1) * self.x_step + self.x_row_bytes
             self.spans = (num_tokens, o_bytes, x_bytes)
         o_end = out + o_bytes
         if out < input + x_bytes and input < o_end and not (out == input and self.same_steps):
@@ -75,7 +81,7 @@ class Prepared:
             return False
         rows = self.rows  # RowLaunches.__call__, inlined: a Python frame less on the hot path
         if num_tokens <= _FEW_ROWS:
-            few = rows.few_aligned if rows.aligned_layout and not pointers_or & 15 else rows.few
+            few = rows.few_aligned if rows.aligned_layout and not pointers_or & rows.align_mask else rows.few
             rows.launch_few(few, num_tokens, stream, out, input, weight, epsilon)
         elif self.packed is not None:
             self.packed(num_tokens, 1, 1, stream, out, input, weight, epsilon)
@@ -85,33 +91,33 @@ class Prepared:
 
 
 def _make(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype=None,
-          weight_stride=None):
+          weight_stride=None, out_dtype=None):
     """The prepared launch of one static argument set: N-D (tuple strides, a weight per outer row) or plain."""
     if is_nd(None, input_stride, out_stride, weight_stride):
         return NdPrepared(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
-                          weight_stride)
-    return Prepared(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype)
+                          weight_stride, out_dtype)
+    return Prepared(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype, out_dtype)
 
 
 _prepared = PreparedCache(_make)
 
 
 def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl=True,
-             weight_dtype=None, weight_stride=None) -> Prepared | NdPrepared | None:
+             weight_dtype=None, weight_stride=None, out_dtype=None) -> Prepared | NdPrepared | None:
     """The prepared launch for these static arguments on the calling thread's device, or None where
     they are invalid: for adapters (pyrms.torch) that hold raw pointers and would otherwise pay for
     rms_norm's keyword arguments on every call. Call it as ``p(out, input, weight, epsilon, rows,
     stream)`` (weight 0 with ``weight_dtype="none"``; rows a tuple of leading sizes where the strides
     are tuples); a False return launched nothing, and ``rms_norm`` with the same arguments names why."""
     return _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
-                         weight_stride)
+                         weight_stride, out_dtype)
 
 
 def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsilon: float, num_tokens: int | None = None,
              hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
              out_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
              round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
-             weight_stride: int | None = None) -> OptionalOperand:
+             weight_stride: int | None = None, out_dtype: DTypeLike | None = None) -> OptionalOperand:
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
     ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None).
 
@@ -123,6 +129,10 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsi
     ``elementwise_affine=False``). The weight may be float32 beside bfloat16 or float16 rows (its fp32
     value multiplies exactly as the dtype's would): a float32 array, or ``weight_dtype='float32'`` for a
     raw pointer (``weight_dtype`` defaults to the array's dtype, else the rows' dtype).
+    ``out`` may be float32 beside bfloat16 or float16 rows (Hugging Face's result for an fp32 weight):
+    a float32 array, or ``out_dtype='float32'`` for a raw pointer or the allocating form; it holds the
+    final fp32 product unrounded, so rounding it to the rows' dtype gives their output bit for bit (the
+    default rounding still rounds ``x * inv_rms`` to the rows' dtype first; docs/numerics.md). Not in place.
 
     ``out``, ``input``, ``weight``: raw device pointers (int), pyrms Tensors, torch tensors, or objects
     exposing ``__cuda_array_interface__`` or ``__dlpack__``. Arrays are [..., hidden_size], contiguous
@@ -158,41 +168,45 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsi
             input_stride, out_stride = _nd_strides(num_tokens, hidden_size, input_stride, out_stride)
         try:  # the prepared launch's lookup, inlined (PreparedCache.get does the same; no device selected: None)
             prepared = driver._selected.device.prepared[(_prepared, dtype, hidden_size, input_stride, out_stride,
-                                                         gemma, round_once, pdl, weight_dtype, weight_stride)]
+                                                         gemma, round_once, pdl, weight_dtype, weight_stride,
+                                                         out_dtype)]
         except (KeyError, TypeError, AttributeError):
             prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
-                                     weight_stride)
+                                     weight_stride, out_dtype)
         if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream):
             return out
         if nd:
             _explain_nd(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
-                        pdl, gemma, weight_dtype, weight_stride)
+                        pdl, gemma, weight_dtype, weight_stride, out_dtype)
         else:
             _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
-                     gemma, weight_dtype)
+                     gemma, weight_dtype, out_dtype)
         launched = _prepared.require(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
-                                     weight_stride)(out, input, weight, float(epsilon), num_tokens, stream)
+                                     weight_stride, out_dtype)(out, input, weight, float(epsilon), num_tokens, stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", False),
                                                  ("out", out, out_stride, "out_stride", True)],
                                            vectors=[] if weight is None else [("weight", weight)], mixed=("weight",),
-                                           nd=True)
+                                           nd=True, mixed_out="out")
     if out is None:
-        out = check.allocate_like(input, dt, max(_views.rows(rows) if type(rows) is tuple else rows, 1), hidden)
+        odt = dt if out_dtype is None else dtypes.get(out_dtype)
+        out = check.allocate_like(input, odt, max(_views.rows(rows) if type(rows) is tuple else rows, 1), hidden)
         if type(rows) is tuple:  # a new contiguous output of the input's shape: its strides, collapsed as the input's
-            found["out"] = (out.ptr, _views.contiguous(rows, hidden))
+            found["out"] = (out.ptr, _views.contiguous(rows, hidden), odt)
         else:
-            found["out"] = (out.ptr, hidden)
+            found["out"] = (out.ptr, hidden, odt)
     if rows == 0:  # an empty batch of arrays: nothing to do
         return out
-    (x, x_stride), (o, o_stride) = found["input"], found["out"]
+    (x, x_stride), (o, o_stride, o_dtype) = found["input"], found["out"]
+    out_dtype = check.out_dtype_operand(o_dtype, out_dtype)
     w_entry = found.get("weight")
     w_stride = w_entry[3] if w_entry is not None and len(w_entry) == 4 else None
     w, weight_dtype = check.weight_operand(w_entry[:3] if w_entry is not None else None, weight_dtype)
     rms_norm(o, x, w, epsilon, rows, hidden, dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream,
-             gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=weight_dtype, weight_stride=w_stride or None)
+             gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=weight_dtype, weight_stride=w_stride or None,
+             out_dtype=out_dtype)
     return out
 
 
@@ -209,34 +223,38 @@ def _nd_strides(num_tokens, hidden_size, input_stride, out_stride) -> tuple:
 
 
 def _explain_nd(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
-                pdl, gemma, weight_dtype, weight_stride) -> None:
+                pdl, gemma, weight_dtype, weight_stride, out_dtype) -> None:
     """_explain for the N-D form (rms_norm_nd.explain)."""
     check.flag("pdl", pdl)
     if num_tokens is None or hidden_size is None:
         raise TypeError("num_tokens and hidden_size are required when every operand is a raw pointer")
     hidden = check.size("hidden_size", hidden_size)
     dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
-    p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), weight_dtype=weight_dtype)
+    p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), weight_dtype=weight_dtype, out_dtype=out_dtype)
     explain_nd(out, input, weight, epsilon, num_tokens, hidden, dt, p, input_stride, out_stride, weight_stride, stream)
 
 
 def _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
-             pdl, gemma, weight_dtype) -> None:
+             pdl, gemma, weight_dtype, out_dtype) -> None:
     """Raise the error that names what the prepared launch declined (the general path's checks)."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
     dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
-    p = planner.plan_rms_norm(dt, 1, gemma=bool(gemma), weight_dtype=weight_dtype)  # the weight's kind, checked
+    p = planner.plan_rms_norm(dt, 1, gemma=bool(gemma), weight_dtype=weight_dtype,
+                              out_dtype=out_dtype)  # the weight's and the output's kinds, checked
+    odt = p.out_dtype
     x_stride = check.stride_arg("input_stride", input_stride, hidden)
     o_stride = check.stride_arg("out_stride", out_stride, hidden)
-    check.raw_pointers(_NAMES[:2], (out, input), dt)
+    check.raw_pointers(_NAMES[:1], (out,), odt)
+    check.raw_pointers(_NAMES[1:2], (input,), dt)
+    check.in_place_dtypes(out, input, odt, dt)
     if p.weight_dtype:
         check.raw_pointers(_NAMES[2:], (weight,), p.weight_dtype)
     check.extent("input", num_tokens, x_stride, hidden)
     check.extent("out", num_tokens, o_stride, hidden)
     o, x, w = check.Operand("out", out), check.Operand("input", input), check.Operand("weight", weight)
-    o_span = check.span(out, num_tokens, o_stride, hidden, dt.itemsize)
+    o_span = check.span(out, num_tokens, o_stride, hidden, odt.itemsize)
     check.no_partial_overlap(o, o_span, x, check.span(input, num_tokens, x_stride, hidden, dt.itemsize), may_alias=True)
     if p.weight_dtype:
         check.no_partial_overlap(o, o_span, w, check.span(weight, 1, hidden, hidden, p.weight_itemsize), may_alias=False)

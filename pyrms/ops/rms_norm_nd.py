@@ -23,9 +23,9 @@ class NdLaunch:
     """rms_norm_nd_kernel for one plan and fixed trailing arguments (hidden, strides, weight stride):
     a call gives the leading ones and the rows, and gets ceil(rows / rows per block) blocks. Packed rows
     whose strides (and weight stride) keep every row 16-byte aligned get the ALIGNED kernel too, for
-    calls whose pointers are 16-byte aligned."""
+    calls whose pointers are 16-byte aligned (32 with an fp32 output beside 2-byte rows: plan.align_mask)."""
 
-    __slots__ = ("kernel", "aligned", "launch", "per_block")
+    __slots__ = ("kernel", "aligned", "launch", "per_block", "align_mask")
 
     def __init__(self, p: planner.RmsNormPlan, strides: tuple[int, ...], w_stride: int, device, pdl: bool):
         self.kernel = kernels.get(p.source, p.nd_expression, p.nd_group, SIGNATURE, device)
@@ -34,10 +34,11 @@ class NdLaunch:
             self.aligned = kernels.get(p.source, p.nd_aligned_expression, p.nd_group, SIGNATURE, device)
         self.launch = launch.RowLaunch(SIGNATURE, p.nd_block, (p.hidden, *strides, w_stride), device, pdl=pdl)
         self.per_block = p.nd_rows_per_block
+        self.align_mask = p.align_mask
 
     def __call__(self, rows: int, d1: int, d2: int, stream: int, out: int, input: int, weight: int,
                  epsilon: float) -> None:
-        kernel = self.aligned if self.aligned is not None and not (out | input | weight) & 15 else self.kernel
+        kernel = self.aligned if self.aligned is not None and not (out | input | weight) & self.align_mask else self.kernel
         self.launch(kernel, -(-rows // self.per_block), stream, out, input, weight, epsilon, rows, d1, d2)
 
 
@@ -70,11 +71,11 @@ class NdPrepared:
     as ops.rms_norm.Prepared, a call checks what changes between calls and returns False, having
     launched nothing, for anything unusual (explain() then names it)."""
 
-    __slots__ = ("nd", "ndim", "x_strides", "o_strides", "w_stride", "weightless", "mask", "w_mask", "w_itemsize",
-                 "itemsize", "hidden", "last", "placed")
+    __slots__ = ("nd", "ndim", "x_strides", "o_strides", "w_stride", "weightless", "mask", "o_mask", "w_mask",
+                 "w_itemsize", "itemsize", "o_itemsize", "hidden", "last", "placed")
 
     def __init__(self, device, dtype, hidden, input_strides, out_strides, gemma, round_once, pdl, weight_dtype,
-                 weight_stride):
+                 weight_stride, out_dtype=None):
         from ._prepared import use_pdl
 
         hidden = check.size("hidden_size", hidden)
@@ -85,7 +86,10 @@ class NdPrepared:
         self.o_strides = lead_strides("out_stride", out_strides, sizes, hidden)
         self.w_stride = weight_stride_arg(weight_stride, hidden)
         self.ndim, self.hidden, self.itemsize = ndim, hidden, dt.itemsize
-        p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once), weight_dtype=weight_dtype)
+        p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once), weight_dtype=weight_dtype,
+                                  out_dtype=out_dtype)
+        self.o_itemsize = p.out_dtype.itemsize  # the rows' itemsize, or 4 for an fp32 output
+        self.o_mask = self.o_itemsize - 1
         if p.weight == "none" and self.w_stride:
             raise ValueError("weight_stride was given for weight=None; leave it out")
         self.weightless = p.weight == "none"
@@ -111,7 +115,7 @@ class NdPrepared:
             return None
         d1, d2, _ = _views.kernel_dims(sizes, self.o_strides)
         w_bytes = ((sizes[0] - 1) * self.w_stride + self.hidden) * self.w_itemsize
-        return sizes, rows, d1, d2, o_elems * self.itemsize, x_elems * self.itemsize, w_bytes
+        return sizes, rows, d1, d2, o_elems * self.o_itemsize, x_elems * self.itemsize, w_bytes
 
     def __call__(self, out, input, weight, epsilon, num_tokens, stream) -> bool:
         if not (type(epsilon) is float and 0.0 <= epsilon <= check.FLOAT32_MAX):
@@ -123,9 +127,10 @@ class NdPrepared:
                 return False
             self.last = (num_tokens, *last[1:])
         _, rows, d1, d2, o_bytes, x_bytes, w_bytes = last
-        if not (out and input and (weight or self.weightless)) or (out | input) & self.mask or weight & self.w_mask:
+        if (not (out and input and (weight or self.weightless)) or (out | input) & self.mask or weight & self.w_mask
+                or out & self.o_mask):
             return False
-        same = out == input and self.x_strides == self.o_strides
+        same = out == input and self.x_strides == self.o_strides and self.o_itemsize == self.itemsize
         if out < input + x_bytes and input < out + o_bytes and not same:
             return False
         if out < weight + w_bytes and weight < out + o_bytes:  # never for no weight (0 bytes)
@@ -159,11 +164,14 @@ def explain(out, input, weight, epsilon, num_tokens, hidden: int, dt: dtypes.DTy
             raise ValueError(f"{name} spans more than 2^59 elements (num_tokens={sizes}, strides {strides})")
     if (sizes[0] - 1) * w_stride + hidden > _MAX_ELEMS:
         raise ValueError(f"weight spans more than 2^59 elements ({sizes[0]} rows of stride {w_stride})")
-    check.raw_pointers(("out", "input"), (out, input), dt)
+    odt = p.out_dtype
+    check.raw_pointers(("out",), (out,), odt)
+    check.raw_pointers(("input",), (input,), dt)
+    check.in_place_dtypes(out, input, odt, dt)
     if p.weight_dtype:
         check.raw_pointers(("weight",), (weight,), p.weight_dtype)
     o, x, w = check.Operand("out", out), check.Operand("input", input), check.Operand("weight", weight)
-    o_span = (out, out + spans["out"] * dt.itemsize)
+    o_span = (out, out + spans["out"] * odt.itemsize)
     if not (out == input and x_strides == o_strides):
         check.no_partial_overlap(o, o_span, x, (input, input + spans["input"] * dt.itemsize), may_alias=False)
     if p.weight_dtype:
