@@ -54,6 +54,29 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_kernel(
                                                                              weight, epsilon, hidden);
 }
 
+// Row r's leading indices (i0, i1, i2) of sizes (rows / (d1 * d2), d1, d2). Where d2 is a power of two
+// (QK-norm's heads; 1 for one or two leading dimensions: pyrms/ops/_views.py), a shift and a mask: a
+// division is twenty-odd instructions, a tenth of a packed QK-norm row's (bench/results/2026-12-01/s6, run
+// 32's profile). d2 is an argument, so the branch is uniform. The same for d1 raised the packed kernels'
+// registers from 32 to 50 (and so cut their occupancy; run 33 ran 158 -> 235 us at QK-norm's q); with d2's
+// alone they stay at or below the division's (ptxas -v, every packed variant). Unsigned: r, d1, d2 >= 0.
+struct LeadIndex {
+    long long i0, i1, i2;
+    __device__ __forceinline__ LeadIndex(unsigned r, unsigned d1, unsigned d2) {
+        unsigned q;
+        if ((d2 & (d2 - 1)) == 0) {
+            q = r >> __popc(d2 - 1);
+            i2 = r & (d2 - 1);
+        } else {
+            q = r / d2;
+            i2 = r - q * d2;
+        }
+        const unsigned h = q / d1;
+        i0 = h;
+        i1 = q - h * d1;
+    }
+};
+
 template <typename T, int CACHE, int LANES, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, typename W = T, typename O = T>
 __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_nd_kernel(
     O* out, const T* input, const W* __restrict__ weight, float epsilon, int rows, int d1, int d2, int hidden,
@@ -62,15 +85,11 @@ __global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_nd_kernel(
     begin_dependent_grid();
     const int r = LANES > 0 ? blockIdx.x * (blockDim.x / LANES) + threadIdx.x / LANES : blockIdx.x;
     if (r >= rows) return;  // a packed block's last rows: whole segments, which share no shuffle or barrier
-    // Unsigned: cheaper division, and r, d1, d2 are non-negative.
-    const unsigned q = static_cast<unsigned>(r) / static_cast<unsigned>(d2);
-    const long long i2 = static_cast<unsigned>(r) - q * static_cast<unsigned>(d2);
-    const long long i0 = q / static_cast<unsigned>(d1);
-    const long long i1 = q - static_cast<unsigned>(i0) * static_cast<unsigned>(d1);
-    const T* in_row = input + i0 * in_s0 + i1 * in_s1 + i2 * in_s2;
-    O* out_row = out + i0 * out_s0 + i1 * out_s1 + i2 * out_s2;
+    const LeadIndex at(r, d1, d2);
+    const T* in_row = input + at.i0 * in_s0 + at.i1 * in_s1 + at.i2 * in_s2;
+    O* out_row = out + at.i0 * out_s0 + at.i1 * out_s1 + at.i2 * out_s2;
     rms_norm_row<T, W, CACHE, 1, ALIGNED, GEMMA, ROUND_ONCE, false, true, LANES>(
-        out_row, in_row, RowIn<T, true>{in_row}, weight_row(weight, i0 * w_stride), epsilon, hidden);
+        out_row, in_row, RowIn<T, true>{in_row}, weight_row(weight, at.i0 * w_stride), epsilon, hidden);
 }
 
 }  // namespace pyrms

@@ -186,11 +186,22 @@ __device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD, ALIGNED, 
         // its vectors fit them), so their acc is +0, and the full butterfly's steps across them add +0:
         // exact (no acc is -0: it starts at +0 and a sum is -0 only if both terms are). The second level
         // (sum_of_warp_totals of one warp) adds +0 too. So the same bits as one row per block.
-        const unsigned mask = sh.segment_mask();
         float acc = position(sh.t, 0);
+        auto butterfly = [&acc](unsigned mask) {
 #pragma unroll
-        for (int o = LANES / 2; o > 0; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(mask, acc, o));
-        __syncwarp(mask);  // orders pass 1's global writes (fused add's sums) before pass 2's reads
+            for (int o = LANES / 2; o > 0; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(mask, acc, o));
+            __syncwarp(mask);  // orders pass 1's global writes (fused add's sums) before pass 2's reads
+        };
+        // The same butterfly under either mask. A computed mask makes the compiler check the warp's
+        // convergence before each use (about ten instructions per row: bench/results/2026-12-01/s6, run 32's
+        // profile); where every lane of the warp is active (all but the warp of a grid's last rows, whose
+        // segments past the end have returned), the full mask does without. __activemask() returns the same
+        // value to the lanes that run it together, so they all take the same branch.
+        if (LANES == 32 || __activemask() == 0xffffffffu) {
+            butterfly(0xffffffffu);
+        } else {
+            butterfly(sh.segment_mask());
+        }
         return acc;
     } else {
         // Fold positions t = threadIdx.x + m * blockDim.x below F: one per thread for many rows, none for
