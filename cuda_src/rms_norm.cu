@@ -34,7 +34,8 @@
 // QKV tensor, a transposed [batch, heads, seq, head_dim] view); the weight of row r is row i0 of a
 // [d0, hidden] weight of row stride w_stride (0: one weight for every row; vLLM's batched weight).
 // LANES > 0 packs blockDim.x / LANES rows of LANES lanes into each block (RowShape's packed rows: the
-// planner's shape for short rows, also for plain layouts); LANES = 0 launches one row per block of F.
+// planner's shape for short rows, also for plain layouts), CACHE then the vectors each lane holds (over
+// min(CACHE, 32 / LANES) fold positions: plan.PACKED_SHAPES); LANES = 0 launches one row per block of F.
 // ALIGNED (packed rows only): every row, and each weight row, 16-byte aligned and the hidden size a
 // multiple of the vector (RowShape's ALIGNED): the same tree in far fewer instructions, which is what
 // bounds short rows (each thread moves 16 to 64 bytes per row; QK-norm rows are 128 elements).

@@ -27,7 +27,11 @@
 //     t = threadIdx.x, threadIdx.x + blockDim.x, ... in turn;
 //   - RowShape<CACHE, 1, false, LANES> (packed rows, F = 32 only): a row per LANES lanes (8, 16 or 32) of
 //     a warp, several rows per block, the butterfly over the row's lanes only: the shape for many short
-//     rows (QK-norm's 64 to 512 elements), where one 32-thread block per row idles most of each SM.
+//     rows (QK-norm's 64 to 512 elements), where one 32-thread block per row idles most of each SM. A
+//     lane may take POS = min(CACHE, 32 / LANES) fold positions (lane, lane + LANES, ...): it computes
+//     each one's acc and does the butterfly's steps between them itself, so each row's work that is not
+//     per element (its index, pointers, inv_rms) is shared by fewer lanes (the QK-norm rows' 128
+//     elements in 8 lanes of 2 vectors, not 16 of 1: four rows per warp instruction, not two).
 // So a row's result is bitwise the same whichever shape launched it, and the backward's statistics
 // (RowShape<V, 1> given the forward's F, whatever its own block) are the forward's by construction.
 // pyrms.reference.thread_sums_twin is the same tree in numpy.
@@ -38,10 +42,14 @@ namespace pyrms {
 
 // Which vectors of a row the calling thread holds, for a block of SPREAD * fold threads, or (LANES > 0,
 // packed rows) for a segment of LANES lanes of a warp, one row per segment, blockDim.x / LANES rows per block.
+// A packed lane holds CACHE vectors: POS fold positions (lane + m * LANES, m < POS), STEPS fold steps each.
 template <int CACHE, int SPREAD, bool ALIGNED = false, int LANES = 0> struct RowShape {
     static_assert(SPREAD == 1 || (CACHE > 0 && CACHE % SPREAD == 0), "a spread shape divides the cache");
     static_assert(LANES == 0 || (SPREAD == 1 && (LANES == 8 || LANES == 16 || LANES == 32)),
-                  "packed rows take 8, 16 or 32 lanes each, one thread per fold position");
+                  "packed rows take 8, 16 or 32 lanes each (prefix and tail elements: one per lane)");
+    static constexpr int POS = LANES > 0 && CACHE > 32 / LANES ? 32 / LANES : (LANES > 0 && CACHE > 0 ? CACHE : 1);
+    static constexpr int STEPS = CACHE / POS;                // held fold steps of each of the thread's positions
+    static_assert(CACHE % POS == 0, "a packed lane's held vectors fill its positions' steps evenly");
     static constexpr int HELD = CACHE / SPREAD;              // vectors each thread keeps in registers
     static constexpr int SLOTS = HELD > 0 ? HELD : 1;        // (arrays may not be empty)
     static constexpr int PARTIALS = SPREAD > 1 ? CACHE * 1024 / SPREAD : 1;  // shared floats for P(v)
@@ -75,8 +83,15 @@ template <int CACHE, int SPREAD, bool ALIGNED = false, int LANES = 0> struct Row
     __device__ __forceinline__ unsigned segment_mask() const {
         return LANES == 32 ? 0xffffffffu : ((1u << LANES) - 1u) << ((threadIdx.x & 31) & ~(LANES - 1));
     }
-    // The body vector index of held slot k: fold step j = s + k * SPREAD, vector t + j * F.
-    __device__ __forceinline__ int held_vector(int k) const { return t + (s + k * SPREAD) * fold; }
+    // The body vector index of held slot k: fold step j = s + k * SPREAD, vector t + j * F; packed rows:
+    // position t + (k % POS) * LANES, fold step k / POS (with POS = 1: t + k * F).
+    __device__ __forceinline__ int held_vector(int k) const {
+        if constexpr (LANES > 0) {
+            return t + (k % POS) * LANES + (k / POS) * fold;
+        } else {
+            return t + (s + k * SPREAD) * fold;
+        }
+    }
 
     // ALIGNED: the launcher promises that every row pointer (and the weight) is 16-byte aligned and
     // the hidden size a multiple of the vector, so every split is all body (no prefix, no tail) and every
@@ -158,20 +173,22 @@ __device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD, ALIGNED, 
         }
         __syncthreads();
     }
-    // acc(t) of the tree above; m: which of the thread's fold positions t is (held vectors: the first only).
+    // acc(t) of the tree above; m: which of the thread's fold positions t is (held vectors: the first POS
+    // only, position m's at slots m, m + POS, ...; RowShape::POS is 1 except for packed rows).
+    using Shape = RowShape<CACHE, SPREAD, ALIGNED, LANES>;
     const int F = sh.fold;
     auto position = [&](int t, int m) {
         float acc = 0.0f;
         if (t < s.pre) acc = __fadd_rn(acc, term(to_float(src.elem(t))));
-        int j = 0;  // fold steps: held (or their partials) first, for the thread's first fold position only
-        if (m == 0) {
+        int j = 0;  // fold steps: held (or their partials) first
+        if (m < Shape::POS) {
 #pragma unroll
-            for (; j < CACHE; ++j) {
+            for (; j < Shape::STEPS; ++j) {  // CACHE, or a packed lane's steps per position
                 if (t + j * F < s.vectors) {
                     if constexpr (SPREAD > 1) {
                         acc = __fadd_rn(acc, partials[t + j * F]);
                     } else {
-                        acc = __fadd_rn(acc, vector_sum(held[j], term));
+                        acc = __fadd_rn(acc, vector_sum(held[m + j * Shape::POS], term));
                     }
                 }
             }
@@ -182,11 +199,25 @@ __device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD, ALIGNED, 
     };
     if constexpr (LANES > 0) {
         // Packed rows (F = 32): the butterfly of the fold's one warp over the row's LANES lanes only. Fold
-        // positions from LANES up hold no element (the planner packs a row into LANES lanes only when
-        // its vectors fit them), so their acc is +0, and the full butterfly's steps across them add +0:
+        // positions from LANES * POS up hold no element (the planner packs a row into LANES lanes only
+        // when its vectors fit them), so their acc is +0, and the full butterfly's steps across them add +0:
         // exact (no acc is -0: it starts at +0 and a sum is -0 only if both terms are). The second level
         // (sum_of_warp_totals of one warp) adds +0 too. So the same bits as one row per block.
-        float acc = position(sh.t, 0);
+        // A lane's POS positions: their acc, then the butterfly's steps between them (offsets POS * LANES / 2
+        // down to LANES pair positions m and m ^ (offset / LANES) of the same lane; a + b and b + a are the
+        // same bits), leaving every a[m] the sum over the lane's positions; the shuffles do the rest.
+        float a[Shape::POS];
+#pragma unroll
+        for (int m = 0; m < Shape::POS; ++m) a[m] = position(sh.t + m * LANES, m);
+#pragma unroll
+        for (int o = Shape::POS / 2; o > 0; o >>= 1) {
+            float b[Shape::POS];
+#pragma unroll
+            for (int m = 0; m < Shape::POS; ++m) b[m] = __fadd_rn(a[m], a[m ^ o]);
+#pragma unroll
+            for (int m = 0; m < Shape::POS; ++m) a[m] = b[m];
+        }
+        float acc = a[0];
         auto butterfly = [&acc](unsigned mask) {
 #pragma unroll
             for (int o = LANES / 2; o > 0; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(mask, acc, o));
@@ -375,7 +406,7 @@ __device__ __forceinline__ void for_each_out(const RowShape<CACHE, SPREAD, ALIGN
                        b_width);
             }
         }
-        first_unheld = CACHE * sh.fold + u;
+        first_unheld = RowShape<CACHE, SPREAD, ALIGNED, LANES>::STEPS * sh.fold + u;  // CACHE * F, or a packed lane's steps
     }
     const int x_width = load_width<T>(rel_x);
     for (int v = first_unheld; v < s.vectors; v += B) {

@@ -21,9 +21,18 @@ CACHE_CHOICES = (1, 2, 4)
 # (CACHE, SPREAD) of the few-row kernels compiled: for each CACHE, the spreads spread_for can pick.
 FEW_ROW_SHAPES = ((0, 1), (1, 1), (2, 2), (4, 2), (4, 4))
 # Packed rows (row_core.cuh's RowShape LANES): rows whose fold is one warp (block_and_cache's short rows)
-# run LANES lanes each, PACKED_THREADS threads per block, in rms_norm_nd_kernel. (LANES, CACHE) compiled:
-PACKED_SHAPES = ((8, 1), (16, 1), (32, 1), (32, 2), (32, 4))
+# run LANES lanes each, PACKED_THREADS threads per block, in rms_norm_nd_kernel. (LANES, CACHE) compiled,
+# CACHE the vectors each lane holds: POS = min(CACHE, 32 / LANES) fold positions of CACHE / POS steps each
+# (packed_positions). (8, 2): a row of up to 16 vectors (QK-norm's 128 bf16 elements) in 8 lanes of two
+# positions, four rows per warp, where 16 lanes of one position did two: the rows' work that is not per
+# element is shared by fewer lanes.
+PACKED_SHAPES = ((8, 1), (8, 2), (32, 1), (32, 2), (32, 4))
 PACKED_THREADS = 256
+
+
+def packed_positions(lanes: int, cache: int) -> int:
+    """Fold positions per lane of the packed shape (lanes, cache): row_core.cuh's RowShape::POS."""
+    return min(cache, 32 // lanes)
 
 
 def max_threads(held: int) -> int:
@@ -210,14 +219,21 @@ class RmsNormPlan(_RowPlan):
         return dtypes.FLOAT32 if self.out == "float32" else self.dtype
 
     @property
-    def lanes(self) -> int:
-        """Lanes per row of the packed shape (8, 16 or 32), or 0 where rows are too long to pack (a fold
-        wider than a warp). 8 or 16 only where every alignment of the row leaves at most that many body
-        vectors (row_core.cuh: the lanes past them must hold no element); prefix and tail fit any."""
+    def packed_shape(self) -> tuple[int, int]:
+        """(LANES, CACHE) of the packed kernel (PACKED_SHAPES), or (0, 0) where rows are too long to pack (a
+        fold wider than a warp). Each position holds the plan's cache of fold steps; the positions of fewer
+        than 32 lanes' worth only where every alignment of the row leaves at most that many body vectors
+        (row_core.cuh: the positions past them must hold no element); prefix and tail fit any."""
         if self.block != 32:
-            return 0
+            return 0, 0
         body = self.hidden // self.dtype.vec_elems  # the most body vectors any alignment gives
-        return next(n for n, c in PACKED_SHAPES if c == self.cache and (body <= n or n == 32))
+        return next((n, c) for n, c in PACKED_SHAPES
+                    if c // packed_positions(n, c) == self.cache and (body <= n * packed_positions(n, c) or n == 32))
+
+    @property
+    def lanes(self) -> int:
+        """Lanes per row of the packed shape (8 or 32), or 0 where rows are too long to pack."""
+        return self.packed_shape[0]
 
     @property
     def nd_block(self) -> int:
@@ -235,13 +251,13 @@ class RmsNormPlan(_RowPlan):
     @property
     def nd_expression(self) -> str:
         """The N-D kernel (rms_norm.cu's rms_norm_nd_kernel) for this hidden size: packed rows or one per block."""
-        return self._nd(self.lanes, self.cache)
+        return self._nd(*self.packed_shape) if self.lanes else self._nd(0, self.cache)
 
     @property
     def nd_aligned_expression(self) -> str | None:
         """The packed kernel for rows that are all body (ALIGNED, as aligned_latency_expression); None
         for rows too long to pack."""
-        return self._nd(self.lanes, self.cache, True) if self.lanes else None
+        return self._nd(*self.packed_shape, True) if self.lanes else None
 
     @property
     def nd_group(self) -> tuple[str, ...]:

@@ -121,7 +121,8 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     for (name, grid, block), n in zip(launches, rows):
         if "rms_norm_nd_kernel" in name:  # packed: the fold is one warp, LANES lanes per row
             dtype, cache, lanes, aligned, *flags = name.split("<")[1].rstrip(">").split(", ")
-            assert (int(cache), 32, int(lanes)) == (p.cache, p.block, p.lanes)
+            assert (int(lanes), int(cache)) == p.packed_shape and p.block == 32
+            assert int(cache) // plan.packed_positions(int(lanes), int(cache)) == p.cache  # each position's steps
             assert block == plan.PACKED_THREADS and n > plan.FEW_ROWS
         else:
             dtype, cache, spread, *flags = name.split("<")[1].rstrip(">").split(", ")

@@ -82,10 +82,13 @@ def test_packed_lanes_hold_every_body_vector(dtype):
             assert p.lanes == 0 and p.nd_rows_per_block == 1
             continue
         most = max(plan.row_split(phase * dt.itemsize, hidden, dt.itemsize).vectors for phase in range(dt.vec_elems))
-        assert p.lanes in (8, 16, 32) and most <= p.lanes * p.cache
+        lanes, cache = p.packed_shape
+        positions = plan.packed_positions(lanes, cache)
+        assert lanes in (8, 32) and (most <= lanes * positions or lanes * positions == 32)
+        assert cache // positions == p.cache  # the plan's fold steps, held at each position
         assert p.nd_block % p.lanes == 0 and p.nd_rows_per_block == p.nd_block // p.lanes
         assert p.nd_expression in p.nd_group
-        assert (p.lanes, p.cache) in plan.PACKED_SHAPES
+        assert p.packed_shape in plan.PACKED_SHAPES
 
 
 BAD = [
