@@ -108,6 +108,17 @@ __device__ __forceinline__ void for_each_y(const RowShape<CACHE, SPREAD, ALIGNED
         OnY<T, Y, Vector>{y, vector});
 }
 
+// Out's body vector at `at` quantized from its y values through Step (a Scaled): the first `kept` elements
+// with factor f, the rest with f_next (per group, the next group's, where the vector crosses into it; kept = N
+// where one factor serves the whole vector), so a vector reads its factors once, not once per element.
+template <bool STREAMING, typename Step, typename T, typename Q>
+__device__ __forceinline__ void store_quantized(Q* out, int at, const WidePack<T>& y, float f, int kept, float f_next) {
+    OutPack<T, Q> q;
+#pragma unroll
+    for (int j = 0; j < Vec<T>::N; ++j) q.e[j] = Step::apply(y.e[j], j < kept ? f : f_next);
+    store_out<STREAMING>(out + at, q);
+}
+
 // max |y| over the row, returned to every thread of the block: the row walked at x's own split (so its
 // body vectors are the held ones, whose y values are ys).
 template <typename T, int CACHE, int SPREAD, bool ALIGNED, typename Y>
@@ -216,7 +227,8 @@ __device__ __forceinline__ const float* group_amax(const RowShape<CACHE, SPREAD,
 }
 
 // Per group: each group's scale from its maximum, written to `scales`, then the row quantized through the
-// factor (Scaled) of each element's group.
+// factor (Scaled) of each element's group, read from shared memory once per group a vector touches (at most
+// two: a vector of N <= G elements crosses at most one group boundary) and per prefix or tail element.
 template <typename T, typename Q, int CACHE, int SPREAD, bool ALIGNED, bool STREAMING, typename Y>
 __device__ __forceinline__ void group_quant_write(const RowShape<CACHE, SPREAD, ALIGNED>& sh, Q* out_row, const T* x_row,
                                                   const T* __restrict__ w, int n,
@@ -234,10 +246,10 @@ __device__ __forceinline__ void group_quant_write(const RowShape<CACHE, SPREAD, 
     for_each_y(
         sh, out_row, x_row, w, n, ys, held_w, y, [&](int i, float v) { out_row[i] = Step::apply(v, factor[i >> shift]); },
         [&](const WidePack<T>& v, int at) {
-            OutPack<T, Q> q;
-#pragma unroll
-            for (int j = 0; j < Vec<T>::N; ++j) q.e[j] = Step::apply(v.e[j], factor[(at + j) >> shift]);
-            store_out<STREAMING>(out_row + at, q);
+            const int g = at >> shift;
+            const int kept = ((g + 1) << shift) - at;  // elements in group g: N unless the vector crosses into g + 1
+            const float f = factor[g];
+            store_quantized<STREAMING, Step>(out_row, at, v, f, kept, kept < Vec<T>::N ? factor[g + 1] : f);
         });
 }
 
@@ -272,14 +284,12 @@ __device__ __forceinline__ void rms_norm_quant_row(Q* out_row, const T* x_row, c
         } else {
             const float s = dynamic_scale<Q>(fminf(row_amax(sh, x_row, weight, hidden, ys, held_w, y), given));
             if (threadIdx.x == 0) *row_scale = s;
-            const Scaled<Q, divide_for<Q, MODE>()> quantize(s);
+            using Step = Scaled<Q, divide_for<Q, MODE>()>;
+            const Step quantize(s);
             for_each_y(
                 sh, out_row, x_row, weight, hidden, ys, held_w, y, [&](int i, float v) { out_row[i] = quantize(v); },
                 [&](const WidePack<T>& v, int at) {
-                    OutPack<T, Q> q;
-#pragma unroll
-                    for (int j = 0; j < Vec<T>::N; ++j) q.e[j] = quantize(v.e[j]);
-                    store_out<STREAMING>(out_row + at, q);
+                    store_quantized<STREAMING, Step>(out_row, at, v, quantize.f, Vec<T>::N, quantize.f);
                 });
         }
     }
