@@ -15,9 +15,13 @@
 //   (fused_add_rms_norm.cu's semantics: the rounded sum is normalized; input is only read).
 //
 // inv_rms, the reduction tree and the planner are rms_norm's, so y's RMS is rms_norm's bit for bit.
-// The maximum is a second block reduction after inv_rms, over y recomputed from the held registers
-// (and re-read vectors); it is exact, so its order does not matter. Per group, the maxima are taken
-// over the group's elements wherever the row's split puts them (group_amax). Output vectors are Vec<T>::N
+// Per token and per group, y is computed once for each element of the held vectors, right after inv_rms
+// (held_y: kept in registers as fp32), and both the maximum and the quantizing store read it; the
+// vectors not held, the prefix and the tail recompute y from x where each needs it (y is a function of
+// x, w and inv only, so every computation of an element's y gives the same bits). The maximum is a second
+// block reduction after inv_rms; it is exact, so its order does not matter. Per group, the maxima are
+// taken over the group's elements wherever the row's split puts them (group_amax). Static mode has no
+// maximum, so its store computes y once per element as it is (write_row). Output vectors are Vec<T>::N
 // quantized elements (8 bytes beside bf16/fp16 rows, 4 beside fp32), split at out's own boundaries of
 // that size (write_row), so every pointer may be misaligned independently.
 //
@@ -43,19 +47,92 @@ template <typename T, bool ROUND_INPUT> __device__ __forceinline__ float normali
     }
 }
 
+// y of one element, or of one vector of x with its weights (a WidePack: the N values as fp32), for the row's inv.
+template <typename T, bool ROUND_INPUT> struct Normalize {
+    float inv;
+    __device__ __forceinline__ float operator()(T x, float w) const { return normalized<T, ROUND_INPUT>(x, w, inv); }
+    __device__ __forceinline__ WidePack<T> operator()(const Pack<T>& x, const WeightVec<T, T>& wv) const {
+        WidePack<T> y;
+#pragma unroll
+        for (int j = 0; j < Vec<T>::N; ++j) y.e[j] = normalized<T, ROUND_INPUT>(x.e[j], wv.at(j), inv);
+        return y;
+    }
+};
+
+// The y values of the thread's held vectors (x's split), each computed once: the maximum and the store read
+// them instead of x (whose held packs are dead from here). held_w: their weights, loaded early at x's split
+// (EARLY_WEIGHTS), else loaded here. fp32 even where ROUND_INPUT makes y a value of T, which would take half
+// the registers beside bf16/fp16: both readers want fp32, so a pack of T would cost a conversion per element
+// per reader, in kernels that are bound by instructions, and one layout serves both roundings.
+template <typename T, bool EARLY_WEIGHTS, int CACHE, int SPREAD, bool ALIGNED, typename Y>
+__device__ __forceinline__ void held_y(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const T* x, const T* __restrict__ w,
+                                       int n, const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
+                                       const WeightVec<T, T> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS], const Y& y,
+                                       WidePack<T> (&ys)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS]) {
+    constexpr int N = Vec<T>::N;
+    const RowSplit s = sh.split(x, n);
+    const int w_width = weight_width(sh, w, sh.phase(x));
+#pragma unroll
+    for (int k = 0; k < RowShape<CACHE, SPREAD, ALIGNED>::HELD; ++k) {
+        const int v = sh.held_vector(k);
+        if (v < s.vectors) ys[k] = y(held[k], EARLY_WEIGHTS ? held_w[k] : load_weights<T>(w, s.pre + v * N, w_width));
+    }
+}
+
+// for_each_out's body callback over y: it hands over a held vector (its y values, from held_y) or a re-read
+// one (x's values and weights, normalized here), and f(y, at) gets the y values either way. A struct with two
+// overloads, not a generic lambda, for NVRTC 13.0 (added_row.cuh's SumsOf).
+template <typename T, typename Y, typename F> struct OnY {
+    const Y& y;
+    const F& f;
+    __device__ __forceinline__ void operator()(const WidePack<T>& v, const WeightVec<T, T>&, int at, int) const {
+        f(v, at);
+    }
+    __device__ __forceinline__ void operator()(const Pack<T>& x, const WeightVec<T, T>& wv, int at, int) const {
+        f(y(x, wv), at);
+    }
+};
+
+// The row's y values walked at OUT's split (for_each_out): element(i, y) for each prefix and tail element,
+// vector(y, at) (a WidePack) for each body vector. Where x shares out's phase, out's split is x's and the
+// held vectors' y come from ys; otherwise every vector's is made from x re-read at out's split. (for_each_out
+// also loads the held vectors' weights, which nothing reads: the compiler drops those loads.)
+template <typename T, int CACHE, int SPREAD, bool ALIGNED, typename O, typename Y, typename Elem, typename Vector>
+__device__ __forceinline__ void for_each_y(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const O* out, const T* x,
+                                           const T* __restrict__ w, int n,
+                                           const WidePack<T> (&ys)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
+                                           const WeightVec<T, T> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
+                                           const Y& y, Elem element, Vector vector) {
+    for_each_out<T, T, CACHE, SPREAD, ALIGNED, false, false>(
+        sh, out, x, w, nullptr, n, ys, held_w, [&](int i) { element(i, y(x[i], weight_at(w, i))); },
+        OnY<T, Y, Vector>{y, vector});
+}
+
+// Out's body vector at `at` quantized from its y values through Step (a Scaled): the first `kept` elements
+// with factor f, the rest with f_next (per group, the next group's, where the vector crosses into it; kept = N
+// where one factor serves the whole vector), so a vector reads its factors once, not once per element.
+template <bool STREAMING, typename Step, typename T, typename Q>
+__device__ __forceinline__ void store_quantized(Q* out, int at, const WidePack<T>& y, float f, int kept, float f_next) {
+    OutPack<T, Q> q;
+#pragma unroll
+    for (int j = 0; j < Vec<T>::N; ++j) q.e[j] = Step::apply(y.e[j], j < kept ? f : f_next);
+    store_out<STREAMING>(out + at, q);
+}
+
 // max |y| over the row, returned to every thread of the block: the row walked at x's own split (so its
-// body vectors are the held ones), y(x, w) recomputed for each element.
+// body vectors are the held ones, whose y values are ys).
 template <typename T, int CACHE, int SPREAD, bool ALIGNED, typename Y>
 __device__ __forceinline__ float row_amax(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const T* x, const T* __restrict__ w,
-                                          int n, const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
-                                          const WeightVec<T, T> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS], Y y) {
+                                          int n, const WidePack<T> (&ys)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
+                                          const WeightVec<T, T> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
+                                          const Y& y) {
     __shared__ float scratch[32];  // not the reduction's: no barrier needed after it
     float m = 0.0f;
-    for_each_out<T, T, CACHE, SPREAD, ALIGNED, false, false>(
-        sh, x, x, w, nullptr, n, held, held_w, [&](int i) { m = fmaxf(m, fabsf(y(x[i], weight_at(w, i)))); },
-        [&](const Pack<T>& xv, const WeightVec<T, T>& wv, int, int) {
+    for_each_y(
+        sh, x, x, w, n, ys, held_w, y, [&](int, float v) { m = fmaxf(m, fabsf(v)); },
+        [&](const WidePack<T>& v, int) {
 #pragma unroll
-            for (int j = 0; j < Vec<T>::N; ++j) m = fmaxf(m, fabsf(y(xv.e[j], wv.at(j))));
+            for (int j = 0; j < Vec<T>::N; ++j) m = fmaxf(m, fabsf(v.e[j]));
         });
     return block_max(m, scratch, blockDim.x >> 5);
 }
@@ -75,7 +152,8 @@ struct GroupScales {
 // per_group(g, m) in a shared array returned to every thread (after a barrier). fmaxf from 0: NaN is skipped,
 // and the maximum is exact, so any order of the elements gives the same bits (no atomics needed either); what
 // must be right is which group each element counts in, at any split.
-// The row is walked at x's own split (its body vectors are the held ones) in steps of one vector per thread,
+// The row is walked at x's own split (its body vectors are the held ones, whose y values are ys; the others'
+// are made from x as they are read) in steps of one vector per thread,
 // vector j * B + lane at step j (load_held's order, then the re-read ones), so every lane of a warp takes
 // part in every step: the V = G / N lanes that hold one group's vectors in a step (V divides 32, B is a
 // multiple of 32) combine them in a butterfly over those lanes, and the first writes amax[g]. Groups start
@@ -86,8 +164,8 @@ struct GroupScales {
 template <typename T, int CACHE, int SPREAD, bool ALIGNED, typename Y, typename PerGroup>
 __device__ __forceinline__ const float* group_amax(const RowShape<CACHE, SPREAD, ALIGNED>& sh, const T* x,
                                                    const T* __restrict__ w, int n, int shift,
-                                                   const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS], Y y,
-                                                   PerGroup per_group) {
+                                                   const WidePack<T> (&ys)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
+                                                   const Y& y, PerGroup per_group) {
     constexpr int N = Vec<T>::N;
     constexpr int LOG_N = N == 8 ? 3 : 2;
     __shared__ float amax[GroupScales::MAX];
@@ -97,15 +175,14 @@ __device__ __forceinline__ const float* group_amax(const RowShape<CACHE, SPREAD,
     const int vshift = shift - LOG_N;  // log2 V
     const int V = 1 << vshift;
     const int u = sh.lane, B = sh.lanes;
-    auto step = [&](const Pack<T>& xv, int v) {
+    auto step = [&](const WidePack<T>& yv, int v) {
         float own = 0.0f, next = 0.0f;
         if (v < s.vectors) {
             const int at = s.pre + v * N;
             const int kept = (((v >> vshift) + 1) << shift) - at;  // elements before the next group: N unless it crosses
-            const WeightVec<T, T> wv = load_weights<T>(w, at, w_width);
 #pragma unroll
             for (int j = 0; j < N; ++j) {
-                const float a = fabsf(y(xv.e[j], wv.at(j)));
+                const float a = fabsf(yv.e[j]);
                 if (j < kept) {
                     own = fmaxf(own, a);
                 } else {
@@ -122,11 +199,12 @@ __device__ __forceinline__ const float* group_amax(const RowShape<CACHE, SPREAD,
     constexpr int HELD = RowShape<CACHE, SPREAD, ALIGNED>::HELD;
 #pragma unroll
     for (int k = 0; k < HELD; ++k) {
-        if (k * B < s.vectors) step(held[k], k * B + u);
+        if (k * B < s.vectors) step(ys[k], k * B + u);
     }
     for (int j = HELD * B; j < s.vectors; j += B) {
         const int v = j + u;
-        step(v < s.vectors ? load_aligned(x + s.pre + v * N) : Pack<T>{}, v);
+        const int at = s.pre + v * N;
+        step(v < s.vectors ? y(load_aligned(x + at), load_weights<T>(w, at, w_width)) : WidePack<T>{}, v);
     }
     if (threadIdx.x < 32 && s.pre > 0) {
         float p = u < s.pre ? fabsf(y(x[u], weight_at(w, u))) : 0.0f;
@@ -149,30 +227,29 @@ __device__ __forceinline__ const float* group_amax(const RowShape<CACHE, SPREAD,
 }
 
 // Per group: each group's scale from its maximum, written to `scales`, then the row quantized through the
-// factor (Scaled) of each element's group. The walk is write_row's (for_each_out and its stores), with an
-// output step that needs the element's index, which write_row's hook does not see.
-template <typename T, typename Q, int CACHE, int SPREAD, bool ALIGNED, bool STREAMING, bool EARLY_WEIGHTS, typename Y>
+// factor (Scaled) of each element's group, read from shared memory once per group a vector touches (at most
+// two: a vector of N <= G elements crosses at most one group boundary) and per prefix or tail element.
+template <typename T, typename Q, int CACHE, int SPREAD, bool ALIGNED, bool STREAMING, typename Y>
 __device__ __forceinline__ void group_quant_write(const RowShape<CACHE, SPREAD, ALIGNED>& sh, Q* out_row, const T* x_row,
                                                   const T* __restrict__ w, int n,
-                                                  const Pack<T> (&held)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
+                                                  const WidePack<T> (&ys)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
                                                   const WeightVec<T, T> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
-                                                  Y y, const GroupScales& scales) {
+                                                  const Y& y, const GroupScales& scales) {
     using Step = Scaled<Q, divide_for<Q, PER_GROUP>()>;
     const int shift = scales.shift;
-    const float* factor = group_amax(sh, x_row, w, n, shift, held, y, [&](int g, float amax) {
+    const float* factor = group_amax(sh, x_row, w, n, shift, ys, y, [&](int g, float amax) {
         float s = dynamic_scale<Q>(amax);
         if (scales.ue8m0) s = pow2_ceil(s);
         scales.row[g * scales.group_stride] = s;
         return Step::factor(s);
     });
-    for_each_out<T, T, CACHE, SPREAD, ALIGNED, false, EARLY_WEIGHTS>(
-        sh, out_row, x_row, w, nullptr, n, held, held_w,
-        [&](int i) { out_row[i] = Step::apply(y(x_row[i], weight_at(w, i)), factor[i >> shift]); },
-        [&](const Pack<T>& xv, const WeightVec<T, T>& wv, int at, int) {
-            OutPack<T, Q> q;
-#pragma unroll
-            for (int j = 0; j < Vec<T>::N; ++j) q.e[j] = Step::apply(y(xv.e[j], wv.at(j)), factor[(at + j) >> shift]);
-            store_out<STREAMING>(out_row + at, q);
+    for_each_y(
+        sh, out_row, x_row, w, n, ys, held_w, y, [&](int i, float v) { out_row[i] = Step::apply(v, factor[i >> shift]); },
+        [&](const WidePack<T>& v, int at) {
+            const int g = at >> shift;
+            const int kept = ((g + 1) << shift) - at;  // elements in group g: N unless the vector crosses into g + 1
+            const float f = factor[g];
+            store_quantized<STREAMING, Step>(out_row, at, v, f, kept, kept < Vec<T>::N ? factor[g + 1] : f);
         });
 }
 
@@ -187,21 +264,34 @@ __device__ __forceinline__ void rms_norm_quant_row(Q* out_row, const T* x_row, c
     const Shape sh;
     Pack<T> held[Shape::SLOTS];
     WeightVec<T, T> held_w[Shape::SLOTS];
-    const float inv = row_inv_rms<T, T, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(sh, out_row, x_row, src, weight, epsilon,
-                                                                               hidden, held, held_w);
-    const auto y = [inv](T x, float w) { return normalized<T, ROUND_INPUT>(x, w, inv); };
-    if constexpr (MODE == PER_GROUP) {
-        group_quant_write<T, Q, CACHE, SPREAD, ALIGNED, STREAMING, EARLY_WEIGHTS>(sh, out_row, x_row, weight, hidden,
-                                                                                 held, held_w, y, row_scale);
-    } else {
-        float s = given;
-        if constexpr (MODE == PER_TOKEN) {
-            s = dynamic_scale<Q>(fminf(row_amax(sh, x_row, weight, hidden, held, held_w, y), given));
-            if (threadIdx.x == 0) *row_scale = s;
-        }
-        const Scaled<Q, divide_for<Q, MODE>()> quantize(s);
+    if constexpr (MODE == STATIC) {
+        const float inv = row_inv_rms<T, T, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(sh, out_row, x_row, src, weight,
+                                                                                   epsilon, hidden, held, held_w);
+        const Scaled<Q, divide_for<Q, MODE>()> quantize(given);
         write_row<T, T, CACHE, SPREAD, ALIGNED, false, STREAMING, EARLY_WEIGHTS>(
-            sh, out_row, x_row, weight, nullptr, hidden, held, held_w, [&](T x, float w, T) { return quantize(y(x, w)); });
+            sh, out_row, x_row, weight, nullptr, hidden, held, held_w,
+            [&](T x, float w, T) { return quantize(normalized<T, ROUND_INPUT>(x, w, inv)); });
+    } else {
+        // The held weights at x's split (out_row = x_row for load_held_weights), where held_y uses them.
+        const float inv = row_inv_rms<T, T, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(sh, x_row, x_row, src, weight,
+                                                                                   epsilon, hidden, held, held_w);
+        const Normalize<T, ROUND_INPUT> y{inv};
+        WidePack<T> ys[Shape::SLOTS];
+        held_y<T, EARLY_WEIGHTS>(sh, x_row, weight, hidden, held, held_w, y, ys);
+        if constexpr (MODE == PER_GROUP) {
+            group_quant_write<T, Q, CACHE, SPREAD, ALIGNED, STREAMING>(sh, out_row, x_row, weight, hidden, ys, held_w, y,
+                                                                      row_scale);
+        } else {
+            const float s = dynamic_scale<Q>(fminf(row_amax(sh, x_row, weight, hidden, ys, held_w, y), given));
+            if (threadIdx.x == 0) *row_scale = s;
+            using Step = Scaled<Q, divide_for<Q, MODE>()>;
+            const Step quantize(s);
+            for_each_y(
+                sh, out_row, x_row, weight, hidden, ys, held_w, y, [&](int i, float v) { out_row[i] = quantize(v); },
+                [&](const WidePack<T>& v, int at) {
+                    store_quantized<STREAMING, Step>(out_row, at, v, quantize.f, Vec<T>::N, quantize.f);
+                });
+        }
     }
 }
 

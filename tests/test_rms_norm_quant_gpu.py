@@ -26,6 +26,8 @@ def test_each_pointer_misaligned_by_every_offset(rng, dtype, out_dtype, mode, va
         for off in range(n):
             run_case(rng, dtype, 3, hidden, out_dtype, mode=mode, variant=variant, offsets={"input": off})
             run_case(rng, dtype, 3, hidden, out_dtype, mode=mode, variant=variant, offsets={"weight": off})
+            # out at x's phase: the store takes the held vectors' y (held_y), with a prefix where off > 0
+            run_case(rng, dtype, 3, hidden, out_dtype, mode=mode, variant=variant, offsets={"input": off, "out": off})
         for off in range(16):  # the output's bytes: every phase of its 16-byte vector
             run_case(rng, dtype, 3, hidden, out_dtype, mode=mode, variant=variant, offsets={"out": off})
         for off in range(4):  # the fp32 scales (per-token's output, or the device scale)
@@ -124,6 +126,7 @@ def test_per_group_each_pointer_misaligned(rng, dtype, out_dtype, variant):
         for off in range(n):
             case(offsets={"input": off})
             case(offsets={"weight": off})
+            case(offsets={"input": off, "out": off})  # held vectors' y stored, vectors crossing group boundaries
         for off in range(16):
             case(offsets={"out": off})
         for off in range(4):
