@@ -78,8 +78,14 @@ struct LeadIndex {
     }
 };
 
+// Packed rows launch blocks of this many threads (pyrms.plan.PACKED_THREADS). Those of at most two held
+// vectors per lane are held to 6 blocks per SM (40 registers): the (8, 2) shape of QK-norm's rows took 51
+// and half the SM's warps, and ran q of 16384 tokens in 169 us, against 137 us so bounded (run 36: ptxas
+// spills 2 bytes there); four held vectors would spill some 80 bytes so.
+constexpr int PACKED_THREADS = 256;
+
 template <typename T, int CACHE, int LANES, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, typename W = T, typename O = T>
-__global__ void __launch_bounds__(max_threads(CACHE)) rms_norm_nd_kernel(
+__global__ void __launch_bounds__(LANES > 0 ? PACKED_THREADS : max_threads(CACHE), LANES > 0 && CACHE <= 2 ? 6 : 1) rms_norm_nd_kernel(
     O* out, const T* input, const W* __restrict__ weight, float epsilon, int rows, int d1, int d2, int hidden,
     long long in_s0, long long in_s1, long long in_s2, long long out_s0, long long out_s1, long long out_s2,
     long long w_stride) {

@@ -295,9 +295,18 @@ __device__ __forceinline__ void rms_norm_quant_row(Q* out_row, const T* x_row, c
     }
 }
 
+// Blocks per SM a kernel is compiled to fit (its launch bounds). Per token and per group keep each held vector's
+// y (fp32) beside it, and ptxas took them to 96-102 registers, a quarter of the SM's warps: per token at
+// 16384x5120 ran 242 us under Nsight Compute, 173 us held to 64 registers (bench/results/2026-12-01/s6, run
+// 36). So they fit 1024 threads' worth of their largest block per SM (64 registers at any block size); static
+// keeps ptxas's own choice.
+template <int MODE> __host__ __device__ constexpr int min_blocks(int held) {
+    return MODE == STATIC ? 1 : 1024 / max_threads(held);
+}
+
 // given_ptr: where to read `given` instead (a device scale), or null.
 template <typename T, typename Q, int MODE, bool ROUND_INPUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS, bool ALIGNED>
-__global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_quant_kernel(
+__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), min_blocks<MODE>(CACHE / SPREAD)) rms_norm_quant_kernel(
     Q* out, const T* input, const T* __restrict__ weight, float* scales, const float* given_ptr, float given,
     float epsilon, int hidden, long long input_stride, long long out_stride) {
     begin_dependent_grid();
@@ -309,7 +318,7 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_quant_ke
 }
 
 template <typename T, typename Q, int MODE, bool ROUND_INPUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS, bool ALIGNED>
-__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_norm_quant_kernel(
+__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), min_blocks<MODE>(CACHE / SPREAD)) fused_add_rms_norm_quant_kernel(
     Q* out, const T* input, T* residual, const T* __restrict__ weight, float* scales, const float* given_ptr,
     float given, float epsilon, int hidden, long long input_stride, long long residual_stride, long long out_stride) {
     begin_dependent_grid();
@@ -325,7 +334,7 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_
 // Per group: scales of row r at scales + r * scale_row_stride + g * scale_group_stride; groups of 2^group_shift
 // elements; ue8m0 != 0: power-of-two scales.
 template <typename T, typename Q, bool ROUND_INPUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS, bool ALIGNED>
-__global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_group_quant_kernel(
+__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), min_blocks<PER_GROUP>(CACHE / SPREAD)) rms_norm_group_quant_kernel(
     Q* out, const T* input, const T* __restrict__ weight, float* scales, long long scale_row_stride,
     long long scale_group_stride, float epsilon, int group_shift, int ue8m0, int hidden, long long input_stride,
     long long out_stride) {
@@ -339,7 +348,7 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_group_qu
 }
 
 template <typename T, typename Q, bool ROUND_INPUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS, bool ALIGNED>
-__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_norm_group_quant_kernel(
+__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), min_blocks<PER_GROUP>(CACHE / SPREAD)) fused_add_rms_norm_group_quant_kernel(
     Q* out, const T* input, T* residual, const T* __restrict__ weight, float* scales, long long scale_row_stride,
     long long scale_group_stride, float epsilon, int group_shift, int ue8m0, int hidden, long long input_stride,
     long long residual_stride, long long out_stride) {

@@ -142,3 +142,12 @@ def test_seed_plan_matches_the_cpp_program():
     assert plan_seed("bfloat16", 34).vec_size == 2  # gcd(8, 34), the seed's commented-out size
     with pytest.raises(ValueError, match="16384 / 8 = 2048 threads, more than the 1024"):
         plan_seed("bfloat16", 16384)
+
+
+def test_packed_block_matches_the_kernels_launch_bounds():
+    """rms_norm.cu's launch bounds for packed rows name the block plan.PACKED_THREADS launches: a larger
+    block would fail at launch (CUDA_ERROR_INVALID_VALUE), a smaller bound would waste the registers asked."""
+    from pyrms import compiler
+    src = compiler.read_source("rms_norm.cu")
+    assert f"constexpr int PACKED_THREADS = {plan.PACKED_THREADS};" in src
+    assert "__launch_bounds__(LANES > 0 ? PACKED_THREADS :" in src
