@@ -1,6 +1,6 @@
 #!/bin/bash
 # Run 34: main with packed rows in (8, 2) lanes held to 6 blocks per SM, the quantizing kernels' y
-# computed once and held to 64 registers (quant-perf merged, run 36's A/B): the precompile (NVRTC 13.0), the whole GPU suite (four pytest
+# computed once and held to 64 registers (run 36's A/B): the precompile (NVRTC 13.0), the whole GPU suite (four pytest
 # processes), compute-sanitizer over rms_norm_nd (whole matrix) and both quantizing ops (--quick), the
 # QK-norm and quant benches, and Nsight Compute's counts for QK-norm's q and rms_norm_quant at 16384 rows.
 set -u
@@ -31,7 +31,7 @@ timeout 150 python3 -m tools.bench_quant --tokens 1,16,16384 --reps 11 --json $R
 echo "bench rc=$?" >> $R/quant_bench.txt
 NCU="timeout 40 ncu --section SpeedOfLight --section InstructionStats --section LaunchStats --section Occupancy"
 $NCU -k regex:rms_norm_nd_kernel --launch-skip 1 --launch-count 1 python3 $S/ncu_targets.py qk > $R/ncu_qk.txt 2>&1
-$NCU -k regex:rms_norm_quant --launch-skip 3 --launch-count 3 python3 $S/ncu_targets.py quant group > $R/ncu_quant.txt 2>&1
+$NCU -k regex:quant --launch-skip 3 --launch-count 3 python3 $S/ncu_targets.py quant group > $R/ncu_quant.txt 2>&1
 grep -h "T= 16384" $R/qk_norm.txt $R/quant_bench.txt
 grep -h "Duration\|Issued Instructions  \|Registers Per\|Achieved Occ" $R/ncu_*.txt
 tar -czf $OUT/run34.tgz -C /tmp run34 san
