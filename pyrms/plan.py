@@ -82,17 +82,22 @@ def _bool(value: bool) -> str:
 WEIGHT_KINDS = ("same", "float32", "none")
 
 
+def _same_or_float32(dtype: dtypes.DType, other, what: str) -> str:
+    """"same" where `other` is `dtype`, "float32" where it is float32; ValueError naming `what` otherwise."""
+    odt = dtypes.get(other)
+    if odt is dtype:
+        return "same"
+    if odt is dtypes.FLOAT32:
+        return "float32"
+    raise ValueError(f"{what} must be {dtype.name} (the input's) or float32, got {odt.name}")
+
+
 def weight_kind(dtype: dtypes.DType, weight_dtype) -> str:
     """The kind of a weight of `weight_dtype` (a dtype, or "none") beside rows of `dtype`; ValueError
     for any other dtype."""
     if isinstance(weight_dtype, str) and weight_dtype == "none":
         return "none"
-    wdt = dtypes.get(weight_dtype)
-    if wdt is dtype:
-        return "same"
-    if wdt is dtypes.FLOAT32:
-        return "float32"
-    raise ValueError(f"weight dtype must be {dtype.name} (the input's) or float32, got {wdt.name}")
+    return _same_or_float32(dtype, weight_dtype, "weight dtype")
 
 
 # The output of a row op (the kernels' O): the rows' own dtype, or float32 beside bf16 or fp16 rows (an fp32
@@ -103,14 +108,7 @@ OUT_KINDS = ("same", "float32")
 def out_kind(dtype: dtypes.DType, out_dtype) -> str:
     """The kind of an output of `out_dtype` (None: the rows' dtype) beside rows of `dtype`; ValueError for
     any other dtype."""
-    if out_dtype is None:
-        return "same"
-    odt = dtypes.get(out_dtype)
-    if odt is dtype:
-        return "same"
-    if odt is dtypes.FLOAT32:
-        return "float32"
-    raise ValueError(f"out_dtype must be {dtype.name} (the input's) or float32, got {odt.name}")
+    return "same" if out_dtype is None else _same_or_float32(dtype, out_dtype, "out_dtype")
 
 
 def _type_args(dtype: dtypes.DType, weight: str, out: str) -> str:
