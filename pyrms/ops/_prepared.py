@@ -83,18 +83,23 @@ class Pointers:
     disjoint.
     """
 
-    __slots__ = ("operands", "hidden", "pairs")
+    __slots__ = ("spans", "pairs")
 
     def __init__(self, hidden: int, operands, pairs):
-        self.hidden, self.operands, self.pairs = hidden, tuple(operands), tuple(pairs)
+        # Per operand (itemsize, bytes from one row to the next, bytes of one row): an operand's span over
+        # `rows` rows is then one multiply-add per call, the same for [hidden] vectors (no step). Resolved
+        # here, not per call: the per-call unpacking of optional lengths cost fused add and LayerNorm about
+        # 5 % of their host time (bench/results/2026-12-01/s6, runs 32 and 37).
+        self.spans = tuple((itemsize, stride * itemsize, (length[0] if length else hidden) * itemsize)
+                           for itemsize, stride, *length in operands)
+        self.pairs = tuple(pairs)
 
     def ok(self, pointers, rows: int) -> bool:
-        hidden, ends = self.hidden, []
-        for ptr, (itemsize, stride, *length) in zip(pointers, self.operands):
+        ends = []
+        for ptr, (itemsize, step, row_bytes) in zip(pointers, self.spans):
             if ptr <= 0 or ptr % itemsize:
                 return False
-            n = length[0] if length else hidden
-            ends.append(ptr + ((rows - 1) * stride + n) * itemsize if stride else ptr + n * itemsize)
+            ends.append(ptr + (rows - 1) * step + row_bytes)
         for i, j, in_place in self.pairs:
             if pointers[i] < ends[j] and pointers[j] < ends[i] and not (
                     in_place and pointers[i] == pointers[j] and ends[i] == ends[j]):
