@@ -211,31 +211,31 @@ def collapse(name: str, view: _adapter.View) -> tuple[int, int, int]:
                          f"and strides {strides} (elements)")
     if 0 in shape[:-1]:  # an empty batch: no row to address, whatever the strides say
         return 0, hidden, hidden
-    rows, stride = 1, hidden
+    stride = _lead_stride(shape, strides)
+    if stride is None:
+        raise ValueError(f"{name} has shape {shape} and strides {strides} (elements): its leading dimensions "
+                         f"do not collapse to one row stride; pass {name}.contiguous() or one row at a time")
+    return math.prod(shape[:-1]), hidden, stride
+
+
+def _lead_stride(shape: tuple[int, ...], strides: tuple[int, ...]) -> int | None:
+    """The one row stride a [..., hidden] layout's leading dimensions collapse to (dimensions of size 1
+    ignored; shape[-1] where no dimension is longer than 1), or None where they do not collapse."""
+    rows, stride = 1, shape[-1]
     for size_, step in zip(reversed(shape[:-1]), reversed(strides[:-1])):
         if size_ == 1:
             continue
         if rows == 1:
             stride = step
         elif step != stride * rows:
-            raise ValueError(f"{name} has shape {shape} and strides {strides} (elements): its leading dimensions "
-                             f"do not collapse to one row stride; pass {name}.contiguous() or one row at a time")
+            return None
         rows *= size_
-    return rows, hidden, stride
+    return stride
 
 
 def _collapses(view: _adapter.View) -> bool:
     """Whether a [..., hidden] view's leading dimensions collapse to one row stride (collapse's test)."""
-    rows, stride = 1, None
-    for size_, step in zip(reversed(view.shape[:-1]), reversed(view.strides[:-1])):
-        if size_ == 1:
-            continue
-        if stride is not None and step != stride * rows:
-            return False
-        if stride is None:
-            stride = step
-        rows *= size_
-    return True
+    return not view.shape or _lead_stride(view.shape, view.strides) is not None
 
 
 def _nd_arrays(dt, num_tokens, hidden_size, rows: list, views: dict, raw: dict, weight_name: str | None,
