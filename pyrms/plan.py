@@ -25,7 +25,8 @@ FEW_ROW_SHAPES = ((0, 1), (1, 1), (2, 2), (4, 2), (4, 4))
 # CACHE the vectors each lane holds: POS = min(CACHE, 32 / LANES) fold positions of CACHE / POS steps each
 # (packed_positions). (8, 2): a row of up to 16 vectors (QK-norm's 128 bf16 elements) in 8 lanes of two
 # positions, four rows per warp, where 16 lanes of one position did two: the rows' work that is not per
-# element is shared by fewer lanes.
+# element is shared by fewer lanes (q of 16384 tokens: 137 us against 148 for (16, 1); bench/results/
+# 2026-12-01/s6, runs 34 and 36).
 PACKED_SHAPES = ((8, 1), (8, 2), (32, 1), (32, 2), (32, 4))
 PACKED_THREADS = 256
 
