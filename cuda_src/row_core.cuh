@@ -47,7 +47,8 @@ template <int CACHE, int SPREAD, bool ALIGNED = false, int LANES = 0> struct Row
     static_assert(SPREAD == 1 || (CACHE > 0 && CACHE % SPREAD == 0), "a spread shape divides the cache");
     static_assert(LANES == 0 || (SPREAD == 1 && (LANES == 8 || LANES == 16 || LANES == 32)),
                   "packed rows take 8, 16 or 32 lanes each (prefix and tail elements: one per lane)");
-    static constexpr int POS = LANES > 0 && CACHE > 32 / LANES ? 32 / LANES : (LANES > 0 && CACHE > 0 ? CACHE : 1);
+    static constexpr int POS_MAX = LANES > 0 ? 32 / LANES : 1;  // a packed lane's share of the 32 fold positions
+    static constexpr int POS = CACHE < 1 ? 1 : (CACHE < POS_MAX ? CACHE : POS_MAX);  // min(CACHE, 32 / LANES)
     static constexpr int STEPS = CACHE / POS;                // held fold steps of each of the thread's positions
     static_assert(CACHE % POS == 0, "a packed lane's held vectors fill its positions' steps evenly");
     static constexpr int HELD = CACHE / SPREAD;              // vectors each thread keeps in registers
