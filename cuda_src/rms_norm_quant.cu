@@ -13,6 +13,8 @@
 //              or column-major), q[r, i] = quantize(y[r, i], s[r, i / G])
 //   (fused add) residual[r, i] <- round_T(input[r, i] + residual[r, i]), x = that rounded sum
 //   (fused_add_rms_norm.cu's semantics: the rounded sum is normalized; input is only read).
+//   NORM_OUT:  norm_out[r, i] = round_T(y[r, i]) beside q (rows of norm_out_stride): rms_norm's output bit
+//              for bit, its default rounding with ROUND_INPUT (y is that value), ROUND_ONCE's without.
 //
 // inv_rms, the reduction tree and the planner are rms_norm's, so y's RMS is rms_norm's bit for bit.
 // Per token and per group, y is computed once for each element of the held vectors, right after inv_rms
@@ -30,8 +32,9 @@
 // MODE PER_GROUP; their own entry points because they take the scale layout and group size, which the
 // others' arguments, and so their PTX, do without).
 // Variants: T in {float, __half, __nv_bfloat16}; Q in {__nv_fp8_e4m3, __nv_fp8_e5m2, signed char (int8)}; MODE;
-// ROUND_INPUT; CACHE, SPREAD, EARLY_WEIGHTS, ALIGNED as in rms_norm.cu. The weight is of T. Cache hints as
-// the unquantized kernels (rms_norm.cu: streaming; fused add: none), not measured here.
+// ROUND_INPUT; NORM_OUT (a template flag, so that kernels without it keep their code and registers); CACHE,
+// SPREAD, EARLY_WEIGHTS, ALIGNED as in rms_norm.cu. The weight is of T. Cache hints as the unquantized kernels
+// (rms_norm.cu: streaming; fused add: none), not measured here.
 #include "added_row.cuh"
 #include "quant.cuh"
 #include "rms_norm_row.cuh"
@@ -117,6 +120,24 @@ __device__ __forceinline__ void store_quantized(Q* out, int at, const WidePack<T
 #pragma unroll
     for (int j = 0; j < Vec<T>::N; ++j) q.e[j] = Step::apply(y.e[j], j < kept ? f : f_next);
     store_out<STREAMING>(out + at, q);
+}
+
+// NORM_OUT beside a dynamic mode: the row's y values rounded to T into norm_row, walked at norm_row's own
+// split (for_each_y: the held vectors' y where norm_row shares x's phase, else y made from x re-read).
+template <bool STREAMING, typename T, int CACHE, int SPREAD, bool ALIGNED, typename Y>
+__device__ __forceinline__ void write_norm_out(const RowShape<CACHE, SPREAD, ALIGNED>& sh, T* norm_row, const T* x_row,
+                                               const T* __restrict__ w, int n,
+                                               const WidePack<T> (&ys)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
+                                               const WeightVec<T, T> (&held_w)[RowShape<CACHE, SPREAD, ALIGNED>::SLOTS],
+                                               const Y& y) {
+    for_each_y(
+        sh, norm_row, x_row, w, n, ys, held_w, y, [&](int i, float v) { norm_row[i] = from_float<T>(v); },
+        [&](const WidePack<T>& v, int at) {
+            OutPack<T, T> r;
+#pragma unroll
+            for (int j = 0; j < Vec<T>::N; ++j) r.e[j] = from_float<T>(v.e[j]);
+            store_out<STREAMING>(norm_row + at, r);
+        });
 }
 
 // max |y| over the row, returned to every thread of the block: the row walked at x's own split (so its
@@ -253,13 +274,14 @@ __device__ __forceinline__ void group_quant_write(const RowShape<CACHE, SPREAD, 
         });
 }
 
-// One row normalized from `src` and quantized into out_row. given: the static scale, or per-token's upper
-// bound on amax (+inf: none); row_scale: where per-token writes the row's scale (a float*), or per group
-// the row's GroupScales.
-template <typename T, typename Q, int MODE, bool ROUND_INPUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS, bool ALIGNED,
-          bool STREAMING, typename Src, typename Scales>
-__device__ __forceinline__ void rms_norm_quant_row(Q* out_row, const T* x_row, const Src& src, const T* __restrict__ weight,
-                                                   float epsilon, int hidden, float given, Scales row_scale) {
+// One row normalized from `src` and quantized into out_row (and with NORM_OUT, y rounded to T into norm_row).
+// given: the static scale, or per-token's upper bound on amax (+inf: none); row_scale: where per-token writes
+// the row's scale (a float*), or per group the row's GroupScales.
+template <typename T, typename Q, int MODE, bool ROUND_INPUT, bool NORM_OUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS,
+          bool ALIGNED, bool STREAMING, typename Src, typename Scales>
+__device__ __forceinline__ void rms_norm_quant_row(Q* out_row, T* norm_row, const T* x_row, const Src& src,
+                                                   const T* __restrict__ weight, float epsilon, int hidden, float given,
+                                                   Scales row_scale) {
     using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
     const Shape sh;
     Pack<T> held[Shape::SLOTS];
@@ -271,6 +293,13 @@ __device__ __forceinline__ void rms_norm_quant_row(Q* out_row, const T* x_row, c
         write_row<T, T, CACHE, SPREAD, ALIGNED, false, STREAMING, EARLY_WEIGHTS>(
             sh, out_row, x_row, weight, nullptr, hidden, held, held_w,
             [&](T x, float w, T) { return quantize(normalized<T, ROUND_INPUT>(x, w, inv)); });
+        if constexpr (NORM_OUT) {
+            // rms_norm's store (round_T(y) is rms_scale's value for either rounding). The early weights were
+            // loaded at out_row's split, which is norm_row's only where every pointer is aligned.
+            write_row<T, T, CACHE, SPREAD, ALIGNED, false, STREAMING, EARLY_WEIGHTS && ALIGNED>(
+                sh, norm_row, x_row, weight, nullptr, hidden, held, held_w,
+                [&](T x, float w, T) { return rms_scale<T, false, !ROUND_INPUT>(x, w, inv); });
+        }
     } else {
         // The held weights at x's split (out_row = x_row for load_held_weights), where held_y uses them.
         const float inv = row_inv_rms<T, T, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(sh, x_row, x_row, src, weight,
@@ -292,6 +321,7 @@ __device__ __forceinline__ void rms_norm_quant_row(Q* out_row, const T* x_row, c
                     store_quantized<STREAMING, Step>(out_row, at, v, quantize.f, Vec<T>::N, quantize.f);
                 });
         }
+        if constexpr (NORM_OUT) write_norm_out<STREAMING>(sh, norm_row, x_row, weight, hidden, ys, held_w, y);
     }
 }
 
@@ -304,64 +334,72 @@ template <int MODE> __host__ __device__ constexpr int min_blocks(int held) {
     return MODE == STATIC ? 1 : 1024 / max_threads(held);
 }
 
-// given_ptr: where to read `given` instead (a device scale), or null.
-template <typename T, typename Q, int MODE, bool ROUND_INPUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS, bool ALIGNED>
+// given_ptr: where to read `given` instead (a device scale), or null. norm_out (rows of norm_out_stride): written
+// with NORM_OUT only; the launches without it pass null and 0.
+template <typename T, typename Q, int MODE, bool ROUND_INPUT, bool NORM_OUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS,
+          bool ALIGNED>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), min_blocks<MODE>(CACHE / SPREAD)) rms_norm_quant_kernel(
-    Q* out, const T* input, const T* __restrict__ weight, float* scales, const float* given_ptr, float given,
-    float epsilon, int hidden, long long input_stride, long long out_stride) {
+    Q* out, T* norm_out, const T* input, const T* __restrict__ weight, float* scales, const float* given_ptr, float given,
+    float epsilon, int hidden, long long input_stride, long long out_stride, long long norm_out_stride) {
     begin_dependent_grid();
     const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
     Q* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
-    rms_norm_quant_row<T, Q, MODE, ROUND_INPUT, CACHE, SPREAD, EARLY_WEIGHTS, ALIGNED, true>(
-        out_row, in_row, RowIn<T, true>{in_row}, weight, epsilon, hidden, given_ptr ? *given_ptr : given,
+    T* norm_row = norm_out + static_cast<long long>(blockIdx.x) * norm_out_stride;
+    rms_norm_quant_row<T, Q, MODE, ROUND_INPUT, NORM_OUT, CACHE, SPREAD, EARLY_WEIGHTS, ALIGNED, true>(
+        out_row, norm_row, in_row, RowIn<T, true>{in_row}, weight, epsilon, hidden, given_ptr ? *given_ptr : given,
         scales + blockIdx.x);
 }
 
-template <typename T, typename Q, int MODE, bool ROUND_INPUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS, bool ALIGNED>
+template <typename T, typename Q, int MODE, bool ROUND_INPUT, bool NORM_OUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS,
+          bool ALIGNED>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), min_blocks<MODE>(CACHE / SPREAD)) fused_add_rms_norm_quant_kernel(
-    Q* out, const T* input, T* residual, const T* __restrict__ weight, float* scales, const float* given_ptr,
-    float given, float epsilon, int hidden, long long input_stride, long long residual_stride, long long out_stride) {
+    Q* out, T* norm_out, const T* input, T* residual, const T* __restrict__ weight, float* scales, const float* given_ptr,
+    float given, float epsilon, int hidden, long long input_stride, long long residual_stride, long long out_stride,
+    long long norm_out_stride) {
     begin_dependent_grid();
     const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
     T* res_row = residual + static_cast<long long>(blockIdx.x) * residual_stride;
     Q* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
+    T* norm_row = norm_out + static_cast<long long>(blockIdx.x) * norm_out_stride;
     const AddedRow<T> sums{in_row, res_row,
                            ALIGNED ? 16 : load_width<T>((vec_phase(in_row) - vec_phase(res_row)) & (Vec<T>::N - 1))};
-    rms_norm_quant_row<T, Q, MODE, ROUND_INPUT, CACHE, SPREAD, EARLY_WEIGHTS, ALIGNED, false>(
-        out_row, res_row, sums, weight, epsilon, hidden, given_ptr ? *given_ptr : given, scales + blockIdx.x);
+    rms_norm_quant_row<T, Q, MODE, ROUND_INPUT, NORM_OUT, CACHE, SPREAD, EARLY_WEIGHTS, ALIGNED, false>(
+        out_row, norm_row, res_row, sums, weight, epsilon, hidden, given_ptr ? *given_ptr : given, scales + blockIdx.x);
 }
 
 // Per group: scales of row r at scales + r * scale_row_stride + g * scale_group_stride; groups of 2^group_shift
 // elements; ue8m0 != 0: power-of-two scales.
-template <typename T, typename Q, bool ROUND_INPUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS, bool ALIGNED>
+template <typename T, typename Q, bool ROUND_INPUT, bool NORM_OUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS, bool ALIGNED>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), min_blocks<PER_GROUP>(CACHE / SPREAD)) rms_norm_group_quant_kernel(
-    Q* out, const T* input, const T* __restrict__ weight, float* scales, long long scale_row_stride,
+    Q* out, T* norm_out, const T* input, const T* __restrict__ weight, float* scales, long long scale_row_stride,
     long long scale_group_stride, float epsilon, int group_shift, int ue8m0, int hidden, long long input_stride,
-    long long out_stride) {
+    long long out_stride, long long norm_out_stride) {
     begin_dependent_grid();
     const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
     Q* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
+    T* norm_row = norm_out + static_cast<long long>(blockIdx.x) * norm_out_stride;
     const GroupScales row{scales + static_cast<long long>(blockIdx.x) * scale_row_stride, scale_group_stride,
                           group_shift, ue8m0 != 0};
-    rms_norm_quant_row<T, Q, PER_GROUP, ROUND_INPUT, CACHE, SPREAD, EARLY_WEIGHTS, ALIGNED, true>(
-        out_row, in_row, RowIn<T, true>{in_row}, weight, epsilon, hidden, 0.0f, row);
+    rms_norm_quant_row<T, Q, PER_GROUP, ROUND_INPUT, NORM_OUT, CACHE, SPREAD, EARLY_WEIGHTS, ALIGNED, true>(
+        out_row, norm_row, in_row, RowIn<T, true>{in_row}, weight, epsilon, hidden, 0.0f, row);
 }
 
-template <typename T, typename Q, bool ROUND_INPUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS, bool ALIGNED>
+template <typename T, typename Q, bool ROUND_INPUT, bool NORM_OUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS, bool ALIGNED>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), min_blocks<PER_GROUP>(CACHE / SPREAD)) fused_add_rms_norm_group_quant_kernel(
-    Q* out, const T* input, T* residual, const T* __restrict__ weight, float* scales, long long scale_row_stride,
+    Q* out, T* norm_out, const T* input, T* residual, const T* __restrict__ weight, float* scales, long long scale_row_stride,
     long long scale_group_stride, float epsilon, int group_shift, int ue8m0, int hidden, long long input_stride,
-    long long residual_stride, long long out_stride) {
+    long long residual_stride, long long out_stride, long long norm_out_stride) {
     begin_dependent_grid();
     const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
     T* res_row = residual + static_cast<long long>(blockIdx.x) * residual_stride;
     Q* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
+    T* norm_row = norm_out + static_cast<long long>(blockIdx.x) * norm_out_stride;
     const AddedRow<T> sums{in_row, res_row,
                            ALIGNED ? 16 : load_width<T>((vec_phase(in_row) - vec_phase(res_row)) & (Vec<T>::N - 1))};
     const GroupScales row{scales + static_cast<long long>(blockIdx.x) * scale_row_stride, scale_group_stride,
                           group_shift, ue8m0 != 0};
-    rms_norm_quant_row<T, Q, PER_GROUP, ROUND_INPUT, CACHE, SPREAD, EARLY_WEIGHTS, ALIGNED, false>(
-        out_row, res_row, sums, weight, epsilon, hidden, 0.0f, row);
+    rms_norm_quant_row<T, Q, PER_GROUP, ROUND_INPUT, NORM_OUT, CACHE, SPREAD, EARLY_WEIGHTS, ALIGNED, false>(
+        out_row, norm_row, res_row, sums, weight, epsilon, hidden, 0.0f, row);
 }
 
 }  // namespace pyrms

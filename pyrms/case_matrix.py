@@ -34,11 +34,11 @@ DEFAULTS = {"epsilon": 1e-5, "variant": None, "pdl": None, "gemma": False, "roun
             "own_workspace": False, "sizes": None, "per_row": False, "as_arrays": False,
             "out_dtype": "float8_e4m3fn", "mode": "static", "device_scale": False, "scale_ub": None,
             "round_input": False, "specials": False, "group_size": None, "ue8m0": False, "column_major": False,
-            "sum_precision": None, "residual_dtype": None, "out_kind": "same"}
+            "sum_precision": None, "residual_dtype": None, "out_kind": "same", "norm_out": False}
 # out_kind: the output of a row op beside bf16/fp16 rows (plan.OUT_KINDS: "same", or "float32"; the checkers'
 # out_dtype), apart from out_dtype, the quantizing ops' output dtype.
 _QUANT_OPTIONS = ("epsilon", "pdl", "variant", "out_dtype", "mode", "device_scale", "scale_ub", "round_input", "specials",
-                  "group_size", "ue8m0", "column_major")
+                  "group_size", "ue8m0", "column_major", "norm_out")
 _COMMON = ("epsilon", "pdl", "weight")
 _OPTIONS = {
     "rms_norm": _COMMON + ("variant", "gemma", "round_once", "in_place", "out_kind"),
@@ -64,11 +64,12 @@ ROW_OPTIONS = ((True, False), (False, True), (True, True))  # (gemma, round_once
 
 
 def operands(op: str, *, in_place: str | None = None, bias: bool = True, weight: bool = True,
-             out: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
+             out: bool = False, norm_out: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(row operands, vector operands) of a case of ``op``, named as pyrms.testing's checkers name them;
     an operand written in place over another is not separate, so it has no offset or stride. ``bias``:
     LayerNorm's bias (forward) or grad_bias (backward); ``weight`` False: weight=None (and no grad_weight);
-    ``out``: fused add's fp32 out of its own (out_kind="float32")."""
+    ``out``: fused add's fp32 out of its own (out_kind="float32"); ``norm_out``: the quantizing ops'
+    unquantized output beside the quantized one."""
     if op in ("rms_norm", "rms_norm_nd", "seed"):
         return ("input",) if in_place else ("input", "out"), ("weight",) * weight
     if op == "fused_add_rms_norm":
@@ -76,8 +77,8 @@ def operands(op: str, *, in_place: str | None = None, bias: bool = True, weight:
     if op == "layer_norm":
         return ("input",) if in_place else ("input", "out"), ("weight",) * weight + ("bias",) * bias
     if op in QUANT:  # out: the quantized bytes (offsets in bytes); scale (fp32): per-token's, or a device scale
-        return ("input", "residual", "out") if op == "fused_add_rms_norm_quant" else ("input", "out"), (
-            "weight", "scale", "scale_ub")
+        rows = ("input", "residual", "out") if op == "fused_add_rms_norm_quant" else ("input", "out")
+        return rows + ("norm_out",) * norm_out, ("weight", "scale", "scale_ub")
     if op in BACKWARD:
         params = ("grad_weight",) * weight + ("grad_bias",) * (op == "layer_norm_backward" and bias)
         rows = ("grad_output", "input") if in_place else ("grad_output", "input", "grad_input")
@@ -98,7 +99,8 @@ def pointers(op: str, **options) -> tuple[str, ...]:
 def _operands_of(op: str, options: dict) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return operands(op, in_place=options.get("in_place"), bias=options.get("grad_bias" if op in BACKWARD else "bias",
                                                                             True),
-                    weight=options.get("weight", "same") != "none", out=options.get("out_kind", "same") != "same")
+                    weight=options.get("weight", "same") != "none", out=options.get("out_kind", "same") != "same",
+                    norm_out=options.get("norm_out", False))
 
 
 def vector_elements(dtype, operand: str, *, weight: str = "same", grad_dtype: str | None = None,
@@ -494,6 +496,21 @@ def _sanitize_quant(op: str, dtype: str, n: int) -> Iterator[Case]:
                 yield case(op, dtype, 5, 16384, offsets={"scale": 1}, strides={"input": 16387, "out": 16390},
                            specials=True, variant=variant, **kind)
         yield from _sanitize_group_quant(op, dtype, n, out_dtype.name)
+    yield from _sanitize_norm_out(op, dtype, n)
+
+
+def _sanitize_norm_out(op: str, dtype: str, n: int) -> Iterator[Case]:
+    """The unquantized output beside each mode: at phases 1 and VEC-1 (its own split against x's), at x's
+    phase (the held vectors' y), strided, with NaN/inf rows, both row variants."""
+    for mode, group, hidden in (("static", None, 5125), ("per_token", None, 769), ("per_group", 64, 192)):
+        kind = dict(mode=mode, group_size=group, norm_out=True)
+        for off in (1, n - 1):
+            yield case(op, dtype, 3, hidden, offsets={"norm_out": off}, **kind)
+            yield case(op, dtype, 3, hidden, offsets={"norm_out": off, "input": off}, device_scale=mode == "static",
+                       **kind)
+        for variant in _ROW_VARIANTS:
+            yield case(op, dtype, 5, hidden, strides={"norm_out": hidden + 3}, offsets={"input": 1}, specials=True,
+                       variant=variant, **kind)
 
 
 def _sanitize_group_quant(op: str, dtype: str, n: int, out_dtype: str) -> Iterator[Case]:

@@ -637,27 +637,29 @@ MAX_GROUPS = 1024
 class RmsNormQuantPlan(_RowPlan):
     """For rms_norm_quant.cu: rms_norm's row (its fold width, cache and launch shapes) with a quantizing
     output step; the weight is of the rows' dtype. round_input: quantize rms_norm's output rounded to
-    the rows' dtype (vLLM's kernels) instead of the fp32 value."""
+    the rows' dtype (vLLM's kernels) instead of the fp32 value. norm_out: also store the unquantized value
+    rounded to the rows' dtype (the kernels' NORM_OUT; their own compile unit, so the others keep their code)."""
 
     out_dtype: dtypes.QuantDType = dtypes.FLOAT8_E4M3FN
     mode: str = "static"
     round_input: bool = False
     group_size: int = 0  # per_group: elements per group (QUANT_GROUPS); 0 for the other modes
+    norm_out: bool = False
 
     kernel = "rms_norm_quant_kernel"
     group_kernel = "rms_norm_group_quant_kernel"  # per_group's entry point (the same row, MODE PER_GROUP)
     source = "rms_norm_quant.cu"
 
     def _flags(self) -> tuple:
-        return (self.round_input,)
+        return (self.round_input, self.norm_out)
 
     def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None, aligned: bool = False) -> str:
-        (round_input,) = self._flags() if flags is None else flags
         if self.mode == "per_group":
             head = f"pyrms::{self.group_kernel}<{self.dtype.ctype}, {self.out_dtype.ctype}, "
         else:
             head = f"pyrms::{self.kernel}<{self.dtype.ctype}, {self.out_dtype.ctype}, {QUANT_MODES.index(self.mode)}, "
-        return f"{head}{_bool(round_input)}, {cache}, {spread}, {_bool(early)}, {_bool(aligned)}>"
+        flags = self._flags() if flags is None else flags
+        return f"{head}{', '.join(map(_bool, flags))}, {cache}, {spread}, {_bool(early)}, {_bool(aligned)}>"
 
     @property
     def group_shift(self) -> int:
@@ -674,8 +676,9 @@ class FusedAddRmsNormQuantPlan(RmsNormQuantPlan):
 
 
 def plan_rms_norm_quant(dtype, hidden: int, out_dtype, *, mode: str = "static", round_input: bool = False,
-                        residual: bool = False, group: int | None = None) -> RmsNormQuantPlan:
-    """The plan of rms_norm_quant (residual=True: fused_add_rms_norm_quant); ValueError for an unknown
+                        residual: bool = False, group: int | None = None, norm_out: bool = False) -> RmsNormQuantPlan:
+    """The plan of rms_norm_quant (residual=True: fused_add_rms_norm_quant; norm_out: with the unquantized
+    output beside); ValueError for an unknown
     mode or output dtype, and per group (``group``: 64 or 128, default 128) for a group that does not divide
     hidden or more than MAX_GROUPS groups; a group given to another mode is refused too."""
     dt, qt = dtypes.get(dtype), dtypes.quantized(out_dtype)
@@ -694,4 +697,4 @@ def plan_rms_norm_quant(dtype, hidden: int, out_dtype, *, mode: str = "static", 
                              f"groups ({MAX_GROUPS * group} elements), got hidden_size {hidden}")
     block, cache = block_and_cache(dt, hidden)
     cls = FusedAddRmsNormQuantPlan if residual else RmsNormQuantPlan
-    return cls(dt, hidden, block, cache, qt, mode, bool(round_input), group)
+    return cls(dt, hidden, block, cache, qt, mode, bool(round_input), group, bool(norm_out))

@@ -53,10 +53,11 @@ class Unit:
 
 def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool = False, bias: bool = True,
          grad_dtype=None, weight_dtype=None, out_dtype=None, mode: str = "static", round_input: bool = False,
-         sum_precision: str | None = None, residual_dtype=None) -> Unit:
+         sum_precision: str | None = None, residual_dtype=None, norm_out: bool = False) -> Unit:
     """The unit a call of ``op`` on rows of ``hidden`` elements compiles (the disk cache entry its
     launch looks up); ValueError for an op or a shape that cannot launch (the seed's limits).
-    out_dtype, mode, round_input: the quantizing ops' (one unit per dtype, output dtype, mode, rounding);
+    out_dtype, mode, round_input, norm_out: the quantizing ops' (one unit per dtype, output dtype, mode, rounding,
+    with or without the unquantized output);
     sum_precision, residual_dtype: fused_add_rms_norm's (one unit per semantics and residual dtype);
     out_dtype for rms_norm, rms_norm_nd, fused_add_rms_norm and layer_norm: None or float32 (an fp32 output
     beside bf16/fp16 rows: a unit of its own per option set; fused add's with the rounded sum only)."""
@@ -64,10 +65,11 @@ def unit(op: str, dtype, hidden: int, *, gemma: bool = False, round_once: bool =
     if op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
         # per_group: one unit for both group sizes (a run-time argument); hidden sizes it does not divide have none
         q = plan.plan_rms_norm_quant(dt, hidden, out_dtype or dtypes.FLOAT8_E4M3FN, mode=mode, round_input=round_input,
-                                     residual=op == "fused_add_rms_norm_quant",
+                                     residual=op == "fused_add_rms_norm_quant", norm_out=norm_out,
                                      group=(128 if hidden % 128 == 0 else 64) if mode == "per_group" else None)
         kernel = q.group_kernel if mode == "per_group" else q.kernel
-        label = f"{q.source} {kernel} {dt.name} {q.out_dtype.name} {mode}" + (" round_input" if round_input else "")
+        label = f"{q.source} {kernel} {dt.name} {q.out_dtype.name} {mode}" + (" round_input" if round_input else "") \
+            + (" norm_out" if norm_out else "")
         return Unit(q.source, tuple(q.group), label)
     flags = "".join(f" {name}" for name, on in (("gemma", gemma), ("round_once", round_once)) if on)
     if weight_dtype is not None:
@@ -136,8 +138,8 @@ def _options(op: str, dt: dtypes.DType) -> list[dict]:
     if op == "layer_norm_backward":
         return [dict(grad_dtype=d, weight_dtype=w) for d in (None, "float32") for w in (None, "none")]
     if op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
-        return [dict(out_dtype=q, mode=m, round_input=r) for q in dtypes.QUANTIZED for m in plan.QUANT_MODES
-                for r in (False, True)]
+        return [dict(out_dtype=q, mode=m, round_input=r, norm_out=n) for q in dtypes.QUANTIZED
+                for m in plan.QUANT_MODES for r in (False, True) for n in (False, True)]
     return [{}]
 
 

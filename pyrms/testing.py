@@ -490,13 +490,14 @@ def _specials(rng, values: np.ndarray) -> None:
 def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", fused=False, offsets=None,
                          strides=None, device_scale=False, scale_ub=None, round_input=False, specials=False,
                          epsilon=1e-5, variant=None, pdl=None, group_size=None, ue8m0=False, column_major=False,
-                         stream=None):
+                         norm_out=False, stream=None):
     """One pyrms.rms_norm_quant (fused: fused_add_rms_norm_quant) launch on guarded operands, every output
-    compared bit for bit with the twin: q, the per-token or per-group scales, the updated residual.
+    compared bit for bit with the twin: q, the per-token or per-group scales, the updated residual, and with
+    norm_out the unquantized output (rms_norm_twin's, of the rounded sum when fused).
 
     offsets: elements past a 16-byte boundary by name ('input', 'residual', 'weight', 'out' in bytes,
-    'scale': fp32 elements, for the per-token or per-group scales or a device scale, 'scale_ub'); strides:
-    'input', 'residual', 'out', 'scale' (per group: scale_stride, the row stride of row-major scales or the
+    'scale': fp32 elements, for the per-token or per-group scales or a device scale, 'scale_ub', 'norm_out');
+    strides: 'input', 'residual', 'out', 'norm_out', 'scale' (per group: scale_stride, the row stride of row-major scales or the
     group stride of column-major ones; the padding must stay poisoned). device_scale: the static scale read
     from a device pointer. scale_ub: None, a float, or "device" (a device pointer to a drawn value).
     group_size, ue8m0, column_major: per_group's. specials: NaN, inf and -inf in row 0, zeros in the last
@@ -560,8 +561,18 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
         inputs["scale"] = sc
     if fused:
         outputs["residual"] = (res, total)
+    common = {}  # the op's keyword arguments
+    if norm_out:
+        # rms_norm's output bit for bit: its default rounding is what round_input quantizes
+        norm = allocate(rng, dt, rows, hidden, misalign=offsets.get("norm_out", 0), stride=strides.get("norm_out"),
+                        poison=True)
+        outputs["norm_out"] = (norm, reference.rms_norm_twin(
+            total if fused else x.values(), w.values()[0], epsilon, block=p.block,
+            row_phases=phases(res if fused else x), round_once=not round_input))
+        extra.append(norm)
+        common["norm_out"], common["norm_out_stride"] = norm.ptr, norm.stride
     inputs["input"] = x
-    common = dict(scale=scale_arg, out_dtype=qt, mode=mode, scale_ub=ub_arg, dtype=dt, input_stride=x.stride,
+    common.update(scale=scale_arg, out_dtype=qt, mode=mode, scale_ub=ub_arg, dtype=dt, input_stride=x.stride,
                   out_stride=out.stride, round_input=round_input, stream=stream, **grouping, **_pdl(pdl))
     if fused:
         launch = lambda: fused_add_rms_norm_quant(out.ptr, x.ptr, res.ptr, w.ptr, epsilon, rows, hidden,  # noqa: E731
@@ -573,7 +584,7 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
             run_checked(_label("fused_add_rms_norm_quant" if fused else "rms_norm_quant", dt, rows, hidden, offsets,
                                strides, out_dtype=qt.name, mode=mode, device_scale=device_scale, scale_ub=scale_ub,
                                round_input=round_input, specials=specials, variant=variant, pdl=pdl,
-                               **{k: v for k, v in grouping.items() if k != "scale_stride"}),
+                               norm_out=norm_out, **{k: v for k, v in grouping.items() if k != "scale_stride"}),
                         launch, outputs=outputs, inputs=inputs)
 
 
@@ -640,7 +651,7 @@ def checker_call(case) -> tuple:
             fused=case.op == "fused_add_rms_norm_quant", offsets=offsets, strides=strides,
             device_scale=opt("device_scale"), scale_ub=opt("scale_ub"), round_input=opt("round_input"),
             specials=opt("specials"), variant=opt("variant"), group_size=opt("group_size"), ue8m0=opt("ue8m0"),
-            column_major=opt("column_major"))
+            column_major=opt("column_major"), norm_out=opt("norm_out"))
     layer_norm = case.op == "layer_norm_backward"
     return check_norm_backward, dict(
         shared, layer_norm=layer_norm, offsets=offsets, strides=strides, in_place=opt("in_place"),

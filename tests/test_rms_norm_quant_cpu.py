@@ -1,6 +1,7 @@
 """pyrms.rms_norm_quant and fused_add_rms_norm_quant without a GPU: the plans, the kernels compiled by NVRTC
 (their PTX quantizes and stores as intended), the launches' packed arguments (through the fake driver), and
 every refusal before a launch."""
+import importlib
 import math
 import re
 import struct
@@ -9,9 +10,13 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import compiler, dtypes, plan, reference
+from hostile_cases import FakeArray
+from pyrms import compiler, driver, dtypes, plan, reference
+
+quant_module = importlib.import_module("pyrms.ops.rms_norm_quant")  # pyrms.ops.rms_norm_quant is the function
 
 O, X, R, W, S = 1 << 20, 2 << 20, 3 << 20, 4 << 20, 5 << 20  # made-up, 16-byte aligned device addresses
+N = 9 << 20  # a norm_out
 QUANT = ["float8_e4m3fn", "float8_e5m2", "int8"]
 
 
@@ -19,10 +24,10 @@ def test_plans_follow_rms_norm_and_name_their_kernels():
     p = plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn")
     base = plan.plan_rms_norm("bf16", 5120)
     assert (p.block, p.cache, p.spread) == (base.block, base.cache, base.spread)  # rms_norm's tree: same inv_rms
-    assert p.expression == "pyrms::rms_norm_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, 0, false, 4, 1, false, false>"
+    assert p.expression == "pyrms::rms_norm_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, 0, false, false, 4, 1, false, false>"
     f = plan.plan_rms_norm_quant("fp16", 9, "int8", mode="per_token", round_input=True, residual=True)
     assert f.aligned_latency_expression == \
-        "pyrms::fused_add_rms_norm_quant_kernel<__half, signed char, 1, true, 1, 1, true, true>"
+        "pyrms::fused_add_rms_norm_quant_kernel<__half, signed char, 1, true, false, 1, 1, true, true>"
     assert len(p.group) == len(set(p.group)) == 14 and p.expression in p.group and p.latency_expression in p.group
     with pytest.raises(ValueError, match="mode must be one of"):
         plan.plan_rms_norm_quant("bf16", 8, "int8", mode="per_block")
@@ -36,10 +41,10 @@ def test_per_group_plans_use_the_group_kernels():
     g = plan.plan_rms_norm_quant("bf16", 7168, "float8_e4m3fn", mode="per_group")
     base = plan.plan_rms_norm("bf16", 7168)
     assert (g.block, g.cache, g.group_size, g.group_shift) == (base.block, base.cache, 128, 7)
-    assert g.expression == "pyrms::rms_norm_group_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, false, 4, 1, false, false>"
+    assert g.expression == "pyrms::rms_norm_group_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, false, false, 4, 1, false, false>"
     f = plan.plan_rms_norm_quant("float32", 64, "int8", mode="per_group", group=64, residual=True, round_input=True)
     assert f.aligned_latency_expression == \
-        "pyrms::fused_add_rms_norm_group_quant_kernel<float, signed char, true, 1, 1, true, true>"
+        "pyrms::fused_add_rms_norm_group_quant_kernel<float, signed char, true, false, 1, 1, true, true>"
     assert f.group_shift == 6 and len(f.group) == 14
     assert plan.plan_rms_norm_quant("bf16", 1024, "int8", mode="per_group", group=64).group == \
         plan.plan_rms_norm_quant("bf16", 4096, "int8", mode="per_group").group
@@ -139,6 +144,10 @@ def test_twin_quantizes_the_normalized_rows():
     assert np.array_equal(y, (xf * inv[:, None]) * w.astype(np.float32))
     rounded = reference.normalized_twin(x, w, 1e-6, block=32, round_input=True)
     assert np.array_equal(rounded, reference.rms_norm_twin(x, w, 1e-6, block=32).astype(np.float32))
+    # norm_out = round_T(y): rms_norm's output with round_once where y is not rounded (testing.check_rms_norm_quant)
+    once = reference.rms_norm_twin(x, w, 1e-6, block=32, round_once=True)
+    assert np.array_equal(y.astype(x.dtype).view(np.uint16), once.view(np.uint16))
+    assert not np.array_equal(once.view(np.uint16), reference.rms_norm_twin(x, w, 1e-6, block=32).view(np.uint16))
     q, scales = reference.rms_norm_quant_twin(x, w, 1e-6, "int8", block=32, mode="per_token")
     assert np.array_equal(scales, np.maximum(np.abs(y).max(axis=1) / np.float32(127), np.float32(2**-23)))
     assert np.abs(q.astype(np.int64)).max() == 127
@@ -168,43 +177,71 @@ def _launches(fake):
 
 def test_launch_arguments(qfake):
     fake = qfake
-    fake.param_kinds = ("ptr",) * 5 + ("f32", "f32", "i32", "i64", "i64")
+    fake.param_kinds = ("ptr",) * 6 + ("f32", "f32", "i32", "i64", "i64", "i64")
     pyrms.rms_norm_quant(O + 3, X, W, 1e-6, 4, 5120, scale=0.5, out_stride=5123)
     pyrms.rms_norm_quant(O, X, W, 1e-6, 300, 1024, scale=S, out_dtype="int8")  # a device scale; many rows
     pyrms.rms_norm_quant(O, X, W, 1e-6, 2, 5120, scale=S, mode="per_token", scale_ub=2.5)
     pyrms.rms_norm_quant(O, X, W, 1e-6, 2, 5120, scale=S, mode="per_token", out_dtype="float8_e5m2")
     first, many, ub, none = _launches(fake)
-    assert first[1:3] == ((4, 1, 1), (640, 1, 1)) and first[6] == (O + 3, X, W, 0, 0, 0.5, pytest.approx(1e-6),
-                                                                        5120, 5120, 5123)
-    assert many[1:3] == ((300, 1, 1), (32, 1, 1)) and many[6][3:6] == (0, S, 1.0)
-    assert ub[6][3:6] == (S, 0, 2.5) and none[6][3:6] == (S, 0, math.inf)
-    fake.param_kinds = ("ptr",) * 6 + ("f32", "f32", "i32", "i64", "i64", "i64")
+    # norm_out (none here: 0) second, its stride (hidden) last
+    assert first[1:3] == ((4, 1, 1), (640, 1, 1)) and first[6] == (O + 3, 0, X, W, 0, 0, 0.5, pytest.approx(1e-6),
+                                                                        5120, 5120, 5123, 5120)
+    assert many[1:3] == ((300, 1, 1), (32, 1, 1)) and many[6][4:7] == (0, S, 1.0)
+    assert ub[6][4:7] == (S, 0, 2.5) and none[6][4:7] == (S, 0, math.inf)
+    fake.param_kinds = ("ptr",) * 7 + ("f32", "f32", "i32", "i64", "i64", "i64", "i64")
     pyrms.fused_add_rms_norm_quant(O, X, R, W, 1e-6, 2, 769, scale=S + 4, mode="per_token", residual_stride=771,
                                    scale_ub=W + 4096)
     (fused,) = _launches(fake)[4:]
-    assert fused[6] == (O, X, R, W, S + 4, W + 4096, 1.0, pytest.approx(1e-6), 769, 769, 771, 769)
+    assert fused[6] == (O, 0, X, R, W, S + 4, W + 4096, 1.0, pytest.approx(1e-6), 769, 769, 771, 769, 769)
+
+
+def test_norm_out_launch_arguments(qfake):
+    """norm_out is the kernels' second pointer and its stride their last argument, whatever comes between:
+    a device scale, per-token's scale_ub, per group's layout; its kernels are the NORM_OUT ones."""
+    fake = qfake
+    fake.param_kinds = ("ptr",) * 6 + ("f32", "f32", "i32", "i64", "i64", "i64")
+    pyrms.rms_norm_quant(O, X, W, 1e-6, 4, 5120, scale=S, norm_out=N + 2, norm_out_stride=5130)
+    pyrms.rms_norm_quant(O, X, W, 1e-6, 4, 5120, scale=S, mode="per_token", scale_ub=S + 64, norm_out=N)
+    static, ub = _launches(fake)
+    assert static[6] == (O, N + 2, X, W, 0, S, 1.0, pytest.approx(1e-6), 5120, 5120, 5120, 5130)
+    assert ub[6] == (O, N, X, W, S, S + 64, 1.0, pytest.approx(1e-6), 5120, 5120, 5120, 5120)
+    fake.param_kinds = ("ptr",) * 6 + ("i64", "i64", "f32", "i32", "i32", "i32", "i64", "i64", "i64", "i64")
+    pyrms.fused_add_rms_norm_quant(O, X, R, W, 1e-6, 2, 768, scale=S, mode="per_group", group_size=64, norm_out=N,
+                                   norm_out_stride=800)
+    (fused,) = _launches(fake)[2:]
+    assert fused[6] == (O, N, X, R, W, S, 12, 1, pytest.approx(1e-6), 6, 0, 768, 768, 768, 768, 800)
+    assert {p.norm_out for p in quant_module._prepared.of(driver.selected_device()).values()} == {True}
+
+
+def test_norm_out_plans_name_their_own_kernels():
+    """NORM_OUT is a template flag after ROUND_INPUT: its kernels are a unit of their own, and the others'
+    expressions (and so their code) do not change."""
+    p = plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn", mode="per_group", norm_out=True)
+    assert p.expression == "pyrms::rms_norm_group_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, false, true, 4, 1, false, false>"
+    plain = plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn", mode="per_group")
+    assert set(p.group).isdisjoint(plain.group) and len(p.group) == len(plain.group)
 
 
 def test_per_group_launch_arguments(qfake):
     """The group kernels' arguments: scales, their row and group strides (row-major: groups and 1; column-major:
     1 and num_tokens, or scale_stride), epsilon; the tail group_shift, ue8m0, hidden and the row strides."""
     fake = qfake
-    fake.param_kinds = ("ptr",) * 4 + ("i64", "i64", "f32", "i32", "i32", "i32", "i64", "i64")
+    fake.param_kinds = ("ptr",) * 5 + ("i64", "i64", "f32", "i32", "i32", "i32", "i64", "i64", "i64")
     pyrms.rms_norm_quant(O + 3, X, W, 1e-6, 4, 7168, scale=S, mode="per_group")
     pyrms.rms_norm_quant(O, X, W, 1e-6, 300, 1024, scale=S + 4, mode="per_group", group_size=64,
                          column_major_scales=True, ue8m0=True, out_dtype="int8")
     pyrms.rms_norm_quant(O, X, W, 1e-6, 5, 1024, scale=S, mode="per_group", column_major_scales=True, scale_stride=8)
     pyrms.rms_norm_quant(O, X, W, 1e-6, 5, 1024, scale=S, mode="per_group", scale_stride=10, out_stride=1030)
     few, many, padded, strided = _launches(fake)
-    assert few[6] == (O + 3, X, W, S, 56, 1, pytest.approx(1e-6), 7, 0, 7168, 7168, 7168)
+    assert few[6] == (O + 3, 0, X, W, S, 56, 1, pytest.approx(1e-6), 7, 0, 7168, 7168, 7168, 7168)
     assert many[1:3] == ((300, 1, 1), (plan.plan_rms_norm("bf16", 1024).block, 1, 1))
-    assert many[6][3:] == (S + 4, 1, 300, pytest.approx(1e-6), 6, 1, 1024, 1024, 1024)
-    assert padded[6][3:6] == (S, 1, 8) and strided[6][3:6] == (S, 10, 1) and strided[6][-1] == 1030
-    fake.param_kinds = ("ptr",) * 5 + ("i64", "i64", "f32", "i32", "i32", "i32", "i64", "i64", "i64")
+    assert many[6][4:] == (S + 4, 1, 300, pytest.approx(1e-6), 6, 1, 1024, 1024, 1024, 1024)
+    assert padded[6][4:7] == (S, 1, 8) and strided[6][4:7] == (S, 10, 1) and strided[6][-2] == 1030
+    fake.param_kinds = ("ptr",) * 6 + ("i64", "i64", "f32", "i32", "i32", "i32", "i64", "i64", "i64", "i64")
     pyrms.fused_add_rms_norm_quant(O, X, R, W, 1e-6, 2, 768, scale=S, mode="per_group", group_size=64,
                                    residual_stride=771)
     (fused,) = _launches(fake)[4:]
-    assert fused[6] == (O, X, R, W, S, 12, 1, pytest.approx(1e-6), 6, 0, 768, 768, 771, 768)
+    assert fused[6] == (O, 0, X, R, W, S, 12, 1, pytest.approx(1e-6), 6, 0, 768, 768, 771, 768, 768)
 
 
 def call(fused=False, **overrides):
@@ -268,6 +305,19 @@ BAD = [
     (dict(out_stride=63), ValueError, "out_stride must be >= hidden_size (64)"),
     (dict(round_input=1), TypeError, "round_input must be True or False, got 1"),
     (dict(pdl="yes"), TypeError, "pdl must be True or False"),
+    (dict(norm_out=N + 1), ValueError, "norm_out pointer 0x900001 is not aligned to 2 bytes, as its bfloat16"),
+    (dict(norm_out=0), ValueError, "norm_out must be a non-null device pointer, got 0"),
+    (dict(norm_out="n"), TypeError, "norm_out must be a device pointer (int), a pyrms.Tensor, a torch tensor"),
+    (dict(norm_out=True), TypeError, "norm_out must be a device pointer (int), a pyrms.Tensor"),
+    (dict(norm_out=O + 100), ValueError, "out and norm_out overlap; they must be disjoint"),
+    (dict(norm_out=X + 64), ValueError, "input and norm_out overlap"),
+    (dict(norm_out=W - 2), ValueError, "weight and norm_out overlap"),
+    (dict(norm_out=S, mode="per_token", scale=S + 16), ValueError, "scale and norm_out overlap"),
+    (dict(norm_out=S, scale=S + 4), ValueError, "scale and norm_out overlap"),  # a device scale
+    (dict(norm_out=N, norm_out_stride=63), ValueError, "norm_out_stride must be >= hidden_size (64)"),
+    (dict(norm_out_stride=64), ValueError, "norm_out_stride applies with a norm_out only, got norm_out_stride=64"),
+    (dict(norm_out=FakeArray(N, (4, 64), "<f4"), dtype="bfloat16"), ValueError, "norm_out has dtype float32, but the dtype is"),
+    (dict(norm_out=FakeArray(N, (4, 65)), dtype="float16"), ValueError, "norm_out has shape (4, 65), expected (4, 64)"),
 ]
 
 
@@ -301,5 +351,7 @@ def test_valid_arguments_reach_the_driver(qfake):
     call(mode="per_group", group_size=64, scale=S, scale_stride=4, column_major_scales=True, ue8m0=True)
     call(mode="per_group", group_size=64, hidden_size=128, scale=S, scale_stride=2, out_dtype="int8", ue8m0=True)
     call(fused=True, mode="per_group", group_size=64, scale=O + 64 * 4)  # scales right after out
-    assert len(_launches(fake)) == 7
+    call(norm_out=O + 64 * 4 + 2, norm_out_stride=65)  # norm_out right after out, at any 2-byte address
+    call(fused=True, mode="per_token", scale=S, norm_out=FakeArray(N, (4, 64), "<f2"), dtype="float16")
+    assert len(_launches(fake)) == 9
     assert struct.pack("<f", 1e-30) != b"\0\0\0\0"

@@ -174,3 +174,50 @@ def test_per_group_round_input(rng, dtype):
              offsets={"input": 3})
     run_case(rng, dtype, 300, 1408, "float8_e4m3fn", mode="per_group", round_input=True, fused=True,
              column_major=True)
+
+
+# --- the unquantized output beside the quantized one (norm_out) ---------------------------------------
+ALL_MODES = [("static", None), ("per_token", None), ("per_group", 64)]
+
+
+@pytest.mark.parametrize("variant", ["few", "many"])
+@pytest.mark.parametrize("mode, group", ALL_MODES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_out_at_every_phase(rng, dtype, mode, group, variant):
+    """norm_out is rms_norm's output bit for bit, at every phase against x's (its own split: the held
+    vectors' y where it shares x's phase, y made from x re-read otherwise) and out's, both roundings."""
+    n = dtypes.get(dtype).vec_elems
+    for hidden in (192, 5120 + 64 * (dtype != "float32")):  # a tail beside 2-byte rows where phases differ
+        for off in range(n):
+            for round_input in ((False, True) if dtype != "float32" else (False,)):
+                run_case(rng, dtype, 3, hidden, "float8_e4m3fn", mode=mode, group_size=group, variant=variant,
+                         norm_out=True, round_input=round_input, offsets={"norm_out": off})
+            run_case(rng, dtype, 3, hidden, "int8", mode=mode, group_size=group, variant=variant, norm_out=True,
+                     offsets={"norm_out": off, "input": off, "out": 2 * off})
+
+
+@pytest.mark.parametrize("mode, group", ALL_MODES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_out_fused_strided_and_specials(rng, dtype, mode, group):
+    """After the residual add (the rounded sum normalized), with row strides, NaN/inf rows, many rows,
+    the aligned few-row kernel (every pointer aligned), and pdl off."""
+    opts = dict(mode=mode, group_size=group, norm_out=True)
+    for fused in (False, True):
+        run_case(rng, dtype, 3, 1408, "float8_e5m2", fused=fused, offsets={"residual": 1, "norm_out": 1}, **opts)
+        run_case(rng, dtype, 7, 1408, "float8_e4m3fn", fused=fused, strides={"input": 1411, "norm_out": 1408 + 24},
+                 **opts)
+        run_case(rng, dtype, 300, 1408, "int8", fused=fused, strides={"norm_out": 1417}, offsets={"input": 1},
+                 **opts)
+        run_case(rng, dtype, 4, 5120, "float8_e4m3fn", fused=fused, specials=True, **opts)
+        run_case(rng, dtype, 4, 5120, "float8_e4m3fn", fused=fused, variant="few", **opts)  # ALIGNED
+    run_case(rng, dtype, 2048, 5120, "float8_e4m3fn", fused=True, pdl=False, **opts)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_out_beside_device_scales(rng, dtype):
+    """norm_out is the last pointer after a device scale or scale_ub: each lands where the kernel reads it."""
+    for fused in (False, True):
+        run_case(rng, dtype, 4, 769, "float8_e4m3fn", device_scale=True, norm_out=True, fused=fused,
+                 offsets={"scale": 1, "norm_out": 1})
+        run_case(rng, dtype, 4, 769, "float8_e4m3fn", mode="per_token", scale_ub="device", norm_out=True,
+                 fused=fused, offsets={"scale_ub": 2, "scale": 1})

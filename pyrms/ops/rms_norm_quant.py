@@ -13,9 +13,10 @@ from . import _placement
 from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
 from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 
-# Leading arguments: out, input, [residual,] weight, scales, given_ptr, given, epsilon; then the packed tail
-# (hidden, the row strides). Per group: out, input, [residual,] weight, scales, scale_row_stride,
-# scale_group_stride, epsilon; then group_shift, ue8m0 and the same tail.
+# Leading arguments: out, norm_out, input, [residual,] weight, scales, given_ptr, given, epsilon; then the packed
+# tail (hidden, the row strides, out's and norm_out's last). Per group: out, norm_out, input, [residual,] weight,
+# scales, scale_row_stride, scale_group_stride, epsilon; then group_shift, ue8m0 and the same tail. Without a
+# norm_out, its pointer is 0 and its stride hidden (the kernels without NORM_OUT read neither).
 _HEAD = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "f32")
 _GROUP_HEAD = ("ptr", "ptr", "ptr", "ptr", "i64", "i64", "f32", "i32", "i32")
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
@@ -45,26 +46,32 @@ def group_scales(groups: int, column_major: bool, scale_stride) -> tuple[int, in
 
 class Prepared:
     """One (device, dtype, output dtype, mode, hidden, strides, options, where the scale is, the per-group
-    layout) of the quantizing ops, resolved once. `given_on_device`: the static scale (or per-token's scale_ub)
-    is read from a device pointer, not passed as a value. A call checks pointers, rows, epsilon and the scale
-    value; False launches nothing and the general path names what is wrong."""
+    layout, whether there is a norm_out) of the quantizing ops, resolved once. `given_on_device`: the static
+    scale (or per-token's scale_ub) is read from a device pointer, not passed as a value. A call checks
+    pointers, rows, epsilon and the scale value; False launches nothing and the general path names what is
+    wrong."""
 
     __slots__ = ("rows", "max_rows", "pointers", "per_token", "placed", "residual", "given_on_device", "value_allowed",
-                 "grouped", "scale_strides")
+                 "grouped", "scale_strides", "norm_out")
 
     def __init__(self, device, residual, dtype, out_dtype, mode, hidden, input_stride, residual_stride, out_stride,
-                 round_input, given_on_device, pdl, group_size=None, ue8m0=False, column_major_scales=False,
-                 scale_stride=None):
+                 round_input, given_on_device, pdl, norm_out, norm_out_stride, group_size=None, ue8m0=False,
+                 column_major_scales=False, scale_stride=None):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+        self.norm_out = norm_out = check.flag("norm_out", norm_out)
+        if not norm_out and norm_out_stride is not None:
+            raise ValueError(f"norm_out_stride applies with a norm_out only, got norm_out_stride={norm_out_stride!r} "
+                             f"and norm_out=None")
         p = planner.plan_rms_norm_quant(dt, hidden, out_dtype, mode=mode, round_input=check.flag("round_input", round_input),
-                                        residual=bool(residual), group=group_size)
+                                        residual=bool(residual), group=group_size, norm_out=norm_out)
         ue8m0, column_major = check.flag("ue8m0", ue8m0), check.flag("column_major_scales", column_major_scales)
         self.grouped = mode == "per_group"
         if not self.grouped and (ue8m0 or column_major or scale_stride is not None):
             raise ValueError(f"ue8m0, column_major_scales and scale_stride apply to mode='per_group' only, not {mode!r}")
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
+        n_stride = check.stride_arg("norm_out_stride", norm_out_stride, hidden)
         strides = (x_stride, check.stride_arg("residual_stride", residual_stride, hidden)) if residual else (x_stride,)
         self.residual, self.per_token = bool(residual), mode == "per_token"
         self.given_on_device = check.flag("given_on_device", given_on_device)
@@ -74,18 +81,19 @@ class Prepared:
             raise ValueError("scale_ub applies to mode='per_token' only")
         # `given` is a static scale, or per-token's scale_ub (+inf: none; int8 has none).
         self.value_allowed = not (self.per_token and p.out_dtype.integer)
-        lead = ("ptr",) * (3 if residual else 2)  # out, input, [residual]; then the weight
-        tail = (hidden, *strides, o_stride)
+        lead = ("ptr",) * (4 if residual else 3)  # out, norm_out, input, [residual]; then the weight
+        tail = (hidden, *strides, o_stride, n_stride)
         if self.grouped:
             row_stride, group_stride, scales = group_scales(hidden // p.group_size, column_major, scale_stride)
             self.scale_strides = (row_stride, group_stride, column_major)
             head, tail = lead + _GROUP_HEAD[2:], (p.group_shift, int(ue8m0), *tail)
         else:
             head = lead + _HEAD[2:]
-        self.rows = RowLaunches(p, head + ("i32",) + ("i64",) * (len(strides) + 1), tail, device, use_pdl(device, pdl),
-                                (*strides, o_stride))
-        self.max_rows = check.max_rows(hidden, *strides, o_stride)
-        # In call order: out, input, [residual,] weight, [scales,] [given]; what is written is disjoint from all.
+        self.rows = RowLaunches(p, head + ("i32",) + ("i64",) * (len(strides) + 2), tail, device, use_pdl(device, pdl),
+                                (*strides, o_stride, n_stride))
+        self.max_rows = check.max_rows(hidden, *strides, o_stride, n_stride)
+        # In call order: out, input, [residual,] weight, [scales,] [given,] [norm_out]; what is written is
+        # disjoint from all.
         operands = [(1, o_stride)] + [(dt.itemsize, s) for s in strides] + [(dt.itemsize, 0)]
         written = [0] + ([2] if residual else [])
         if self.per_token or self.grouped:
@@ -93,12 +101,15 @@ class Prepared:
             operands.append(scales if self.grouped else (4, 1, 1))
         if self.given_on_device:
             operands.append((4, 0, 1))
+        if norm_out:
+            written.append(len(operands))
+            operands.append((dt.itemsize, n_stride))
         pairs = {(min(i, j), max(i, j)) for i in written for j in range(len(operands)) if i != j}
         self.pointers = Pointers(hidden, operands, [(i, j, False) for i, j in sorted(pairs)])
         self.placed = _placement.for_device(device)
 
     def __call__(self, pointers: tuple, given: float, epsilon, num_tokens, stream) -> bool:
-        """pointers: (out, input, [residual,] weight, [scales,] [given pointer]), as in __init__."""
+        """pointers: (out, input, [residual,] weight, [scales,] [given pointer,] [norm_out]), as in __init__."""
         if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok(pointers, num_tokens)
                 and type(given) is float):
             return False
@@ -116,16 +127,19 @@ class Prepared:
         handle, placed = check.stream(stream), self.placed
         if placed is not None and not placed.ok(pointers, handle):
             return False
-        rows = 3 if self.residual else 2  # out, input, [residual], weight: the pointers of the alignment test
-        pointers_or = 0
+        rows = 3 if self.residual else 2  # out, input, [residual], weight (and norm_out): the alignment test's
+        norm_out = pointers[-1] if self.norm_out else 0
+        pointers_or = norm_out
         for ptr in pointers[:rows + 1]:
             pointers_or |= ptr
-        if self.grouped:
-            self.rows(_FEW_ROWS, num_tokens, handle, pointers_or, *pointers[:rows + 2], row_stride, group_stride, epsilon)
+        if self.grouped:  # the kernels take norm_out second
+            self.rows(_FEW_ROWS, num_tokens, handle, pointers_or, pointers[0], norm_out, *pointers[1:rows + 2],
+                      row_stride, group_stride, epsilon)
             return True
         scales = pointers[rows + 1] if self.per_token else 0
-        given_ptr = pointers[-1] if self.given_on_device else 0
-        self.rows(_FEW_ROWS, num_tokens, handle, pointers_or, *pointers[:rows + 1], scales, given_ptr, given, epsilon)
+        given_ptr = pointers[rows + 1 + (self.per_token or self.grouped)] if self.given_on_device else 0
+        self.rows(_FEW_ROWS, num_tokens, handle, pointers_or, pointers[0], norm_out, *pointers[1:rows + 1], scales,
+                  given_ptr, given, epsilon)
         return True
 
 
@@ -137,6 +151,7 @@ def rms_norm_quant(out: int, input: Operand, weight: Operand, epsilon: float, nu
                    mode: str = "static", scale_ub=None, group_size: int | None = None, ue8m0: bool = False,
                    column_major_scales: bool = False, scale_stride: int | None = None,
                    dtype: DTypeLike | None = None, input_stride: int | None = None, out_stride: int | None = None,
+                   norm_out: OptionalOperand = None, norm_out_stride: int | None = None,
                    stream: StreamLike = None, round_input: bool = False, pdl: bool = True) -> None:
     """RMSNorm of each row of ``input`` quantized into ``out`` (``out_dtype``: 'float8_e4m3fn',
     'float8_e5m2' or 'int8'; docs/numerics.md gives every formula).
@@ -157,15 +172,21 @@ def rms_norm_quant(out: int, input: Operand, weight: Operand, epsilon: float, nu
       as DeepGEMM-style GEMMs read them, with group stride ``scale_stride`` (default num_tokens; a padded
       one, e.g. to a multiple of 4, leaves the padding untouched).
 
+    ``norm_out`` (optional): the unquantized output beside the quantized one, rows of ``norm_out_stride``
+    (default hidden_size) elements of the input's dtype: ``y`` rounded to it, bit for bit ``pyrms.rms_norm``'s
+    output (its default rounding with ``round_input=True``, ``round_once=True``'s without), for a caller whose
+    next GEMM reads ``out`` and another consumer the unquantized rows. A raw pointer or an array.
+
     ``out``: a device pointer (int) to rows of ``out_stride`` (default hidden_size) 1-byte elements, at any
     address. ``input`` and ``weight``: raw pointers or arrays as in ``pyrms.rms_norm`` (the weight of the
-    input's dtype). What is written (``out``, per-token or per-group scales) must not overlap anything else.
+    input's dtype). What is written (``out``, ``norm_out``, per-token or per-group scales) must not overlap
+    anything else.
     ``epsilon``, ``dtype``, ``stream``, ``pdl``: as in ``pyrms.rms_norm``. Everything is validated before
     the launch; the launch is asynchronous on ``stream``.
     """
     _run(False, out, input, None, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
-         (group_size, ue8m0, column_major_scales, scale_stride), dtype, input_stride, None, out_stride, stream,
-         round_input, pdl)
+         (group_size, ue8m0, column_major_scales, scale_stride), dtype, input_stride, None, out_stride, norm_out,
+         norm_out_stride, stream, round_input, pdl)
 
 
 def fused_add_rms_norm_quant(out: int, input: Operand, residual: Operand, weight: Operand, epsilon: float,
@@ -174,16 +195,18 @@ def fused_add_rms_norm_quant(out: int, input: Operand, residual: Operand, weight
                              group_size: int | None = None, ue8m0: bool = False, column_major_scales: bool = False,
                              scale_stride: int | None = None, dtype: DTypeLike | None = None,
                              input_stride: int | None = None, residual_stride: int | None = None,
-                             out_stride: int | None = None, stream: StreamLike = None, round_input: bool = False,
+                             out_stride: int | None = None, norm_out: OptionalOperand = None,
+                             norm_out_stride: int | None = None, stream: StreamLike = None, round_input: bool = False,
                              pdl: bool = True) -> None:
     """vLLM's residual add, then ``rms_norm_quant`` of the rounded sum: ``residual <- round(input +
     residual)`` in place (as ``pyrms.fused_add_rms_norm``; ``input`` is only read), and ``out`` the
     quantized RMSNorm of the new residual, bit for bit ``rms_norm_quant(out, residual, ...)`` on it. The
-    arguments as in ``rms_norm_quant``; ``residual`` with its own ``residual_stride``, disjoint from the rest.
+    arguments as in ``rms_norm_quant``; ``residual`` with its own ``residual_stride``, disjoint from the rest;
+    ``norm_out`` the new residual's RMSNorm, unquantized.
     """
     _run(True, out, input, residual, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
          (group_size, ue8m0, column_major_scales, scale_stride), dtype, input_stride, residual_stride, out_stride,
-         stream, round_input, pdl)
+         norm_out, norm_out_stride, stream, round_input, pdl)
 
 
 def _given(mode, scale, scale_ub) -> tuple[float, int | None]:
@@ -197,12 +220,16 @@ def _given(mode, scale, scale_ub) -> tuple[float, int | None]:
 
 
 def _run(residual, out, input, res, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
-         grouping, dtype, input_stride, residual_stride, out_stride, stream, round_input, pdl) -> None:
+         grouping, dtype, input_stride, residual_stride, out_stride, norm_out, norm_out_stride, stream, round_input,
+         pdl) -> None:
     """grouping: (group_size, ue8m0, column_major_scales, scale_stride), as given."""
-    if not (type(input) is int and type(weight) is int and (res is None or type(res) is int)):
+    if not (type(input) is int and type(weight) is int and (res is None or type(res) is int)
+            and (norm_out is None or type(norm_out) is int)):
         rows = [("input", input, input_stride, "input_stride", False)]
         if residual:
             rows.append(("residual", res, residual_stride, "residual_stride", True))
+        if norm_out is not None:
+            rows.append(("norm_out", norm_out, norm_out_stride, "norm_out_stride", True))
         dt, num_tokens, hidden_size, found = check.arrays(dtype, num_tokens, hidden_size, rows=rows,
                                                           vectors=[("weight", weight)])
         if num_tokens == 0:
@@ -210,27 +237,33 @@ def _run(residual, out, input, res, weight, epsilon, num_tokens, hidden_size, sc
         (input, input_stride), (weight, _) = found["input"], found["weight"]
         if residual:
             res, residual_stride = found["residual"]
+        if norm_out is not None:
+            norm_out, norm_out_stride = found["norm_out"]
         dtype = dt
     given, given_ptr = _given(mode, scale, scale_ub)
     pointers = (out, input, *((res,) if residual else ()), weight, *((scale,) if mode != "static" else ()),
-                *((given_ptr,) if given_ptr is not None else ()))
+                *((given_ptr,) if given_ptr is not None else ()), *((norm_out,) if norm_out is not None else ()))
     static = (residual, dtype, out_dtype, mode, hidden_size, input_stride, residual_stride, out_stride, round_input,
-              given_ptr is not None, pdl, *grouping)
+              given_ptr is not None, pdl, norm_out is not None, norm_out_stride, *grouping)
     prepared = _prepared.get(*static)
     if prepared is not None and all(type(p) is int for p in pointers) and prepared(pointers, given, epsilon,
                                                                                      num_tokens, stream):
         return
     _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub, grouping,
-             input_stride, residual_stride, out_stride, stream, round_input, pdl)
+             input_stride, residual_stride, out_stride, norm_out is not None, norm_out_stride, stream, round_input, pdl)
     launched = _prepared.require(*static)(pointers, given, float(epsilon), int(num_tokens), stream)
     assert launched, "the checks above accept what the prepared launch declines"
 
 
 def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub, grouping,
-             input_stride, residual_stride, out_stride, stream, round_input, pdl) -> None:
-    """Raise the error that names what the prepared launch declined (the general path's checks)."""
+             input_stride, residual_stride, out_stride, norm_out, norm_out_stride, stream, round_input, pdl) -> None:
+    """Raise the error that names what the prepared launch declined (the general path's checks); norm_out:
+    whether one was given (the last pointer)."""
     check.flag("pdl", pdl)
     check.flag("round_input", round_input)
+    if not norm_out and norm_out_stride is not None:
+        raise ValueError(f"norm_out_stride applies with a norm_out only, got norm_out_stride={norm_out_stride!r} "
+                         f"and norm_out=None")
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
     dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
@@ -251,8 +284,10 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
         raise ValueError("scale_ub applies to mode='per_token' only")
     if mode != "per_group" and (ue8m0 or column_major or scale_stride is not None):
         raise ValueError(f"ue8m0, column_major_scales and scale_stride apply to mode='per_group' only, not {mode!r}")
-    if len(pointers) > len(names):
+    if len(pointers) > len(names) + norm_out:
         names.append("scale" if mode == "static" else "scale_ub")
+    if norm_out:
+        names.append("norm_out")
     for name, ptr in zip(names, pointers):
         if type(ptr) is not int:
             kind = "a device pointer (int)"
@@ -272,6 +307,7 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
     x_stride = check.stride_arg("input_stride", input_stride, hidden)
     o_stride = check.stride_arg("out_stride", out_stride, hidden)
     r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
+    n_stride = check.stride_arg("norm_out_stride", norm_out_stride, hidden)
     scale_shape = {"static": (4, 0, 1), "per_token": (4, 1, 1)}.get(mode)
     if mode == "per_group":
         groups = hidden // p.group_size
@@ -281,7 +317,7 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
                              f"tokens of one group do not overlap the next group's, got {group_stride}")
     shapes = {"out": (1, o_stride, hidden), "input": (dt.itemsize, x_stride, hidden),
               "residual": (dt.itemsize, r_stride, hidden), "weight": (dt.itemsize, 0, hidden),
-              "scale": scale_shape, "scale_ub": (4, 0, 1)}
+              "scale": scale_shape, "scale_ub": (4, 0, 1), "norm_out": (dt.itemsize, n_stride, hidden)}
     spans = {}
     for name, ptr in zip(names, pointers):
         itemsize, stride, length = shapes[name]
@@ -293,7 +329,7 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
         if stride:
             check.extent(name, num_tokens, stride, length)
         spans[name] = (check.Operand(name, ptr), check.span(ptr, num_tokens if stride else 1, stride, length, itemsize))
-    written = {"out", "residual"} | ({"scale"} if mode != "static" else set())
+    written = {"out", "residual", "norm_out"} | ({"scale"} if mode != "static" else set())
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             if a in written or b in written:
