@@ -30,4 +30,5 @@ tail -6 $R/sanitizers.txt
 timeout 100 python3 $S/norm_out_bench.py 1,16,16384 > $R/norm_out_bench.txt 2>&1
 echo "bench rc=$?" >> $R/norm_out_bench.txt
 cat $R/norm_out_bench.txt
+timeout 150 python3 -m tools.readme_examples > $R/readme_examples.txt 2>&1; tail -4 $R/readme_examples.txt
 tar -czf $OUT/run39.tgz -C /tmp run39 san
