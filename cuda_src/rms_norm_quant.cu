@@ -335,7 +335,7 @@ template <int MODE> __host__ __device__ constexpr int min_blocks(int held) {
 }
 
 // given_ptr: where to read `given` instead (a device scale), or null. norm_out (rows of norm_out_stride): written
-// with NORM_OUT only; the launches without it pass null and 0.
+// with NORM_OUT only; the launches without it pass null (and hidden).
 template <typename T, typename Q, int MODE, bool ROUND_INPUT, bool NORM_OUT, int CACHE, int SPREAD, bool EARLY_WEIGHTS,
           bool ALIGNED>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), min_blocks<MODE>(CACHE / SPREAD)) rms_norm_quant_kernel(
