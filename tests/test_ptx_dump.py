@@ -336,14 +336,17 @@ def test_quant_families_select_mode_and_output(tool):
     kernel (no MODE argument), fused the fused add's."""
     family = tool.FAMILIES["rms_norm_quant"]
     default = tool.resolve_variant(family, None, dtypes.BFLOAT16, 5120)
-    assert default == {"cache": 4, "few": False, "aligned": False, "round_input": False, "out_dtype": "float8_e4m3fn",
-                       "mode": "static"}
+    assert default == {"cache": 4, "few": False, "aligned": False, "round_input": False, "norm_out": False,
+                       "out_dtype": "float8_e4m3fn", "mode": "static"}
     assert family.expression(dtypes.BFLOAT16, 5120, default) == \
-        "pyrms::rms_norm_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, 0, false, 4, 1, false, false>"
+        "pyrms::rms_norm_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, 0, false, false, 4, 1, false, false>"
     v = tool.resolve_variant(tool.FAMILIES["fused_add_rms_norm_quant"], "mode=per_group,out_dtype=int8,few,round_input",
                              dtypes.FLOAT32, 7168)
     assert tool.FAMILIES["fused_add_rms_norm_quant"].expression(dtypes.FLOAT32, 7168, v) == \
-        "pyrms::fused_add_rms_norm_group_quant_kernel<float, signed char, true, 4, 2, true, false>"
+        "pyrms::fused_add_rms_norm_group_quant_kernel<float, signed char, true, false, 4, 2, true, false>"
+    with_norm = tool.resolve_variant(family, "mode=per_token,norm_out", dtypes.BFLOAT16, 5120)
+    assert family.expression(dtypes.BFLOAT16, 5120, with_norm) == \
+        "pyrms::rms_norm_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, 1, false, true, 4, 1, false, false>"
     assert tool.output_stem("rms_norm_quant", dtypes.FLOAT32, 7168, "sm_90", v) == \
         "rms_norm_quant-float32-h7168-sm_90-cache4-few-round_input-out_dtypeint8-modeper_group"
     for text, message in (("mode=per_block", "expected mode=static|per_token|per_group"),

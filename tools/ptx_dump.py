@@ -132,12 +132,13 @@ def _quant_mode(text: str | None) -> str:
 
 
 def _quant_family(residual: bool) -> "Family":
-    """rms_norm_quant.cu's kernels (residual: the fused add's): the row family's variants plus round_input, the
-    output dtype and the mode (per_group: the group kernels; the group size is a run-time argument)."""
+    """rms_norm_quant.cu's kernels (residual: the fused add's): the row family's variants plus round_input,
+    norm_out (the unquantized output beside), the output dtype and the mode (per_group: the group kernels; the
+    group size is a run-time argument)."""
     def planner(dt: dtypes.DType, hidden: int) -> plan.RmsNormQuantPlan:
         return plan.plan_rms_norm_quant(dt, hidden, dtypes.FLOAT8_E4M3FN, residual=residual)
     kernel = "fused_add_rms_norm_quant_kernel" if residual else "rms_norm_quant_kernel"
-    row = _row_family(planner, "rms_norm_quant.cu", "", {"round_input": False}, out=False)
+    row = _row_family(planner, "rms_norm_quant.cu", "", {"round_input": False, "norm_out": False}, out=False)
     return Family(
         "rms_norm_quant.cu", f"pyrms::{kernel} (mode=per_group: the group kernel), planned like rms_norm; "
         "out_dtype=float8_e4m3fn|float8_e5m2|int8, mode=static|per_token|per_group",
