@@ -10,8 +10,7 @@ from hostile_cases import environment
 from pyrms import dtypes, kernels, launch, plan, reference
 from pyrms.tensor import Tensor
 from pyrms.testing import bits
-
-A, B, C, D, E = (0x10000 * k for k in range(1, 6))  # fake, 64 KiB apart: disjoint for the sizes used
+from validation_calls import A, B, D, E, backward
 
 
 # --- plans --------------------------------------------------------------------------------------------
@@ -125,15 +124,6 @@ def test_references_without_weight(hidden):
 
 # --- validation: before any driver call ----------------------------------------------------------------
 
-def bwd(layer_norm=False, **kw):
-    args = dict(grad_input=A, grad_weight=None, grad_output=B, input=C, weight=None, epsilon=1e-5, num_tokens=4,
-                hidden_size=64, dtype="bfloat16")
-    if layer_norm:
-        args["grad_bias"] = D
-    args.update(kw)
-    (pyrms.layer_norm_backward if layer_norm else pyrms.rms_norm_backward)(**args)
-
-
 @pytest.mark.parametrize("layer_norm", [False, True])
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(grad_weight=D), ValueError, "^grad_weight was given, but weight is None: without a weight there is no weight "
@@ -146,26 +136,26 @@ def bwd(layer_norm=False, **kw):
 ])
 def test_validation_names_the_argument(layer_norm, kwargs, error, message):
     with pytest.raises(error, match=message):
-        bwd(layer_norm, **kwargs)
+        backward(layer_norm, weightless=True, **kwargs)
 
 
 def test_validation_of_what_has_no_meaning_without_a_weight():
     with pytest.raises(ValueError, match="gemma needs a weight \\(it multiplies by 1 \\+ weight\\); got weight=None"):
-        bwd(gemma=True)
+        backward(weightless=True, gemma=True)
     with pytest.raises(ValueError, match="^grad_weight_dtype='float32' was given, but no parameter gradient is written "
                                          "\\(weight=None and no grad_bias\\); leave it out$"):
-        bwd(grad_weight_dtype="float32")
+        backward(weightless=True, grad_weight_dtype="float32")
     with pytest.raises(ValueError, match="grad_weight_dtype='float32' was given"):
-        bwd(True, grad_bias=None, grad_weight_dtype="float32")
+        backward(True, weightless=True, grad_bias=None, grad_weight_dtype="float32")
     # LayerNorm's grad_bias is checked as with a weight: its dtype, its alignment, its overlaps
     with pytest.raises(ValueError, match="grad_bias dtype must be bfloat16 \\(the dtype\\) or float32, got float16"):
-        bwd(True, grad_weight_dtype="float16")
+        backward(True, weightless=True, grad_weight_dtype="float16")
     with pytest.raises(ValueError, match="grad_bias pointer .* not aligned to 4 bytes"):
-        bwd(True, grad_bias=D + 2, grad_weight_dtype="float32")
+        backward(True, weightless=True, grad_bias=D + 2, grad_weight_dtype="float32")
     with pytest.raises(ValueError, match="grad_input and grad_bias overlap"):
-        bwd(True, grad_bias=A + 64)
+        backward(True, weightless=True, grad_bias=A + 64)
     with pytest.raises(ValueError, match="grad_bias and grad_output overlap"):
-        bwd(True, grad_bias=B + 8)
+        backward(True, weightless=True, grad_bias=B + 8)
 
 
 # --- launches over the fake driver ----------------------------------------------------------------------

@@ -537,6 +537,50 @@ def test_spin_kernel_compiles_with_nvrtc():
     assert timing.initial_spin_us(1e9, 100) == timing.MAX_SPIN_US
 
 
+def test_median_us_each_times_each_run_and_reports_the_ones_that_fail(capsys):
+    """The tools' side-by-side timing (tools/bench_quant.py, tools/bench_qk_norm.py) over a timer without a
+    device: a run that fails at its first call, at the synchronize after it, or while being timed gets None
+    and one stderr line, and the next is still timed."""
+    log = []
+
+    class Timer:  # the two EventTimer methods median_us uses
+        def warm_up(self, run, sets, at_least):
+            for i in range(max(sets, at_least)):
+                run(i % sets)
+            return 1.0
+
+        def samples(self, run, state, count):
+            assert (state.sets, state.batch, count) == (2, 20, 3)
+            run(state.cursor)
+            return [3.0, 1.0, 2.0] if log[-1][0] == "a" else [5.0, 4.0, 6.0]  # medians 2 and 5
+
+    def run_of(name, fail_at=None):
+        def run(i):
+            log.append((name, i))
+            if i == fail_at:
+                raise ValueError(f"{name} cannot run set {i}")
+        return run
+
+    def synchronize():
+        if log[-1] == ("async", 0):
+            raise RuntimeError("an illegal address, found at the synchronize")
+
+    runs = {"a": run_of("a"), "first": run_of("first", fail_at=0), "async": run_of("async"),
+            "timed": run_of("timed", fail_at=1), "e": run_of("e")}
+    us = timing.median_us_each(Timer(), runs, 2, 3, synchronize=synchronize, where="q T=16",
+                               after_first=lambda name: log.append(("after first", name)))
+    assert us == {"a": 2.0, "first": None, "async": None, "timed": None, "e": 5.0}  # in the runs' order
+    assert log[:3] == [("a", 0), ("after first", "a"), ("a", 0)]  # first call, hook, then the warm-up
+    assert [entry[1] for entry in log if entry[0] == "after first"] == ["a", "timed", "e"]
+    assert capsys.readouterr().err.splitlines() == [
+        "  first failed at q T=16: ValueError: first cannot run set 0",
+        "  async failed at q T=16: RuntimeError: an illegal address, found at the synchronize",
+        "  timed failed at q T=16: ValueError: timed cannot run set 1",
+    ]
+    assert timing.cells(us) == "a=2.00 first=n/a async=n/a timed=n/a e=5.00"
+    assert timing.median_us_each(Timer(), {}, 2, 3, synchronize=synchronize, where="") == {}
+
+
 # -- whole runs on a simulated GPU -------------------------------------------------------------------
 
 OK_STATUS = real_cu.CUresult.CUDA_SUCCESS

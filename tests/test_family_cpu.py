@@ -10,9 +10,9 @@ import pyrms
 from pyrms import compiler, dtypes, plan, ptx_inspect, reference
 from pyrms.ops import _workspace
 from pyrms.tensor import Tensor
+from validation_calls import A, B, C, D, E, F, backward
 
 DTYPES = ["bfloat16", "float16", "float32"]
-A, B, C, D, E, F = (0x10000 * k for k in range(1, 7))  # fake, 64 KiB apart: disjoint for the sizes used
 
 
 # --- plans ------------------------------------------------------------------------------------------
@@ -148,15 +148,6 @@ def ln(**kw):
     pyrms.layer_norm(**args)
 
 
-def bwd(layer_norm=False, **kw):
-    args = dict(grad_input=A, grad_weight=B, grad_output=C, input=D, weight=E, epsilon=1e-5, num_tokens=4,
-                hidden_size=64, dtype="bfloat16")
-    if layer_norm:
-        args["grad_bias"] = F
-    args.update(kw)
-    (pyrms.layer_norm_backward if layer_norm else pyrms.rms_norm_backward)(**args)
-
-
 @pytest.mark.parametrize("call, kwargs, error, message", [
     (fused, dict(num_tokens=0), ValueError, "num_tokens must be between 1 and 2147483647, got 0"),
     (fused, dict(input=A + 2), ValueError, f"input pointer {A + 2:#x} is not aligned to 4 bytes"),
@@ -173,19 +164,21 @@ def bwd(layer_norm=False, **kw):
     (ln, dict(out=B + 4), ValueError, "out and input overlap; they must be disjoint or exactly the same memory"),
     (ln, dict(out=Tensor(A, (3, 64), "float32")), ValueError, "out has shape \\(3, 64\\), expected \\(4, 64\\)"),
     (ln, dict(weight=Tensor(C, (64,), "float16")), ValueError, "weight has dtype float16, but the dtype is float32"),
-    (bwd, dict(rows_per_block=20), ValueError, "rows_per_block must be 1 or a multiple of 16, got 20"),
-    (bwd, dict(grad_weight_dtype="float16"), ValueError, "grad_weight dtype must be bfloat16 \\(the dtype\\) or float32"),
-    (bwd, dict(grad_weight=Tensor(B, (64,), "float16")), ValueError, "grad_weight dtype must be bfloat16"),
-    (bwd, dict(grad_weight=B + 2, grad_weight_dtype="float32"), ValueError, "grad_weight pointer .* not aligned to 4"),
-    (bwd, dict(workspace=F + 8), ValueError, f"workspace pointer {F + 8:#x} must be non-null and 16-byte aligned"),
-    (bwd, dict(workspace=A + 16), ValueError, "grad_input and workspace overlap"),
-    (bwd, dict(workspace=1.5), TypeError, "workspace must be a device pointer"),
-    (bwd, dict(grad_weight=E + 2), ValueError, "grad_weight and weight overlap"),
-    (bwd, dict(grad_input=E), ValueError, "grad_input and weight overlap"),
-    (bwd, dict(grad_input_stride=65, grad_input=Tensor(A, (4, 64), "bfloat16")), ValueError,
+    (backward, dict(rows_per_block=20), ValueError, "rows_per_block must be 1 or a multiple of 16, got 20"),
+    (backward, dict(grad_weight_dtype="float16"), ValueError,
+     "grad_weight dtype must be bfloat16 \\(the dtype\\) or float32"),
+    (backward, dict(grad_weight=Tensor(B, (64,), "float16")), ValueError, "grad_weight dtype must be bfloat16"),
+    (backward, dict(grad_weight=B + 2, grad_weight_dtype="float32"), ValueError,
+     "grad_weight pointer .* not aligned to 4"),
+    (backward, dict(workspace=F + 8), ValueError, f"workspace pointer {F + 8:#x} must be non-null and 16-byte aligned"),
+    (backward, dict(workspace=A + 16), ValueError, "grad_input and workspace overlap"),
+    (backward, dict(workspace=1.5), TypeError, "workspace must be a device pointer"),
+    (backward, dict(grad_weight=E + 2), ValueError, "grad_weight and weight overlap"),
+    (backward, dict(grad_input=E), ValueError, "grad_input and weight overlap"),
+    (backward, dict(grad_input_stride=65, grad_input=Tensor(A, (4, 64), "bfloat16")), ValueError,
      "grad_input_stride=65 disagrees with grad_input's row stride 64"),
-    (bwd, dict(layer_norm=True, grad_bias=B + 64), ValueError, "grad_weight and grad_bias overlap"),
-    (bwd, dict(layer_norm=True, grad_bias=1.5), TypeError, "grad_bias must be a device pointer"),
+    (backward, dict(layer_norm=True, grad_bias=B + 64), ValueError, "grad_weight and grad_bias overlap"),
+    (backward, dict(layer_norm=True, grad_bias=1.5), TypeError, "grad_bias must be a device pointer"),
     (ln, dict(bias=None, weight=A + 64), ValueError, "out and weight overlap"),  # no bias: weight still checked
 ])
 def test_validation_names_the_argument(call, kwargs, error, message):
@@ -201,7 +194,7 @@ def test_backward_in_place_is_allowed_by_validation():
     for kwargs in (dict(grad_input=C), dict(grad_input=D), dict(grad_input=C, layer_norm=True),
                    dict(layer_norm=True, grad_bias=None)):  # a LayerNorm without bias has no grad_bias
         with pytest.raises(pyrms.NoDriverError):  # validation passed; the launch needs the device
-            bwd(**kwargs)
+            backward(**kwargs)
     with pytest.raises(pyrms.NoDriverError):
         ln(bias=None)
 

@@ -115,20 +115,20 @@ def main(argv=None) -> int:
             sets = max(2, min(16, (512 << 20) // max(nbytes, 1)))
             data = views(tokens, sets)
             row = {"part": part, "tokens": tokens, "heads": heads, "bytes": nbytes, "us": {}}
-            ref = None
+            runs = {}
             for name, impl in impls.items():
                 def run(i, impl=impl):
                     x, y = data[i][1][part]
                     impl(x, weight, y)
-                try:
-                    run(0)
-                    torch.cuda.synchronize()
-                    if name == "pyrms":
-                        ref = data[0][1][part][1].clone()
-                    row["us"][name] = timing.median_us(timer, run, sets, args.reps)
-                except Exception as exc:  # an implementation that cannot run this shape is reported, not fatal
-                    row["us"][name] = None
-                    print(f"  {name} failed at {part} T={tokens}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                runs[name] = run
+            kept = {}
+
+            def keep(name):  # pyrms's output of set 0, before Triton writes into the same y
+                if name == "pyrms":
+                    kept[name] = data[0][1][part][1].clone()
+            row["us"] = timing.median_us_each(timer, runs, sets, args.reps, synchronize=torch.cuda.synchronize,
+                                              where=f"{part} T={tokens}", after_first=keep)
+            ref = kept.get("pyrms")
             # pyrms (the seed's two roundings by default) against torch eager (one): the largest difference
             x = data[0][1][part][0]
             torch_out = torch.nn.functional.rms_norm(x, (HEAD_DIM,), weight, EPS)
@@ -139,8 +139,8 @@ def main(argv=None) -> int:
             row["speedup_vs_fastest_other"] = best_other / p if p and best_other else None
             row["fraction_of_ceiling"] = (nbytes / (p * 1e-6)) / (ceil.gbps * 1e9) if p else None
             results.append(row)
-            cells = " ".join(f"{k}={v:.2f}" if v else f"{k}=n/a" for k, v in row["us"].items())
-            print(f"{part} T={tokens:6d} H={heads:2d}: {cells} | speedup {row['speedup_vs_fastest_other'] or 0:.2f}x "
+            print(f"{part} T={tokens:6d} H={heads:2d}: {timing.cells(row['us'])} | "
+                  f"speedup {row['speedup_vs_fastest_other'] or 0:.2f}x "
                   f"ceiling {row['fraction_of_ceiling'] or 0:.3f}", flush=True)
             del data
     if args.json:

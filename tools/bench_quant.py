@@ -125,25 +125,22 @@ def main(argv=None) -> int:
                 impls["pyrms"](x, r, w, q, s)
                 torch.cuda.synchronize()
                 row["agree"] = float((q.view(torch.uint8) == want.view(torch.uint8)).float().mean())
+                runs = {}
                 for name, impl in impls.items():
                     def run(i, impl=impl):
                         x, r, q, s = data[i]
                         impl(x, r, w, q, s)
-                    try:
-                        run(0)
-                        torch.cuda.synchronize()
-                        row["us"][name] = timing.median_us(timer, run, sets, args.reps)
-                    except Exception as exc:  # an implementation that cannot run this shape is reported, not fatal
-                        row["us"][name] = None
-                        print(f"  {name} failed at T={tokens}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    runs[name] = run
+                row["us"] = timing.median_us_each(timer, runs, sets, args.reps, synchronize=torch.cuda.synchronize,
+                                                  where=f"T={tokens}")
                 p, pair = row["us"].get("pyrms"), row["us"].get("compile pair")
                 others = [v for k, v in row["us"].items() if k != "pyrms" and v]
                 row["speedup_vs_compile_pair"] = pair / p if p and pair else None
                 row["speedup_vs_fastest_other"] = min(others) / p if p and others else None
                 row["fraction_of_ceiling"] = (nbytes / (p * 1e-6)) / (ceil.gbps * 1e9) if p else None
                 results.append(row)
-                cells = " ".join(f"{k}={v:.2f}" if v else f"{k}=n/a" for k, v in row["us"].items())
-                print(f"{row['op']} {mode} T={tokens:6d}: {cells} | vs pair {row['speedup_vs_compile_pair'] or 0:.2f}x "
+                print(f"{row['op']} {mode} T={tokens:6d}: {timing.cells(row['us'])} | "
+                      f"vs pair {row['speedup_vs_compile_pair'] or 0:.2f}x "
                       f"vs fastest {row['speedup_vs_fastest_other'] or 0:.2f}x ceiling "
                       f"{row['fraction_of_ceiling'] or 0:.3f} agree {row['agree']:.4f}", flush=True)
                 del data

@@ -13,8 +13,10 @@ launch on it, so one timing method serves every implementation.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
+from typing import Callable, Mapping
 
 from .. import compiler, driver, launch
 
@@ -120,3 +122,31 @@ def median_us(timer: EventTimer, run, sets: int, reps: int, batch: int = 20) -> 
     state = Cursor(sets=sets, batch=batch, spin_us=initial_spin_us(host_us, batch))
     samples = sorted(timer.samples(run, state, reps))
     return samples[len(samples) // 2]
+
+
+def median_us_each(timer: EventTimer, runs: Mapping[str, Callable[[int], object]], sets: int, reps: int, *,
+                   synchronize: Callable[[], object], where: str,
+                   after_first: Callable[[str], object] | None = None) -> dict[str, float | None]:
+    """``median_us`` of each named ``run(i)`` in turn, for tools that set several implementations of one
+    shape side by side (tools/bench_quant.py, tools/bench_qk_norm.py). Each is first called once on set 0
+    and ``synchronize()``d, so that an error surfaces before its timing, then ``after_first(name)`` runs
+    (a tool keeps that output there, before the next implementation overwrites it). One that raises
+    anywhere gets None and a line ``  NAME failed at WHERE: Type: message`` on stderr: an implementation
+    that cannot run a shape is reported, not fatal."""
+    us: dict[str, float | None] = {}
+    for name, run in runs.items():
+        try:
+            run(0)
+            synchronize()
+            if after_first is not None:
+                after_first(name)
+            us[name] = median_us(timer, run, sets, reps)
+        except Exception as exc:
+            us[name] = None
+            print(f"  {name} failed at {where}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return us
+
+
+def cells(us: Mapping[str, float | None]) -> str:
+    """``name=12.34 other=n/a``: medians as the tools print them (n/a for one that did not run)."""
+    return " ".join(f"{k}={v:.2f}" if v else f"{k}=n/a" for k, v in us.items())

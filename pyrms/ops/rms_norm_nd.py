@@ -84,15 +84,13 @@ class NdPrepared:
         sizes = (1,) * ndim  # stride checks only: the sizes come with each call
         self.x_strides = lead_strides("input_stride", input_strides, sizes, hidden)
         self.o_strides = lead_strides("out_stride", out_strides, sizes, hidden)
-        self.w_stride = weight_stride_arg(weight_stride, hidden)
         self.ndim, self.hidden, self.itemsize = ndim, hidden, dt.itemsize
         p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once), weight_dtype=weight_dtype,
                                   out_dtype=out_dtype)
         self.o_itemsize = p.out_dtype.itemsize  # the rows' itemsize, or 4 for an fp32 output
         self.o_mask = self.o_itemsize - 1
-        if p.weight == "none" and self.w_stride:
-            raise ValueError("weight_stride was given for weight=None; leave it out")
         self.weightless = p.weight == "none"
+        self.w_stride = weight_stride_arg(weight_stride, hidden, self.weightless)
         self.w_itemsize = p.weight_itemsize  # 0: no weight, nothing read
         self.w_mask = max(p.weight_itemsize, 1) - 1
         self.mask = dt.itemsize - 1
@@ -109,13 +107,11 @@ class NdPrepared:
         rows = _views.rows(sizes)
         if rows > check.INT32_MAX or _views.rows_overlap(sizes, self.o_strides, self.hidden):
             return None
-        o_elems = _views.extent(sizes, self.o_strides, self.hidden)
-        x_elems = _views.extent(sizes, self.x_strides, self.hidden)
-        if max(o_elems, x_elems) > _MAX_ELEMS or (sizes[0] - 1) * self.w_stride + self.hidden > _MAX_ELEMS:
+        x_elems, o_elems, w_elems = spans(sizes, self.x_strides, self.o_strides, self.w_stride, self.hidden)
+        if max(x_elems, o_elems, w_elems) > _MAX_ELEMS:
             return None
         d1, d2, _ = _views.kernel_dims(sizes, self.o_strides)
-        w_bytes = ((sizes[0] - 1) * self.w_stride + self.hidden) * self.w_itemsize
-        return sizes, rows, d1, d2, o_elems * self.o_itemsize, x_elems * self.itemsize, w_bytes
+        return sizes, rows, d1, d2, o_elems * self.o_itemsize, x_elems * self.itemsize, w_elems * self.w_itemsize
 
     def __call__(self, out, input, weight, epsilon, num_tokens, stream) -> bool:
         if not (type(epsilon) is float and 0.0 <= epsilon <= check.FLOAT32_MAX):
@@ -151,18 +147,15 @@ def explain(out, input, weight, epsilon, num_tokens, hidden: int, dt: dtypes.DTy
     sizes = lead_sizes(num_tokens)
     x_strides = lead_strides("input_stride", x_strides, sizes, hidden)
     o_strides = lead_strides("out_stride", o_strides, sizes, hidden)
-    w_stride = weight_stride_arg(weight_stride, hidden)
-    if p.weight == "none" and w_stride:
-        raise ValueError("weight_stride was given for weight=None; leave it out")
+    w_stride = weight_stride_arg(weight_stride, hidden, p.weight == "none")
     if _views.rows_overlap(sizes, o_strides, hidden):
         raise ValueError(f"out_stride={o_strides} with num_tokens={sizes} and hidden_size={hidden} makes rows "
                          f"of out overlap; each output element must be written once")
-    spans = {}
-    for name, strides in (("input", x_strides), ("out", o_strides)):
-        spans[name] = _views.extent(sizes, strides, hidden)
-        if spans[name] > _MAX_ELEMS:
+    x_elems, o_elems, w_elems = spans(sizes, x_strides, o_strides, w_stride, hidden)
+    for name, elems, strides in (("input", x_elems, x_strides), ("out", o_elems, o_strides)):
+        if elems > _MAX_ELEMS:
             raise ValueError(f"{name} spans more than 2^59 elements (num_tokens={sizes}, strides {strides})")
-    if (sizes[0] - 1) * w_stride + hidden > _MAX_ELEMS:
+    if w_elems > _MAX_ELEMS:
         raise ValueError(f"weight spans more than 2^59 elements ({sizes[0]} rows of stride {w_stride})")
     odt = p.out_dtype
     check.raw_pointers(("out",), (out,), odt)
@@ -171,12 +164,11 @@ def explain(out, input, weight, epsilon, num_tokens, hidden: int, dt: dtypes.DTy
     if p.weight_dtype:
         check.raw_pointers(("weight",), (weight,), p.weight_dtype)
     o, x, w = check.Operand("out", out), check.Operand("input", input), check.Operand("weight", weight)
-    o_span = (out, out + spans["out"] * odt.itemsize)
+    o_span = (out, out + o_elems * odt.itemsize)
     if not (out == input and x_strides == o_strides):
-        check.no_partial_overlap(o, o_span, x, (input, input + spans["input"] * dt.itemsize), may_alias=False)
+        check.no_partial_overlap(o, o_span, x, (input, input + x_elems * dt.itemsize), may_alias=False)
     if p.weight_dtype:
-        w_end = weight + ((sizes[0] - 1) * w_stride + hidden) * p.weight_itemsize
-        check.no_partial_overlap(o, o_span, w, (weight, w_end), may_alias=False)
+        check.no_partial_overlap(o, o_span, w, (weight, weight + w_elems * p.weight_itemsize), may_alias=False)
     check.stream(stream)
     from .. import driver  # last: a missing driver is reported after the arguments
 
@@ -184,14 +176,24 @@ def explain(out, input, weight, epsilon, num_tokens, hidden: int, dt: dtypes.DTy
     _placement.check(driver.selected_device(), placed, stream)
 
 
-def weight_stride_arg(value, hidden: int) -> int:
+def spans(sizes: tuple[int, ...], x_strides: tuple[int, ...], o_strides: tuple[int, ...], w_stride: int,
+          hidden: int) -> tuple[int, int, int]:
+    """Elements that input, out and the weight span from their pointers (a weight per outer row: sizes[0]
+    rows of ``w_stride``): what NdPrepared bounds and checks for overlap, and explain too."""
+    return (_views.extent(sizes, x_strides, hidden), _views.extent(sizes, o_strides, hidden),
+            (sizes[0] - 1) * w_stride + hidden)
+
+
+def weight_stride_arg(value, hidden: int, weightless: bool) -> int:
     """weight_stride: None or 0 (one weight for every row), else >= hidden: elements between the rows of
-    a [num_tokens[0], hidden] weight, one per outermost index."""
+    a [num_tokens[0], hidden] weight, one per outermost index (so none for a call without a weight)."""
     if value is None or value == 0:
         return 0
     value = check.size("weight_stride", value, check.INT64_MAX)
     if value < hidden:
         raise ValueError(f"weight_stride must be 0 (one weight) or >= hidden_size ({hidden}), got {value}")
+    if weightless:
+        raise ValueError("weight_stride was given for weight=None; leave it out")
     return value
 
 
