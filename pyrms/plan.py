@@ -192,18 +192,9 @@ class _RowPlan:
         return self._group(self._flags())
 
 
-@dataclass(frozen=True)
-class RmsNormPlan(_RowPlan):
-    gemma: bool = False
-    round_once: bool = False
-    weight: str = "same"  # WEIGHT_KINDS
-    out: str = "same"  # OUT_KINDS
-
-    kernel = "rms_norm_kernel"
-    source = "rms_norm.cu"
-
-    def _flags(self) -> tuple:
-        return (self.gemma, self.round_once)
+class _WeightAndOutKinds:
+    """The kernel type arguments, alignment and output dtype of a row plan with a weight kind and an output kind
+    (its `weight`, WEIGHT_KINDS, and `out`, OUT_KINDS): rms_norm's, fused add's and LayerNorm's."""
 
     def _weight_type(self) -> str:
         return _type_args(self.dtype, self.weight, self.out)
@@ -216,6 +207,21 @@ class RmsNormPlan(_RowPlan):
     def out_dtype(self) -> dtypes.DType:
         """The output's dtype."""
         return dtypes.FLOAT32 if self.out == "float32" else self.dtype
+
+
+@dataclass(frozen=True)
+class RmsNormPlan(_WeightAndOutKinds, _RowPlan):
+    gemma: bool = False
+    round_once: bool = False
+    weight: str = "same"  # WEIGHT_KINDS
+    out: str = "same"  # OUT_KINDS
+
+    kernel = "rms_norm_kernel"
+    source = "rms_norm.cu"
+
+    def _flags(self) -> tuple:
+        return (self.gemma, self.round_once)
+
 
     @property
     def packed_shape(self) -> tuple[int, int]:
@@ -435,7 +441,7 @@ SHARED_SUMS_LIMIT = 96 * 1024
 
 
 @dataclass(frozen=True)
-class LayerNormPlan(_RowPlan):
+class LayerNormPlan(_WeightAndOutKinds, _RowPlan):
     bias: bool = True  # False: y = x_hat * w, no bias term
     weightless: bool = False  # True: no weight (w = 1), the kernels' W = void
     fp32_params: bool = False  # True: weight and bias in fp32 beside bf16/fp16 rows (W = float)
@@ -452,21 +458,10 @@ class LayerNormPlan(_RowPlan):
         """The weight's kind (WEIGHT_KINDS); the bias, if any, is of the same dtype (of the rows' without a weight)."""
         return "none" if self.weightless else "float32" if self.fp32_params else "same"
 
-    def _weight_type(self) -> str:
-        return _type_args(self.dtype, self.weight, self.out)
-
-    @property
-    def align_mask(self) -> int:
-        return 31 if self.out == "float32" else 15
-
     @property
     def param_dtype(self) -> dtypes.DType:
         """The weight's and the bias's dtype."""
         return dtypes.FLOAT32 if self.fp32_params else self.dtype
-
-    @property
-    def out_dtype(self) -> dtypes.DType:
-        return dtypes.FLOAT32 if self.out == "float32" else self.dtype
 
     @property
     def group(self) -> tuple[str, ...]:
