@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import ClassVar
 
 from . import dtypes
 
@@ -132,10 +133,14 @@ class _RowPlan:
 
     kernel = ""  # the kernel template's name (its source file below)
     source = ""
+    # The plan's fields that are the kernel's bool option flags, in template order (_flags). Each is a unit of
+    # its own when on, so pyrms.precompile enumerates and labels the units, and tools/ptx_dump names the
+    # variants, from this list: a flag added to a kernel and its plan needs nothing more there.
+    FLAGS: ClassVar[tuple[str, ...]] = ()
 
     def _flags(self) -> tuple:
         """The kernel's option flags, in template order after CACHE and SPREAD (then EARLY_WEIGHTS, ALIGNED)."""
-        return ()
+        return tuple(getattr(self, name) for name in self.FLAGS)
 
     def _weight_type(self) -> str:
         """The kernel's trailing type arguments (_type_args), "" for the default."""
@@ -219,8 +224,7 @@ class RmsNormPlan(_WeightAndOutKinds, _RowPlan):
     kernel = "rms_norm_kernel"
     source = "rms_norm.cu"
 
-    def _flags(self) -> tuple:
-        return (self.gemma, self.round_once)
+    FLAGS = ("gemma", "round_once")
 
 
     @property
@@ -450,8 +454,7 @@ class LayerNormPlan(_WeightAndOutKinds, _RowPlan):
     kernel = "layer_norm_kernel"
     source = "layer_norm.cu"
 
-    def _flags(self) -> tuple:
-        return (self.bias,)
+    FLAGS = ("bias",)
 
     @property
     def weight(self) -> str:
@@ -645,8 +648,7 @@ class RmsNormQuantPlan(_RowPlan):
     group_kernel = "rms_norm_group_quant_kernel"  # per_group's entry point (the same row, MODE PER_GROUP)
     source = "rms_norm_quant.cu"
 
-    def _flags(self) -> tuple:
-        return (self.round_input, self.norm_out)
+    FLAGS = ("round_input", "norm_out")
 
     def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None, aligned: bool = False) -> str:
         if self.mode == "per_group":

@@ -250,3 +250,21 @@ def test_precompile_command_with_pyrms_arch(tmp_path):
     assert len(list(tmp_path.glob("*.cubin"))) == 2
     again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     assert "(0 compiled, 2 already cached, 0 failed)" in again.stdout.splitlines()[-1]
+
+
+def test_unit_flags_come_from_the_plans(monkeypatch):
+    """The units' option flags are their plan's FLAGS: listed, enumerated (each on and off), labelled, and
+    refused by name where an op has no such flag; a flag a plan drops is gone from precompile too."""
+    assert precompile.flags("rms_norm_quant") == plan.RmsNormQuantPlan.FLAGS == ("round_input", "norm_out")
+    assert precompile.flags("fused_add_rms_norm") == ("gemma", "round_once") and precompile.flags("layer_norm") == ()
+    u = precompile.unit("fused_add_rms_norm_quant", "bf16", 5120, mode="per_token", norm_out=True)
+    assert str(u) == "rms_norm_quant.cu fused_add_rms_norm_quant_kernel bfloat16 float8_e4m3fn per_token norm_out"
+    assert plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn", mode="per_token", residual=True,
+                                    norm_out=True).expression in u.names
+    with pytest.raises(TypeError, match="layer_norm has no option 'gemma'; its flags: none"):
+        precompile.unit("layer_norm", "bf16", 64, gemma=True)
+    with pytest.raises(TypeError, match="rms_norm_quant has no option 'gemma'; its flags: round_input, norm_out"):
+        precompile.unit("rms_norm_quant", "bf16", 64, gemma=False)
+    assert len(precompile._options("rms_norm_quant", dtypes.BFLOAT16)) == 3 * 3 * 4
+    monkeypatch.setattr(plan.RmsNormQuantPlan, "FLAGS", ("round_input",))
+    assert len(precompile._options("rms_norm_quant", dtypes.BFLOAT16)) == 3 * 3 * 2

@@ -113,3 +113,26 @@ def test_backward_cases_without_weight(sanitize_all):
                                     grad_bias=grad_bias)
         assert p.expression in sanitize_all.compile_unit(op, case).names
     assert {sanitize_all.kernels_per_call(case) for op, case in cases} == {1, 2}
+
+
+def test_every_case_compiles_the_unit_it_launches(sanitize_all):
+    """Each case's unit holds the name expression its launch looks up, whatever flags it sets (its op's
+    plan flags, pyrms.precompile.flags): the quantizing ops' norm_out and round_input, rms_norm's gemma and
+    round_once. A flag the compile step dropped would compile the other unit, and each sanitizer shard its own
+    copy of the right one under the tool."""
+    from pyrms import plan
+
+    seen = set()
+    for op, case in sanitize_all.select(("rms_norm", "rms_norm_quant", "fused_add_rms_norm_quant"), quick=True):
+        if op == "rms_norm":
+            p = plan.plan_rms_norm(case.dtype, case.hidden, gemma=case.option("gemma"),
+                                   round_once=case.option("round_once"))
+            if case.option("weight") != "same" or case.option("out_kind") != "same":
+                continue
+        else:
+            p = plan.plan_rms_norm_quant(case.dtype, case.hidden, case.option("out_dtype"), mode=case.option("mode"),
+                                         round_input=case.option("round_input"), norm_out=case.option("norm_out"),
+                                         residual=op == "fused_add_rms_norm_quant", group=case.option("group_size"))
+            seen.add(case.option("norm_out"))
+        assert p.expression in sanitize_all.compile_unit(op, case).names, (op, case)
+    assert seen == {False, True}

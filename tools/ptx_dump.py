@@ -119,6 +119,12 @@ def _row_family(planner: Callable, source: str, about: str, flags: dict, weight:
                    **({"weight": _weight_kind} if weight else {}), **({"out": _out_kind} if out else {})})
 
 
+def _flags_of(planned: type, **defaults: bool) -> dict:
+    """A plan class's option flags (plan._RowPlan.FLAGS) as variants, off unless ``defaults`` say otherwise: a
+    flag added to a kernel and its plan is a variant here too."""
+    return {name: defaults.get(name, False) for name in planned.FLAGS}
+
+
 def _quant_dtype(text: str | None) -> str:
     if text is None:
         raise ValueError(f"expected out_dtype=<{'|'.join(q.name for q in dtypes.QUANTIZED)}>, got no value")
@@ -138,7 +144,7 @@ def _quant_family(residual: bool) -> "Family":
     def planner(dt: dtypes.DType, hidden: int) -> plan.RmsNormQuantPlan:
         return plan.plan_rms_norm_quant(dt, hidden, dtypes.FLOAT8_E4M3FN, residual=residual)
     kernel = "fused_add_rms_norm_quant_kernel" if residual else "rms_norm_quant_kernel"
-    row = _row_family(planner, "rms_norm_quant.cu", "", {"round_input": False, "norm_out": False}, out=False)
+    row = _row_family(planner, "rms_norm_quant.cu", "", _flags_of(plan.RmsNormQuantPlan), out=False)
     return Family(
         "rms_norm_quant.cu", f"pyrms::{kernel} (mode=per_group: the group kernel), planned like rms_norm; "
         "out_dtype=float8_e4m3fn|float8_e5m2|int8, mode=static|per_token|per_group",
@@ -162,8 +168,7 @@ FAMILIES = {
     "rms_norm": _row_family(
         plan.plan_rms_norm, "rms_norm.cu", "pyrms::rms_norm_kernel; the hidden size (a run-time argument) only picks "
         "the planned cache and spread; few = the few-row kernel; weight=float32|none; out=float32",
-        {"gemma": False, "round_once": False},
-        weight=True),
+        _flags_of(plan.RmsNormPlan), weight=True),
     "seed": Family(
         "seed_rms_norm.cu", "transformer::rms_norm_kernel with VEC = gcd(16 / itemsize, hidden), BLOCK = hidden / VEC",
         lambda dt, hidden, v: plan_seed(dt, hidden).expression),
@@ -171,11 +176,11 @@ FAMILIES = {
         plan.plan_fused_add_rms_norm, "fused_add_rms_norm.cu", "pyrms::fused_add_rms_norm_kernel, planned like rms_norm; "
         "fp32_sum = the fp32-sum kernel (fused_add_rms_norm_fp32_sum_kernel), fp32_residual = it with an fp32 residual; "
         "out=float32: fused_add_rms_norm_out_kernel (the rounded sum only)",
-        {"gemma": False, "round_once": False, "fp32_sum": False, "fp32_residual": False}, weight=True),
+        {**_flags_of(plan.RmsNormPlan), "fp32_sum": False, "fp32_residual": False}, weight=True),
     "layer_norm": _row_family(
         plan.plan_layer_norm, "layer_norm.cu", "pyrms::layer_norm_kernel (forward), planned like rms_norm; "
         "weightless = no weight; fp32_params = fp32 weight and bias; out=float32",
-        {"bias": True, "weightless": False, "fp32_params": False}),
+        {**_flags_of(plan.LayerNormPlan, bias=True), "weightless": False, "fp32_params": False}),
     "rms_norm_backward": Family(
         "rms_norm_backward.cu", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums); "
         "weightless = no weight (dx only)",

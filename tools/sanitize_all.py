@@ -75,11 +75,10 @@ def compile_unit(family: str, c: case_matrix.Case) -> precompile_mod.Unit:
         out_dtype = c.option("out_dtype")
     else:
         out_dtype = None if c.option("out_kind") == "same" else c.option("out_kind")
-    return precompile_mod.unit(family, c.dtype, c.hidden, gemma=c.option("gemma"), round_once=c.option("round_once"),
-                               bias=c.option("bias"), grad_dtype=c.option("grad_dtype"), weight_dtype=weight,
-                               out_dtype=out_dtype, mode=c.option("mode"),
-                               round_input=c.option("round_input"), sum_precision=c.option("sum_precision"),
-                               residual_dtype=c.option("residual_dtype"))
+    return precompile_mod.unit(family, c.dtype, c.hidden, bias=c.option("bias"), grad_dtype=c.option("grad_dtype"),
+                               weight_dtype=weight, out_dtype=out_dtype, mode=c.option("mode"),
+                               sum_precision=c.option("sum_precision"), residual_dtype=c.option("residual_dtype"),
+                               **{name: c.option(name) for name in precompile_mod.flags(family)})
 
 
 def precompile(ops, quick: bool, arch: str | None, jobs: int) -> int:
