@@ -443,8 +443,8 @@ def allocate_like(shape_of, dt: dtypes.DType, rows: int, hidden: int) -> Tensor:
 def quantized_out(value, stride, out_dtype, num_tokens, hidden_size) -> tuple[int, int, dtypes.QuantDType, int, int]:
     """(pointer, row stride, dtype, num_tokens, hidden_size) of a quantizing op's ``out`` array: [..., hidden]
     rows of float8_e4m3fn, float8_e5m2 or int8 (_adapter.read's quantized; 1-byte storage holds what out_dtype
-    names), checked as arrays() checks its rows (_row). Its dtype is out_dtype's where both name one, and
-    the dtype where out_dtype is None."""
+    names), checked as arrays() checks its rows (_row). The dtype returned is the array's, which must agree
+    with an out_dtype given (None: the array's own sets it)."""
     hint = None if out_dtype is None else dtypes.quantized(out_dtype)
     view = _adapter.read("out", value, hint, written=True, quantized=True)
     num_tokens, hidden_size, ptr, stride = _row("out", view, stride, "out_stride", num_tokens, hidden_size)
