@@ -122,6 +122,11 @@ class QuantDType:
         """int8: rounded to an integer and saturated by the conversion itself; fp8 types are not."""
         return self.numpy.kind == "i"
 
+    @property
+    def itemsize(self) -> int:
+        """1: every quantized dtype is one byte, so arrays of them share the other dtypes' stride arithmetic."""
+        return self.numpy.itemsize
+
 
 def _fp8(name: str, numpy_type, ctype: str) -> QuantDType:
     qmax = np.float32(ml_dtypes.finfo(numpy_type).max)
@@ -141,9 +146,12 @@ QUANTIZED = (FLOAT8_E4M3FN, FLOAT8_E5M2, INT8)
 
 def quantized(dtype) -> QuantDType:
     """Resolve a quantized output dtype: a QuantDType, its name ('float8_e4m3fn', 'float8_e5m2', 'int8'),
-    or its numpy dtype (ml_dtypes.float8_e4m3fn, np.int8); ValueError naming what is allowed otherwise."""
+    its numpy dtype (ml_dtypes.float8_e4m3fn, np.int8) or its torch dtype (torch.float8_e4m3fn, torch.int8);
+    ValueError naming what is allowed otherwise."""
     if isinstance(dtype, QuantDType):
         return dtype
+    if type(dtype).__module__ == "torch":  # named without importing torch, as get() does
+        dtype = str(dtype).removeprefix("torch.")
     if isinstance(dtype, str):
         found = next((q for q in QUANTIZED if q.name == dtype.strip().lower()), None)
     else:
@@ -156,3 +164,21 @@ def quantized(dtype) -> QuantDType:
         raise ValueError(f"quantized output dtype {dtype!r} is not supported; allowed: "
                          f"{', '.join(q.name for q in QUANTIZED)}")
     return found
+
+
+# CAI typestr kinds (after the byte-order character) of 1-byte storage that names no quantized dtype:
+# raw bytes, and what ml_dtypes' dtype.str gives its float8 types ('<V1' for float8_e4m3fn and most others,
+# '<f1' for float8_e5m2), which cannot tell one float8 format from another.
+RAW_1BYTE = ("u1", "V1", "f1")
+
+
+def quantized_from_typestr(typestr: str) -> QuantDType | None:
+    """The quantized dtype a ``__cuda_array_interface__`` typestr names: '|i1' is int8; 1-byte storage
+    (RAW_1BYTE: '|u1', '<V1', '<f1') names none, so None (the caller's out_dtype says what it holds);
+    ValueError for any other typestr, listing what is allowed."""
+    if typestr[1:] == "i1":  # one byte: its byte-order character ('|', '<', '>') says nothing
+        return INT8
+    if typestr[1:] in RAW_1BYTE:
+        return None
+    raise ValueError(f"array typestr {typestr!r} is not a quantized output type; allowed: '|i1' (int8), or 1-byte "
+                     f"storage ('|u1', '<V1', '<f1') with out_dtype naming what it holds")

@@ -67,6 +67,30 @@ def test_quantized_dtypes_stay_out_of_the_storage_dtypes():
         dtypes.quantized("bfloat16")
 
 
+class _TorchDtype:
+    """What dtypes reads of a torch dtype (its module and its str), without torch."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return f"torch.{self.name}"
+
+
+_TorchDtype.__module__ = "torch"
+
+
+def test_quantized_dtypes_by_torch_dtype_and_typestr():
+    assert [dtypes.quantized(_TorchDtype(q.name)) for q in QTYPES] == list(QTYPES)
+    assert all(q.itemsize == 1 for q in QTYPES)
+    with pytest.raises(ValueError, match="quantized output dtype 'bfloat16' is not supported"):
+        dtypes.quantized(_TorchDtype("bfloat16"))
+    assert dtypes.quantized_from_typestr("|i1") is dtypes.quantized_from_typestr("<i1") is dtypes.INT8
+    assert [dtypes.quantized_from_typestr(t) for t in ("|u1", "<V1", "|V1", "<f1")] == [None] * 4
+    with pytest.raises(ValueError, match=r"array typestr '<f2' is not a quantized output type; allowed: '\|i1'"):
+        dtypes.quantized_from_typestr("<f2")
+
+
 @pytest.mark.parametrize("qt", QTYPES, ids=lambda q: q.name)
 @pytest.mark.parametrize("scale", [0.013, 1.0, 3.0, 0.1])
 def test_static_matches_float64(qt, scale):

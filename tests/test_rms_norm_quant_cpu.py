@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import pyrms
-from hostile_cases import FakeArray
+from hostile_cases import FakeArray, TorchLikeTensor
 from pyrms import compiler, driver, dtypes, plan, reference
+from pyrms.tensor import Tensor
 
 quant_module = importlib.import_module("pyrms.ops.rms_norm_quant")  # pyrms.ops.rms_norm_quant is the function
 
@@ -261,11 +262,14 @@ BAD = [
     (dict(scale=math.inf), ValueError, "scale must be finite and > 0 in float32"),
     (dict(scale=1e-46), ValueError, "scale must be finite and > 0 in float32"),
     (dict(scale=1e39), ValueError, "scale must be finite and > 0 in float32"),
-    (dict(scale=None), TypeError, "scale must be a float or a device pointer (int), got NoneType"),
-    (dict(scale="1"), TypeError, "scale must be a float or a device pointer (int), got str"),
+    (dict(scale=None), TypeError, "scale must be a float, a device pointer (int) or a float32 array of one element, "
+                                  "got NoneType"),
+    (dict(scale="1"), TypeError, "scale must be a float, a device pointer (int) or a float32 array of one element, "
+                                 "got str"),
     (dict(scale=S + 2), ValueError, "scale pointer 0x500002 is not aligned to 4 bytes, as its float32"),
     (dict(scale=O + 60), ValueError, "out and scale overlap; they must be disjoint"),
-    (dict(mode="per_token", scale=0.5), TypeError, "scale must be a device pointer (int) to num_tokens float32"),
+    (dict(mode="per_token", scale=0.5), TypeError,
+     "scale must be a device pointer (int) to num_tokens float32, or a float32 array of them, got float"),
     (dict(mode="per_token", scale=O + 64), ValueError, "out and scale overlap"),
     (dict(mode="per_token", scale=S, scale_ub=0.0), ValueError, "scale_ub must be finite and > 0"),
     (dict(mode="per_token", scale=S, scale_ub=math.nan), ValueError, "scale_ub must be finite and > 0"),
@@ -280,7 +284,8 @@ BAD = [
     (dict(column_major_scales=True), ValueError, "ue8m0, column_major_scales and scale_stride apply to mode="),
     (dict(scale_stride=4), ValueError, "ue8m0, column_major_scales and scale_stride apply to mode='per_group'"),
     (dict(mode="per_group", group_size=64, scale=0.5), TypeError,
-     "scale must be a device pointer (int) to the per-group float32 scales, got float"),
+     "scale must be a device pointer (int) to the per-group float32 scales, or a float32 (num_tokens, groups) array, "
+     "got float"),
     (dict(mode="per_group", group_size=64, scale=S, scale_ub=2.0), ValueError, "scale_ub applies to mode='per_token'"),
     (dict(mode="per_group", group_size=64, scale=S, ue8m0=1), TypeError, "ue8m0 must be True or False, got 1"),
     (dict(mode="per_group", group_size=64, scale=S + 2), ValueError, "scale pointer 0x500002 is not aligned to 4"),
@@ -295,7 +300,8 @@ BAD = [
      "scale_stride must be >= the groups per row (2) for row-major scales"),
     (dict(out_dtype="bfloat16"), ValueError, "quantized output dtype 'bfloat16' is not supported"),
     (dict(out=0), ValueError, "out must be a non-null device pointer, got 0"),
-    (dict(out=3.5), TypeError, "out must be a device pointer (int) (arrays for out are not supported yet)"),
+    (dict(out=3.5), TypeError, "out must be a device pointer (int), a pyrms.Tensor, a torch tensor, or an object with "
+                               "__cuda_array_interface__ or __dlpack__, got float"),
     (dict(out=X + 100), ValueError, "out and input overlap; they must be disjoint"),
     (dict(out=W - 4 * 64 + 8), ValueError, "out and weight overlap"),
     (dict(input=X + 1), ValueError, "input pointer 0x200001 is not aligned to 2 bytes, as its bfloat16"),
@@ -355,3 +361,152 @@ def test_valid_arguments_reach_the_driver(qfake):
     call(fused=True, mode="per_token", scale=S, norm_out=FakeArray(N, (4, 64), "<f2"), dtype="float16")
     assert len(_launches(fake)) == 9
     assert struct.pack("<f", 1e-30) != b"\0\0\0\0"
+
+
+# --- out, scale and scale_ub as arrays -------------------------------------------------------------------
+
+
+def _t(ptr, shape, dtype="float32", strides=None, **options):
+    """A torch-like tensor of torch.<dtype> (hostile_cases.TorchLikeTensor: made-up memory, no torch needed)."""
+    return TorchLikeTensor(ptr, shape, dtype=f"torch.{dtype}", strides=strides, **options)
+
+
+_KINDS = ("ptr",) * 5 + ("f32", "f32", "i32", "i64", "i64")  # static and per token (rms_norm_quant_kernel)
+_FUSED_KINDS = ("ptr",) * 6 + ("f32", "f32", "i32", "i64", "i64", "i64")
+_GROUP_KINDS = ("ptr",) * 4 + ("i64", "i64", "f32", "i32", "i32", "i32", "i64", "i64")
+
+# (the kernel's parameter kinds, fused, a call with arrays, the same call on raw pointers): torch tensors and CAI
+# objects, mixed with pointers; num_tokens, hidden_size, out_stride, out_dtype and scale_stride from the arrays.
+ARRAY_CALLS = [
+    (_KINDS, False, dict(out=_t(O + 3, (2, 2, 5120), "float8_e5m2"), input=_t(X, (2, 2, 5120), "bfloat16"),
+                         num_tokens=None, hidden_size=None, scale=_t(S, ())),
+     dict(out=O + 3, num_tokens=4, hidden_size=5120, out_dtype="float8_e5m2", scale=S)),
+    (_KINDS, False, dict(out=FakeArray(O, (4, 5120), typestr="|i1", strides=(5123, 1)), num_tokens=None,
+                         hidden_size=None),
+     dict(out=O, num_tokens=4, hidden_size=5120, out_stride=5123, out_dtype="int8")),
+    (_KINDS, False, dict(out=_t(O, (4, 64), "uint8"), out_dtype="float8_e4m3fn", scale=FakeArray(S, (1,), "<f4")),
+     dict(out=O, out_dtype="float8_e4m3fn", scale=S)),
+    (_KINDS, False, dict(out=_t(O, (4, 64), "float8_e4m3fn"), mode="per_token", scale=_t(S, (4, 1)),
+                         scale_ub=_t(W + 4096, (1,))),
+     dict(out=O, mode="per_token", scale=S, scale_ub=W + 4096)),
+    (_KINDS, False, dict(mode="per_token", out_dtype="int8", scale=FakeArray(S, (4,), "<f4")),  # only the scales
+     dict(mode="per_token", out_dtype="int8", scale=S)),
+    (_FUSED_KINDS, True, dict(out=_t(O, (4, 64), "int8"), residual=_t(R, (4, 64), "bfloat16"), num_tokens=None,
+                              hidden_size=None, mode="per_token", scale=_t(S, (4,))),
+     dict(out=O, out_dtype="int8", mode="per_token", scale=S)),
+    (_GROUP_KINDS, False, dict(out=_t(O, (4, 128), "int8", strides=(130, 1)), mode="per_group", group_size=64,
+                               hidden_size=128, scale=_t(S, (4, 2), strides=(5, 1))),
+     dict(out=O, out_stride=130, out_dtype="int8", mode="per_group", group_size=64, hidden_size=128, scale=S,
+          scale_stride=5)),
+    (_GROUP_KINDS, False, dict(mode="per_group", group_size=64, hidden_size=128, column_major_scales=True,
+                               scale=_t(S, (4, 2), strides=(1, 8))),  # a (2, 8) buffer's .t()[:4]
+     dict(mode="per_group", group_size=64, hidden_size=128, column_major_scales=True, scale=S, scale_stride=8)),
+    (_GROUP_KINDS, False, dict(mode="per_group", group_size=64, hidden_size=128, column_major_scales=True,
+                               scale=_t(S, (4, 2), strides=(1, 4))),  # S = num_tokens: scale_stride's default
+     dict(mode="per_group", group_size=64, hidden_size=128, column_major_scales=True, scale=S)),
+]
+
+
+@pytest.mark.parametrize("kinds, fused, arrays, pointers", ARRAY_CALLS)
+def test_arrays_launch_what_their_pointers_launch(qfake, kinds, fused, arrays, pointers):
+    """out, scale and scale_ub given as arrays launch exactly the raw-pointer call on their pointers: the same
+    kernel (out's dtype, when out_dtype is left out), grid, block and arguments (strides, scale_stride)."""
+    qfake.param_kinds = kinds
+    call(fused=fused, **arrays)
+    call(fused=fused, **pointers)
+    with_arrays, with_pointers = _launches(qfake)
+    assert with_arrays == with_pointers
+
+
+def test_out_dtype_defaults_to_out_arrays_else_float8_e4m3fn(qfake):
+    qfake.param_kinds = _KINDS
+    call()
+    call(out_dtype="float8_e4m3fn")
+    call(out=_t(O, (4, 64), "int8"))
+    call(out_dtype=np.int8)
+    default, e4m3, int8_array, int8 = (args[0] for args in _launches(qfake))  # the kernels launched
+    assert default == e4m3 and int8_array == int8 and int8 != e4m3
+
+
+def test_empty_out_arrays_launch_nothing(qfake):
+    call(out=_t(O, (0, 64), "int8"), num_tokens=None, hidden_size=None, mode="per_token", scale=_t(S, (0,)))
+    call(out=_t(O, (3, 0, 64), "int8"), input=_t(X, (3, 0, 64), "bfloat16"), num_tokens=None, hidden_size=None)
+    assert not _launches(qfake)
+
+
+_GROUPS = dict(mode="per_group", group_size=64, hidden_size=128)  # 2 groups per row
+
+# Refused before the driver is asked anything: a valid torch tensor's device is checked as it is read, so the
+# cases whose arrays are valid and whose call is not use CAI objects (no device to check with one GPU).
+BAD_ARRAYS = [
+    (dict(out=_t(O, (4, 64), "int8"), out_dtype="float8_e4m3fn"), "out has dtype int8, but out_dtype is float8_e4m3fn"),
+    (dict(out=_t(O, (4, 64), "float8_e5m2"), out_dtype=np.int8), "out has dtype float8_e5m2, but out_dtype is int8"),
+    (dict(out=_t(O, (4, 64), "int8"), out_dtype="bfloat16"), "quantized output dtype 'bfloat16' is not supported"),
+    (dict(out=_t(O, (5, 64), "int8")), "out has shape (5, 64), expected (4, 64)"),
+    (dict(out=_t(O, (4, 64), "int8", strides=(128, 2))), "out must be contiguous along the hidden dimension"),
+    (dict(out=_t(O, (4, 64), "int8", strides=(100, 1)), out_stride=70), "out_stride=70 disagrees with out's row "
+                                                                         "stride 100"),
+    (dict(out=_t(O, (4, 64), "int8", strides=(32, 1))), "out has row stride 32 < hidden_size 64: its rows overlap"),
+    (dict(out=_t(0, (4, 64), "int8")), "out has a null data pointer"),
+    (dict(out=_t(O, (4, 64), "int8", requires_grad=True)), "pass out.detach()"),
+    (dict(out=_t(O, (4, 64), "uint8")), "out has 1-byte storage (torch.uint8) that names no quantized dtype: pass "
+                                        "out_dtype= (one of float8_e4m3fn, float8_e5m2, int8)"),
+    (dict(out=FakeArray(O, (4, 64), typestr="<V1")), "out has 1-byte storage (typestr '<V1')"),
+    (dict(out=_t(O, (4, 64), "bfloat16")), "out has dtype torch.bfloat16; allowed: torch.float8_e4m3fn, "
+                                           "torch.float8_e5m2, torch.int8, or torch.uint8 storage with out_dtype"),
+    (dict(out=Tensor(O, (4, 64), "bfloat16")), "out is a pyrms.Tensor of bfloat16; allowed: float8_e4m3fn"),
+    (dict(out=FakeArray(O, (4, 64))), "out: array typestr '<f2' is not a quantized output type"),
+    (dict(out=FakeArray(O, (4, 64), typestr="|i1"), mode="per_token", scale=FakeArray(O + 64, (4,), "<f4")),
+     "out and scale overlap"),
+    (dict(scale=FakeArray(S, (2,), "<f4")), "scale has shape (2,); expected one float32 element (shape () or (1,))"),
+    (dict(scale=_t(S, (1,), "float16")), "scale has dtype float16; scales are float32"),
+    (dict(scale=_t(0, (1,))), "scale has a null data pointer"),
+    (dict(scale=_t(S, (1,), device=("cpu", None))), "scale is a torch tensor on cpu; pyrms needs CUDA memory"),
+    (dict(scale=FakeArray(S + 2, (), "<f4")), "scale pointer 0x500002 is not aligned to 4 bytes"),
+    (dict(mode="per_token", scale=_t(S, (4, 2))), "scale has shape (4, 2); per-token scales are (4,) or (4, 1) "
+                                                  "float32"),
+    (dict(mode="per_token", scale=_t(S, (4,), strides=(2,))), "per-token scales must be contiguous"),
+    (dict(mode="per_token", scale=_t(S, (4,), requires_grad=True)), "pass scale.detach()"),
+    (dict(mode="per_token", scale=_t(S, (4,)), scale_ub=_t(W + 4096, (2,))), "scale_ub has shape (2,); expected one"),
+    (dict(mode="per_token", scale=S, scale_ub=FakeArray(W + 4096, (1,), "<f4"), out_dtype="int8"),
+     "scale_ub applies to float8"),
+    (dict(scale_ub=FakeArray(W + 4096, (1,), "<f4")), "scale_ub applies to mode='per_token' only"),
+    (dict(_GROUPS, scale=_t(S, (4, 3))), "scale has shape (4, 3); per-group scales are (4, 2) float32 (num_tokens, "
+                                        "groups) with strides (S, 1) with S >= 2"),
+    (dict(_GROUPS, scale=_t(S, (4, 2), strides=(1, 4))), "scale has strides (1, 4) (elements); expected strides "
+                                                         "(S, 1) with S >= 2; column-major scales (strides (1, S)) "
+                                                         "need column_major_scales=True"),
+    (dict(_GROUPS, scale=_t(S, (4, 2), strides=(0, 1))),
+     "scale has strides (0, 1) (elements); expected strides (S, 1)"),
+    (dict(_GROUPS, scale=_t(S, (4, 2), strides=(8, 1)), scale_stride=4), "scale_stride=4 disagrees with scale's row "
+                                                                          "stride 8"),
+    (dict(_GROUPS, column_major_scales=True, scale=_t(S, (2, 4))),
+     "with strides (1, S) with S >= 4: a (2, S) row-major buffer seen through .t() (pass its .t())"),
+    (dict(_GROUPS, column_major_scales=True, scale=_t(S, (4, 2))), "row-major scales need column_major_scales=False"),
+    (dict(_GROUPS, column_major_scales=True, scale=_t(S, (4, 2), strides=(1, 3))),
+     "scale has strides (1, 3) (elements); expected strides (1, S) with S >= 4"),
+    (dict(_GROUPS, column_major_scales=True, scale=_t(S, (4, 2), strides=(1, 8)), scale_stride=6),
+     "scale_stride=6 disagrees with scale's group stride 8"),
+    (dict(_GROUPS, group_size=32, scale=_t(S, (4, 2))), "group_size must be one of (64, 128), got 32"),
+    (dict(_GROUPS, hidden_size=96, scale=_t(S, (4, 2))), "per_group needs hidden_size a multiple of group_size 64"),
+]
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("overrides, message", BAD_ARRAYS)
+def test_bad_arrays_are_refused(overrides, message, fused):
+    with pytest.raises(ValueError) as info:
+        call(fused=fused, **overrides)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(_GROUPS, column_major_scales=1, scale=_t(S, (4, 2))), "column_major_scales must be True or False, got 1"),
+    (dict(mode="per_token", scale=_t(S, (4,)), num_tokens=None), "num_tokens and hidden_size are required"),
+    (dict(out=[O]), "out must be a device pointer (int), a pyrms.Tensor, a torch tensor, or an object with"),
+    (dict(scale=[0.5]), "scale must be a float, a device pointer (int) or a float32 array of one element, got list"),
+])
+def test_bad_array_kinds_are_refused(overrides, message):
+    with pytest.raises(TypeError) as info:
+        call(**overrides)
+    assert message in str(info.value)

@@ -4,9 +4,11 @@ hidden sizes with tails, strided rows, NaN/inf inputs, both launch shapes; guard
 
 A NaN written in another bit pattern than the twin's (0x7F e4m3fn, 0x7E e5m2: docs/numerics.md) fails
 test_nan_and_inf_inputs with the byte values printed."""
+import numpy as np
 import pytest
 
-from pyrms import dtypes
+import pyrms
+from pyrms import driver, dtypes
 from pyrms.testing import check_rms_norm_quant as run_case
 
 pytestmark = pytest.mark.gpu
@@ -221,3 +223,77 @@ def test_norm_out_beside_device_scales(rng, dtype):
                  offsets={"scale": 1, "norm_out": 1})
         run_case(rng, dtype, 4, 769, "float8_e4m3fn", mode="per_token", scale_ub="device", norm_out=True,
                  fused=fused, offsets={"scale_ub": 2, "scale": 1})
+
+
+# --- out and the scales as arrays ---------------------------------------------------------------------
+
+
+def _torch():
+    return pytest.importorskip("torch", reason="PyTorch is not installed")
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("out_dtype", QUANT)
+def test_torch_out_and_scales_match_raw_pointers(out_dtype, fused):
+    """out and the scales as torch tensors (out's dtype sets out_dtype; N-D rows; per-group scales row-major
+    with padded rows, and column-major through .t() of a padded buffer) write the bits of the raw-pointer call
+    on the same inputs, the scales' padding left as it was."""
+    torch = _torch()
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    x = (torch.rand((2, 3, 1408), device="cuda", generator=gen) * 4 - 2).to(torch.bfloat16)
+    r = (torch.rand((2, 3, 1408), device="cuda", generator=gen) * 4 - 2).to(torch.bfloat16)
+    w = (torch.rand(1408, device="cuda", generator=gen) * 2 - 1).to(torch.bfloat16)
+    rows, groups = 6, 1408 // 128
+    nan = float("nan")
+    static = torch.tensor([0.01], device="cuda")
+    # mode's options; the scale buffers of the array call and of the pointer call; the array view, and its
+    # pointer call's scale_stride
+    modes = [
+        (dict(mode="static"), (static, static), lambda b: b, {}),
+        (dict(mode="per_token"), tuple(torch.full((rows, 1), nan, device="cuda") for _ in range(2)), lambda b: b, {}),
+        (dict(mode="per_group"), tuple(torch.full((rows, groups + 2), nan, device="cuda") for _ in range(2)),
+         lambda b: b[:, :groups], dict(scale_stride=groups + 2)),
+        (dict(mode="per_group", column_major_scales=True, ue8m0=True),
+         tuple(torch.full((groups, 8), nan, device="cuda") for _ in range(2)), lambda b: b.t()[:rows],
+         dict(scale_stride=8)),
+    ]
+    if out_dtype != "int8":
+        modes.append((dict(mode="per_token", scale_ub=torch.tensor([0.5], device="cuda")),
+                      tuple(torch.full((rows,), nan, device="cuda") for _ in range(2)), lambda b: b, {}))
+    for options, (array_buffer, pointer_buffer), view, pointer_options in modes:
+        outs = [torch.empty(x.shape, dtype=getattr(torch, out_dtype), device="cuda") for _ in range(2)]
+        for out in outs:
+            out.view(torch.uint8).fill_(0xA5)
+        residuals = [r.clone(), r.clone()]
+        ub = options.get("scale_ub")
+        rows_of = (lambda res: (x, res)) if fused else (lambda res: (x,))
+        op = pyrms.fused_add_rms_norm_quant if fused else pyrms.rms_norm_quant
+        op(outs[0], *rows_of(residuals[0]), w, 1e-6, scale=view(array_buffer), **options)
+        pointers = [t.data_ptr() for t in (outs[1], *rows_of(residuals[1]), w)]
+        op(*pointers, 1e-6, rows, 1408, scale=pointer_buffer.data_ptr(), out_dtype=out_dtype, dtype="bfloat16",
+           **dict(options, **pointer_options, **({} if ub is None else {"scale_ub": ub.data_ptr()})))
+        torch.cuda.synchronize()
+        label = f"{out_dtype} {options}"
+        assert torch.equal(outs[0].view(torch.uint8), outs[1].view(torch.uint8)), label
+        assert torch.equal(array_buffer.view(torch.int32), pointer_buffer.view(torch.int32)), label  # NaN padding
+        assert torch.equal(residuals[0], residuals[1]), label
+
+
+def test_pyrms_tensors_and_uint8_storage_match_raw_pointers(rng):
+    """pyrms Tensors for the input, the weight and per-token scales, beside a torch.uint8 out holding what
+    out_dtype names (as vLLM keeps fp8), write the raw-pointer call's bits."""
+    torch = _torch()
+    x = rng.uniform(-2, 2, (5, 768)).astype(dtypes.BFLOAT16.numpy)
+    w = rng.uniform(-1, 1, 768).astype(dtypes.BFLOAT16.numpy)
+    with pyrms.Tensor.from_numpy(x) as dx, pyrms.Tensor.from_numpy(w) as dw, \
+            pyrms.Tensor.from_numpy(np.full(5, np.nan, np.float32)) as scales:
+        q = torch.full((5, 768), 0xA5, dtype=torch.uint8, device="cuda")
+        q_raw = q.clone()
+        scales_raw = torch.full((5,), float("nan"), device="cuda")
+        torch.cuda.synchronize()
+        pyrms.rms_norm_quant(q, dx, dw, 1e-6, scale=scales, mode="per_token", out_dtype="float8_e5m2")
+        pyrms.rms_norm_quant(q_raw.data_ptr(), dx.ptr, dw.ptr, 1e-6, 5, 768, scale=scales_raw.data_ptr(),
+                             mode="per_token", out_dtype="float8_e5m2")
+        driver.synchronize()
+        assert torch.equal(q, q_raw)
+        assert np.array_equal(scales.to_numpy().view(np.uint32), scales_raw.cpu().numpy().view(np.uint32))

@@ -13,6 +13,11 @@ Kinds, in the order they are tried:
   struct, never written) while the capsule lives; the capsule is not consumed, so its destructor
   returns it to the producer.
 
+Quantized operands (``read(..., quantized=True)``: the quantizing ops' ``out``) hold float8_e4m3fn,
+float8_e5m2 or int8 instead, and nothing else; 1-byte storage that names no quantized dtype (torch.uint8,
+CAI '|u1', '<V1', '<f1', DLPack uint8) holds what the caller's hint says. Every other operand keeps
+refusing 1-byte dtypes, with the messages it always had.
+
 The device: a Tensor's, torch's and DLPack's own; for CAI objects the driver is asked only where more
 than one device exists (with one, every device pointer is on it), so a single-GPU process pays no query.
 """
@@ -31,13 +36,18 @@ class View(NamedTuple):
     ptr: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # elements
-    dtype: dtypes.DType | None
+    dtype: dtypes.DType | dtypes.QuantDType | None
     device: int | None
 
 
 _TORCH_DTYPES = {"torch.bfloat16": dtypes.BFLOAT16, "torch.float16": dtypes.FLOAT16, "torch.float32": dtypes.FLOAT32}
 _RAW_2BYTE = ("i2", "u2", "V2")
 _NEEDS_DLPACK = object()  # a CAI typestr that only DLPack can name
+_STORAGE = object()  # 1-byte storage that names no quantized dtype: the caller's hint names it
+# uint8: vLLM keeps fp8 KV caches as torch.uint8, and torch's own __cuda_array_interface__ cannot export fp8.
+_TORCH_QUANTIZED = {"torch.float8_e4m3fn": dtypes.FLOAT8_E4M3FN, "torch.float8_e5m2": dtypes.FLOAT8_E5M2,
+                    "torch.int8": dtypes.INT8, "torch.uint8": _STORAGE}
+_QUANTIZED_NAMES = "float8_e4m3fn, float8_e5m2, int8"
 
 
 def bad_kind(name: str, value) -> TypeError:
@@ -46,28 +56,60 @@ def bad_kind(name: str, value) -> TypeError:
                      f"__cuda_array_interface__ or __dlpack__, got {shown}")
 
 
-def read(name: str, value, hint: dtypes.DType | None, *, written: bool = False) -> View:
+def read(name: str, value, hint, *, written: bool = False, quantized: bool = False) -> View:
     """The View of array operand ``value``; ``hint`` is the dtype the caller gave (or None);
-    ``written``: the op writes into it. TypeError/ValueError name the operand and what to do."""
+    ``written``: the op writes into it; ``quantized``: it holds 8-bit quantized values (see the module's
+    docstring), ``hint`` a QuantDType or None. TypeError/ValueError name the operand and what to do."""
     kind = type(value)
     if kind is Tensor:
-        return View(value.ptr, value.shape, value.strides, value.dtype, value.device)
+        return _tensor(name, value, quantized)
     if kind.__module__.startswith("torch") and hasattr(value, "data_ptr"):
-        return _torch(name, value, hint, written)
+        return _torch(name, value, hint, written, quantized)
     interface = _interface(name, value)
     if interface is not None:
-        view = _from_interface(name, interface, hint)
+        view = _from_interface(name, interface, hint, quantized)
         if view.dtype is _NEEDS_DLPACK and hasattr(value, "__dlpack__"):
-            return _dlpack(name, value)
+            return _dlpack(name, value, hint, quantized)
         if view.dtype is _NEEDS_DLPACK:
-            raise ValueError(f"{name} has 2-byte storage (typestr {interface['typestr']!r}) without a float type: "
+            typestr = interface["typestr"]
+            if quantized:
+                raise _unnamed_storage(name, f"typestr {typestr!r}")
+            raise ValueError(f"{name} has 2-byte storage (typestr {typestr!r}) without a float type: "
                              f"pass dtype='bfloat16' if it holds bfloat16")
         return view
     if hasattr(value, "__dlpack__"):
-        return _dlpack(name, value)
+        return _dlpack(name, value, hint, quantized)
     if isinstance(value, Tensor):  # a subclass
-        return View(value.ptr, value.shape, value.strides, value.dtype, value.device)
+        return _tensor(name, value, quantized)
     raise bad_kind(name, value)
+
+
+def is_array(value) -> bool:
+    """Whether read() takes ``value`` for an array (by its kind: read() may still refuse what it holds), so
+    that an argument that is also a number or a pointer keeps its own messages for anything else."""
+    if isinstance(value, Tensor) or (type(value).__module__.startswith("torch") and hasattr(value, "data_ptr")):
+        return True
+    for attribute in ("__cuda_array_interface__", "__dlpack__"):
+        try:
+            getattr(value, attribute)
+        except AttributeError:
+            continue
+        except Exception:  # noqa: BLE001 - a getter that refuses (torch's requires_grad): read() says so
+            return True
+        return True
+    return False
+
+
+def _unnamed_storage(name: str, what: str) -> ValueError:
+    return ValueError(f"{name} has 1-byte storage ({what}) that names no quantized dtype: pass out_dtype= "
+                      f"(one of {_QUANTIZED_NAMES}) to say what it holds")
+
+
+def _tensor(name: str, t: Tensor, quantized: bool) -> View:
+    if quantized:  # a pyrms.Tensor holds the rows' dtypes only
+        raise ValueError(f"{name} is a pyrms.Tensor of {t.dtype.name}; allowed: {_QUANTIZED_NAMES} (a torch tensor, "
+                         f"or any __cuda_array_interface__ or DLPack array of them)")
+    return View(t.ptr, t.shape, t.strides, t.dtype, t.device)
 
 
 def _interface(name: str, value):
@@ -83,33 +125,45 @@ def _interface(name: str, value):
     return interface
 
 
-def _torch(name: str, t, hint: dtypes.DType | None, written: bool) -> View:
+def _torch(name: str, t, hint, written: bool, quantized: bool) -> View:
     device = t.device
     if device.type != "cuda":
         raise ValueError(f"{name} is a torch tensor on {device}; pyrms needs CUDA memory (use .cuda())")
     if written and t.requires_grad:
         raise ValueError(f"{name} requires grad and pyrms would write into it behind autograd's back: "
                          f"pass {name}.detach(), or use pyrms.torch for autograd")
-    dt = _torch_dtype(t.dtype)
-    if dt is None and hint is not None and hint.itemsize == 2 and t.element_size() == 2 and not t.is_floating_point():
-        dt = hint  # 2-byte integer views of bfloat16 (t.view(torch.int16)), read as the dtype given
-    if dt is None:
-        raise ValueError(f"{name} has dtype {t.dtype}; allowed: torch.bfloat16, torch.float16, torch.float32")
+    if quantized:
+        dt = _torch_dtype(t.dtype, _TORCH_QUANTIZED)
+        if dt is _STORAGE:
+            dt = hint
+            if dt is None:
+                raise _unnamed_storage(name, "torch.uint8")
+        elif dt is None:
+            raise ValueError(f"{name} has dtype {t.dtype}; allowed: torch.float8_e4m3fn, torch.float8_e5m2, "
+                             f"torch.int8, or torch.uint8 storage with out_dtype")
+    else:
+        dt = _torch_dtype(t.dtype, _TORCH_DTYPES)
+        if (dt is None and hint is not None and hint.itemsize == 2 and t.element_size() == 2
+                and not t.is_floating_point()):
+            dt = hint  # 2-byte integer views of bfloat16 (t.view(torch.int16)), read as the dtype given
+        if dt is None:
+            raise ValueError(f"{name} has dtype {t.dtype}; allowed: torch.bfloat16, torch.float16, torch.float32")
     return View(t.data_ptr(), tuple(t.shape), tuple(t.stride()), dt, device.index)
 
 
-_torch_dtypes_seen: dict = {}  # torch dtype object -> DType or None: str() of a torch dtype costs a microsecond
+_torch_names_seen: dict = {}  # torch dtype object -> its str(), which costs a microsecond
 
 
-def _torch_dtype(dtype) -> dtypes.DType | None:
+def _torch_dtype(dtype, table: dict):
+    """A torch dtype's entry in `table` (_TORCH_DTYPES or _TORCH_QUANTIZED), or None."""
     try:
-        return _torch_dtypes_seen[dtype]
+        name = _torch_names_seen[dtype]
     except KeyError:
-        found = _torch_dtypes_seen[dtype] = _TORCH_DTYPES.get(str(dtype))
-        return found
+        name = _torch_names_seen[dtype] = str(dtype)
+    return table.get(name)
 
 
-def _from_interface(name: str, interface: dict, hint: dtypes.DType | None) -> View:
+def _from_interface(name: str, interface: dict, hint, quantized: bool) -> View:
     try:
         ptr = interface["data"][0]
         shape = tuple(interface["shape"])
@@ -125,19 +179,25 @@ def _from_interface(name: str, interface: dict, hint: dtypes.DType | None) -> Vi
         raise ValueError(f"{name}: shape entries must be ints >= 0, got {shape!r}")
     if not isinstance(typestr, str):
         raise TypeError(f"{name}: typestr must be a string, got {typestr!r}")
-    if typestr[1:] in _RAW_2BYTE:
-        dt = hint if hint is not None and hint.itemsize == 2 else _NEEDS_DLPACK
-    else:
-        try:
+    raw_itemsize = 1 if quantized else 2  # storage that names no dtype of its kind: the hint, or DLPack, names it
+    try:
+        if quantized:
+            dt = dtypes.quantized_from_typestr(typestr)
+            if dt is None:
+                dt = hint if hint is not None else _NEEDS_DLPACK
+        elif typestr[1:] in _RAW_2BYTE:
+            dt = hint if hint is not None and hint.itemsize == 2 else _NEEDS_DLPACK
+        else:
             dt = dtypes.from_typestr(typestr)
-        except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
     byte_strides = interface.get("strides")
     if byte_strides is None:
         strides = contiguous_strides(shape)
     else:
-        strides = _element_strides(name, tuple(byte_strides), shape, 2 if dt is _NEEDS_DLPACK else dt.itemsize,
-                                   "2-byte" if dt is _NEEDS_DLPACK else f"{dt.itemsize}-byte {dt.name}")
+        strides = _element_strides(name, tuple(byte_strides), shape,
+                                   raw_itemsize if dt is _NEEDS_DLPACK else dt.itemsize,
+                                   f"{raw_itemsize}-byte" if dt is _NEEDS_DLPACK else f"{dt.itemsize}-byte {dt.name}")
     return View(ptr, shape, strides, dt, _pointer_device(ptr))
 
 
@@ -187,9 +247,11 @@ _CAPSULE_VALID.restype = ctypes.c_int
 _CAPSULE_VALID.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _DL_CUDA_DEVICES = {2: "cuda", 3: "cuda_host", 13: "cuda_managed"}  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 _DL_DTYPES = {(2, 16): dtypes.FLOAT16, (2, 32): dtypes.FLOAT32, (4, 16): dtypes.BFLOAT16}  # kDLFloat, kDLBfloat
+# kDLFloat8_e4m3fn (10), kDLFloat8_e5m2 (12), kDLInt (0), and kDLUInt (1): uint8 storage; all 8 bits.
+_DL_QUANTIZED = {(10, 8): dtypes.FLOAT8_E4M3FN, (12, 8): dtypes.FLOAT8_E5M2, (0, 8): dtypes.INT8, (1, 8): _STORAGE}
 
 
-def _dlpack(name: str, value) -> View:
+def _dlpack(name: str, value, hint, quantized: bool) -> View:
     try:
         device_type = value.__dlpack_device__()[0]
     except Exception:  # noqa: BLE001 - no device query: the capsule says
@@ -211,10 +273,16 @@ def _dlpack(name: str, value) -> View:
     device = _DL_CUDA_DEVICES.get(tensor.device.device_type)
     if device is None:
         raise ValueError(f"{name} is DLPack memory of device type {tensor.device.device_type}; pyrms needs CUDA memory")
-    dt = _DL_DTYPES.get((tensor.dtype.code, tensor.dtype.bits))
-    if dt is None or tensor.dtype.lanes != 1:
+    dt = (_DL_QUANTIZED if quantized else _DL_DTYPES).get((tensor.dtype.code, tensor.dtype.bits))
+    if dt is _STORAGE and tensor.dtype.lanes == 1:
+        dt = hint
+        if dt is None:
+            raise _unnamed_storage(name, "DLPack uint8")
+    if dt is None or dt is _STORAGE or tensor.dtype.lanes != 1:
+        allowed = ("float8_e4m3fn (code 10), float8_e5m2 (code 12), int8 (code 0), 8 bits, or uint8 storage "
+                   "(code 1) with out_dtype" if quantized else "bfloat16, float16, float32")
         raise ValueError(f"{name} has DLPack dtype code {tensor.dtype.code}, {tensor.dtype.bits} bits, "
-                         f"{tensor.dtype.lanes} lanes; allowed: bfloat16, float16, float32")
+                         f"{tensor.dtype.lanes} lanes; allowed: {allowed}")
     ndim = tensor.ndim
     shape = tuple(tensor.shape[i] for i in range(ndim))
     strides = tuple(tensor.strides[i] for i in range(ndim)) if tensor.strides else contiguous_strides(shape)

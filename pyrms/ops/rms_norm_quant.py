@@ -8,7 +8,7 @@ import numbers
 
 from .. import driver, dtypes
 from .. import plan as planner
-from . import _operands as check
+from . import _adapter, _operands as check
 from . import _placement
 from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
 from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
@@ -23,6 +23,8 @@ _GROUP_HEAD = ("ptr", "ptr", "ptr", "ptr", "i64", "i64", "f32", "i32", "i32")
 _FEW_ROWS = planner.FEW_ROWS
 # The smallest positive float32 (2^-149): a smaller scale would be 0 in the kernel's fp32.
 _FLOAT32_TINY = 1.401298464324817e-45
+_OUT_DTYPE = dtypes.FLOAT8_E4M3FN  # where out_dtype is None and out is a raw pointer
+_PLAIN = (int, float, type(None))  # scale and scale_ub kinds the raw-pointer path reads itself (else: _arrays)
 
 
 def group_scales(groups: int, column_major: bool, scale_stride) -> tuple[int, int | None, tuple]:
@@ -146,31 +148,38 @@ class Prepared:
 _prepared = PreparedCache(Prepared)
 
 
-def rms_norm_quant(out: int, input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
-                   hidden_size: int | None = None, *, scale, out_dtype: DTypeLike = "float8_e4m3fn",
+def rms_norm_quant(out: Operand, input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
+                   hidden_size: int | None = None, *, scale, out_dtype: DTypeLike | None = None,
                    mode: str = "static", scale_ub=None, group_size: int | None = None, ue8m0: bool = False,
                    column_major_scales: bool = False, scale_stride: int | None = None,
                    dtype: DTypeLike | None = None, input_stride: int | None = None, out_stride: int | None = None,
                    norm_out: OptionalOperand = None, norm_out_stride: int | None = None,
                    stream: StreamLike = None, round_input: bool = False, pdl: bool = True) -> None:
     """RMSNorm of each row of ``input`` quantized into ``out`` (``out_dtype``: 'float8_e4m3fn',
-    'float8_e5m2' or 'int8'; docs/numerics.md gives every formula).
+    'float8_e5m2' or 'int8', or their numpy or torch dtypes; None, the default: out's own dtype where out is an
+    array that names one, else 'float8_e4m3fn'; docs/numerics.md gives every formula).
 
     ``y = (x * inv_rms) * weight`` in fp32 (``round_input=True``: rms_norm's output rounded to the input
     dtype, what vLLM's kernels quantize), then ``mode``:
 
     - ``'static'``: ``q = saturate(round(y / scale))``; ``scale`` a Python float (finite, > 0, within
-      float32) or a device pointer (int) to one fp32, read by the kernel (not checked: as in vLLM).
+      float32), or one fp32 that the kernel reads (its value not checked: as in vLLM): a device pointer (int),
+      or a float32 array of one element (shape () or (1,), as vLLM's scale tensors are).
     - ``'per_token'``: each row's ``s = max(min(max|y|, scale_ub) / qmax, min_scale)`` is written to
-      ``scale``, a device pointer (int) to ``num_tokens`` fp32; ``q = saturate(round(y / s))``.
-      ``scale_ub`` (float8 outputs only): None, a float > 0, or a device pointer to one fp32.
+      ``scale``: a device pointer (int) to ``num_tokens`` fp32, or a contiguous float32 array of shape
+      ``(num_tokens,)`` or ``(num_tokens, 1)``; ``q = saturate(round(y / s))``. ``scale_ub`` (float8 outputs
+      only): None, a float > 0, or one fp32 the kernel reads (a device pointer, or a one-element float32 array).
     - ``'per_group'``: the same per group of ``group_size`` (64 or 128, default 128; it must divide
       hidden_size, at most plan.MAX_GROUPS groups) consecutive elements of a row, without scale_ub; with
       ``ue8m0`` each scale is rounded up to a power of two (DeepSeek's UE8M0). ``scale``: a device pointer (int)
       to the (num_tokens, hidden_size / group_size) fp32 scales, row-major with row stride ``scale_stride``
       (default: the groups), or with ``column_major_scales`` stored transposed, (groups, num_tokens) row-major
       as DeepGEMM-style GEMMs read them, with group stride ``scale_stride`` (default num_tokens; a padded
-      one, e.g. to a multiple of 4, leaves the padding untouched).
+      one, e.g. to a multiple of 4, leaves the padding untouched). Or a float32 array of shape (num_tokens,
+      groups): row-major, strides (S, 1) with S >= groups; with ``column_major_scales``, the transpose of a
+      (groups, S) row-major buffer, strides (1, S) with S >= num_tokens (``buf.t()[:num_tokens]``, or vLLM's
+      ``.permute(-1, -2)``). S is the scale_stride (one given must agree); the layout is never guessed from
+      the strides: ``column_major_scales`` says which is meant, and other strides are refused.
 
     ``norm_out`` (optional): the unquantized output beside the quantized one, rows of ``norm_out_stride``
     (default hidden_size) elements of the input's dtype: ``y`` rounded to it, bit for bit ``pyrms.rms_norm``'s
@@ -178,9 +187,15 @@ def rms_norm_quant(out: int, input: Operand, weight: Operand, epsilon: float, nu
     next GEMM reads ``out`` and another consumer the unquantized rows. A raw pointer or an array.
 
     ``out``: a device pointer (int) to rows of ``out_stride`` (default hidden_size) 1-byte elements, at any
-    address. ``input`` and ``weight``: raw pointers or arrays as in ``pyrms.rms_norm`` (the weight of the
-    input's dtype). What is written (``out``, ``norm_out``, per-token or per-group scales) must not overlap
-    anything else.
+    address; or an array of [..., hidden_size] rows like ``input``'s (leading dimensions that collapse to one
+    row stride, contiguous along the hidden dimension; num_tokens, hidden_size and out_stride default to its)
+    of float8_e4m3fn, float8_e5m2 or int8: torch tensors of those dtypes, DLPack arrays of them, or
+    ``__cuda_array_interface__`` typestr '|i1' (int8). Its dtype and an out_dtype given must agree (an int8
+    array is int8). 1-byte storage that names no quantized dtype (torch.uint8, typestr '|u1', '<V1' or '<f1',
+    DLPack uint8: torch's own interface cannot export fp8) holds what ``out_dtype`` names, which must then be
+    given. ``input`` and ``weight``: raw pointers or arrays as in ``pyrms.rms_norm`` (the weight of the
+    input's dtype); raw pointers and arrays mix freely. What is written (``out``, ``norm_out``,
+    per-token or per-group scales) must not overlap anything else.
     ``epsilon``, ``dtype``, ``stream``, ``pdl``: as in ``pyrms.rms_norm``. Everything is validated before
     the launch; the launch is asynchronous on ``stream``.
     """
@@ -189,9 +204,9 @@ def rms_norm_quant(out: int, input: Operand, weight: Operand, epsilon: float, nu
          norm_out_stride, stream, round_input, pdl)
 
 
-def fused_add_rms_norm_quant(out: int, input: Operand, residual: Operand, weight: Operand, epsilon: float,
+def fused_add_rms_norm_quant(out: Operand, input: Operand, residual: Operand, weight: Operand, epsilon: float,
                              num_tokens: int | None = None, hidden_size: int | None = None, *, scale,
-                             out_dtype: DTypeLike = "float8_e4m3fn", mode: str = "static", scale_ub=None,
+                             out_dtype: DTypeLike | None = None, mode: str = "static", scale_ub=None,
                              group_size: int | None = None, ue8m0: bool = False, column_major_scales: bool = False,
                              scale_stride: int | None = None, dtype: DTypeLike | None = None,
                              input_stride: int | None = None, residual_stride: int | None = None,
@@ -201,8 +216,8 @@ def fused_add_rms_norm_quant(out: int, input: Operand, residual: Operand, weight
     """vLLM's residual add, then ``rms_norm_quant`` of the rounded sum: ``residual <- round(input +
     residual)`` in place (as ``pyrms.fused_add_rms_norm``; ``input`` is only read), and ``out`` the
     quantized RMSNorm of the new residual, bit for bit ``rms_norm_quant(out, residual, ...)`` on it. The
-    arguments as in ``rms_norm_quant``; ``residual`` with its own ``residual_stride``, disjoint from the rest;
-    ``norm_out`` the new residual's RMSNorm, unquantized.
+    arguments as in ``rms_norm_quant`` (``out`` and ``scale`` arrays too); ``residual`` with its own
+    ``residual_stride``, disjoint from the rest; ``norm_out`` the new residual's RMSNorm, unquantized.
     """
     _run(True, out, input, residual, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
          (group_size, ue8m0, column_major_scales, scale_stride), dtype, input_stride, residual_stride, out_stride,
@@ -217,6 +232,35 @@ def _given(mode, scale, scale_ub) -> tuple[float, int | None]:
     if source is None and mode != "static":
         return math.inf, None
     return (float(source) if isinstance(source, numbers.Real) and not isinstance(source, bool) else source), None
+
+
+def _arrays(out, scale, scale_ub, out_dtype, out_stride, num_tokens, hidden_size, dtype, mode, grouping) -> tuple:
+    """(out, out_dtype, out_stride, scale, scale_ub, grouping, num_tokens, hidden_size) of the raw-pointer call
+    for an array ``out``, ``scale`` or ``scale_ub``: pointers, out's row stride and dtype, per-group scales'
+    scale_stride in ``grouping``, read and checked against the sizes (taken from out where None); num_tokens
+    0 for an empty out. Whatever is not an array is passed on as it is, for the raw path to check."""
+    if type(out) is not int:
+        out, out_stride, out_dtype, num_tokens, hidden_size = check.quantized_out(out, out_stride, out_dtype,
+                                                                                  num_tokens, hidden_size)
+        if num_tokens == 0:
+            return out, out_dtype, out_stride, scale, scale_ub, grouping, num_tokens, hidden_size
+    if _adapter.is_array(scale_ub):
+        scale_ub = check.scalar_array("scale_ub", scale_ub)
+    if _adapter.is_array(scale):  # in an unknown mode it is left as it is: the checks after name the mode
+        if mode == "static":
+            scale = check.scalar_array("scale", scale)
+        elif mode == "per_token":
+            scale = check.token_scales(scale, check.sizes(num_tokens, hidden_size)[0])
+        elif mode == "per_group":  # the groups of a valid group_size (the plan's checks, with their messages)
+            rows, hidden = check.sizes(num_tokens, hidden_size)
+            group_size, ue8m0, column_major, scale_stride = grouping
+            groups = hidden // planner.plan_rms_norm_quant(dtypes.BFLOAT16 if dtype is None else dtype, hidden,
+                                                           _OUT_DTYPE if out_dtype is None else out_dtype, mode=mode,
+                                                           group=group_size).group_size
+            scale, scale_stride = check.group_scale_array(scale, rows, groups,
+                                                          check.flag("column_major_scales", column_major), scale_stride)
+            grouping = (group_size, ue8m0, column_major, scale_stride)
+    return out, out_dtype, out_stride, scale, scale_ub, grouping, num_tokens, hidden_size
 
 
 def _run(residual, out, input, res, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
@@ -240,6 +284,13 @@ def _run(residual, out, input, res, weight, epsilon, num_tokens, hidden_size, sc
         if norm_out is not None:
             norm_out, norm_out_stride = found["norm_out"]
         dtype = dt
+    if type(out) is not int or type(scale) not in _PLAIN or type(scale_ub) not in _PLAIN:
+        out, out_dtype, out_stride, scale, scale_ub, grouping, num_tokens, hidden_size = _arrays(
+            out, scale, scale_ub, out_dtype, out_stride, num_tokens, hidden_size, dtype, mode, grouping)
+        if num_tokens == 0:
+            return
+    if out_dtype is None:
+        out_dtype = _OUT_DTYPE
     given, given_ptr = _given(mode, scale, scale_ub)
     pointers = (out, input, *((res,) if residual else ()), weight, *((scale,) if mode != "static" else ()),
                 *((given_ptr,) if given_ptr is not None else ()), *((norm_out,) if norm_out is not None else ()))
@@ -292,13 +343,13 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
         if type(ptr) is not int:
             kind = "a device pointer (int)"
             if name == "scale" and mode != "static":
-                kind += " to num_tokens float32" if mode == "per_token" else " to the per-group float32 scales"
-            if name == "out":
-                kind += " (arrays for out are not supported yet)"
+                kind += (" to num_tokens float32, or a float32 array of them" if mode == "per_token"
+                         else " to the per-group float32 scales, or a float32 (num_tokens, groups) array")
             raise TypeError(f"{name} must be {kind}, got {type(ptr).__name__}")
     if type(given) is not float:
         what = "scale" if mode == "static" else "scale_ub"
-        raise TypeError(f"{what} must be a float or a device pointer (int), got {type(given).__name__} {given!r}")
+        raise TypeError(f"{what} must be a float, a device pointer (int) or a float32 array of one element, got "
+                        f"{type(given).__name__} {given!r}")
     if not (given == math.inf and mode != "static") and not (math.isfinite(given) and _FLOAT32_TINY <= given
                                                                 <= check.FLOAT32_MAX):
         what = "scale" if mode == "static" else "scale_ub"
