@@ -448,3 +448,264 @@ def test_modules_without_weight(stub_launches):
     swapped = pt.LayerNorm.from_module(theirs)
     assert swapped.weight is None and swapped.bias is None and not swapped.elementwise_affine
     assert type(pt.replace_norms(nn.LayerNorm(8, elementwise_affine=False, bias=True))) is pt.LayerNorm
+
+
+# --- the quantizing ops (rms_norm_quant, fused_add_rms_norm_quant) ----------------------------------
+
+from pyrms.torch import _quant  # noqa: E402
+
+F8, F8E5, I8 = torch.float8_e4m3fn, torch.float8_e5m2, torch.int8
+QUANT_LAYOUTS = {  # (shape, strides) of x, hidden 256 (two groups of 128, four of 64)
+    "2-D": ((5, 256), (256, 1)),
+    "3-D": ((2, 3, 256), (768, 256, 1)),
+    "1-D": ((256,), (1,)),
+    "row slice": ((2, 3, 256), (900, 300, 1)),
+    "transposed": ((3, 2, 256), (256, 768, 1)),
+    "no rows": ((0, 256), (256, 1)),
+}
+QUANT_OPTIONS = {  # the functions' keyword arguments -> the scales' shape past x's leading ones, their layout
+    "static": (dict(scale=0.5), None, None),
+    "static int8, device scale": (dict(out_dtype=I8, scale="tensor"), None, None),
+    "per_token": (dict(mode="per_token", out_dtype=F8E5, scale_ub=2.0), (1,), "rows"),
+    "per_group": (dict(mode="per_group"), (2,), "rows"),
+    "per_group 64 column-major": (dict(mode="per_group", group_size=64, column_major_scales=True), (4,), 1),
+    "per_group tma-aligned": (dict(mode="per_group", out_dtype=I8, ue8m0=True, column_major_scales=True,
+                                   tma_aligned_scales=True), (2,), 4),
+}
+
+
+def quant_kwargs(name, device="cuda"):
+    kwargs, _, _ = QUANT_OPTIONS[name]
+    if kwargs.get("scale") == "tensor":
+        kwargs = {**kwargs, "scale": torch.full((1,), 0.5, device=device)}
+    return kwargs
+
+
+def expected_scales(lead, per_row, layout):
+    """(shape, strides) of the scales: rows contiguous, or column-major over the flattened rows, padded to a
+    multiple of `layout` (1: none; 4: tma_aligned_scales)."""
+    shape = (*lead, *per_row)
+    if layout == "rows":
+        return shape, torch.empty(shape).stride()
+    rows = 1
+    for size in lead:
+        rows *= size
+    return shape, (*torch.empty(lead).stride(), -(-rows // layout) * layout)
+
+
+def check_quant_returns(got, x, name, norm_out):
+    kwargs, per_row, layout = QUANT_OPTIONS[name]
+    got = got if isinstance(got, tuple) else (got,)
+    contiguous = torch.empty(x.shape).stride()
+    q, rest = got[0], got[1:]
+    assert (q.shape, q.stride(), q.dtype, q.device.type) == (x.shape, contiguous, kwargs.get("out_dtype", F8), "cuda")
+    if per_row is not None:
+        s, rest = rest[0], rest[1:]
+        assert (s.shape, s.stride(), s.dtype) == (*expected_scales(x.shape[:-1], per_row, layout), torch.float32), name
+    if norm_out:
+        (y,) = rest
+        assert (y.shape, y.stride(), y.dtype, y.device.type) == (x.shape, contiguous, BF16, "cuda")
+    else:
+        assert rest == ()
+
+
+@pytest.mark.parametrize("layout", list(QUANT_LAYOUTS))
+def test_quant_fake_outputs(layout):
+    """Under FakeTensorMode the functions call the custom ops, whose fake implementations give every return its
+    shape, dtype and strides: q and norm_out like x with rows contiguous, the scales in their layout."""
+    shape, strides = QUANT_LAYOUTS[layout]
+    with FakeTensorMode():
+        x = torch.empty_strided(shape, strides, dtype=BF16, device="cuda")
+        w = torch.empty(256, dtype=BF16, device="cuda")
+        for name in QUANT_OPTIONS:
+            for norm_out in (False, True):
+                kwargs = quant_kwargs(name)
+                check_quant_returns(pt.rms_norm_quant(x, w, 1e-6, norm_out=norm_out, **kwargs), x, name, norm_out)
+                residual = torch.empty(shape, dtype=BF16, device="cuda")
+                check_quant_returns(pt.fused_add_rms_norm_quant(x, residual, w, 1e-6, norm_out=norm_out, **kwargs),
+                                    x, name, norm_out)
+
+
+def test_quant_ops_return_three_tensors_empty_where_not_asked_for():
+    with FakeTensorMode():
+        x, w = torch.empty(4, 128, dtype=BF16, device="cuda"), torch.empty(128, dtype=BF16, device="cuda")
+        q, scales, normed = torch.ops.pyrms.rms_norm_quant(x, w, 1e-6, I8, "static", 0.5, None, None, None, None, False,
+                                                           False, False, False, False)
+        _, _, normed_too = torch.ops.pyrms.fused_add_rms_norm_quant(x, torch.empty_like(x), w, 1e-6, F8, "per_token",
+                                                                    None, None, None, None, None, False, False, False,
+                                                                    True, True)
+    assert (q.dtype, scales.shape, scales.dtype, normed.shape, normed.dtype) == (I8, (0,), torch.float32, (0,), BF16)
+    assert (normed_too.shape, normed_too.dtype) == ((4, 128), BF16)
+
+
+def test_quant_dynamo_fullgraph_traces_the_ops_with_fake_strides(dynamo):
+    """torch.compile(fullgraph=True) traces the functions into the custom ops, scale tensors as graph inputs;
+    the fake values dynamo propagates have the strides the real outputs have."""
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(x, r, w, s):
+        q = pt.rms_norm_quant(x, w, 1e-6, scale=s)
+        q2, scales, y = pt.rms_norm_quant(x, w, 1e-6, mode="per_group", column_major_scales=True,
+                                          tma_aligned_scales=True, norm_out=True)
+        q3, token_scales = pt.fused_add_rms_norm_quant(x, r, w, 1e-6, mode="per_token", scale_ub=2.0, out_dtype=F8E5)
+        return q, q2, scales, y, q3, token_scales
+
+    with pytest.raises(ValueError, match="x is a cpu tensor"):  # traced fine; the launch then refuses CPU tensors
+        torch.compile(f, backend=capture, fullgraph=True)(cpu(5, 256), cpu(5, 256), cpu(256), torch.ones(1))
+    gm = graphs[0]
+    code = gm.code
+    assert ("torch.ops.pyrms.rms_norm_quant.default(l_x_, l_w_, 1e-06, torch.float8_e4m3fn, 'static', None, l_s_, "
+            "None, None, None, False, False, False, False, False)") in code
+    assert ("torch.ops.pyrms.rms_norm_quant.default(l_x_, l_w_, 1e-06, torch.float8_e4m3fn, 'per_group', None, None, "
+            "None, None, None, False, True, True, False, True)") in code
+    assert ("torch.ops.pyrms.fused_add_rms_norm_quant.default(l_x_, l_r_, l_w_, 1e-06, torch.float8_e5m2, 'per_token', "
+            "None, None, 2.0, None, None, False, False, False, False, False)") in code
+    (returned,) = [n for n in gm.graph.nodes if n.op == "output"][0].args
+    metas = [(tuple(v.shape), v.stride(), v.dtype) for v in (n.meta["example_value"] for n in returned)]
+    assert metas == [((5, 256), (256, 1), F8), ((5, 256), (256, 1), F8), ((5, 2), (1, 8), torch.float32),
+                     ((5, 256), (256, 1), BF16), ((5, 256), (256, 1), F8E5), ((5, 1), (1, 1), torch.float32)]
+
+
+def test_quant_make_fx_sees_the_ops():
+    def f(x, r, w):
+        q, s = pt.rms_norm_quant(x, w, 1e-5, mode="per_group", group_size=64, ue8m0=True)
+        return q, s, pt.fused_add_rms_norm_quant(x, r, w, 1e-6, scale=0.25, out_dtype=I8, round_input=True)
+
+    code = make_fx(f, tracing_mode="fake")(cpu(3, 128), cpu(3, 128), cpu(128)).code
+    assert ("torch.ops.pyrms.rms_norm_quant.default(x_1, w_1, 1e-05, torch.float8_e4m3fn, 'per_group', None, None, "
+            "None, None, 64, True, False, False, False, False)") in code
+    assert "torch.ops.pyrms.fused_add_rms_norm_quant.default(x_1, r_1, w_1, 1e-06, torch.int8, 'static', 0.25" in code
+
+
+@pytest.fixture
+def stub_quant(monkeypatch):
+    """The quantizing launch replaced by its fake (zeroed outputs) on CPU tensors, recording each call's options."""
+    calls = []
+
+    def launch(x, weight, residual, *options):
+        calls.append((residual is not None, *options))
+        return tuple(t.zero_() for t in _quant.fake(x, weight, residual, *options))
+
+    monkeypatch.setattr(_quant, "rms_norm_quant", launch)
+    return calls
+
+
+def test_quant_opcheck(stub_quant):
+    """torch.library.opcheck on the custom ops, with the launch stubbed: schema, fake implementation and
+    AOT dispatch with dynamic shapes (which once failed on an argument named `mode`: auto_functionalized
+    takes one of its own)."""
+    x, w = cpu(3, 5, 256), cpu(256)
+    plain = (None, None, None, None, None, False, False, False, False, False)
+    for args in [(x, w, 1e-6, F8, "per_group", None, None, None, None, None, False, True, True, False, True),
+                 (x, w, 1e-6, I8, "static", 0.5, *plain[1:])]:
+        torch.library.opcheck(torch.ops.pyrms.rms_norm_quant.default, args)
+    torch.library.opcheck(torch.ops.pyrms.fused_add_rms_norm_quant.default,
+                          (x, x.clone(), w, 1e-6, F8E5, "per_token", None, None, None, torch.ones(1), None, False,
+                           False, False, True, True))
+
+
+def test_quant_eager_goes_straight_to_the_launch(stub_quant, monkeypatch):
+    def no_op(*args):
+        raise AssertionError("the custom op was called")
+
+    from pyrms.torch import functional
+
+    monkeypatch.setattr(functional, "_RMS_NORM_QUANT", no_op)
+    monkeypatch.setattr(functional, "_FUSED_ADD_RMS_NORM_QUANT", no_op)
+    x, r, w, s = cpu(2, 128), cpu(2, 128), cpu(128), torch.ones(1)
+    q = pt.rms_norm_quant(x, w, 1e-5, scale=1)  # an int scale is a value, never a pointer
+    assert isinstance(q, torch.Tensor) and q.dtype == F8 and q.grad_fn is None
+    q, y = pt.rms_norm_quant(x, w, scale=s, norm_out=True)
+    q, scales = pt.rms_norm_quant(x, nn.Parameter(w).detach(), mode="per_token", scale_ub=s)  # nothing requires grad
+    version = r._version
+    with torch.no_grad():
+        q, scales, y = pt.fused_add_rms_norm_quant(x, r, nn.Parameter(w), mode="per_group", out_dtype=I8,
+                                                   norm_out=True)
+    assert r._version > version  # autograd knows the residual changed
+    assert stub_quant == [
+        (False, 1e-5, F8, "static", 1.0, None, None, None, None, False, False, False, False, False),
+        (False, 1e-6, F8, "static", None, s, None, None, None, False, False, False, False, True),
+        (False, 1e-6, F8, "per_token", None, None, None, s, None, False, False, False, False, False),
+        (True, 1e-6, I8, "per_group", None, None, None, None, None, False, False, False, False, True),
+    ]
+    assert type(stub_quant[0][4]) is float
+
+
+def test_quant_under_autograd(stub_quant):
+    """Not differentiable: as torch does for a custom op without an autograd formula, rms_norm_quant's floating
+    outputs are recorded and a backward through them raises; fused_add_rms_norm_quant, in place, refuses."""
+    x, w = cpu(2, 128), nn.Parameter(cpu(128))
+    q, scales, y = pt.rms_norm_quant(x, w, mode="per_token", norm_out=True)
+    assert q.requires_grad and scales.requires_grad and y.requires_grad
+    with pytest.raises(RuntimeError, match="no autograd formula was registered"):
+        y.float().sum().backward()
+    assert not pt.rms_norm_quant(x, w, scale=0.5, out_dtype=I8).requires_grad  # integers never require grad
+    with pytest.raises(RuntimeError, match=r"fused_add_rms_norm_quant works in place and has no backward \(quantized "
+                                           r"outputs are not differentiable\); call it under torch.no_grad\(\)"):
+        pt.fused_add_rms_norm_quant(x, cpu(2, 128), w, scale=0.5)
+    with torch.no_grad():
+        assert not pt.rms_norm_quant(x, w, scale=0.5).requires_grad
+    assert len(stub_quant) == 3
+
+
+def test_quant_cpu_tensors_are_refused():
+    x, w = cpu(2, 128), cpu(128)
+    for call in (lambda: pt.rms_norm_quant(x, w, scale=0.5), lambda: pt.fused_add_rms_norm_quant(x, cpu(2, 128), w,
+                                                                                                  mode="per_token")):
+        with pytest.raises(ValueError, match=r"x is a cpu tensor; pyrms.torch runs on CUDA tensors only"):
+            call()
+
+
+def test_quant_bad_arguments_are_named():
+    x, w = cpu(3, 128), cpu(128)
+    cases = [
+        (dict(x=cpu(3, 128, dtype=torch.float64), weight=cpu(128, dtype=torch.float64)), TypeError,
+         "x has dtype torch.float64; pyrms.torch supports torch.bfloat16, torch.float16 or torch.float32"),
+        (dict(weight=cpu(128, dtype=torch.float16)), TypeError,
+         "weight has dtype torch.float16, but x has torch.bfloat16"),
+        (dict(weight=cpu(64)), ValueError, r"weight has shape \(64,\), expected \(128,\)"),
+        (dict(weight=None), TypeError,
+         "weight must be a torch.Tensor, got None: the quantizing kernels have no weightless"),
+        (dict(out_dtype=torch.float16), TypeError,
+         "out_dtype is torch.float16; pyrms.torch quantizes to torch.float8_e4m3fn, torch.float8_e5m2 or torch.int8"),
+        (dict(out_dtype="int8"), TypeError, "out_dtype is 'int8'; pyrms.torch quantizes to"),
+        (dict(mode="per_tensor"), ValueError,
+         r"mode must be one of \('static', 'per_token', 'per_group'\), got 'per_tensor'"),
+        (dict(mode="per_group", group_size=96), ValueError, r"group_size must be one of \(64, 128\), got 96"),
+        (dict(x=cpu(3, 192), weight=cpu(192), mode="per_group"), ValueError,
+         "per_group needs hidden_size a multiple of group_size 128"),
+        (dict(mode="per_token", group_size=64), ValueError, "group_size applies to mode='per_group' only"),
+        (dict(scale=None), ValueError, r"mode='static' needs a scale \(a float or a one-element float32 tensor\)"),
+        (dict(scale="0.5"), TypeError, "scale must be a float or a one-element torch.float32 CUDA tensor, got str"),
+        (dict(scale=True), TypeError, "scale must be a float or a one-element torch.float32 CUDA tensor, got bool"),
+        (dict(scale=torch.ones(1, dtype=torch.float64)), TypeError,
+         "scale as a tensor must be torch.float32, got torch.float64"),
+        (dict(scale=torch.ones(2)), ValueError, r"scale as a tensor must hold one element, got shape \(2,\)"),
+        (dict(mode="per_token", scale=0.5), ValueError,
+         "scale applies to mode='static' only; mode='per_token' computes"),
+        (dict(mode="per_group", scale_ub=2.0), ValueError,
+         "scale_ub applies to mode='per_token' only, not 'per_group'"),
+        (dict(mode="per_token", out_dtype=I8, scale_ub=torch.ones(1)), ValueError,
+         "scale_ub applies to float8 outputs only"),
+        (dict(mode="per_token", scale_ub=[2.0]), TypeError, "scale_ub must be a float or a one-element"),
+        (dict(ue8m0=True), ValueError,
+         "ue8m0, column_major_scales and tma_aligned_scales apply to mode='per_group' only"),
+        (dict(mode="per_group", tma_aligned_scales=True), ValueError,
+         "tma_aligned_scales pads column-major scales: pass column_major_scales=True with it"),
+    ]
+    for change, error, message in cases:
+        args = {"x": x, "weight": w, "scale": 0.5 if change.get("mode", "static") == "static" else None, **change}
+        x_of = args.pop("x")
+        for call in (lambda: pt.rms_norm_quant(x_of, **args),
+                     lambda: pt.fused_add_rms_norm_quant(x_of, torch.empty_like(x_of), **args)):
+            with torch.no_grad(), pytest.raises(error, match=message):
+                call()
+    with torch.no_grad(), pytest.raises(ValueError, match=r"residual has shape \(3, 64\), but x has \(3, 128\)"):
+        pt.fused_add_rms_norm_quant(x, cpu(3, 64), w, scale=0.5)
+    in_place = r"residual \(shape \(3, 128\), strides \(1, 3\)\) is not a set of rows one stride apart"
+    with torch.no_grad(), pytest.raises(ValueError, match=in_place):
+        pt.fused_add_rms_norm_quant(x, cpu(128, 3).t(), w, scale=0.5)

@@ -14,6 +14,8 @@ What is compared with what, and why:
   compiled (a compiled graph's GEMMs and fusions round differently from eager ones).
 - Gradients against float64 autograd of the same formula, within a tolerance per dtype; dweight
   bitwise equal from run to run.
+- The quantizing ops' tensors (q, scales, norm_out, the updated residual), bit for bit, with pyrms's
+  raw-pointer op run on the same rows (tests/test_rms_norm_quant_gpu.py compares that with the twin).
 """
 import copy
 import zlib
@@ -24,6 +26,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
+import pyrms  # noqa: E402
 import pyrms.torch as pt  # noqa: E402
 from pyrms import plan, reference  # noqa: E402
 from pyrms.torch._kernels import _nd_view  # noqa: E402
@@ -33,7 +36,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 BF16 = torch.bfloat16
-INT_VIEW = {2: torch.int16, 4: torch.int32}
+INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 # Gradient tolerance, as a fraction of the largest reference value: two units in the last place of the
 # dtype at that magnitude (the kernels round once, from fp32), ample for fp32 sums over the rows.
 GRAD_TOL = {torch.float32: 2e-5, torch.float16: 2**-9, torch.bfloat16: 2**-7}
@@ -446,8 +449,6 @@ def test_tensors_on_another_device_are_refused(gen):
 def test_tensors_on_device_1_with_device_1_selected(gen):
     """Issue 16: pyrms on device 1 (set_device, torch's current device too): the forward bitwise equal to
     the twin, the backward run there (tests/test_multi_gpu.py checks every op bitwise, and two threads)."""
-    import pyrms
-
     x = randn(gen, 8, 5120).to("cuda:1").requires_grad_()
     w = torch.nn.Parameter(randn(gen, 5120).to("cuda:1"))
     pyrms.driver.set_device(1)
@@ -461,6 +462,158 @@ def test_tensors_on_device_1_with_device_1_selected(gen):
         assert w.grad is not None and torch.isfinite(w.grad.float()).all()
     finally:
         pyrms.driver.set_device(0)
+
+
+# --- the quantizing ops: pyrms.torch's tensors are pyrms's raw-pointer outputs, bit for bit -----------
+
+
+def quant_cases():
+    """(name, keyword arguments) of pyrms.torch's quantizing functions: every mode and output dtype, the
+    scales' layouts, and the scale and scale_ub as tensors (one fp32 each, read on the stream)."""
+    one = torch.tensor([0.02], device="cuda")
+    return [
+        ("static", dict(scale=0.02)),
+        ("static int8, device scale", dict(out_dtype=torch.int8, scale=one)),
+        ("per_token", dict(mode="per_token")),
+        ("per_token e5m2, scale_ub", dict(mode="per_token", out_dtype=torch.float8_e5m2, scale_ub=1.5)),
+        ("per_token, device scale_ub, round_input", dict(mode="per_token", scale_ub=one * 50, round_input=True)),
+        ("per_token int8", dict(mode="per_token", out_dtype=torch.int8)),
+        ("per_group", dict(mode="per_group")),
+        ("per_group 64 ue8m0 column-major", dict(mode="per_group", group_size=64, ue8m0=True,
+                                                 column_major_scales=True)),
+        ("per_group int8 tma-aligned", dict(mode="per_group", out_dtype=torch.int8, column_major_scales=True,
+                                            tma_aligned_scales=True)),
+    ]
+
+
+def raw_quant(x, w, eps, residual=None, *, out_dtype=torch.float8_e4m3fn, mode="static", scale=None, scale_ub=None,
+              group_size=None, ue8m0=False, column_major_scales=False, tma_aligned_scales=False, round_input=False,
+              norm_out=False):
+    """pyrms.rms_norm_quant (fused_add_rms_norm_quant with a residual) through raw pointers on the rows where
+    pyrms.torch reads them (a contiguous copy where no one stride addresses them), into outputs allocated
+    here: (q [rows, hidden], scales [rows, per row] or None, norm_out [rows, hidden] or None)."""
+    src = x if row_stride(x) is not None else x.contiguous()
+    hidden = x.shape[-1]
+    rows = x.numel() // hidden
+    q = torch.empty(rows, hidden, dtype=out_dtype, device="cuda")
+    y = torch.empty(rows, hidden, dtype=x.dtype, device="cuda") if norm_out else None
+    span = -(-rows // 4) * 4 if tma_aligned_scales else rows
+    groups = hidden // (group_size or 128)
+    scales = {"static": None, "per_token": torch.empty(rows, 1, device="cuda"),
+              "per_group": (torch.empty(groups, span, device="cuda").t()[:rows] if column_major_scales
+                            else torch.empty(rows, groups, device="cuda"))}[mode]
+
+    def pointer(value):
+        return value.data_ptr() if isinstance(value, torch.Tensor) else value
+
+    options = dict(scale=pointer(scale) if mode == "static" else scales.data_ptr(),
+                   out_dtype=str(out_dtype).removeprefix("torch."), mode=mode, scale_ub=pointer(scale_ub),
+                   group_size=group_size, ue8m0=ue8m0, column_major_scales=column_major_scales,
+                   scale_stride=span if column_major_scales else None, dtype=DTYPE_NAMES[x.dtype],
+                   input_stride=row_stride(src), norm_out=pointer(y), round_input=round_input,
+                   stream=torch.cuda.current_stream())
+    if residual is None:
+        pyrms.rms_norm_quant(q.data_ptr(), src.data_ptr(), w.data_ptr(), eps, rows, hidden, **options)
+    else:
+        pyrms.fused_add_rms_norm_quant(q.data_ptr(), src.data_ptr(), residual.data_ptr(), w.data_ptr(), eps, rows,
+                                       hidden, residual_stride=row_stride(residual), **options)
+    return q, scales, y
+
+
+def assert_quant_equal(got, want, x, kwargs, norm_out, what):
+    """pyrms.torch's return (q, then the scales unless static, then norm_out if asked for) against raw_quant's."""
+    q, scales, y = want
+    got = list(got) if isinstance(got, tuple) else [got]
+    expected = [q] + ([] if scales is None else [scales]) + ([y] if norm_out else [])
+    assert len(got) == len(expected), what
+    assert got[0].shape == x.shape and got[0].is_contiguous(), what
+    for a, b in zip(got, expected):
+        assert bitwise_equal(a.reshape(b.shape), b), what
+    if kwargs.get("column_major_scales"):  # the rows' scales one float apart, each group's after the last row's
+        assert got[1].stride(-2) == 1 and got[1].stride(-1) == scales.stride(-1), what
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_quant_is_the_raw_op_bit_for_bit(gen, dtype):
+    hidden = 1408  # 11 groups of 128, 22 of 64
+    w = randn(gen, hidden, dtype=dtype)
+    for name, x in layouts(gen, dtype, hidden):
+        for case, kwargs in quant_cases():
+            for norm_out in (False, True):
+                got = pt.rms_norm_quant(x, w, 1e-6, norm_out=norm_out, **kwargs)
+                want = raw_quant(x, w, 1e-6, norm_out=norm_out, **kwargs)
+                assert_quant_equal(got, want, x, kwargs, norm_out, (name, case, norm_out))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_add_rms_norm_quant_is_the_raw_op_bit_for_bit(gen, dtype):
+    """residual updated in place as the raw op updates its own copy (contiguous, so at the same phase), x only read."""
+    hidden = 1408
+    w = randn(gen, hidden, dtype=dtype)
+    for shape in ((2, 3, hidden), (300, hidden)):
+        x, residual = randn(gen, *shape, dtype=dtype), randn(gen, *shape, dtype=dtype)
+        before = x.clone()
+        for case, kwargs in quant_cases():
+            for norm_out in (False, True):
+                ours, theirs = residual.clone(), residual.clone()
+                version = ours._version
+                with torch.no_grad():
+                    got = pt.fused_add_rms_norm_quant(x, ours, w, 1e-6, norm_out=norm_out, **kwargs)
+                want = raw_quant(x, w, 1e-6, theirs, norm_out=norm_out, **kwargs)
+                assert_quant_equal(got, want, x, kwargs, norm_out, (shape, case, norm_out))
+                assert bitwise_equal(ours, theirs) and ours._version > version, (shape, case)
+        assert bitwise_equal(x, before)
+
+
+def test_rms_norm_quant_under_autograd_computes_the_same(gen):
+    """A Parameter weight under grad mode (inference without no_grad): the custom op, the same bits; a backward
+    through its outputs raises, as for any custom op without an autograd formula."""
+    x, w = randn(gen, 4, 1408), torch.nn.Parameter(randn(gen, 1408))
+    q, scales = pt.rms_norm_quant(x, w, 1e-6, mode="per_group")
+    assert q.requires_grad
+    with torch.no_grad():
+        assert_quant_equal((q, scales), raw_quant(x, w, 1e-6, mode="per_group"), x, {}, False, "under autograd")
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        scales.sum().backward()
+
+
+def test_quant_scale_out_of_range_is_refused_at_the_launch(gen):
+    x, w = randn(gen, 2, 1408), randn(gen, 1408)
+    with pytest.raises(ValueError, match="scale must be finite and > 0 in float32"):
+        pt.rms_norm_quant(x, w, 1e-6, scale=-1.0)
+    with pytest.raises(ValueError, match="scale_ub must be finite and > 0 in float32"):
+        pt.rms_norm_quant(x, w, 1e-6, mode="per_token", scale_ub=float("inf"))
+
+
+def test_quant_compile_fullgraph_matches_eager(gen, dynamo):
+    def f(x, residual, w, s):
+        q = pt.rms_norm_quant(x, w, 1e-6, scale=s)
+        q1, token_scales, y = pt.rms_norm_quant(x, w, 1e-6, mode="per_token", scale_ub=1.5, norm_out=True)
+        q2, group_scales = pt.rms_norm_quant(x, w, 1e-6, mode="per_group", ue8m0=True, column_major_scales=True,
+                                             tma_aligned_scales=True)
+        q3, fused_scales = pt.fused_add_rms_norm_quant(x, residual, w, 1e-6, mode="per_group", group_size=64,
+                                                       out_dtype=torch.int8)
+        return q, q1, token_scales, y, q2, group_scales, q3, fused_scales
+
+    x, residual, w = randn(gen, 4, 7, 1408), randn(gen, 4, 7, 1408), randn(gen, 1408)
+    s = torch.tensor([0.02], device="cuda")
+    compiled = torch.compile(f, fullgraph=True)
+    runs = []
+    for fn in (f, compiled):
+        rs = residual.clone()
+        with torch.no_grad():
+            runs.append((*fn(x, rs, w, s), rs))
+    assert all(a.stride() == c.stride() and bitwise_equal(a, c) for a, c in zip(*runs))
+
+
+def test_quant_opcheck(gen):
+    x, w = randn(gen, 2, 5, 1408), randn(gen, 1408)
+    ops = torch.ops.pyrms
+    torch.library.opcheck(ops.rms_norm_quant.default, (x, w, 1e-6, torch.float8_e4m3fn, "per_group", None, None,
+                                                       None, None, None, False, True, True, False, True))
+    torch.library.opcheck(ops.fused_add_rms_norm_quant.default,
+                          (x, randn(gen, 2, 5, 1408), w, 1e-6, torch.int8, "static", None,
+                           torch.tensor([0.02], device="cuda"), None, None, None, False, False, False, True, True))
 
 
 # --- Hugging Face models -----------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from .. import rms_norm as _rms_norm
 from .. import rms_norm_backward as _rms_norm_backward
 from ..ops import _views
 from ..ops.rms_norm import prepared as _prepared_rms_norm
-from ._layout import DTYPE_NAMES, check_device, check_meta, current_stream, empty_rows_like, rows_of, row_stride
+from ._layout import (DTYPE_NAMES, check_device, check_meta, current_stream, empty_rows_like, in_place_stride,
+                      rows_of, row_stride)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool,
@@ -108,17 +109,12 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
                        round_once: bool, sum_precision: str | None = None) -> None:
     """In place: residual <- x + residual, then x <- rms_norm(residual) (see pyrms.torch.fused_add_rms_norm)."""
     dtype, device = _operands(x, {"weight": weight}, {"residual": residual}, FUSED_ADD_FLOAT32_ROWS)
-    strides = {}
-    for name, t in (("x", x), ("residual", residual)):
-        strides[name] = row_stride(t)
-        if strides[name] is None:
-            raise ValueError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) is not a set of rows one stride "
-                             "apart, and an in-place op cannot work on a copy: pass a contiguous tensor")
+    x_stride, residual_stride = in_place_stride("x", x), in_place_stride("residual", residual)
     numel = x.numel()
     if numel:
         hidden = x.shape[-1]
         _fused_add_rms_norm(x.data_ptr(), residual.data_ptr(), weight.data_ptr(), eps, numel // hidden, hidden,
-                            dtype=dtype, input_stride=strides["x"], residual_stride=strides["residual"],
+                            dtype=dtype, input_stride=x_stride, residual_stride=residual_stride,
                             stream=current_stream(device), gemma=gemma, round_once=round_once,
                             sum_precision=sum_precision, residual_dtype=DTYPE_NAMES[residual.dtype])
 

@@ -117,10 +117,20 @@ def rows_of(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     return t, stride
 
 
-def empty_rows_like(x: torch.Tensor) -> torch.Tensor:
-    """A new tensor of x's shape, dtype and device whose rows lie ``x.shape[-1]`` apart: an output.
-    The fake implementations call this too, so that fake and real outputs have the same strides."""
+def in_place_stride(name: str, t: torch.Tensor) -> int:
+    """The row stride of a tensor an op writes in place; ValueError when no one stride addresses its rows,
+    since an in-place op cannot work on a copy."""
+    stride = row_stride(t)
+    if stride is None:
+        raise ValueError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) is not a set of rows one stride "
+                         "apart, and an in-place op cannot work on a copy: pass a contiguous tensor")
+    return stride
+
+
+def empty_rows_like(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A new tensor of x's shape and device, of x's dtype or ``dtype``, whose rows lie ``x.shape[-1]`` apart:
+    an output. The fake implementations call this too, so that fake and real outputs have the same strides."""
     # empty_like costs the host about half what torch.empty(shape, dtype=..., device=...) does
     if x.is_contiguous():
-        return torch.empty_like(x)
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+        return torch.empty_like(x, dtype=dtype)
+    return torch.empty_like(x, dtype=dtype, memory_format=torch.contiguous_format)

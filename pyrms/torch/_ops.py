@@ -10,11 +10,22 @@ on the development machine with the launches stubbed).
         mutates input, residual
     torch.ops.pyrms.layer_norm(x, weight?, bias?, eps) -> Tensor
     torch.ops.pyrms.layer_norm_backward(grad_out, x, weight?, eps, has_bias) -> (grad_input, grad_weight, grad_bias)
+    torch.ops.pyrms.rms_norm_quant(x, weight, eps, out_dtype, quant_mode, scale?, scale_tensor?, scale_ub?,
+                                   scale_ub_tensor?, group_size?, ue8m0, column_major_scales, tma_aligned_scales,
+                                   round_input, norm_out) -> (q, scales, norm_out)
+    torch.ops.pyrms.fused_add_rms_norm_quant(x, residual, weight, eps, <the same>) -> (q, scales, norm_out)
+        mutates residual
 
 ``weight?``: None for a norm without weight (``torch.nn.RMSNorm``/``LayerNorm`` with
 ``elementwise_affine=False``). A backward op returns an empty tensor for a gradient it does not
 compute (grad_weight without a weight, grad_bias without has_bias), since a custom op's tensor
-outputs cannot be None; autograd then gets None for them.
+outputs cannot be None; autograd then gets None for them. So do the quantizing ops for the scales
+(static) and the norm_out (without norm_out=True); their scale and scale_ub come as a float or a one-element
+fp32 tensor (scale_tensor, scale_ub_tensor), at most one of each pair given; their ``quant_mode`` is the
+functions' ``mode`` (an argument named ``mode`` collides with torch's auto_functionalized, which calls
+mutating custom ops with keyword arguments beside a ``mode`` of its own). They have no autograd formula
+(quantized outputs are not differentiable): a backward through their outputs raises torch's RuntimeError
+for a custom op without one.
 
 The fake implementations check dtypes and shapes as the kernels do, but not the device: which
 device pyrms launches on is known only at run time. No ``from __future__ import annotations`` here:
@@ -27,6 +38,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from . import _kernels as kernels
+from . import _quant as quant
 from ._layout import check_meta, empty_rows_like
 
 
@@ -77,6 +89,37 @@ def fused_add_rms_norm(input: Tensor, residual: Tensor, weight: Tensor, eps: flo
 @fused_add_rms_norm.register_fake
 def _(input, residual, weight, eps, gemma, round_once, sum_precision=None):
     check_meta(input, {"weight": weight}, {"residual": residual}, kernels.FUSED_ADD_FLOAT32_ROWS)
+
+
+@torch.library.custom_op("pyrms::rms_norm_quant", mutates_args=())
+def rms_norm_quant(x: Tensor, weight: Tensor, eps: float, out_dtype: torch.dtype, quant_mode: str,
+                   scale: Optional[float], scale_tensor: Optional[Tensor], scale_ub: Optional[float],
+                   scale_ub_tensor: Optional[Tensor], group_size: Optional[int], ue8m0: bool, column_major_scales: bool,
+                   tma_aligned_scales: bool, round_input: bool, norm_out: bool) -> tuple[Tensor, Tensor, Tensor]:
+    return quant.rms_norm_quant(x, weight, None, eps, out_dtype, quant_mode, scale, scale_tensor, scale_ub,
+                                scale_ub_tensor, group_size, ue8m0, column_major_scales, tma_aligned_scales,
+                                round_input, norm_out)
+
+
+@rms_norm_quant.register_fake
+def _(x, weight, *options):
+    return quant.fake(x, weight, None, *options)
+
+
+@torch.library.custom_op("pyrms::fused_add_rms_norm_quant", mutates_args=("residual",))
+def fused_add_rms_norm_quant(x: Tensor, residual: Tensor, weight: Tensor, eps: float, out_dtype: torch.dtype,
+                             quant_mode: str, scale: Optional[float], scale_tensor: Optional[Tensor],
+                             scale_ub: Optional[float], scale_ub_tensor: Optional[Tensor], group_size: Optional[int],
+                             ue8m0: bool, column_major_scales: bool, tma_aligned_scales: bool, round_input: bool,
+                             norm_out: bool) -> tuple[Tensor, Tensor, Tensor]:
+    return quant.rms_norm_quant(x, weight, residual, eps, out_dtype, quant_mode, scale, scale_tensor, scale_ub,
+                                scale_ub_tensor, group_size, ue8m0, column_major_scales, tma_aligned_scales,
+                                round_input, norm_out)
+
+
+@fused_add_rms_norm_quant.register_fake
+def _(x, residual, weight, *options):
+    return quant.fake(x, weight, residual, *options)
 
 
 @torch.library.custom_op("pyrms::layer_norm", mutates_args=())
