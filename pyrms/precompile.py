@@ -75,7 +75,7 @@ def unit(op: str, dtype, hidden: int, *, bias: bool = True, grad_dtype=None, wei
     out_dtype for rms_norm, rms_norm_nd, fused_add_rms_norm and layer_norm: None or float32 (an fp32 output
     beside bf16/fp16 rows: a unit of its own per option set; fused add's with the rounded sum only)."""
     dt = dtypes.get(dtype)
-    allowed = flags(op) if op in OPS else ()
+    allowed = flags(op)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise TypeError(f"{op} has no option {unknown[0]!r}; its flags: {', '.join(allowed) or 'none'}")

@@ -46,6 +46,13 @@ def group_scales(groups: int, column_major: bool, scale_stride) -> tuple[int, in
     return 1, scale_stride, (4, 1, (groups - 1) * scale_stride + 1)
 
 
+def _no_lone_norm_out_stride(norm_out: bool, norm_out_stride) -> None:
+    """ValueError for a norm_out_stride given without a norm_out (the prepared launch's check and _explain's)."""
+    if not norm_out and norm_out_stride is not None:
+        raise ValueError(f"norm_out_stride applies with a norm_out only, got norm_out_stride={norm_out_stride!r} "
+                         f"and norm_out=None")
+
+
 class Prepared:
     """One (device, dtype, output dtype, mode, hidden, strides, options, where the scale is, the per-group
     layout, whether there is a norm_out) of the quantizing ops, resolved once. `given_on_device`: the static
@@ -62,9 +69,7 @@ class Prepared:
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         self.norm_out = norm_out = check.flag("norm_out", norm_out)
-        if not norm_out and norm_out_stride is not None:
-            raise ValueError(f"norm_out_stride applies with a norm_out only, got norm_out_stride={norm_out_stride!r} "
-                             f"and norm_out=None")
+        _no_lone_norm_out_stride(norm_out, norm_out_stride)
         p = planner.plan_rms_norm_quant(dt, hidden, out_dtype, mode=mode, round_input=check.flag("round_input", round_input),
                                         residual=bool(residual), group=group_size, norm_out=norm_out)
         ue8m0, column_major = check.flag("ue8m0", ue8m0), check.flag("column_major_scales", column_major_scales)
@@ -139,7 +144,7 @@ class Prepared:
                       row_stride, group_stride, epsilon)
             return True
         scales = pointers[rows + 1] if self.per_token else 0
-        given_ptr = pointers[rows + 1 + (self.per_token or self.grouped)] if self.given_on_device else 0
+        given_ptr = pointers[rows + 1 + self.per_token] if self.given_on_device else 0  # past the scales
         self.rows(_FEW_ROWS, num_tokens, handle, pointers_or, pointers[0], norm_out, *pointers[1:rows + 1], scales,
                   given_ptr, given, epsilon)
         return True
@@ -312,9 +317,7 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
     whether one was given (the last pointer)."""
     check.flag("pdl", pdl)
     check.flag("round_input", round_input)
-    if not norm_out and norm_out_stride is not None:
-        raise ValueError(f"norm_out_stride applies with a norm_out only, got norm_out_stride={norm_out_stride!r} "
-                         f"and norm_out=None")
+    _no_lone_norm_out_stride(norm_out, norm_out_stride)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
     dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
