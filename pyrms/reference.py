@@ -94,7 +94,8 @@ def scale_twin(xf, inv, weight, dtype, *, gemma=False, round_once=False, out_dty
     """rms_scale in rms_norm.cu: the output in storage dtype from fp32 x, per-row inv and weight (of
     the storage dtype or float32: its fp32 value either way; None: no weight, every w = 1).
     out_dtype float32 (bf16/fp16 rows): the final product unrounded; the default rounding's
-    intermediate round_T(x * inv) is the storage dtype's all the same (docs/numerics.md)."""
+    intermediate round_T(x * inv) is the storage dtype's all the same (docs/numerics.md). A NaN output (a NaN
+    or inf in the row) is the GPU's one NaN (_one_nan)."""
     dt = dtypes.get(dtype)
     wf = np.ones(xf.shape[1], dtype=F32) if weight is None else np.asarray(weight).astype(F32)
     if gemma:
@@ -103,7 +104,7 @@ def scale_twin(xf, inv, weight, dtype, *, gemma=False, round_once=False, out_dty
         xn = xf * inv[:, None]
     if not round_once:
         xn = xn.astype(dt.numpy).astype(F32)
-    return (xn * wf).astype(_out(dt, out_dtype).numpy)
+    return _one_nan((xn * wf).astype(_out(dt, out_dtype).numpy))
 
 
 def _out(dt: dtypes.DType, out_dtype) -> dtypes.DType:

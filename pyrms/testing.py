@@ -124,7 +124,12 @@ def _compare(label: str, name: str, operand: Rows, want: np.ndarray, *, guards_o
         raise AssertionError(
             f"{label}: {name}: {mismatch.size} elements differ, first at allocation index {mismatch[:5]} "
             f"(rows start at {operand.offset}, stride {operand.stride}): got {got[mismatch[:5]]}, "
-            f"want {want[mismatch[:5]]}")
+            f"want {want[mismatch[:5]]} (bits {_hex(got, mismatch[:5])} against {_hex(want, mismatch[:5])})")
+
+
+def _hex(a: np.ndarray, where: np.ndarray) -> str:
+    """The raw bits at where, in hex: two NaNs or two zeros that print alike may differ there."""
+    return "[" + " ".join(f"{int(b):0{2 * a.itemsize}x}" for b in bits(a)[where]) + "]"
 
 
 def run_checked(label: str, launch, outputs: dict, inputs: dict, scratch: dict | None = None) -> None:
