@@ -61,6 +61,8 @@ def read(name: str, value, hint, *, written: bool = False, quantized: bool = Fal
     ``written``: the op writes into it; ``quantized``: it holds 8-bit quantized values (see the module's
     docstring), ``hint`` a QuantDType or None. TypeError/ValueError name the operand and what to do."""
     kind = type(value)
+    if kind is Tensor and not quantized:  # the common case inline (_tensor): one call fewer per operand
+        return View(value.ptr, value.shape, value.strides, value.dtype, value.device)
     if kind is Tensor:
         return _tensor(name, value, quantized)
     if kind.__module__.startswith("torch") and hasattr(value, "data_ptr"):

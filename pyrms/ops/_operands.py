@@ -211,6 +211,8 @@ def collapse(name: str, view: _adapter.View) -> tuple[int, int, int]:
                          f"and strides {strides} (elements)")
     if 0 in shape[:-1]:  # an empty batch: no row to address, whatever the strides say
         return 0, hidden, hidden
+    if len(shape) == 2:  # [rows, hidden], the common case, without the loop: _lead_stride's answer
+        return shape[0], hidden, strides[0] if shape[0] != 1 else hidden
     stride = _lead_stride(shape, strides)
     if stride is None:
         raise ValueError(f"{name} has shape {shape} and strides {strides} (elements): its leading dimensions "
@@ -233,9 +235,18 @@ def _lead_stride(shape: tuple[int, ...], strides: tuple[int, ...]) -> int | None
     return stride
 
 
-def _collapses(view: _adapter.View) -> bool:
-    """Whether a [..., hidden] view's leading dimensions collapse to one row stride (collapse's test)."""
-    return not view.shape or _lead_stride(view.shape, view.strides) is not None
+def _needs_nd(rows: list, views: dict, weight_name: str | None) -> bool:
+    """Whether arrays() takes the N-D form: a row array whose leading dimensions do not collapse to one row
+    stride (collapse's test; one or two dimensions always do), or a [rows' first dimension, hidden] weight.
+    One loop, no generators: every array call of rms_norm asks."""
+    weight = views.get(weight_name) if weight_name else None
+    if weight is not None and len(weight.shape) == 2:
+        return True
+    for name, *_ in rows:
+        view = views.get(name)
+        if view is not None and len(view.shape) > 2 and _lead_stride(view.shape, view.strides) is None:
+            return True
+    return False
 
 
 def _nd_arrays(dt, num_tokens, hidden_size, rows: list, views: dict, raw: dict, weight_name: str | None,
@@ -359,9 +370,7 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
         if view.dtype is not dtypes.FLOAT32:
             raise ValueError(f"{name} has dtype {view.dtype.name}; it must be {dt.name} (the input's) or float32")
     weight_name = mixed[0] if mixed else None
-    if nd and views and any(name in views for name, *_ in rows) and (
-            not all(_collapses(views[name]) for name, *_ in rows if name in views)
-            or (weight_name in views and len(views[weight_name].shape) == 2)):
+    if nd and views and _needs_nd(rows, views, weight_name) and any(name in views for name, *_ in rows):
         made = _nd_arrays(dt, num_tokens, hidden_size, rows, views, raw, weight_name, mixed_out)
         if made is None:  # an empty batch
             return dt, 0, views[next(name for name, *_ in rows if name in views)].shape[-1], {}
