@@ -709,3 +709,21 @@ def test_quant_bad_arguments_are_named():
     in_place = r"residual \(shape \(3, 128\), strides \(1, 3\)\) is not a set of rows one stride apart"
     with torch.no_grad(), pytest.raises(ValueError, match=in_place):
         pt.fused_add_rms_norm_quant(x, cpu(128, 3).t(), w, scale=0.5)
+
+
+# --- the benchmark tools' torch side --------------------------------------------------------------
+
+
+def test_qk_norm_bench_lets_torch_compile_specialize_to_every_shape(monkeypatch):
+    """tools.bench_qk_norm times torch.compile at every (part, tokens) shape; past dynamo's recompile limit
+    (8) the compiled function silently runs eagerly, so implementations() raises the limit to the count."""
+    from tools import bench_qk_norm
+
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(config, name, 8)  # restored after the test
+    impls = bench_qk_norm.implementations(12)
+    assert getattr(config, name) == 12
+    assert {"pyrms", "pyrms.torch", "torch eager", "torch.compile"} <= set(impls)
+    bench_qk_norm.implementations(4)  # never lowered
+    assert getattr(config, name) == 12

@@ -57,7 +57,8 @@ def triton_impl():
     return {f"triton r{r}w{w}": make(r, w) for r, w in ((1, 1), (4, 4), (16, 4), (32, 8))}
 
 
-def implementations():
+def implementations(shapes: int):
+    """The implementations' calls (x, w, y); torch.compile's is specialized to each of the `shapes` shapes."""
     import torch
 
     def fn(x, w):
@@ -65,6 +66,11 @@ def implementations():
 
     import pyrms.torch as pt
 
+    # One specialization per shape: past dynamo's recompile limit (8 by default) fn would run eagerly, and the
+    # torch.compile column would be torch eager's (runs 21 to 43 hit it from the fourth k row on).
+    config = torch._dynamo.config
+    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, limit, max(getattr(config, limit), shapes))
     compiled_fn = torch.compile(fn, dynamic=False)
     impls = {
         "pyrms": lambda x, w, y: pyrms.rms_norm(y, x, w, EPS),
@@ -107,7 +113,8 @@ def main(argv=None) -> int:
     ceil = ceiling.measure(timer, device, 1024, 10, "dtod 1 GiB")
     print(f"copy ceiling {ceil.gbps:.0f} GB/s", flush=True)
     weight = torch.randn(HEAD_DIM, dtype=torch.bfloat16, device="cuda")
-    impls = {"pyrms": lambda x, w, y: pyrms.rms_norm(y, x, w, EPS)} if args.only_pyrms else implementations()
+    impls = ({"pyrms": lambda x, w, y: pyrms.rms_norm(y, x, w, EPS)} if args.only_pyrms
+             else implementations(2 * len(tokens_list)))  # q and k at each token count
     results = []
     for part, heads in (("q", HEADS), ("k", KV_HEADS)):
         for tokens in tokens_list:
