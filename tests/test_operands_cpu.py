@@ -10,6 +10,7 @@ from hostile_cases import FakeArray, TorchLikeTensor
 from pyrms import dtypes
 from pyrms.ops import _adapter
 from pyrms.ops import _operands as check
+from pyrms.ops import _quant_arrays
 from pyrms.tensor import Tensor
 
 A = 0x7F0000000000
@@ -200,19 +201,20 @@ def test_quantized_out_is_checked_as_rows_are(monkeypatch):
     out_dtype, which it sets where None."""
     monkeypatch.setattr(check.driver, "selected_device", lambda: type("Device", (), {"ordinal": 0})())
     out = TorchLikeTensor(A, (2, 3, 64), dtype="torch.float8_e5m2", strides=(300, 100, 1))
-    assert check.quantized_out(out, None, None, None, None) == (A, 100, dtypes.FLOAT8_E5M2, 6, 64)
-    assert check.quantized_out(out, 100, "float8_e5m2", 6, 64) == (A, 100, dtypes.FLOAT8_E5M2, 6, 64)
+    assert _quant_arrays.quantized_out(out, None, None, None, None) == (A, 100, dtypes.FLOAT8_E5M2, 6, 64)
+    assert _quant_arrays.quantized_out(out, 100, "float8_e5m2", 6, 64) == (A, 100, dtypes.FLOAT8_E5M2, 6, 64)
     storage = TorchLikeTensor(A, (1, 64), dtype="torch.uint8")
-    assert check.quantized_out(storage, 70, np.int8, None, None) == (A, 70, dtypes.INT8, 1, 64)  # one row: stride given
+    # one row: the stride given
+    assert _quant_arrays.quantized_out(storage, 70, np.int8, None, None) == (A, 70, dtypes.INT8, 1, 64)
     for args, message in (((out, None, "int8", None, None), "out has dtype float8_e5m2, but out_dtype is int8"),
                           ((out, 64, None, None, None), "out_stride=64 disagrees with out's row stride 100"),
                           ((out, None, None, 5, None), r"out has shape \(2, 3, 64\), expected \(5, 64\)"),
                           ((out, None, "bf16", None, None), "quantized output dtype 'bf16' is not supported")):
         with pytest.raises(ValueError, match=message):
-            check.quantized_out(*args)
+            _quant_arrays.quantized_out(*args)
     on_one = TorchLikeTensor(A, (4, 64), dtype="torch.int8", device=("cuda", 1))
     with pytest.raises(ValueError, match="out is on device 1, but the launch runs on device 0"):
-        check.quantized_out(on_one, None, None, None, None)
+        _quant_arrays.quantized_out(on_one, None, None, None, None)
 
 
 def f32(shape, strides=None, ptr=A):
@@ -230,11 +232,11 @@ def f32(shape, strides=None, ptr=A):
     (f32((1, 2)), 1, 2, True, None, 1),                 # one token: its groups one apart
 ])
 def test_group_scale_arrays_give_their_scale_stride(value, num_tokens, groups, column_major, scale_stride, expected):
-    assert check.group_scale_array(value, num_tokens, groups, column_major, scale_stride) == (A, expected)
+    assert _quant_arrays.group_scale_array(value, num_tokens, groups, column_major, scale_stride) == (A, expected)
 
 
 def test_one_and_per_token_scale_arrays():
     for shape in ((), (1,), (1, 1)):
-        assert check.scalar_array("scale", f32(shape)) == A
-    assert check.token_scales(f32((4,)), 4) == check.token_scales(f32((4, 1), (1, 7)), 4) == A
-    assert check.token_scales(f32((1,), (5,)), 1) == A  # one token: no stride to say
+        assert _quant_arrays.scalar_array("scale", f32(shape)) == A
+    assert _quant_arrays.token_scales(f32((4,)), 4) == _quant_arrays.token_scales(f32((4, 1), (1, 7)), 4) == A
+    assert _quant_arrays.token_scales(f32((1,), (5,)), 1) == A  # one token: no stride to say

@@ -8,7 +8,7 @@ import numbers
 
 from .. import driver, dtypes
 from .. import plan as planner
-from . import _adapter, _operands as check
+from . import _adapter, _operands as check, _quant_arrays
 from . import _placement
 from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
 from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
@@ -245,24 +245,24 @@ def _arrays(out, scale, scale_ub, out_dtype, out_stride, num_tokens, hidden_size
     scale_stride in ``grouping``, read and checked against the sizes (taken from out where None); num_tokens
     0 for an empty out. Whatever is not an array is passed on as it is, for the raw path to check."""
     if type(out) is not int:
-        out, out_stride, out_dtype, num_tokens, hidden_size = check.quantized_out(out, out_stride, out_dtype,
+        out, out_stride, out_dtype, num_tokens, hidden_size = _quant_arrays.quantized_out(out, out_stride, out_dtype,
                                                                                   num_tokens, hidden_size)
         if num_tokens == 0:
             return out, out_dtype, out_stride, scale, scale_ub, grouping, num_tokens, hidden_size
     if _adapter.is_array(scale_ub):
-        scale_ub = check.scalar_array("scale_ub", scale_ub)
+        scale_ub = _quant_arrays.scalar_array("scale_ub", scale_ub)
     if _adapter.is_array(scale):  # in an unknown mode it is left as it is: the checks after name the mode
         if mode == "static":
-            scale = check.scalar_array("scale", scale)
+            scale = _quant_arrays.scalar_array("scale", scale)
         elif mode == "per_token":
-            scale = check.token_scales(scale, check.sizes(num_tokens, hidden_size)[0])
+            scale = _quant_arrays.token_scales(scale, check.sizes(num_tokens, hidden_size)[0])
         elif mode == "per_group":  # the groups of a valid group_size (the plan's checks, with their messages)
             rows, hidden = check.sizes(num_tokens, hidden_size)
             group_size, ue8m0, column_major, scale_stride = grouping
             groups = hidden // planner.plan_rms_norm_quant(dtypes.BFLOAT16 if dtype is None else dtype, hidden,
                                                            _OUT_DTYPE if out_dtype is None else out_dtype, mode=mode,
                                                            group=group_size).group_size
-            scale, scale_stride = check.group_scale_array(scale, rows, groups,
+            scale, scale_stride = _quant_arrays.group_scale_array(scale, rows, groups,
                                                           check.flag("column_major_scales", column_major), scale_stride)
             grouping = (group_size, ue8m0, column_major, scale_stride)
     return out, out_dtype, out_stride, scale, scale_ub, grouping, num_tokens, hidden_size
