@@ -2,6 +2,12 @@
 # One device-tool call's worth of checks, in order: the whole GPU suite in one process (torch tests
 # included), the demo against the nvcc-built C++ program, and the host-overhead table. Each step's
 # output goes to $OUT; a failing step does not stop the next. Usage: bash tools/gpu_session.sh OUT [STEPS]
+#
+# Steps for a fresh machine (the runs of 2026-12-01/02 wrote these into every probe):
+#   precompile  every kernel into the cache first, one NVRTC process per core (PRECOMPILE_OPS: --ops, else all)
+#   suites      the whole GPU suite as SUITE_PROCS [4] pytest processes over the test files, round robin,
+#               into gpu_suite_K.txt (about 100 s on the H200 machine; their own times add up to about 230 s)
+#   sanitizers  tools/run_sanitizers.sh into $OUT/san, every tool --quick over SANITIZE_OPS [all ops]
 set -u
 OUT="${1:?output directory}"; STEPS="${2:-suite demo host}"
 mkdir -p "$OUT"
@@ -11,6 +17,22 @@ for step in $STEPS; do
     start=$(date +%s)
     case "$step" in
         suite) timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider > "$OUT/gpu_suite.log" 2>&1 ;;
+        precompile) timeout 300 python3 -m pyrms.precompile --jobs "$(nproc)" ${PRECOMPILE_OPS:+--ops "$PRECOMPILE_OPS"} \
+                        > "$OUT/precompile.txt" 2>&1; tail -n 1 "$OUT/precompile.txt" ;;
+        suites) procs="${SUITE_PROCS:-4}"; i=0; pids=""
+                for f in $(grep -l "mark.gpu" tests/test_*.py | sort); do eval "group_$((i % procs))+=\" $f\""; i=$((i + 1)); done
+                for ((k = 0; k < procs; k++)); do
+                    eval "files=\${group_$k:-}"
+                    [ -n "$files" ] || continue
+                    timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu --maxfail=30 $files > "$OUT/gpu_suite_$k.txt" 2>&1 &
+                    pids+=" $!"
+                done
+                failed=0; for pid in $pids; do wait "$pid" || failed=1; done
+                for ((k = 0; k < procs; k++)); do tail -n 1 "$OUT/gpu_suite_$k.txt" 2>/dev/null; done
+                grep -h "^FAILED\|^ERROR" "$OUT"/gpu_suite_*.txt | head -20; (exit $failed) ;;
+        sanitizers) QUICK_TOOLS="memcheck racecheck initcheck synccheck" OPS="${SANITIZE_OPS:-}" TIMEOUT=150 \
+                        timeout 200 tools/run_sanitizers.sh "$OUT/san" > "$OUT/sanitizers.txt" 2>&1
+                    rc=$?; tail -n 5 "$OUT/sanitizers.txt" | cut -c1-300; (exit $rc) ;;
         demo) timeout 120 python3 -m tools.compare_seed_demo .carry/000_a564d65ec8370cc8.txt --seed 42 --out "$OUT/demo" > "$OUT/demo_compare.log" 2>&1
               diff "$OUT/demo/cpp.txt" "$OUT/demo/demo.txt" > "$OUT/demo_diff.txt" 2>&1; echo "diff rc=$?" >> "$OUT/demo_diff.txt" ;;
         host) timeout 200 python3 -m pyrms.bench --no-sweep --no-floor --no-graphs --out "$OUT" --name host > "$OUT/host.stdout" 2>&1
