@@ -383,7 +383,8 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
             if name in raw:
                 found[name] = (raw[name], stride, *_out_dtype_entry(name, mixed_out, views, mixed))
             continue
-        num_tokens, hidden_size, ptr, array_stride = row_array(name, view, stride, stride_name, num_tokens, hidden_size)
+        num_tokens, hidden_size, ptr, array_stride = row_array(name, view, stride, stride_name, num_tokens,
+                                                               hidden_size)
         found[name] = (ptr, array_stride, *_out_dtype_entry(name, mixed_out, views, mixed))
     if hidden_size is None or num_tokens is None:
         raise TypeError("num_tokens and hidden_size are required when every operand is a raw pointer")
@@ -404,7 +405,7 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
 
 
 def row_array(name: str, view: _adapter.View, stride, stride_name: str, num_tokens,
-         hidden_size) -> tuple[int, int, int, int]:
+              hidden_size) -> tuple[int, int, int, int]:
     """(num_tokens, hidden_size, pointer, row stride) of a [..., hidden] row array (collapse): num_tokens and
     hidden_size are taken from it where None and checked against it otherwise, and a stride argument given
     against its row stride (which one row does not have: then the argument's, or at least hidden)."""

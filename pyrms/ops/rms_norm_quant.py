@@ -245,8 +245,8 @@ def _arrays(out, scale, scale_ub, out_dtype, out_stride, num_tokens, hidden_size
     scale_stride in ``grouping``, read and checked against the sizes (taken from out where None); num_tokens
     0 for an empty out. Whatever is not an array is passed on as it is, for the raw path to check."""
     if type(out) is not int:
-        out, out_stride, out_dtype, num_tokens, hidden_size = _quant_arrays.quantized_out(out, out_stride, out_dtype,
-                                                                                  num_tokens, hidden_size)
+        out, out_stride, out_dtype, num_tokens, hidden_size = _quant_arrays.quantized_out(
+            out, out_stride, out_dtype, num_tokens, hidden_size)
         if num_tokens == 0:
             return out, out_dtype, out_stride, scale, scale_ub, grouping, num_tokens, hidden_size
     if _adapter.is_array(scale_ub):
@@ -262,8 +262,8 @@ def _arrays(out, scale, scale_ub, out_dtype, out_stride, num_tokens, hidden_size
             groups = hidden // planner.plan_rms_norm_quant(dtypes.BFLOAT16 if dtype is None else dtype, hidden,
                                                            _OUT_DTYPE if out_dtype is None else out_dtype, mode=mode,
                                                            group=group_size).group_size
-            scale, scale_stride = _quant_arrays.group_scale_array(scale, rows, groups,
-                                                          check.flag("column_major_scales", column_major), scale_stride)
+            scale, scale_stride = _quant_arrays.group_scale_array(
+                scale, rows, groups, check.flag("column_major_scales", column_major), scale_stride)
             grouping = (group_size, ue8m0, column_major, scale_stride)
     return out, out_dtype, out_stride, scale, scale_ub, grouping, num_tokens, hidden_size
 
