@@ -236,15 +236,15 @@ def _lead_stride(shape: tuple[int, ...], strides: tuple[int, ...]) -> int | None
 
 
 def _needs_nd(rows: list, views: dict, weight_name: str | None) -> bool:
-    """Whether arrays() takes the N-D form: a row array whose leading dimensions do not collapse to one row
-    stride (collapse's test; one or two dimensions always do), or a [rows' first dimension, hidden] weight.
-    One loop, no generators: every array call of rms_norm asks."""
+    """Whether arrays() takes the N-D form: some row operand is an array, and a row array's leading dimensions
+    do not collapse to one row stride (collapse's test; one or two dimensions always do) or the weight is a
+    [rows' first dimension, hidden] array. One loop, no generators: every array call of rms_norm asks."""
     weight = views.get(weight_name) if weight_name else None
-    if weight is not None and len(weight.shape) == 2:
-        return True
+    per_row_weight = weight is not None and len(weight.shape) == 2
     for name, *_ in rows:
         view = views.get(name)
-        if view is not None and len(view.shape) > 2 and _lead_stride(view.shape, view.strides) is None:
+        if view is not None and (per_row_weight or len(view.shape) > 2
+                                 and _lead_stride(view.shape, view.strides) is None):
             return True
     return False
 
@@ -370,7 +370,7 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
         if view.dtype is not dtypes.FLOAT32:
             raise ValueError(f"{name} has dtype {view.dtype.name}; it must be {dt.name} (the input's) or float32")
     weight_name = mixed[0] if mixed else None
-    if nd and views and _needs_nd(rows, views, weight_name) and any(name in views for name, *_ in rows):
+    if nd and views and _needs_nd(rows, views, weight_name):
         made = _nd_arrays(dt, num_tokens, hidden_size, rows, views, raw, weight_name, mixed_out)
         if made is None:  # an empty batch
             return dt, 0, views[next(name for name, *_ in rows if name in views)].shape[-1], {}
