@@ -25,8 +25,12 @@ from typing import Callable
 
 import numpy as np
 
-from . import dtypes, plan
+from . import dtypes
 from .random_cases import Case, draw_case, draw_cases, features
+from .ops.fused_add_rms_norm import plan as fused_plan
+from .ops.layer_norm import plan as ln_plan
+from .ops.rms_norm import plan as rms_plan
+from .ops.rms_norm_backward import plan as bwd_plan
 
 
 def data_rng(case: Case) -> np.random.Generator:
@@ -68,13 +72,13 @@ def compile_unit(case: Case) -> tuple[str, tuple[str, ...]]:
     entry its launch will look up (pyrms.kernels.get compiles a plan's whole group)."""
     dt = dtypes.get(case.dtype)
     if case.op == "rms_norm":
-        p = plan.plan_rms_norm(dt, case.hidden, gemma=case.gemma, round_once=case.round_once)
+        p = rms_plan.plan_rms_norm(dt, case.hidden, gemma=case.gemma, round_once=case.round_once)
     elif case.op == "fused_add_rms_norm":
-        p = plan.plan_fused_add_rms_norm(dt, case.hidden, gemma=case.gemma, round_once=case.round_once)
+        p = fused_plan.plan_fused_add_rms_norm(dt, case.hidden, gemma=case.gemma, round_once=case.round_once)
     elif case.op == "layer_norm":
-        p = plan.plan_layer_norm(dt, case.hidden, bias=case.bias)
+        p = ln_plan.plan_layer_norm(dt, case.hidden, bias=case.bias)
     else:
-        p = plan.plan_norm_backward(dt, case.hidden, layer_norm=case.op == "layer_norm_backward", gemma=case.gemma,
+        p = bwd_plan.plan_norm_backward(dt, case.hidden, layer_norm=case.op == "layer_norm_backward", gemma=case.gemma,
                                     grad_dtype=case.grad_dtype)
     return p.source, tuple(p.group)
 
