@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from . import dtypes
+from .contract import Contract, contract
 
 MAX_BLOCK = 1024
 # Up to this many rows, launches use the latency shape (row_core.cuh's SPREAD > 1, with the weights
@@ -112,11 +113,10 @@ def out_kind(dtype: dtypes.DType, out_dtype) -> str:
     return "same" if out_dtype is None else _same_or_float32(dtype, out_dtype, "out_dtype")
 
 
-def _type_args(dtype: dtypes.DType, weight: str, out: str) -> str:
-    """The kernels' trailing type arguments: W (the weight's type: ", float", ", void"), then O (the output's,
-    ", float"), each left out where it is the rows' own type and nothing follows it."""
-    w = {"same": "", "float32": ", float", "none": ", void"}[weight]
-    return w if out == "same" else f"{w or ', ' + dtype.ctype}, float"
+def _type_params(dtype: dtypes.DType, weight: str, out: str) -> dict:
+    """The kernels' type parameters W (the weight's type: the rows', float or void) and O (the output's)."""
+    return {"W": {"same": dtype.ctype, "float32": "float", "none": "void"}[weight],
+            "O": "float" if out == "float32" else dtype.ctype}
 
 
 @dataclass(frozen=True)
@@ -141,9 +141,19 @@ class _RowPlan:
         """The kernel's option flags, in template order after CACHE and SPREAD (then EARLY_WEIGHTS, ALIGNED)."""
         return tuple(getattr(self, name) for name in self.FLAGS)
 
-    def _weight_type(self) -> str:
-        """The kernel's trailing type arguments (_type_args), "" for the default."""
-        return ""
+    def _type_params(self) -> dict:
+        """The kernel's template parameters beyond the row core's (type parameters, a mode): by name."""
+        return {}
+
+    @property
+    def contract(self) -> Contract:
+        """The kernel's template and launch parameters, as its .cu declares them."""
+        return contract(self.source, self.kernel)
+
+    @property
+    def signature(self) -> tuple[str, ...]:
+        """The launch argument kinds of the kernel (every variant of the plan has the same)."""
+        return self.contract.signature
 
     @property
     def align_mask(self) -> int:
@@ -152,8 +162,10 @@ class _RowPlan:
         return 15
 
     def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None, aligned: bool = False) -> str:
-        options = ", ".join(_bool(f) for f in (*(self._flags() if flags is None else flags), early, aligned))
-        return f"pyrms::{self.kernel}<{self.dtype.ctype}, {cache}, {spread}, {options}{self._weight_type()}>"
+        flags = self._flags() if flags is None else flags
+        return self.contract.expression(T=self.dtype.ctype, CACHE=cache, SPREAD=spread, EARLY_WEIGHTS=early,
+                                        ALIGNED=aligned, **dict(zip(map(str.upper, self.FLAGS), flags)),
+                                        **self._type_params())
 
     @property
     def spread(self) -> int:
@@ -200,8 +212,8 @@ class _WeightAndOutKinds:
     """The kernel type arguments, alignment and output dtype of a row plan with a weight kind and an output kind
     (its `weight`, WEIGHT_KINDS, and `out`, OUT_KINDS): rms_norm's, fused add's and LayerNorm's."""
 
-    def _weight_type(self) -> str:
-        return _type_args(self.dtype, self.weight, self.out)
+    def _type_params(self) -> dict:
+        return _type_params(self.dtype, self.weight, self.out)
 
     @property
     def align_mask(self) -> int:

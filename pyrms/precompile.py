@@ -49,11 +49,7 @@ def unit(op: str, dtype, hidden: int, **options) -> Unit:
     ``options``: the op's flags by name (``flags(op)``), each True or False, and its other options as its
     spec's ``unit`` takes them (weight_dtype, out_dtype, grad_dtype, mode, sum_precision, residual_dtype,
     bias); TypeError for one it does not have."""
-    spec = registry.get(op)
-    try:
-        return spec.unit_for(dtype, hidden, **options)
-    except TypeError as exc:
-        raise TypeError(f"{op}: {exc}; its flags: {', '.join(spec.flags) or 'none'}") from None
+    return registry.get(op).unit_for(dtype, hidden, **options)
 
 
 def every_unit(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, hiddens: Iterable[int] = HIDDENS,

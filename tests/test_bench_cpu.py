@@ -25,13 +25,12 @@ import pytest
 from cuda.bindings import driver as real_cu
 
 from fake_driver import PDL, fresh_driver_state
-from pyrms import compiler, dtypes, driver
+from pyrms import compiler, contract, dtypes, driver
 from pyrms.bench import cli, config, floor, host, ops, report, stats, targets, timing, validate
 from pyrms.bench.results import FAILED, OK, SKIPPED, Record
 from pyrms.ops.rms_norm.twin import rms_norm_ref
 
 REPO = Path(__file__).resolve().parents[1]
-RMS_NORM_MODULE = importlib.import_module("pyrms.ops.rms_norm.op")
 
 
 # -- byte counts ---------------------------------------------------------------------------------
@@ -793,19 +792,15 @@ class SimGpu:
 
     @staticmethod
     def _signature(name):
-        rms_norm_module, seed = RMS_NORM_MODULE, importlib.import_module("pyrms.ops.seed.op")
         if name == timing.SPIN_NAME:
             return ("i64",)
         if name == floor.EMPTY_NAME:
             return ()
         if name == floor.COPY_NAME:
             return floor.COPY_SIGNATURE
-        if name.startswith("rms_norm.cu::pyrms::rms_norm_nd_kernel"):
-            return importlib.import_module("pyrms.ops.rms_norm.nd").SIGNATURE
-        if name.startswith("rms_norm.cu::"):
-            return rms_norm_module._SIGNATURE
-        if name.startswith("seed_rms_norm.cu::"):
-            return seed._SIGNATURE
+        source, _, expression = name.partition("::")
+        if source in ("rms_norm.cu", "seed_rms_norm.cu"):  # "source::namespace::kernel<...>"
+            return contract.contract(source, expression.split("<")[0].rsplit("::", 1)[-1]).signature
         raise AssertionError(f"the simulator has no kernel {name}")
 
     def _run(self, name, grid, block, values, launch_us):

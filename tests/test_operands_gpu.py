@@ -129,7 +129,7 @@ def test_forced_variants_launch_the_kernel_they_name(rng, rows):
              {"offsets": {"residual": 3}}),
             (check_layer_norm, ln_plan.plan_layer_norm("bfloat16", 4096), ln_module, {"offsets": {"weight": 7}})):
         def kernel(expression):
-            return kernels.get(p.source, expression, p.group, module._SIGNATURE, device).name
+            return kernels.get(p.source, expression, p.group, p.signature, device).name
 
         many = (kernel(p.expression), p.block)
         for layout, few in (({}, (kernel(p.aligned_latency_expression), p.latency_block)),

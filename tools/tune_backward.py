@@ -22,7 +22,7 @@ import numpy as np
 import pyrms
 from pyrms import driver, dtypes
 from pyrms.bench import timing
-from pyrms.ops import _backward
+from pyrms.ops.rms_norm_backward import prepared as _backward
 from pyrms.ops.rms_norm_backward import plan as bwd_plan
 from pyrms.ops.rms_norm_backward import twin as bwd_twin
 

@@ -24,7 +24,6 @@ import numpy as np
 
 from pyrms import driver, dtypes, kernels, plan
 from pyrms.bench import ceiling, timing
-from pyrms.ops.rms_norm.op import _SIGNATURE
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin
 
@@ -89,7 +88,8 @@ def main() -> int:
             if wanted is not None and name not in wanted:
                 continue
             expr = rms_plan.kernel_expression(dt, cache, spread, False, False, early, aligned)
-            kernel = kernels.get(rms_plan.RmsNormPlan.source, expr, rms_plan.variant_group(dt, False, False), _SIGNATURE, device)
+            kernel = kernels.get(rms_plan.RmsNormPlan.source, expr, rms_plan.variant_group(dt, False, False),
+                                 rms_plan.RmsNormPlan(dt, 0, 0, 0).signature, device)
 
             def launch(i, kernel=kernel, threads=spread * block):
                 kernel.launch(tokens, threads, (ys[i], xs[i], wb.ptr, 1e-6, hidden, hidden, hidden), 0, pdl=args.pdl)

@@ -128,7 +128,8 @@ class RowLaunches:
 
     __slots__ = ("many", "few", "few_aligned", "launch_many", "launch_few", "aligned_layout", "align_mask")
 
-    def __init__(self, plan, signature, tail: tuple, device, pdl: bool, strides: tuple):
+    def __init__(self, plan, tail: tuple, device, pdl: bool, strides: tuple):
+        signature = plan.signature
         self.many = kernels.get(plan.source, plan.expression, plan.group, signature, device)
         self.few = kernels.get(plan.source, plan.latency_expression, plan.group, signature, device)
         self.few_aligned = kernels.get(plan.source, plan.aligned_latency_expression, plan.group, signature, device)

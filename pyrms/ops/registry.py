@@ -7,7 +7,9 @@ its folder plus one entry in ``_FAMILIES`` below. Pure: importing it touches no 
 """
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -47,8 +49,8 @@ class OpSpec:
     ``name``: the public function (``pyrms.<name>``) or, for an entry point of another op's function, its
     own kernels' name (``rms_norm_nd``: rms_norm on N-D views). ``module``: the module holding the call
     (and the few-row threshold ``_FEW_ROWS`` that the tests can force). ``source``: its kernel file in
-    ``cuda_src/``. ``flags``: the bool options that are kernel template flags (``unit`` takes them by
-    name). ``option_sets(dtype)``: every option set that changes what compiles; ``unit(dtype, hidden,
+    ``cuda_src/``; ``plan``: its plan class. ``own_flags``: the bool options that are kernel template flags
+    (``unit`` takes them by name), where they are not the plan's FLAGS. ``option_sets(dtype)``: every option set that changes what compiles; ``unit(dtype, hidden,
     **options)``: the compile unit of one (ValueError where that shape cannot launch). ``hiddens``: the
     hidden sizes to enumerate units over (None: any, the precompile's list). ``inspect``: how
     tools/ptx_dump.py names its kernels (None: it has none of its own there). ``check``: which kind of
@@ -59,7 +61,7 @@ class OpSpec:
     name: str
     module: str
     source: str
-    flags: tuple[str, ...]
+    plan: type
     option_sets: Callable[[dtypes.DType], list[dict]]
     unit: Callable[..., Unit]
     inspect: Inspect | None
@@ -68,17 +70,47 @@ class OpSpec:
     case_options: tuple[str, ...]
     hiddens: tuple[int, ...] | None = None
     random: bool = False
+    own_flags: tuple[str, ...] | None = None
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The bool options that are kernel template flags, in template order: the plan class's FLAGS, read
+        when asked (a flag added to a plan is an option here too), unless the spec names its own."""
+        return self.plan.FLAGS if self.own_flags is None else self.own_flags
 
     def unit_for(self, dtype, hidden: int, **options) -> Unit:
-        """``unit`` after checking the option names: the flags (each True or False) and the op's other options."""
-        flags = {name: bool(options.pop(name, False)) for name in self.flags}
-        return self.unit(dtypes.get(dtype), hidden, **flags, **options)
+        """``unit`` after checking the options: the op's flags (each True or False) and the other options of
+        UNIT_OPTIONS that its unit takes. Another of UNIT_OPTIONS may be given at its default (callers pass
+        one option set to every op); TypeError for any other name, ValueError for one the op lacks set away
+        from its default."""
+        taken = _parameters(self.unit)
+        passed = {name: bool(options.pop(name, False)) for name in self.flags}
+        for name, value in options.items():
+            if name in taken:
+                passed[name] = value
+            elif name not in UNIT_OPTIONS:
+                raise TypeError(f"{self.name} has no option {name!r}; its flags: {', '.join(self.flags) or 'none'}")
+            elif value != UNIT_OPTIONS[name]:
+                raise ValueError(f"{self.name} has no {name}, got {name}={value!r}")
+        return self.unit(dtypes.get(dtype), hidden, **passed)
 
     def flag_sets(self) -> list[dict]:
         """Every combination of the flags, each on or off, the first flag varying slowest."""
         import itertools
 
         return [dict(zip(self.flags, bits)) for bits in itertools.product((False, True), repeat=len(self.flags))]
+
+
+# The options (beside the flags) that a spec's unit may take, at the value that means "not given": any op
+# accepts each at this value (OpSpec.unit_for).
+UNIT_OPTIONS = {"bias": True, "weight_dtype": None, "out_dtype": None, "grad_dtype": None, "mode": "static",
+                "sum_precision": None, "residual_dtype": None}
+
+
+@functools.lru_cache(maxsize=None)
+def _parameters(function) -> frozenset[str]:
+    """The keyword parameters of a spec's unit function."""
+    return frozenset(name for name, p in inspect.signature(function).parameters.items() if p.kind is p.KEYWORD_ONLY)
 
 
 # The op families, each a folder of pyrms/ops/ whose spec module declares SPECS (in this order everywhere).

@@ -38,7 +38,7 @@ def _operands(*, weight=True, out=False, **_):
 
 FUSED_ADD_RMS_NORM = OpSpec(
     name="fused_add_rms_norm", module="pyrms.ops.fused_add_rms_norm.op", source=FusedAddRmsNormPlan.source,
-    flags=FusedAddRmsNormPlan.FLAGS, option_sets=_option_sets, unit=_unit,
+    plan=FusedAddRmsNormPlan, option_sets=_option_sets, unit=_unit,
     inspect=Inspect("row", _ABOUT, plan_fused_add_rms_norm, {"fp32_sum": False, "fp32_residual": False}, weight=True),
     check="row", operands=_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "sum_precision", "residual_dtype", "out_kind"),

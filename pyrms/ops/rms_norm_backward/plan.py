@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ... import dtypes
-from ...plan import _bool, block_and_cache
+from ...contract import Contract, contract
+from ...plan import block_and_cache
 
 
 # The backward kernels launch at most 512 threads of their own (rms_norm_backward's V = 2 variant needs
@@ -109,16 +110,25 @@ class NormBackwardPlan:
         return "layer_norm_backward.cu" if self.centered else "rms_norm_backward.cu"
 
     @property
+    def contract(self) -> Contract:
+        """Kernel 1's template and launch parameters."""
+        return contract(self.source, "layer_norm_backward_kernel" if self.centered else "rms_norm_backward_kernel")
+
+    @property
+    def sum_contract(self) -> Contract:
+        """Kernel 2's (the sums over row chunks)."""
+        return contract("norm_backward.cuh", "sum_partials_kernel")
+
+    @property
     def expression(self) -> str:
-        if self.centered:
-            without = f", void, {_bool(self.sums_bias)}" if self.weightless else ""
-            return f"pyrms::layer_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}{without}>"
-        without = ", void" if self.weightless else ""
-        return f"pyrms::rms_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}, {_bool(self.gemma)}{without}>"
+        weight = {"W": "void"} if self.weightless else {}
+        if self.centered:  # DBIAS: without a weight, whether dbias is summed (always with one)
+            return self.contract.expression(T=self.dtype.ctype, V=self.vectors, **weight, DBIAS=self.sums_bias)
+        return self.contract.expression(T=self.dtype.ctype, V=self.vectors, GEMMA=self.gemma, **weight)
 
     @property
     def sum_expression(self) -> str:
-        return f"pyrms::sum_partials_kernel<{self.grad_dtype.ctype}>"
+        return self.sum_contract.expression(OutT=self.grad_dtype.ctype)
 
     @property
     def group(self) -> tuple[str, ...]:
