@@ -2,7 +2,7 @@
 
 Nothing here touches a GPU, so every decision is testable on the CPU. The plan depends on
 the hidden size, dtype and options only, never on the number of rows: that is what makes a
-row's result independent of the batch it sits in (GUIDE.md §3).
+row's result independent of the batch it sits in (docs/numerics.md, "The forward contract").
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ FEW_ROW_SHAPES = ((0, 1), (1, 1), (2, 2), (4, 2), (4, 4))
 # CACHE the vectors each lane holds: POS = min(CACHE, 32 / LANES) fold positions of CACHE / POS steps each
 # (packed_positions). (8, 2): a row of up to 16 vectors (QK-norm's 128 bf16 elements) in 8 lanes of two
 # positions, four rows per warp, where 16 lanes of one position did two: the rows' work that is not per
-# element is shared by fewer lanes (q of 16384 tokens: 137 us against 148 for (16, 1); bench/results/
-# 2026-12-01/s6, runs 34 and 36).
+# element is shared by fewer lanes (q of 16384 tokens on the H200: 137 us against 148 for (16, 1);
+# docs/perf_notes.md).
 PACKED_SHAPES = ((8, 1), (8, 2), (32, 1), (32, 2), (32, 4))
 PACKED_THREADS = 256
 
@@ -300,7 +300,7 @@ def variant_group(dtype: dtypes.DType, gemma: bool, round_once: bool) -> tuple[s
 def block_and_cache(dtype: dtypes.DType, hidden: int) -> tuple[int, int]:
     """Threads per block and register-cached vectors per thread for a row of `hidden` elements.
 
-    Measured on the H200 (bench/results/2026-11-30/tune5.log, tools/tune_rms_norm.py): four
+    Measured on the H200 (tools/tune_rms_norm.py; docs/perf_notes.md, "Versions"): four
     16-byte vectors per thread, held in registers, was the best or within 0.02 of the best at
     every hidden size from 1024 to 16384 (bf16), e.g. 0.93 of the copy ceiling at 16384x5120
     with 160 threads, against 0.85 with one vector per thread. Rows too short to give 32 threads
@@ -415,16 +415,16 @@ def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_on
 BACKWARD_MAX_BLOCK = 512
 BACKWARD_VECTORS = (1, 2)
 # Backward rows re-read per pass (V = 0), about this many 16-byte vectors per thread: measured on
-# the H200 at 16384x5120 bf16 (bench/results/2026-11-30/tune_backward*.log, tools/tune_backward.py),
+# the H200 at 16384x5120 bf16 (tools/tune_backward.py; docs/perf_notes.md and docs/family.md),
 # 128 threads x 5 vectors took 222 us, against 480 us for the register-cached 320 x 2 (111
 # registers: one block per multiprocessor) and 252 us for 256 x 2.5 or 306 us for 64 x 10; again on
-# 2026-12-01 (bench/results/2026-12-01/issue12/run2/tune_backward.txt): 128 threads 205 us, the
+# 2026-12-01 (the same tool): 128 threads 205 us, the
 # forward's 160 threads 272 us (six blocks of 160 fit a multiprocessor: 1024 blocks of 16 rows make
 # 1.3 waves, where eight of 128 make one).
 BACKWARD_VECTORS_PER_THREAD = 5
 # Up to this many rows the backward runs one block per row (rows_per_block = 1), its terms summed into
 # the chunks' partials by the second kernel: a chunk of 16 rows per block leaves most multiprocessors
-# idle below some thousands of rows. H200, 5120 bf16 (bench/results/2026-12-01/issue12-s3/run14):
+# idle below some thousands of rows. H200, 5120 bf16 (docs/perf_notes.md, "The backward"):
 # 32 rows 124 -> 12.6 us, 1024 rows 140 -> 34 us, 2048 rows 151 -> 66 us, 4096 rows 164 -> 119 us; at
 # 16384 rows one per block is slower (403 us against 235: the workspace then holds every row's terms).
 BACKWARD_FEW_ROWS = 4096

@@ -106,7 +106,7 @@ def test_weightless_is_the_weighted_backward_with_aligned_ones(layer_norm, dtype
     layouts = [({}, {}), ({"input": 1, "grad_output": n - 1, "grad_input": 2 % n}, {}),
                ({"grad_input": 3 % n}, {"input": hidden + 1, "grad_output": hidden + 3})]
     # Many rows (a chunk of rows per block) only up to hidden 769: the twin of 4097 x 65537 takes about
-    # 20 s a call, six calls a case (run 25 stalled the suite on it); test_many_rows has many rows at 5125.
+    # 20 s a call, six calls a case (it once stalled the whole suite); test_many_rows has many rows at 5125.
     for rows in (3, plan.BACKWARD_FEW_ROWS + 1) if hidden <= 769 else (3,):
         for offsets, strides in layouts:
             got = {}

@@ -1,7 +1,7 @@
 """pyrms.rms_norm_backward and pyrms.layer_norm_backward on the GPU.
 
 Bitwise equality with the twin (pyrms.reference.norm_backward_twin) on every alignment, size and
-stride (GUIDE.md §4: pyrms.case_matrix's GPU axes), through pyrms.testing's guarded, poisoned operands; dweight/dbias bitwise
+stride (pyrms.case_matrix's GPU axes), through pyrms.testing's guarded, poisoned operands; dweight/dbias bitwise
 identical across runs and rows_per_block settings; the pooled (stream-ordered) and caller-owned
 workspaces, also under graph capture; and the
 gradients against PyTorch autograd in float64 on the GPU.
@@ -24,8 +24,8 @@ OPS = {"rms_norm": False, "layer_norm": True}
 @pytest.mark.parametrize("case", [pytest.param(c, id=f"{axis}-{c}") for family in case_matrix.BACKWARD
                                   for axis in case_matrix.GPU_AXES for c in case_matrix.gpu(family, axis)])
 def test_every_layout_of_the_case_matrix(rng, case):
-    """Each pointer at every misalignment (18 rows: two chunks), all misaligned differently, GUIDE.md's
-    hidden sizes, strided rows, more than 65535 rows, the options (Gemma, fp32 gradients), in place
+    """Each pointer at every misalignment (18 rows: two chunks), all misaligned differently, the case
+    matrix's hidden sizes, strided rows, more than 65535 rows, the options (Gemma, fp32 gradients), in place
     over either input."""
     check_case(rng, case)
 

@@ -67,7 +67,7 @@ def implementations(shapes: int):
     import pyrms.torch as pt
 
     # One specialization per shape: past dynamo's recompile limit (8 by default) fn would run eagerly, and the
-    # torch.compile column would be torch eager's (runs 21 to 43 hit it from the fourth k row on).
+    # torch.compile column would be torch eager's (the H200 runs before 2026-12-02 hit it from the fourth k row on).
     config = torch._dynamo.config
     limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     setattr(config, limit, max(getattr(config, limit), shapes))

@@ -104,7 +104,7 @@ def main(argv=None) -> int:
                 print(f"per_group skipped: hidden {hidden} is not a multiple of {GROUP}", flush=True)
                 continue
             # Dynamo keys its cache by code object: the four configurations' `eager` share one, and 8 shapes
-            # (its recompile limit) would leave the later ones running uncompiled (run 27's fused add rows).
+            # (its recompile limit) would leave the later ones running uncompiled (once seen in the fused add rows).
             torch._dynamo.reset()
             impls = implementations(torch, fused, mode)
             for tokens in (int(t) for t in args.tokens.split(",")):
