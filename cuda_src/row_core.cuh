@@ -225,9 +225,9 @@ __device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD, ALIGNED, 
             __syncwarp(mask);  // orders pass 1's global writes (fused add's sums) before pass 2's reads
         };
         // The same butterfly under either mask. A computed mask makes the compiler check the warp's
-        // convergence before each use (about ten instructions per row in Nsight Compute's profile on the
-        // H200: docs/perf_notes.md); where every lane of the warp is active (all but the warp of a grid's last rows, whose
-        // segments past the end have returned), the full mask does without. __activemask() returns the same
+        // convergence before each use (about ten instructions per row, Nsight Compute on the H200:
+        // docs/perf_notes.md); where every lane of the warp is active (all but the warp of a grid's last rows,
+        // whose segments past the end have returned), the full mask does without. __activemask() returns the same
         // value to the lanes that run it together, so they all take the same branch.
         if (LANES == 32 || __activemask() == 0xffffffffu) {
             butterfly(0xffffffffu);

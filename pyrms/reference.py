@@ -11,7 +11,7 @@
   (layer_norm.cu), ``rms_norm_backward_ref``, ``layer_norm_backward_ref`` and ``norm_backward_twin``
   (norm_backward.cuh, both backward kernels and the fixed-order sum over rows).
 - ``quantize_static``, ``quantize_per_token``, ``quantize_per_group``: the fp8/int8 output step on fp32
-  normalized rows (issue 14, docs/numerics.md), and the twins of the kernels that apply it
+  normalized rows (docs/numerics.md, "Quantized outputs"), and the twins of the kernels that apply it
   (rms_norm_quant.cu): ``normalized_twin``, ``rms_norm_quant_twin``, ``fused_add_rms_norm_quant_twin``.
 """
 from __future__ import annotations
@@ -352,7 +352,7 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
     return (dx, *(sum_partials_twin(chunk_sums_twin(t, chunk_rows)).astype(out) for t in terms))
 
 
-# --- quantized outputs (issue 14) -----------------------------------------------------------------
+# --- quantized outputs ----------------------------------------------------------------------------
 # The output step a quantizing kernel applies to the fp32 normalized values y (after the RMSNorm's
 # fp32 arithmetic, before any storage rounding). docs/numerics.md, "Quantized outputs", gives the
 # formulas and the vLLM sources each one matches.

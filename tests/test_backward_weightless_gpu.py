@@ -1,4 +1,4 @@
-"""pyrms.rms_norm_backward and pyrms.layer_norm_backward without a weight (``weight=None``, issue 13) on
+"""pyrms.rms_norm_backward and pyrms.layer_norm_backward without a weight (``weight=None``) on
 the GPU.
 
 Bitwise equality with the twin (pyrms.reference.norm_backward_twin with weight None) on every

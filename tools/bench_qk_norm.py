@@ -1,5 +1,5 @@
 """QK-norm at Qwen3's shapes on the H200: pyrms against torch eager, torch.compile and Triton, all on the
-same strided views of a fused QKV tensor (issue 13, item 3).
+same strided views of a fused QKV tensor (docs/family.md).
 
     python -m tools.bench_qk_norm [--tokens 1,16,128,1024,4096,16384] [--reps 15] [--json out.json]
 

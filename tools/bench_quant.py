@@ -1,5 +1,5 @@
 """Norm + fp8 quantization on the H200: pyrms.rms_norm_quant and fused_add_rms_norm_quant against torch's
-norm then quantize (eager, torch.compile of each step apart, torch.compile of both together), issue 14 item 4.
+norm then quantize (eager, torch.compile of each step apart, torch.compile of both together); docs/family.md.
 
     python -m tools.bench_quant [--tokens 1,16,128,1024,16384] [--hidden 5120] [--reps 15] [--json out.json]
 
