@@ -2,7 +2,7 @@
 
 Nothing here touches a GPU, so every decision is testable on the CPU. The plan depends on
 the hidden size, dtype and options only, never on the number of rows: that is what makes a
-row's result independent of the batch it sits in (GUIDE.md §3).
+row's result independent of the batch it sits in (docs/numerics.md, "The forward contract").
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ FEW_ROW_SHAPES = ((0, 1), (1, 1), (2, 2), (4, 2), (4, 4))
 # CACHE the vectors each lane holds: POS = min(CACHE, 32 / LANES) fold positions of CACHE / POS steps each
 # (packed_positions). (8, 2): a row of up to 16 vectors (QK-norm's 128 bf16 elements) in 8 lanes of two
 # positions, four rows per warp, where 16 lanes of one position did two: the rows' work that is not per
-# element is shared by fewer lanes (q of 16384 tokens: 137 us against 148 for (16, 1); bench/results/
-# 2026-12-01/s6, runs 34 and 36).
+# element is shared by fewer lanes (q of 16384 tokens on the H200: 137 us against 148 for (16, 1);
+# docs/perf_notes.md).
 PACKED_SHAPES = ((8, 1), (8, 2), (32, 1), (32, 2), (32, 4))
 PACKED_THREADS = 256
 
@@ -228,7 +228,7 @@ class _WeightAndOutKinds:
 def block_and_cache(dtype: dtypes.DType, hidden: int) -> tuple[int, int]:
     """Threads per block and register-cached vectors per thread for a row of `hidden` elements.
 
-    Measured on the H200 (bench/results/2026-11-30/tune5.log, tools/tune_rms_norm.py): four
+    Measured on the H200 (tools/tune_rms_norm.py; docs/perf_notes.md, "Versions"): four
     16-byte vectors per thread, held in registers, was the best or within 0.02 of the best at
     every hidden size from 1024 to 16384 (bf16), e.g. 0.93 of the copy ceiling at 16384x5120
     with 160 threads, against 0.85 with one vector per thread. Rows too short to give 32 threads
@@ -245,10 +245,5 @@ def block_and_cache(dtype: dtypes.DType, hidden: int) -> tuple[int, int]:
         return -(-threads // 32) * 32, cache
     return MAX_BLOCK, 0
 
-
-# --- The rest of the family: fused add, LayerNorm, the backward passes ----------------------------
-
-
-# --- Quantized outputs (rms_norm_quant.cu) ---------------------------------------------------------
 
 

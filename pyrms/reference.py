@@ -11,7 +11,7 @@
   (layer_norm.cu), ``rms_norm_backward_ref``, ``layer_norm_backward_ref`` and ``norm_backward_twin``
   (norm_backward.cuh, both backward kernels and the fixed-order sum over rows).
 - ``quantize_static``, ``quantize_per_token``, ``quantize_per_group``: the fp8/int8 output step on fp32
-  normalized rows (issue 14, docs/numerics.md), and the twins of the kernels that apply it
+  normalized rows (docs/numerics.md, "Quantized outputs"), and the twins of the kernels that apply it
   (rms_norm_quant.cu): ``normalized_twin``, ``rms_norm_quant_twin``, ``fused_add_rms_norm_quant_twin``.
 """
 from __future__ import annotations
@@ -119,9 +119,6 @@ def row_stats_twin(xf, epsilon, block, row_phases, vec_elems, *, centered=False)
     return mean, inv
 
 
-# --- fused residual add ---------------------------------------------------------------------------
-
-
 def _one_nan(a: np.ndarray) -> np.ndarray:
     """a with every NaN the GPU's one NaN, in place: its fp32 add returns 0x7FFFFFFF whatever the operands'
     payloads, which bf16 and fp16 keep as 0x7FFF; numpy would carry an operand's payload (and ml_dtypes
@@ -132,16 +129,5 @@ def _one_nan(a: np.ndarray) -> np.ndarray:
         a.view(word)[nan] = word(0x7FFF if word is np.uint16 else 0x7FFFFFFF)
     return a
 
-
-# --- LayerNorm ------------------------------------------------------------------------------------
-
-
-# --- backward -------------------------------------------------------------------------------------
-
-
-# --- quantized outputs (issue 14) -----------------------------------------------------------------
-# The output step a quantizing kernel applies to the fp32 normalized values y (after the RMSNorm's
-# fp32 arithmetic, before any storage rounding). docs/numerics.md, "Quantized outputs", gives the
-# formulas and the vLLM sources each one matches.
 
 

@@ -1,4 +1,4 @@
-"""The backward passes without a weight (``weight=None``, issue 13) on the CPU: plans and workspace
+"""The backward passes without a weight (``weight=None``) on the CPU: plans and workspace
 sizes, the twin (bitwise a weighted backward's with a 16-byte aligned weight of ones) and the float64
 references, argument validation naming the argument, and, over the fake driver, what one call
 launches: the weightless kernel alone, no workspace, where nothing is summed over rows."""

@@ -167,7 +167,7 @@ def test_row_core_tree_sums_each_vector_before_the_thread():
 @pytest.mark.parametrize("dtype, nan", [("bfloat16", 0x7FFF), ("float16", 0x7FFF), ("float32", 0x7FFFFFFF)])
 def test_the_fused_adds_nan_sum_is_the_gpus_one_nan(dtype, nan):
     """A NaN operand's payload (numpy's 0x7FC00000, rounded: 0x7FC0 / 0x7E00) and inf + -inf both give
-    the one NaN the GPU's fp32 add returns, as T; other sums are round_T(x + r) (run 26 saw the payload
+    the one NaN the GPU's fp32 add returns, as T; other sums are round_T(x + r) (a GPU run saw the payload
     differ)."""
     dt = dtypes.get(dtype).numpy
     x = np.array([[np.nan, np.inf, 1.5, -np.inf, 2.0]], dtype=dt)

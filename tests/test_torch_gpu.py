@@ -452,7 +452,7 @@ def test_tensors_on_another_device_are_refused(gen):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
 def test_tensors_on_device_1_with_device_1_selected(gen):
-    """Issue 16: pyrms on device 1 (set_device, torch's current device too): the forward bitwise equal to
+    """Multi-GPU: pyrms on device 1 (set_device, torch's current device too): the forward bitwise equal to
     the twin, the backward run there (tests/test_multi_gpu.py checks every op bitwise, and two threads)."""
     x = randn(gen, 8, 5120).to("cuda:1").requires_grad_()
     w = torch.nn.Parameter(randn(gen, 5120).to("cuda:1"))

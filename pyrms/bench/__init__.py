@@ -5,7 +5,7 @@ validates every implementation's output against a float64 reference before timin
 device time per launch (CUDA events around batches of launches queued behind a spin kernel, inputs
 rotated so the working set exceeds L2), the launch floor (an empty kernel and a one-row copy, back to
 back and in a CUDA graph, without and with programmatic dependent launch), host time per call, and CUDA
-graph replay. Prints tables and a PASS/FAIL check of each target of issues 6, 11 and 12; writes JSON
+graph replay. Prints tables and a PASS/FAIL check of each target (targets.json); writes JSON
 (and a PNG where matplotlib exists).
 
 Layout, one job per module:

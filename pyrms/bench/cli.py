@@ -10,15 +10,15 @@ from . import config as cfg
 
 PROG = "python -m pyrms.bench"
 EXTRA_OPS = ("fused_add_rms_norm", "rms_norm_backward")
-DEFAULT_EXTRA_OP_SHAPES = (cfg.Shape(32, 5120), cfg.Shape(16384, 5120))  # where issues 6 and 12 set their targets
+DEFAULT_EXTRA_OP_SHAPES = (cfg.Shape(32, 5120), cfg.Shape(16384, 5120))  # fused add's and backward's target shapes
 
 EPILOG = f"""
 sections: the copy ceiling; the shape sweep (each implementation validated, then timed); the launch
 floor (an empty kernel and a one-row copy, back to back and in a CUDA graph, each without and with
 programmatic dependent launch); host time per call; CUDA graph capture and replay; the copy ceiling
-again; the targets of issues 6, 11 and 12, each PASS, FAIL or N/A with its numbers. Progress goes to
-stderr, the report to stdout and to OUT/NAME.txt, all numbers to OUT/NAME.json, the plot to
-OUT/NAME.png (when matplotlib is importable).
+again; the targets (bandwidth, decode latency, host time per call), each PASS, FAIL or N/A with its
+numbers. Progress goes to stderr, the report to stdout and to OUT/NAME.txt, all numbers to
+OUT/NAME.json, the plot to OUT/NAME.png (when matplotlib is importable).
 
 default shapes: tokens {','.join(map(str, cfg.TOKENS))} x hidden {','.join(map(str, cfg.HIDDEN))}; with
 --quick: tokens {','.join(map(str, cfg.QUICK_TOKENS))} x hidden {','.join(map(str, cfg.QUICK_HIDDEN))}, fewer

@@ -255,7 +255,7 @@ def graph_section(graphs: dict | None) -> str:
 
 def targets_section(targets) -> str:
     counts = targets_mod.tally(targets)
-    lines = [f"Targets (issues 6, 11, 12): {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['N/A']} N/A "
+    lines = [f"Targets: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['N/A']} N/A "
              "(not measured here)"]
     for t in targets:
         lines.append(f"  {t.status:<4}  {t.text}: {t.detail}")

@@ -1,4 +1,4 @@
-"""Issue 6's targets, issue 11's host targets and issue 12's decode, fused add and backward targets
+"""The bandwidth and latency targets of rms_norm, the host targets and the decode, fused add and backward targets
 (the data: targets.json beside this file), checked against one run's numbers: PASS, FAIL or N/A (not
 measured), each with the numbers that decided it (pure)."""
 from __future__ import annotations

@@ -40,7 +40,7 @@ def _inv_rms(x64, epsilon):
 
 
 def backward_dx_ref(dy, x, w, epsilon):
-    """dx = r * (w*dy - x̂ * mean(x̂ * w*dy)), x̂ = x*r, r = (mean(x²)+eps)^-1/2 (GUIDE.md §3)."""
+    """dx = r * (w*dy - x̂ * mean(x̂ * w*dy)), x̂ = x*r, r = (mean(x²)+eps)^-1/2 (docs/family.md)."""
     x64, dy64, w64 = (np.asarray(a).astype(np.float64) for a in (x, dy, w))
     r = _inv_rms(x64, epsilon)
     xhat = x64 * r

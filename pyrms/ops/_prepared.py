@@ -89,7 +89,7 @@ class Pointers:
         # Per operand (itemsize, bytes from one row to the next, bytes of one row): an operand's span over
         # `rows` rows is then one multiply-add per call, the same for [hidden] vectors (no step). Resolved
         # here, not per call: the per-call unpacking of optional lengths cost fused add and LayerNorm about
-        # 5 % of their host time (bench/results/2026-12-01/s6, runs 32 and 37).
+        # 5 % of their host time (measured on the H200's host, interleaved runs: docs/perf_notes.md).
         self.spans = tuple((itemsize, stride * itemsize, (length[0] if length else hidden) * itemsize)
                            for itemsize, stride, *length in operands)
         self.pairs = tuple(pairs)

@@ -1,6 +1,6 @@
 """``pyrms.rms_norm_quant`` and ``pyrms.fused_add_rms_norm_quant``: RMSNorm (after vLLM's residual add) with
 an fp8 or int8 output and a static, per-token or per-group scale (kernels: cuda_src/rms_norm_quant.cu; the
-semantics: docs/numerics.md, "Quantized outputs"; the twin: pyrms.quant_twin.rms_norm_quant_twin)."""
+semantics: docs/numerics.md, "Quantized outputs"; the twin: pyrms.reference.rms_norm_quant_twin)."""
 from __future__ import annotations
 
 import math

@@ -8,6 +8,10 @@ from ...reference import F32, _as_2d, row_stats_twin, scale_twin
 from .plan import QUANT_GROUPS
 from ..fused_add_rms_norm.twin import rounded_sum
 
+# The output step a quantizing kernel applies to the fp32 normalized values y (after the RMSNorm's
+# fp32 arithmetic, before any storage rounding). docs/numerics.md, "Quantized outputs", gives the
+# formulas and the vLLM sources each one matches.
+
 
 def _quant_rows(y) -> np.ndarray:
     """y as a (rows, hidden) float32 array; TypeError for another dtype, which would hide a rounding."""
