@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from . import dtypes, plan
+from . import dtypes
+from .ops import _row_plan as plan
 
 OPS = ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward",
        "rms_norm_quant", "fused_add_rms_norm_quant", "seed")

@@ -21,7 +21,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from . import case_matrix, plan
+from . import case_matrix
+from .ops import _row_plan as plan
 from .case_matrix import operands, vector_elements
 from .ops.rms_norm_backward import plan as bwd_plan
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import driver, dtypes, plan
+from . import driver, dtypes
+from .ops import _row_plan as plan
 from .ops.fused_add_rms_norm import plan as fused_plan
 from .ops.fused_add_rms_norm import twin as fused_twin
 from .ops.layer_norm import plan as ln_plan

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pyrms import cache, compiler, dtypes, headers, plan, ptx_inspect
+from pyrms import cache, compiler, dtypes, headers, ptx_inspect
+
+from pyrms.ops import _row_plan as plan
 from pyrms.errors import CompileError, HeaderNotFoundError
 from small_sources import BAD_CU, SMALL_CU, X_CUH
 from pyrms.ops.rms_norm import plan as rms_plan

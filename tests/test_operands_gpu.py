@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import driver, kernels, plan
+from pyrms import driver, kernels
+from pyrms.ops import _row_plan as plan
 from pyrms.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm, forced_row_variant
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.layer_norm import plan as ln_plan

@@ -3,7 +3,9 @@ import pytest
 
 import pyrms
 
-from pyrms import dtypes, plan
+from pyrms import dtypes
+
+from pyrms.ops import _row_plan as plan
 from pyrms.ops.seed import plan_seed
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.layer_norm import plan as ln_plan

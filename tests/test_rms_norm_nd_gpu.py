@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyrms import driver, dtypes, plan, testing
+from pyrms import driver, dtypes, testing
+
+from pyrms.ops import _row_plan as plan
 from pyrms.ops.rms_norm import rms_norm
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin

@@ -7,7 +7,7 @@ behind a spin kernel, so small shapes show device time, not host time) over rota
 set above twice the L2). Prints GB/s and the fraction of the device-to-device copy ceiling, and writes
 JSON with --json. A configuration is FOLD/CACHE for the many-row kernel, and FOLD/CACHExSPREADe for a
 few-row one (SPREAD * FOLD threads, weights loaded early; SPREAD 1 is written x1e; a suffix a for the
-all-body ALIGNED variant, which the aligned test buffers allow), as compiled (plan.FEW_ROW_SHAPES). --pdl launches with programmatic dependent launch. Used to choose pyrms.plan's
+all-body ALIGNED variant, which the aligned test buffers allow), as compiled (plan.FEW_ROW_SHAPES). --pdl launches with programmatic dependent launch. Used to choose the row plan's
 table; needs a GPU.
 
     python -m tools.tune_rms_norm --shapes 16384x5120,4096x16384 --json out.json
@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pyrms import driver, dtypes, kernels, plan
+from pyrms import driver, dtypes, kernels
+
+from pyrms.ops import _row_plan as plan
 from pyrms.bench import ceiling, timing
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin

@@ -1,7 +1,8 @@
 """What the ops' declarations (each family's spec.py) share: the weight, output and case-option vocabularies."""
 from __future__ import annotations
 
-from .. import dtypes, plan
+from .. import dtypes
+from . import _row_plan as plan
 
 # Options every case of a row op or backward may set (the case matrix's vocabulary).
 COMMON_CASE_OPTIONS = ("epsilon", "pdl", "weight")

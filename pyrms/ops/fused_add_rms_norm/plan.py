@@ -1,10 +1,10 @@
-"""fused_add_rms_norm's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+"""fused_add_rms_norm's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ... import dtypes
-from ...plan import block_and_cache, out_kind
+from .._row_plan import block_and_cache, out_kind
 from ..rms_norm.plan import RmsNormPlan, _rms_weight
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ... import driver, dtypes
-from ... import plan as planner
+from .. import _row_plan as planner
 from .. import _operands as check
 from .. import _placement
 from ..rms_norm_backward.prepared import norm_backward

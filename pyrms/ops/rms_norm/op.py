@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ... import driver, dtypes
-from ... import plan as planner
+from .. import _row_plan as planner
 from .. import _operands as check
 from ..._types import DTypeLike, OptionalOperand, Operand, StreamLike
 from .. import _placement, _views

@@ -1,11 +1,11 @@
-"""rms_norm's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+"""rms_norm's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ... import dtypes
 from ...contract import Contract, contract
-from ...plan import CACHE_CHOICES, PACKED_SHAPES, PACKED_THREADS, _RowPlan, _WeightAndOutKinds, block_and_cache, out_kind, packed_positions, weight_kind
+from .._row_plan import CACHE_CHOICES, PACKED_SHAPES, PACKED_THREADS, _RowPlan, _WeightAndOutKinds, block_and_cache, out_kind, packed_positions, weight_kind
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""rms_norm_backward's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+"""rms_norm_backward's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,7 +6,7 @@ from functools import cached_property
 
 from ... import dtypes
 from ...contract import Contract, contract
-from ...plan import block_and_cache
+from .._row_plan import block_and_cache
 
 
 # The backward kernels launch at most 512 threads of their own (rms_norm_backward's V = 2 variant needs

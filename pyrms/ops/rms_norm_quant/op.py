@@ -7,7 +7,7 @@ import math
 import numbers
 
 from ... import driver, dtypes
-from ... import plan as planner
+from .. import _row_plan as planner
 from .. import _adapter, _operands as check
 from . import arrays as _quant_arrays
 from .. import _placement

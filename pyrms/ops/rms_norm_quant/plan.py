@@ -1,11 +1,11 @@
-"""rms_norm_quant's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+"""rms_norm_quant's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ... import dtypes
 from ...contract import Contract, contract
-from ...plan import _RowPlan, block_and_cache
+from .._row_plan import _RowPlan, block_and_cache
 
 
 # The kernels' MODE, by position: one given scale, one computed per row (per token), or one per group of

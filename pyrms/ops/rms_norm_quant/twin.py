@@ -1,10 +1,10 @@
-"""rms_norm_quant's numpy references and bit-exact twin (the row core's twin is pyrms.reference)."""
+"""rms_norm_quant's numpy references and bit-exact twin (on the row core's twin, pyrms/ops/_row_twin.py)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ... import dtypes
-from ...reference import F32, _as_2d, row_stats_twin, scale_twin
+from .._row_twin import F32, _as_2d, row_stats_twin, scale_twin
 from .plan import QUANT_GROUPS
 from ..fused_add_rms_norm.twin import rounded_sum
 

@@ -1,4 +1,5 @@
-"""Pure launch planning: from (dtype, hidden size, options) to a kernel and a launch shape.
+"""The row plan every op on the row core shares: from (dtype, hidden size, options) to a kernel and a
+launch shape (each op's own plan, in its folder's plan.py, builds on it).
 
 Nothing here touches a GPU, so every decision is testable on the CPU. The plan depends on
 the hidden size, dtype and options only, never on the number of rows: that is what makes a
@@ -9,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from . import dtypes
-from .contract import Contract, contract
+from .. import dtypes
+from ..contract import Contract, contract
 
 MAX_BLOCK = 1024
 # Up to this many rows, launches use the latency shape (row_core.cuh's SPREAD > 1, with the weights
