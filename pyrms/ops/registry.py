@@ -56,7 +56,9 @@ class OpSpec:
     tools/ptx_dump.py names its kernels (None: it has none of its own there). ``check``: which kind of
     checker runs its cases ("row", "backward", "quant", "seed"); ``operands(**layout)``: the case matrix's
     (row operands, vector operands) of a case; ``case_options``: the options a case may set.
-    ``random``: whether the randomized check draws it."""
+    ``random``: whether the randomized check draws it. ``torch``: the module (in the op's folder) that binds it
+    for PyTorch, imported by pyrms.torch only; ``bench``: the module that declares its benchmark problems
+    (None: the op has none of its own)."""
 
     name: str
     module: str
@@ -71,6 +73,8 @@ class OpSpec:
     hiddens: tuple[int, ...] | None = None
     random: bool = False
     own_flags: tuple[str, ...] | None = None
+    torch: str | None = None
+    bench: str | None = None
 
     @property
     def flags(self) -> tuple[str, ...]:
