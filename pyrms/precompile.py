@@ -10,7 +10,7 @@ GPU for its arch.
     python -m pyrms.precompile --ops rms_norm --dtypes bf16
     python -m pyrms.precompile --list                  # what would be compiled
 
-A compile unit is what ``pyrms.kernels.get`` compiles in one NVRTC run: one source and every name
+A compile unit is what ``pyrms.launch.get_kernel`` compiles in one NVRTC run: one source and every name
 expression compiled with it (for rms_norm, all launch shapes of one dtype and option set), so
 hidden sizes share units. ``unit`` maps one call to its unit; ``every_unit`` enumerates them, and
 tools/sanitize_all.py uses both for its own selection.

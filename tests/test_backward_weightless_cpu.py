@@ -7,7 +7,7 @@ import pytest
 
 import pyrms
 from hostile_cases import environment
-from pyrms import dtypes, kernels, launch
+from pyrms import dtypes, launch
 from pyrms.tensor import Tensor
 from pyrms.testing import bits
 from validation_calls import A, B, D, E, backward
@@ -173,7 +173,7 @@ def recorded(monkeypatch):
 
     calls = []
     with environment("device"):
-        real_get = kernels.get  # the environment's: a Kernel of handle 0xF00D, whatever the expression
+        real_get = launch.get_kernel  # the environment's: a Kernel of handle 0xF00D, whatever the expression
         expressions = {}
 
         def get(source, expression, group, signature, device=None):
@@ -184,7 +184,7 @@ def recorded(monkeypatch):
         def launch_kernel(self, grid, block, args, stream=None, shared_bytes=0, pdl=False):
             calls.append((expressions[id(self)], grid, block, shared_bytes, tuple(args)))
 
-        monkeypatch.setattr(kernels, "get", get)
+        monkeypatch.setattr(launch, "get_kernel", get)
         monkeypatch.setattr(launch.Kernel, "launch", launch_kernel)
         yield calls, driver._memory._cu  # the fake, as every driver module holds it (tests/fake_driver.py)
         monkeypatch.undo()

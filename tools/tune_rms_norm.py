@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyrms import driver, dtypes, kernels
+from pyrms import driver, dtypes, launch
 
 from pyrms.ops import _row_plan as plan
 from pyrms.bench import ceiling, timing
@@ -90,20 +90,20 @@ def main() -> int:
             if wanted is not None and name not in wanted:
                 continue
             expr = rms_plan.kernel_expression(dt, cache, spread, False, False, early, aligned)
-            kernel = kernels.get(rms_plan.RmsNormPlan.source, expr, rms_plan.variant_group(dt, False, False),
+            kernel = launch.get_kernel(rms_plan.RmsNormPlan.source, expr, rms_plan.variant_group(dt, False, False),
                                  rms_plan.RmsNormPlan(dt, 0, 0, 0).signature, device)
 
-            def launch(i, kernel=kernel, threads=spread * block):
+            def run(i, kernel=kernel, threads=spread * block):
                 kernel.launch(tokens, threads, (ys[i], xs[i], wb.ptr, 1e-6, hidden, hidden, hidden), 0, pdl=args.pdl)
 
-            launch(0)
+            run(0)
             got = np.empty((min(tokens, 4), hidden), dtype=dt.numpy)
             driver.memcpy_dtoh(got, ys[0])
             want = rms_twin.rms_norm_twin(x[: got.shape[0]], w, 1e-6, block=block)
             if not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
                 line.append(f"{name}=WRONG")
                 continue
-            us = timing.median_us(timer, launch, sets, args.reps)
+            us = timing.median_us(timer, run, sets, args.reps)
             gbs = nbytes / us / 1e3
             results.append(dict(tokens=tokens, hidden=hidden, dtype=dt.name, block=block, cache=cache, spread=spread,
                                 early_weights=early, aligned=aligned, pdl=args.pdl, us=us, gbs=gbs, ceiling_fraction=gbs / ceiling_gbs))

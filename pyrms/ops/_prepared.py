@@ -11,7 +11,7 @@ checked where).
 """
 from __future__ import annotations
 
-from .. import driver, errors, kernels, launch
+from .. import driver, errors, launch
 from ._operands import FLOAT32_MAX, flag
 
 LIMIT = 4096  # prepared launches kept per device, whatever shapes a long-running server meets
@@ -130,9 +130,9 @@ class RowLaunches:
 
     def __init__(self, plan, tail: tuple, device, pdl: bool, strides: tuple):
         signature = plan.signature
-        self.many = kernels.get(plan.source, plan.expression, plan.group, signature, device)
-        self.few = kernels.get(plan.source, plan.latency_expression, plan.group, signature, device)
-        self.few_aligned = kernels.get(plan.source, plan.aligned_latency_expression, plan.group, signature, device)
+        self.many = launch.get_kernel(plan.source, plan.expression, plan.group, signature, device)
+        self.few = launch.get_kernel(plan.source, plan.latency_expression, plan.group, signature, device)
+        self.few_aligned = launch.get_kernel(plan.source, plan.aligned_latency_expression, plan.group, signature, device)
         self.launch_many = launch.RowLaunch(signature, plan.block, tail, device, pdl=pdl)
         self.launch_few = launch.RowLaunch(signature, plan.latency_block, tail, device, pdl=pdl)
         self.aligned_layout = plan.aligned_layout(*strides)

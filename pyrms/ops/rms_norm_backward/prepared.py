@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ... import driver, dtypes, kernels
+from ... import driver, dtypes, launch
 from .. import _operands as check
 from .. import _placement, _workspace
 from .._prepared import Pointers, PreparedCache, scalars_ok, use_pdl
@@ -63,9 +63,9 @@ class Prepared:
         p = self.plan = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
                                                    weight=not weightless, grad_bias=grad_bias)
         self.rows_per_block = rows_per_block_arg(rows_per_block, p.chunk_rows)  # None: planned per call
-        self.rows_kernel = kernels.get(p.source, p.expression, p.group, p.contract.signature, device)
+        self.rows_kernel = launch.get_kernel(p.source, p.expression, p.group, p.contract.signature, device)
         params = int(not weightless) + int(grad_bias)  # the parameter gradients written, in plane order
-        self.sum_kernel = kernels.get(p.source, p.sum_expression, p.group, p.sum_contract.signature, device) if params else None
+        self.sum_kernel = launch.get_kernel(p.source, p.sum_expression, p.group, p.sum_contract.signature, device) if params else None
         if p.shared_bytes:  # opt in whenever dynamic shared memory is used: the kernel's static shared memory
             # counts against the 48 KiB default too, so 48 KiB of sums alone may already not fit (found by
             # the randomized check: fp32, hidden 12280, 49,120 bytes of sums failed with INVALID_VALUE)

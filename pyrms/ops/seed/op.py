@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ... import driver, dtypes, kernels, launch
+from ... import driver, dtypes, launch
 from ...contract import Contract, contract
 from .. import _operands as check
 from .. import _placement
@@ -58,7 +58,7 @@ class Prepared:
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         p = plan_seed(dt, hidden)
-        self.kernel = kernels.get(p.source, p.expression, (p.expression,), p.contract.signature, device)
+        self.kernel = launch.get_kernel(p.source, p.expression, (p.expression,), p.contract.signature, device)
         self.launch = launch.RowLaunch(p.contract.signature, p.block, (), device)
         self.row_bytes, self.max_rows = hidden * dt.itemsize, check.max_rows(hidden, hidden)
         self.placed = _placement.for_device(device)
