@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Sequence
 
 from . import dtypes
 from .ops import registry
-from .ops.registry import Unit
+from .ops._spec import Unit
 from .ops.seed import spec as seed_spec
 
 OPS = registry.NAMES

@@ -27,7 +27,7 @@ from pyrms import compiler, dtypes, ptx_inspect
 from pyrms.ops import _row_plan as plan
 from pyrms.errors import CompileError, PyrmsError
 from pyrms.ops import registry
-from pyrms.ops.registry import OpSpec
+from pyrms.ops._spec import OpSpec
 from pyrms.ops.rms_norm_backward import plan as bwd_plan
 from pyrms.ops.rms_norm_quant import plan as quant_plan
 

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from ... import dtypes
-from ..registry import Inspect, OpSpec, Unit
-from .._spec_common import COMMON_CASE_OPTIONS, out_options, row_labels, weight_options
+from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, out_options, row_labels, Unit, weight_options
 from .plan import FusedAddRmsNormPlan, plan_fused_add_rms_norm
 
 _ABOUT = ("pyrms::fused_add_rms_norm_kernel, planned like rms_norm; fp32_sum = the fp32-sum kernel "

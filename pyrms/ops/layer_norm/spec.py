@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..registry import Inspect, OpSpec, Unit
-from .._spec_common import COMMON_CASE_OPTIONS, out_options, weight_options
+from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, out_options, Unit, weight_options
 from ..rms_norm_backward.plan import NormBackwardPlan, plan_norm_backward
 from ..rms_norm_backward.spec import backward_operands, backward_option_sets, backward_unit
 from .plan import LayerNormPlan, plan_layer_norm

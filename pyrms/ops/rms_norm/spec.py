@@ -1,8 +1,7 @@
 """rms_norm's registry entries: the plain rows and the N-D entry point (its own kernels and units)."""
 from __future__ import annotations
 
-from ..registry import Inspect, OpSpec, Unit
-from .._spec_common import COMMON_CASE_OPTIONS, out_options, row_labels, row_operands, weight_options
+from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, out_options, row_labels, row_operands, Unit, weight_options
 from .plan import RmsNormPlan, plan_rms_norm
 
 _ABOUT = ("pyrms::rms_norm_kernel; the hidden size (a run-time argument) only picks the planned cache and spread; "

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..registry import Inspect, OpSpec, Unit
-from .._spec_common import COMMON_CASE_OPTIONS
+from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, Unit
 from .plan import NormBackwardPlan, plan_norm_backward
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ... import dtypes
-from ..registry import Inspect, OpSpec, Unit
+from .._spec import Inspect, OpSpec, Unit
 from .plan import QUANT_MODES, FusedAddRmsNormQuantPlan, RmsNormQuantPlan, plan_rms_norm_quant
 
 _CASE_OPTIONS = ("epsilon", "pdl", "variant", "out_dtype", "mode", "device_scale", "scale_ub", "round_input",

@@ -1,7 +1,7 @@
 """The seed kernel's registry entry: compiled per hidden size (a template argument)."""
 from __future__ import annotations
 
-from ..registry import Inspect, OpSpec, Unit
+from .._spec import Inspect, OpSpec, Unit
 from .op import SeedPlan, plan_seed
 
 # The seed kernel's hidden sizes to precompile: the demo's default.
