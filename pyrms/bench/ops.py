@@ -49,8 +49,8 @@ class HostOperands:
 @dataclass(frozen=True)
 class Example:
     """What an op's example call in tools/profile_launch.py may use: pyrms Tensors a, b, c ([rows, hidden],
-    random), w and bias ([hidden], in [-1, 1]), dw ([hidden], empty); ``pdl``: the keywords the pdl switch
-    sets ({} or {"pdl": ...})."""
+    random), w and bias ([hidden], in [-1, 1]), dw ([hidden], empty), all of ``dt``; ``pdl``: whether to
+    launch with programmatic dependent launch (an op that has no such switch ignores it)."""
 
     rows: int
     hidden: int
@@ -61,7 +61,7 @@ class Example:
     w: object
     bias: object
     dw: object
-    pdl: dict
+    pdl: bool
 
 
 @dataclass(frozen=True)
