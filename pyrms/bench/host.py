@@ -142,7 +142,8 @@ def host_overhead(ctx, device, rng, calls: int, epsilon: float) -> dict:
             problem_mod.fill_random(b.ptr, b.nbytes, dt, rng)
         x, r, y, dy, gx = (b.ptr for b in rows)
         w, bias, gw = (b.ptr for b in vectors)
-        operands = ops_mod.HostOperands(tokens, hidden, dt, device.ordinal, stream, epsilon, x, r, y, dy, gx, w, bias, gw)
+        operands = ops_mod.HostOperands(tokens, hidden, dt, device.ordinal, stream, epsilon,
+                                        x, r, y, dy, gx, w, bias, gw)
         variants, skipped, notes = {}, {}, {}
         for bench in benches:
             if bench.host is None:

@@ -1,6 +1,6 @@
 """The bandwidth and latency targets of the headline op (ops.headline()), the host targets, the decode
-targets and the other ops' targets (the data: targets.json beside this file), checked against one run's numbers: PASS, FAIL or N/A (not
-measured), each with the numbers that decided it (pure)."""
+targets and the other ops' targets (the data: targets.json beside this file), checked against one run's
+numbers: PASS, FAIL or N/A (not measured), each with the numbers that decided it (pure)."""
 from __future__ import annotations
 
 import json
@@ -231,7 +231,8 @@ def _bare_for(name: str) -> str:
 
 def _host_targets(host: dict | None) -> list[Target]:
     op = ops_mod.headline()
-    eager = next((b.host_labels["torch"] for b in ops_mod.benches().values() if "torch" in b.host_labels), "torch eager")
+    labels = {k: v for b in ops_mod.benches().values() for k, v in b.host_labels.items()}
+    eager = labels.get("torch", "torch eager")
     adapter = f"pyrms.torch.{op}"
     texts = {name: f"host: {f'pyrms.{op}' if name == 'pyrms' else name}{'' if ' ' in name else ' (raw ints)'} "
                    f"<= {limit} x its bare cuLaunchKernel calls" for name, limit in HOST_VS_BARE.items()}

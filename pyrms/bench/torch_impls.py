@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 
-from .impls import Impl, Unavailable
+from .impls import Unavailable
 
 
 def _one_line(exc: BaseException) -> str:

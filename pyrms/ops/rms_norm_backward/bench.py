@@ -101,7 +101,8 @@ def reference(p, epsilon):
 
 def host_call(h):
     """pyrms.rms_norm_backward on raw ints, dγ in fp32."""
-    gx, gw, dy, x, w, epsilon, tokens, hidden, common = h.gx, h.gw, h.dy, h.x, h.w, h.epsilon, h.tokens, h.hidden, h.common
+    gx, gw, dy, x, w = h.gx, h.gw, h.dy, h.x, h.w
+    epsilon, tokens, hidden, common = h.epsilon, h.tokens, h.hidden, h.common
     return lambda: pyrms.rms_norm_backward(gx, gw, dy, x, w, epsilon, tokens, hidden, grad_weight_dtype="float32",
                                            **common)
 
