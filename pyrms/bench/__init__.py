@@ -12,7 +12,8 @@ Layout, one job per module:
   cli        command line and the no-GPU message
   run        the sections of a run, in order, and the files it writes
   config     shape grids, option parsing (pure)
-  ops        what each op reads and writes, byte counts (pure)
+  ops        what an op's declaration says (each op's is its family's pyrms/ops/<family>/bench.py, found
+             through the registry): what it reads and writes, byte counts, implementations (pure)
   stats      medians, spread, rotation counts, row sampling (pure)
   results    one Record per (op, dtype, shape, implementation) (pure)
   targets    the issues' targets as PASS/FAIL/N/A (pure)
@@ -20,11 +21,11 @@ Layout, one job per module:
   env        device and version facts
   timing     the spin kernel and the event timer
   problem    device buffers for one (op, dtype, shape): rotation sets, fill, poison, downloads
-  validate   float64 references and the relative error
-  impls      the implementation registry: pyrms, seed (torch_impls: torch, compile, triton)
+  validate   each op's float64 reference against an output: the relative error
+  impls      what an implementation is (torch_impls: what PyTorch's and Triton's share); registry
+             finds an (op, implementation)
   ceiling    device-to-device copy bandwidth
   floor      the launch floor: its kernels, measurement and lookups
   host       host time per call, and CUDA graph capture against one-by-one launches
   sweep      the shape sweep: build, validate, warm up, time each implementation
-  triton_rms the Triton kernel (imported only where Triton is)
 """

@@ -41,6 +41,6 @@ FUSED_ADD_RMS_NORM = OpSpec(
     inspect=Inspect("row", _ABOUT, plan_fused_add_rms_norm, {"fp32_sum": False, "fp32_residual": False}, weight=True),
     check="row", operands=_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "sum_precision", "residual_dtype", "out_kind"),
-    random=True)
+    random=True, bench="pyrms.ops.fused_add_rms_norm.bench")
 
 SPECS = (FUSED_ADD_RMS_NORM,)

@@ -36,7 +36,7 @@ LAYER_NORM = OpSpec(
     option_sets=_option_sets, unit=_unit,
     inspect=Inspect("row", _ABOUT, plan_layer_norm, {"bias": True, "weightless": False, "fp32_params": False}),
     check="row", operands=_operands, case_options=COMMON_CASE_OPTIONS + ("variant", "in_place", "bias", "out_kind"),
-    random=True)
+    random=True, bench="pyrms.ops.layer_norm.bench")
 
 LAYER_NORM_BACKWARD = OpSpec(
     name="layer_norm_backward", module="pyrms.ops.layer_norm.op", source="layer_norm_backward.cu", plan=NormBackwardPlan,

@@ -29,7 +29,8 @@ RMS_NORM = OpSpec(
     name="rms_norm", module="pyrms.ops.rms_norm.op", source=RmsNormPlan.source, plan=RmsNormPlan,
     option_sets=_option_sets, unit=_unit, inspect=Inspect("row", _ABOUT, plan_rms_norm, weight=True),
     check="row", operands=row_operands,
-    case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "in_place", "out_kind"), random=True)
+    case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "in_place", "out_kind"), random=True,
+    bench="pyrms.ops.rms_norm.bench")
 
 # rms_norm on N-D views, with a weight per outer row, and plain calls of many short rows (packed several to a
 # warp): rms_norm.cu's rms_norm_nd_kernel, a unit of its own (RmsNormPlan.nd_group).

@@ -48,6 +48,6 @@ RMS_NORM_BACKWARD = OpSpec(
                     "weightless = no weight (dx only)", partial(plan_norm_backward, layer_norm=False), {"gemma": False}),
     check="backward", operands=backward_operands(False),
     case_options=COMMON_CASE_OPTIONS + ("in_place", "gemma", "grad_dtype", "rows_per_block", "own_workspace"),
-    random=True)
+    random=True, bench="pyrms.ops.rms_norm_backward.bench")
 
 SPECS = (RMS_NORM_BACKWARD,)
