@@ -35,6 +35,9 @@ def _bindings() -> list[str]:
     added: dict[str, str] = {}
     for module in dict.fromkeys(spec.torch for spec in _registry.REGISTRY.values() if spec.torch):
         binding = _importlib.import_module(module)
+        if getattr(binding.__spec__, "_initializing", False):  # its own import led here: it is half-defined
+            raise ImportError(f"{module} is an op's torch binding, which pyrms.torch imports: import pyrms.torch "
+                              "first, not the binding")
         for name in binding.__all__:
             if name in added:
                 raise ImportError(f"{module} and {added[name]} both export {name!r} to pyrms.torch")
