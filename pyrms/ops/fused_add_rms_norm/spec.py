@@ -37,6 +37,7 @@ def _operands(*, weight=True, out=False, **_):
 
 FUSED_ADD_RMS_NORM = OpSpec(
     name="fused_add_rms_norm", module="pyrms.ops.fused_add_rms_norm.op", source=FusedAddRmsNormPlan.source,
+    torch="pyrms.ops.fused_add_rms_norm.torch_binding",
     plan=FusedAddRmsNormPlan, option_sets=_option_sets, unit=_unit,
     inspect=Inspect("row", _ABOUT, plan_fused_add_rms_norm, {"fp32_sum": False, "fp32_residual": False}, weight=True),
     check="row", operands=_operands,

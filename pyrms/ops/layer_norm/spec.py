@@ -33,6 +33,7 @@ def _operands(*, in_place=None, bias=True, weight=True, **_):
 
 LAYER_NORM = OpSpec(
     name="layer_norm", module="pyrms.ops.layer_norm.op", source=LayerNormPlan.source, plan=LayerNormPlan, own_flags=(),
+    torch="pyrms.ops.layer_norm.torch_binding",
     option_sets=_option_sets, unit=_unit,
     inspect=Inspect("row", _ABOUT, plan_layer_norm, {"bias": True, "weightless": False, "fp32_params": False}),
     check="row", operands=_operands, case_options=COMMON_CASE_OPTIONS + ("variant", "in_place", "bias", "out_kind"),
@@ -40,6 +41,7 @@ LAYER_NORM = OpSpec(
 
 LAYER_NORM_BACKWARD = OpSpec(
     name="layer_norm_backward", module="pyrms.ops.layer_norm.op", source="layer_norm_backward.cu", plan=NormBackwardPlan,
+    torch="pyrms.ops.layer_norm.torch_binding",
     own_flags=(),
     option_sets=backward_option_sets(True), unit=backward_unit(True),
     inspect=Inspect("backward", "pyrms::layer_norm_backward_kernel (dx and the per-chunk dweight, dbias sums); "

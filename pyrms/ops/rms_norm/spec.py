@@ -27,6 +27,7 @@ def _nd_unit(dt, hidden, *, weight_dtype=None, out_dtype=None, **flags) -> Unit:
 
 RMS_NORM = OpSpec(
     name="rms_norm", module="pyrms.ops.rms_norm.op", source=RmsNormPlan.source, plan=RmsNormPlan,
+    torch="pyrms.ops.rms_norm.torch_binding",
     option_sets=_option_sets, unit=_unit, inspect=Inspect("row", _ABOUT, plan_rms_norm, weight=True),
     check="row", operands=row_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "in_place", "out_kind"), random=True,
@@ -36,6 +37,7 @@ RMS_NORM = OpSpec(
 # warp): rms_norm.cu's rms_norm_nd_kernel, a unit of its own (RmsNormPlan.nd_group).
 RMS_NORM_ND = OpSpec(
     name="rms_norm_nd", module="pyrms.ops.rms_norm.op", source=RmsNormPlan.source, plan=RmsNormPlan,
+    torch="pyrms.ops.rms_norm.torch_binding",
     option_sets=_option_sets, unit=_nd_unit,
     inspect=None,
     check="row", operands=row_operands,

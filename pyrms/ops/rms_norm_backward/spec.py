@@ -43,6 +43,7 @@ def backward_operands(layer_norm: bool):
 
 RMS_NORM_BACKWARD = OpSpec(
     name="rms_norm_backward", module="pyrms.ops.rms_norm_backward.op", source="rms_norm_backward.cu",
+    torch="pyrms.ops.rms_norm_backward.torch_binding",
     plan=NormBackwardPlan, own_flags=("gemma",), option_sets=backward_option_sets(False), unit=backward_unit(False),
     inspect=Inspect("backward", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums); "
                     "weightless = no weight (dx only)", partial(plan_norm_backward, layer_norm=False), {"gemma": False}),

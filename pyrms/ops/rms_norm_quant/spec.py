@@ -31,6 +31,7 @@ def _spec(residual: bool) -> OpSpec:
     kernel = "fused_add_rms_norm_quant_kernel" if residual else "rms_norm_quant_kernel"
     spec = OpSpec(
         name=name, module="pyrms.ops.rms_norm_quant.op", source=RmsNormQuantPlan.source,
+        torch="pyrms.ops.rms_norm_quant.torch_binding",
         plan=FusedAddRmsNormQuantPlan if residual else RmsNormQuantPlan,
         option_sets=option_sets, unit=unit,
         inspect=Inspect("quant", f"pyrms::{kernel} (mode=per_group: the group kernel), planned like rms_norm; "
