@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import pyrms
-from hostile_cases import environment
+from tests.support.hostile_cases import environment
 from pyrms import dtypes, kernels, launch, plan, reference
 from pyrms.tensor import Tensor
-from pyrms.testing import bits
-from validation_calls import A, B, D, E, backward
+from tests.support.testing import bits
+from tests.support.validation_calls import A, B, D, E, backward
 
 
 # --- plans --------------------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ def recorded(monkeypatch):
 
         monkeypatch.setattr(kernels, "get", get)
         monkeypatch.setattr(launch.Kernel, "launch", launch_kernel)
-        yield calls, driver._memory._cu  # the fake, as every driver module holds it (tests/fake_driver.py)
+        yield calls, driver._memory._cu  # the fake, as every driver module holds it (tests/support/fake_driver.py)
         monkeypatch.undo()
 
 

@@ -2,7 +2,7 @@
 the GPU.
 
 Bitwise equality with the twin (pyrms.reference.norm_backward_twin with weight None) on every
-alignment, size and stride, through pyrms.testing's guarded, poisoned operands; grad_input bitwise
+alignment, size and stride, through tests.support.testing's guarded, poisoned operands; grad_input bitwise
 equal to a weighted backward's with a 16-byte aligned weight of ones (the same trees); grad_input and
 LayerNorm's grad_bias bitwise the same for every rows_per_block; nothing taken from the workspace pool
 where nothing is summed, also under graph capture; and the gradients against PyTorch autograd in
@@ -14,7 +14,7 @@ import pytest
 import pyrms
 from pyrms import dtypes, plan, reference
 from pyrms.ops import _workspace
-from pyrms.testing import allocate, bits, check_norm_backward, phases
+from tests.support.testing import allocate, bits, check_norm_backward, phases
 
 pytestmark = pytest.mark.gpu
 

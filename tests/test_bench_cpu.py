@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from cuda.bindings import driver as real_cu
 
-from fake_driver import PDL, fresh_driver_state
+from tests.support.fake_driver import PDL, fresh_driver_state
 from pyrms import compiler, dtypes, driver
 from pyrms.bench import cli, config, floor, host, ops, report, stats, targets, timing, validate
 from pyrms.bench.results import FAILED, OK, SKIPPED, Record

@@ -1,4 +1,4 @@
-"""pyrms.case_matrix on the CPU: every op covered, every misalignment of every pointer present, sizes
+"""tests.support.case_matrix on the CPU: every op covered, every misalignment of every pointer present, sizes
 with a prefix, a body and a tail, each case once, the same matrix on every call, and each case's
 checker arguments fitting its checker (run on host memory through tools/random_check_host_time.py)."""
 import inspect
@@ -6,8 +6,9 @@ from collections import Counter
 
 import pytest
 
-from pyrms import case_matrix, dtypes, precompile, testing
-from pyrms.case_matrix import BACKWARD, DTYPES, FAMILIES, GPU_AXES, case, gpu, sanitize
+from pyrms import dtypes, precompile
+from tests.support import case_matrix, testing
+from tests.support.case_matrix import BACKWARD, DTYPES, FAMILIES, GPU_AXES, case, gpu, sanitize
 
 GPU_FAMILIES = ("rms_norm", "fused_add_rms_norm", "layer_norm", *BACKWARD)
 

@@ -17,7 +17,7 @@ import pytest
 
 from pyrms import cache, compiler, dtypes, headers, plan, ptx_inspect
 from pyrms.errors import CompileError, HeaderNotFoundError
-from small_sources import BAD_CU, SMALL_CU, X_CUH
+from tests.support.small_sources import BAD_CU, SMALL_CU, X_CUH
 
 CUDA_SRC = Path(__file__).resolve().parent.parent / "cuda_src"
 

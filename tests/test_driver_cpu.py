@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from cuda.bindings import driver as real_cu
 
-from fake_driver import read_params, run_threads_switching_often
+from tests.support.fake_driver import read_params, run_threads_switching_often
 from pyrms import driver, dtypes, errors, launch
 from pyrms.tensor import Tensor
 

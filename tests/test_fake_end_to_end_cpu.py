@@ -1,4 +1,4 @@
-"""Ops run end to end on the CPU through tests/fake_driver.py: NVRTC compiles the real kernels for
+"""Ops run end to end on the CPU through tests/support/fake_driver.py: NVRTC compiles the real kernels for
 sm_90, pyrms loads them as libraries, prepares and launches them, and the fake's kernels do nothing
 but record each launch (kernel name, grid, block, shared memory, stream, context, and the packed
 arguments read as the kernel's parameter kinds). Each test checks those against what the plan says.

@@ -10,7 +10,7 @@ import pyrms
 from pyrms import compiler, dtypes, plan, ptx_inspect, reference
 from pyrms.ops import _workspace
 from pyrms.tensor import Tensor
-from validation_calls import A, B, C, D, E, F, backward
+from tests.support.validation_calls import A, B, C, D, E, F, backward
 
 DTYPES = ["bfloat16", "float16", "float32"]
 

@@ -1,5 +1,5 @@
 """pyrms.fused_add_rms_norm and pyrms.layer_norm on the GPU: bitwise equality with their twins on
-every alignment, size and stride (GUIDE.md §4: pyrms.case_matrix's GPU axes), through pyrms.testing's
+every alignment, size and stride (GUIDE.md §4: tests.support.case_matrix's GPU axes), through tests.support.testing's
 guarded, poisoned operands.
 
 Every check draws fresh random inputs and compares whole allocations bit for bit: the written rows
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import case_matrix, plan, reference
-from pyrms.testing import bits, check_case, check_fused_add_rms_norm, check_layer_norm
+from pyrms import plan, reference
+from tests.support import case_matrix
+from tests.support.testing import bits, check_case, check_fused_add_rms_norm, check_layer_norm
 
 pytestmark = pytest.mark.gpu
 

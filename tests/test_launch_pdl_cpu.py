@@ -10,7 +10,7 @@ import threading
 import pytest
 from cuda.bindings import driver as real_cu
 
-from fake_driver import run_threads_switching_often
+from tests.support.fake_driver import run_threads_switching_often
 from pyrms import driver, errors, launch
 
 CUresult = real_cu.CUresult

@@ -144,7 +144,7 @@ def test_fp32_out_with_the_fp32_sum_is_refused_by_name(rng, semantics):
 def test_case_matrix_names_the_mixed_output_out_kind():
     """The row ops' fp32 output is the case option out_kind (out_dtype stays the quantizing ops'); the checker
     gets it as out_dtype, fused add gets an 'out' operand of its own, an fp32 out counts 8 offsets."""
-    from pyrms import case_matrix, testing
+    from tests.support import case_matrix, testing
 
     c = case_matrix.case("fused_add_rms_norm", "bf16", 3, 769, offsets={"out": 7}, out_kind="float32")
     assert str(c) == "fused_add_rms_norm-bfloat16-3x769-out+7-out_kind=float32"

@@ -2,7 +2,7 @@
 rows, and an fp32 output for bf16/fp16 input, for rms_norm (plain and N-D), fused_add_rms_norm (its fp32
 out of its own) and layer_norm; bitwise equality with the twin (docs/numerics.md, "Mixed dtypes") on every
 misalignment of every pointer (an fp32 output's 32-byte vector: offsets 0..7), hidden sizes, strides and both
-launch shapes, through pyrms.testing's guarded, poisoned operands.
+launch shapes, through tests.support.testing's guarded, poisoned operands.
 
 Kept cheap: at most 3 rows for the sweeps and a few hundred short rows for the many-row kernels, since the
 numpy twin is what costs here.
@@ -15,7 +15,7 @@ import pytest
 import pyrms
 from pyrms import driver, dtypes, plan, reference
 from pyrms.tensor import Tensor
-from pyrms.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm, check_rms_norm_nd
+from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm, check_rms_norm_nd
 
 pytestmark = pytest.mark.gpu
 

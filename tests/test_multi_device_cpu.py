@@ -9,7 +9,7 @@ import threading
 
 import pytest
 import pyrms
-from fake_driver import FakeDriver, fresh_driver_state, run_threads_switching_often
+from tests.support.fake_driver import FakeDriver, fresh_driver_state, run_threads_switching_often
 from pyrms import compiler, driver, kernels, launch
 from pyrms.ops import _placement, _workspace
 from pyrms.tensor import Tensor

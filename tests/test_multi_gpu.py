@@ -1,6 +1,6 @@
 """Two GPUs in one process (issue 16): every op on device 1 alone, and on devices 0 and 1 from two
 threads at once (each thread on its own device and its own streams), each launch compared bit for bit
-with the numpy twin over the whole guarded allocation by pyrms.testing's checkers (the seed kernel,
+with the numpy twin over the whole guarded allocation by tests.support.testing's checkers (the seed kernel,
 which has no twin, against float64 and bitwise across the devices); a pointer, a workspace or a stream
 of the other device refused before any launch. Skipped, with the reason, where fewer than two GPUs
 exist; tests/test_multi_device_cpu.py checks the same bookkeeping on the CPU."""
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import driver, reference, testing
+from pyrms import driver, reference
+from tests.support import testing
 
 
 def _fewer_than_two_gpus() -> str | None:

@@ -1,7 +1,7 @@
 """pyrms.rms_norm_backward and pyrms.layer_norm_backward on the GPU.
 
 Bitwise equality with the twin (pyrms.reference.norm_backward_twin) on every alignment, size and
-stride (GUIDE.md §4: pyrms.case_matrix's GPU axes), through pyrms.testing's guarded, poisoned operands; dweight/dbias bitwise
+stride (GUIDE.md §4: tests.support.case_matrix's GPU axes), through tests.support.testing's guarded, poisoned operands; dweight/dbias bitwise
 identical across runs and rows_per_block settings; the pooled (stream-ordered) and caller-owned
 workspaces, also under graph capture; and the
 gradients against PyTorch autograd in float64 on the GPU.
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import case_matrix, plan, reference
-from pyrms.testing import allocate, bits, check_case, check_norm_backward as run_case, phases
+from pyrms import plan, reference
+from tests.support import case_matrix
+from tests.support.testing import allocate, bits, check_case, check_norm_backward as run_case, phases
 
 pytestmark = pytest.mark.gpu
 

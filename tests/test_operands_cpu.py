@@ -6,7 +6,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from hostile_cases import FakeArray, TorchLikeTensor
+from tests.support.hostile_cases import FakeArray, TorchLikeTensor
 from pyrms import dtypes
 from pyrms.ops import _adapter
 from pyrms.ops import _operands as check
@@ -187,7 +187,7 @@ def test_quantized_operands_refuse_every_other_dtype(value, message):
 
 
 def test_is_array_tells_arrays_from_numbers_and_pointers():
-    from hostile_cases import RefusingInterface
+    from tests.support.hostile_cases import RefusingInterface
 
     for value in (Tensor(A, (1,), "float32"), TorchLikeTensor(A, (1,)), FakeArray(A, (1,), typestr="<f4"),
                   DLPackProducer((1,), (1,), code=2, bits=32), RefusingInterface(), np.zeros(1, np.float32)):

@@ -8,7 +8,7 @@ import pytest
 
 import pyrms
 from pyrms import driver, kernels, plan, reference
-from pyrms.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm, forced_row_variant
+from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm, forced_row_variant
 
 pytestmark = pytest.mark.gpu
 rms_module = importlib.import_module("pyrms.ops.rms_norm")  # the package re-exports the function by that name

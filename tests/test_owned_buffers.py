@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from small_sources import SMALL_CU
+from tests.support.small_sources import SMALL_CU
 from pyrms import compiler
 
 # The NVRTC calls that write into a caller's buffer: (size call, data call).

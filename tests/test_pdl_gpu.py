@@ -11,7 +11,7 @@ import pytest
 
 import pyrms
 from pyrms import driver, plan, reference
-from pyrms.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_norm_backward, check_rms_norm
+from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_norm_backward, check_rms_norm
 
 pytestmark = pytest.mark.gpu
 

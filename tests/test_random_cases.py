@@ -1,4 +1,4 @@
-"""The randomized check's generator (pyrms.random_cases) and runner (pyrms.random_check), on the CPU.
+"""The randomized check's generator (tests.support.random_cases) and runner (tools.random_check), on the CPU.
 
 The generator must be reproducible from (seed, index) alone, stay inside the documented ranges, and
 reach every op, dtype and option within 5,000 cases; each case's repro line must read back to the
@@ -14,9 +14,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pyrms import errors, plan, random_check, testing
-from pyrms.random_cases import (DTYPES, MAX_ELEMENTS, MAX_HIDDEN, OPS, SPECIAL_HIDDENS, Case, draw_case, draw_cases,
-                                features, operands)
+from pyrms import errors, plan
+from tests.support import testing
+from tests.support.random_cases import (DTYPES, MAX_ELEMENTS, MAX_HIDDEN, OPS, SPECIAL_HIDDENS, Case, draw_case,
+                                        draw_cases, features, operands)
+from tools import random_check
 
 COUNT = 5000
 
@@ -197,7 +199,7 @@ def test_run_keeps_going_and_collects_failures_with_repro_lines():
     assert [f["index"] for f in summary["failures"]] == [2, 5, 7]
     assert [Case.from_line(f["case"]) for f in summary["failures"]] == [cases[2], cases[5], cases[7]]
     assert "ValueError: a bug in the case" in summary["failures"][2]["error"]
-    assert sum(line.startswith("FAIL python -m pyrms.random_check --case") for line in lines) == 3
+    assert sum(line.startswith("FAIL python -m tools.random_check --case") for line in lines) == 3
     assert sum(line.startswith("random_check: ") for line in lines) == 3  # progress at 4, 8, 12
     assert sum(summary["op_dtype"].values()) == 12
     assert summary["features"] == dict(sorted(Counter(n for c in cases for n in features(c)).items()))

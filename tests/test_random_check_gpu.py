@@ -1,10 +1,10 @@
-"""A slice of the randomized check (python -m pyrms.random_check) in the one-process GPU suite: 300
+"""A slice of the randomized check (python -m tools.random_check) in the one-process GPU suite: 300
 seeded random cases over every op, each compared bit for bit with the numpy twin over guarded,
 poisoned allocations. A failure prints each failing case's repro command."""
 import pytest
 
-from pyrms.random_cases import draw_cases
-from pyrms.random_check import Streams, execute, run
+from tests.support.random_cases import draw_cases
+from tools.random_check import Streams, execute, run
 
 pytestmark = pytest.mark.gpu
 

@@ -12,7 +12,7 @@ import pytest
 import pyrms
 from pyrms import driver, dtypes, plan, reference
 from pyrms.tensor import Tensor
-from pyrms.testing import allocate, bits, check_fused_add_rms_norm, phases
+from tests.support.testing import allocate, bits, check_fused_add_rms_norm, phases
 
 pytestmark = pytest.mark.gpu
 

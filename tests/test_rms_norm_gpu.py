@@ -1,6 +1,6 @@
 """pyrms.rms_norm on the GPU: bitwise equality with the twin on every alignment, size and stride.
 
-The layouts are pyrms.case_matrix's GPU axes. Every case draws fresh random inputs, poisons the
+The layouts are tests.support.case_matrix's GPU axes. Every case draws fresh random inputs, poisons the
 output, surrounds every operand with guard bands, and then compares whole allocations bit for bit:
 the rows against the twin, everything else (guards, the gaps between strided rows, the inputs)
 against what was there before.
@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import case_matrix, driver, dtypes, plan, reference
-from pyrms.testing import allocate, bits, check_case
+from pyrms import driver, dtypes, plan, reference
+from tests.support import case_matrix
+from tests.support.testing import allocate, bits, check_case
 
 pytestmark = pytest.mark.gpu
 

@@ -1,12 +1,13 @@
 """rms_norm on N-D views (QK-norm's slices of a fused QKV tensor, transposed views), with a weight per
 outer row, and many short rows packed several to a warp: bit for bit against the twin on guarded
-operands (pyrms.testing), on every misalignment that changes a row's split."""
+operands (tests.support.testing), on every misalignment that changes a row's split."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pyrms import driver, dtypes, plan, testing
+from pyrms import driver, dtypes, plan
+from tests.support import testing
 from pyrms.ops.rms_norm import rms_norm
 
 pytestmark = pytest.mark.gpu

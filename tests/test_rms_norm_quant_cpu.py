@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import pyrms
-from hostile_cases import FakeArray, TorchLikeTensor
+from tests.support.hostile_cases import FakeArray, TorchLikeTensor
 from pyrms import compiler, driver, dtypes, plan, reference
 from pyrms.tensor import Tensor
 

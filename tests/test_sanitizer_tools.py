@@ -98,7 +98,7 @@ def test_backward_cases_without_weight(sanitize_all):
     kernels they launch counted and the unit they compile named (the weightless kernels' own)."""
     from pyrms import dtypes, plan
 
-    from pyrms import case_matrix
+    from tests.support import case_matrix
 
     cases = [(op, case) for op, case in sanitize_all.select(case_matrix.BACKWARD, quick=False)
              if case.option("weight") == "none"]

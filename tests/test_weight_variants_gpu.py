@@ -2,7 +2,7 @@
 (``weight=None``) and an fp32 weight beside bf16/fp16 rows, bit for bit against the twin on every
 misalignment of every pointer, both launch shapes, strides, in place, and arrays (torch tensors).
 
-Each case is one pyrms.testing check: guarded operands, the output poisoned, whole allocations
+Each case is one tests.support.testing check: guarded operands, the output poisoned, whole allocations
 compared (rows against the twin, guards and gaps against what was there).
 """
 import numpy as np
@@ -10,7 +10,7 @@ import pytest
 
 import pyrms
 from pyrms import dtypes, plan, reference
-from pyrms.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm
+from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm
 
 pytestmark = pytest.mark.gpu
 

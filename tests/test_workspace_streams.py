@@ -3,7 +3,7 @@ fake_driver.FakeDriver: the kernels are not run, the workspace bookkeeping is.""
 import pytest
 
 import pyrms
-from hostile_cases import environment
+from tests.support.hostile_cases import environment
 from pyrms import driver
 from pyrms.ops import _workspace
 

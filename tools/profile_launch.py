@@ -4,7 +4,7 @@
     ncu --set full -k regex:rms_norm_kernel --launch-skip 2 --launch-count 1 \\
         python -m tools.profile_launch --op rms_norm --shape 1x5120 --variant few
 
---variant few|many forces the row core's few-row or many-row kernel (pyrms.testing.forced_row_variant);
+--variant few|many forces the row core's few-row or many-row kernel (tests.support.testing.forced_row_variant);
 --pdl launches with programmatic dependent launch. Inputs are random bf16 (or --dtype), weights in
 [-1, 1]; nothing is checked (the GPU tests do that).
 """
@@ -18,7 +18,7 @@ import numpy as np
 import pyrms
 from pyrms import driver, dtypes
 from pyrms.ops import seed as seed_op
-from pyrms.testing import forced_row_variant
+from tests.support.testing import forced_row_variant
 
 OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "rms_norm_backward", "seed")
 

@@ -10,7 +10,7 @@ from .._types import DTypeLike, OptionalOperand, Operand, StreamLike, Workspace
 from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
-# Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
+# Up to this many rows the latency kernel launches (plan.FEW_ROWS; tests.support.testing.forced_row_variant).
 _FEW_ROWS = planner.FEW_ROWS
 
 

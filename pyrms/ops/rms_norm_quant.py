@@ -19,7 +19,7 @@ from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 # norm_out, its pointer is 0 and its stride hidden (the kernels without NORM_OUT read neither).
 _HEAD = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "f32")
 _GROUP_HEAD = ("ptr", "ptr", "ptr", "ptr", "i64", "i64", "f32", "i32", "i32")
-# Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
+# Up to this many rows the latency kernel launches (plan.FEW_ROWS; tests.support.testing.forced_row_variant).
 _FEW_ROWS = planner.FEW_ROWS
 # The smallest positive float32 (2^-149): a smaller scale would be 0 in the kernel's fp32.
 _FLOAT32_TINY = 1.401298464324817e-45

@@ -1,12 +1,12 @@
-"""Seeded random cases for the randomized GPU check (``python -m pyrms.random_check``); pure, no GPU.
+"""Seeded random cases for the randomized GPU check (``python -m tools.random_check``); pure, no GPU.
 
 ``draw_case(seed, index)`` draws one case from a numpy Generator seeded by (seed, index) alone, so
 case i is the same whatever the count and can be redrawn on its own; ``draw_cases(seed, count)`` is
 cases 0 .. count-1. A case names the op, dtype, rows, hidden size, every pointer's element offset
 inside its 16-byte vector, every row stride, the options, in place, the stream and epsilon, and
 ``Case.line()`` / ``Case.from_line()`` turn it into one line of text and back, a repro that does not
-depend on this generator staying the same. The cases are drawn in pyrms.case_matrix's vocabulary (its
-operands, vector widths and dtypes), and ``Case.case`` is the matrix case that pyrms.testing.check_case
+depend on this generator staying the same. The cases are drawn in tests.support.case_matrix's vocabulary (its
+operands, vector widths and dtypes), and ``Case.case`` is the matrix case that tests.support.testing.check_case
 runs, as the GPU tests and the sanitizer sweep run theirs.
 
 The distribution is shaped for a budget (5,000 cases in under three minutes on the H200, numpy twin
@@ -21,8 +21,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from . import case_matrix, plan
-from .case_matrix import operands, vector_elements
+from pyrms import plan
+from tests.support import case_matrix
+from tests.support.case_matrix import operands, vector_elements
 
 OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward")
 DTYPES = case_matrix.DTYPES
@@ -83,7 +84,8 @@ class Case:
 
     @property
     def case(self) -> case_matrix.Case:
-        """The case of the matrix this draws (pyrms.testing.check_case runs it); stream, seed and index aside."""
+        """The case of the matrix this draws (tests.support.testing.check_case runs it); stream, seed and index
+        aside."""
         options = {"epsilon": self.epsilon, "in_place": self.in_place}
         if self.op in ("rms_norm", "fused_add_rms_norm", "rms_norm_backward"):
             options["gemma"] = self.gemma

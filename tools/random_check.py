@@ -1,8 +1,8 @@
-"""The randomized GPU check: seeded random cases (pyrms.random_cases), each run through pyrms.testing's
+"""The randomized GPU check: seeded random cases (tests.support.random_cases), each run through tests.support.testing's
 checkers, which compare whole guarded, poisoned allocations bit for bit with the numpy twin.
 
-    python -m pyrms.random_check --seed 2026 --count 5000 --precompile --out random_check.json
-    python -m pyrms.random_check --case 'seed=2026 index=17 op=rms_norm ...'   # one failure's repro line
+    python -m tools.random_check --seed 2026 --count 5000 --precompile --out random_check.json
+    python -m tools.random_check --case 'seed=2026 index=17 op=rms_norm ...'   # one failure's repro line
 
 Keeps going after a failure (a CUDA error stops the run: the context is unusable after one), prints
 progress every --progress cases and a summary, and exits with status 1 if any case failed (2: no GPU).
@@ -25,8 +25,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import dtypes, plan
-from .random_cases import Case, draw_case, draw_cases, features
+from pyrms import dtypes, plan
+from tests.support.random_cases import Case, draw_case, draw_cases, features
 
 
 def data_rng(case: Case) -> np.random.Generator:
@@ -58,7 +58,7 @@ class Streams:
 
 def execute(case: Case, streams: Streams) -> None:
     """Run one case on the GPU; AssertionError names what differs."""
-    from .testing import check_case
+    from tests.support.testing import check_case
 
     check_case(data_rng(case), case.case, stream=streams.get(case.stream))
 
@@ -80,14 +80,14 @@ def compile_unit(case: Case) -> tuple[str, tuple[str, ...]]:
 
 
 def _compile(unit: tuple[str, tuple[str, ...]], arch: str) -> str:
-    from . import compiler
+    from pyrms import compiler
 
     return compiler.compile_source(unit[0], arch=arch, name_expressions=unit[1]).from_cache
 
 
 def precompile(cases: list[Case], jobs: int, log=print) -> float:
     """Compile every unit the cases need into the disk cache, `jobs` processes at a time; seconds taken."""
-    from . import cache, compiler
+    from pyrms import cache, compiler
 
     start = time.perf_counter()
     if not cache.enabled():
@@ -97,7 +97,7 @@ def precompile(cases: list[Case], jobs: int, log=print) -> float:
     units = sorted({compile_unit(case) for case in cases})
     context = multiprocessing.get_context("spawn")  # no inherited CUDA context in the workers
     # By its import name: under python -m this module is __main__, which a spawned worker lacks.
-    from . import random_check as imported
+    from tools import random_check as imported
 
     with concurrent.futures.ProcessPoolExecutor(max(1, min(jobs, len(units))), mp_context=context) as pool:
         origins = list(pool.map(imported._compile, units, [arch] * len(units)))
@@ -108,7 +108,7 @@ def precompile(cases: list[Case], jobs: int, log=print) -> float:
 
 
 def repro(case: Case) -> str:
-    return f"python -m pyrms.random_check --case '{case.line()}'"
+    return f"python -m tools.random_check --case '{case.line()}'"
 
 
 def run(cases: list[Case], *, run_one: Callable[[Case], None], time_limit: float | None = None,
@@ -116,10 +116,10 @@ def run(cases: list[Case], *, run_one: Callable[[Case], None], time_limit: float
     """Run cases in order through run_one (which raises on a difference), collecting failures.
 
     Returns the summary: seed(s), requested, ran, passed, failed, wall_s, stopped (why it stopped
-    early, or None), elements (rows * hidden, summed) and max_elements, features (pyrms.random_cases.
+    early, or None), elements (rows * hidden, summed) and max_elements, features (tests.support.random_cases.
     features counted), op_dtype (cases per op/dtype), slowest (the five slowest cases) and failures
     (index, case line, repro command, error)."""
-    from .errors import CudaError, NoDriverError
+    from pyrms.errors import CudaError, NoDriverError
 
     failures, seen, slowest = [], Counter(), []
     start = time.perf_counter()
@@ -168,14 +168,14 @@ def _failure(case: Case, exc: BaseException) -> dict:
 
 
 def _environment() -> dict:
-    from . import __version__, driver
+    from pyrms import __version__, driver
 
     return {"pyrms": __version__, "python": platform.python_version(), "numpy": np.__version__,
             "device": driver.get_device().name}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pyrms.random_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.random_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     parser.add_argument("--count", type=int, default=5000, help="cases to draw (default 5000)")
     parser.add_argument("--start", type=int, default=0, help="index of the first case (default 0)")
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print("\n".join(case.line() for case in cases))
         return 0
-    from . import driver
+    from pyrms import driver
 
     compile_s = precompile(cases, args.jobs) if args.precompile else None  # no GPU needed with $PYRMS_ARCH
     reason = driver.unavailable_reason()
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         streams.close()
     summary.update(precompile_s=compile_s and round(compile_s, 1), environment=_environment(),
-                   command=" ".join(["python -m pyrms.random_check", *(argv if argv is not None else sys.argv[1:])]))
+                   command=" ".join(["python -m tools.random_check", *(argv if argv is not None else sys.argv[1:])]))
     _print_summary(summary)
     if args.out:
         with open(args.out, "w") as f:

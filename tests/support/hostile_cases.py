@@ -34,9 +34,9 @@ import numpy as np
 from cuda.bindings import driver as real_cu
 
 import pyrms
-from fake_driver import FakeDriver, fresh_driver_state
 from pyrms import compiler, driver, errors, headers, kernels, launch
 from pyrms.tensor import Tensor
+from tests.support.fake_driver import FakeDriver, fresh_driver_state
 
 A, B, W = 1 << 20, 2 << 20, 3 << 20  # made-up, 16-byte aligned device addresses: never dereferenced
 G = 4 << 20  # another made-up address, far from the others (gradients, biases)

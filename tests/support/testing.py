@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import driver, dtypes, plan, reference
+from pyrms import driver, dtypes, plan, reference
 
 GUARD = 64  # elements on each side: more than one 16-byte vector in every dtype
 
@@ -223,7 +223,7 @@ def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in
     ``out_dtype``: the output's (None: the dtype; "float32" beside bf16/fp16 rows, out_off then in fp32
     elements past a 16-byte boundary, 0..7 covering its 32-byte vectors).
     """
-    from .ops.rms_norm import rms_norm
+    from pyrms.ops.rms_norm import rms_norm
 
     dt = dtypes.get(dtype)
     odt = dt if out_dtype is None else dtypes.get(out_dtype)
@@ -253,9 +253,9 @@ def check_rms_norm_nd(rng, dtype, sizes, hidden, *, in_strides=None, out_strides
     ``per_row``: a weight per outer row, [sizes[0], hidden] of row stride ``w_stride`` (default hidden).
     ``as_arrays``: pass pyrms Tensor views instead of raw pointers and tuples (the arrays' path, which
     collapses the leading dimensions itself); ``out_dtype`` as in check_rms_norm."""
-    from .ops._views import contiguous
-    from .ops.rms_norm import rms_norm
-    from .tensor import Tensor
+    from pyrms.ops._views import contiguous
+    from pyrms.ops.rms_norm import rms_norm
+    from pyrms.tensor import Tensor
 
     dt = dtypes.get(dtype)
     sizes = tuple(sizes)
@@ -334,7 +334,7 @@ def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=
     check_rms_norm; ``sum_precision`` and ``residual_dtype`` (float32: an fp32 residual, its offset in
     its own elements) passed to the op. ``out_dtype="float32"``: the normalized rows go to an fp32 'out'
     of their own (offsets and strides by name too; the rounded sum only), input must stay as it was."""
-    from .ops.fused_add_rms_norm import fused_add_rms_norm
+    from pyrms.ops.fused_add_rms_norm import fused_add_rms_norm
 
     dt = dtypes.get(dtype)
     offsets, strides = dict(offsets or {}), dict(strides or {})
@@ -379,7 +379,7 @@ def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in
     bias=False passes bias=None (a LayerNorm without bias), weight="none" weight=None ("same": the
     dtype's, "float32": fp32 weight and bias beside bf16/fp16 rows, as in check_rms_norm); ``out_dtype``
     as in check_rms_norm."""
-    from .ops.layer_norm import layer_norm
+    from pyrms.ops.layer_norm import layer_norm
 
     if weight not in plan.WEIGHT_KINDS:
         raise ValueError(f"weight must be one of {plan.WEIGHT_KINDS}, got {weight!r}")
@@ -418,8 +418,8 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
     every element 1) or "none" (weight=None, grad_weight=None: dx and LayerNorm's grad_bias only).
     Returns the outputs as computed, by name (grad_input as [rows, hidden]), for comparisons between
     launches."""
-    from .ops.layer_norm import layer_norm_backward
-    from .ops.rms_norm_backward import rms_norm_backward
+    from pyrms.ops.layer_norm import layer_norm_backward
+    from pyrms.ops.rms_norm_backward import rms_norm_backward
 
     if weight not in ("same", "ones", "none"):
         raise ValueError(f"weight must be 'same', 'ones' or 'none' for the backward, got {weight!r}")
@@ -508,7 +508,7 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
     group_size, ue8m0, column_major: per_group's. specials: NaN, inf and -inf in row 0, zeros in the last
     row. The quantized output is poisoned with a byte the expected output does not hold.
     """
-    from .ops.rms_norm_quant import fused_add_rms_norm_quant, rms_norm_quant
+    from pyrms.ops.rms_norm_quant import fused_add_rms_norm_quant, rms_norm_quant
 
     dt, qt = dtypes.get(dtype), dtypes.quantized(out_dtype)
     offsets, strides = dict(offsets or {}), dict(strides or {})
@@ -599,7 +599,7 @@ SEED_TOLERANCE = {"bfloat16": (1.6e-2, 1e-3), "float16": (2e-3, 1e-4), "float32"
 def check_seed(rng, dtype, rows, hidden, *, epsilon=1e-5, stream=None):
     """One seed_rms_norm launch on guarded operands: inputs and the output's guards bit for bit, the
     output's rows within SEED_TOLERANCE of the float64 reference (the seed uses rsqrtf, so no twin)."""
-    from .ops.seed import seed_rms_norm
+    from pyrms.ops.seed import seed_rms_norm
 
     dt = dtypes.get(dtype)
     x = allocate(rng, dt, rows, hidden, low=0.2, high=1.0)  # the seed program's input ranges
@@ -618,11 +618,11 @@ def check_seed(rng, dtype, rows, hidden, *, epsilon=1e-5, stream=None):
                                  f"index {bad[:5]}: got {got.ravel()[bad[:5]]}, want {want.ravel()[bad[:5]]}")
 
 
-# --- one case of pyrms.case_matrix --------------------------------------------------------------------
+# --- one case of tests.support.case_matrix --------------------------------------------------------------------
 
 
 def checker_call(case) -> tuple:
-    """(checker, its keyword arguments but rng and stream) that run a pyrms.case_matrix.Case; pure."""
+    """(checker, its keyword arguments but rng and stream) that run a tests.support.case_matrix.Case; pure."""
     o, s, opt = case.offset, case.stride, case.option
     common = dict(dtype=case.dtype, hidden=case.hidden, epsilon=opt("epsilon"))
     if case.op == "seed":
@@ -665,7 +665,7 @@ def checker_call(case) -> tuple:
 
 
 def check_case(rng, case, *, stream=None):
-    """Run one pyrms.case_matrix.Case through its checker on the GPU (AssertionError names what differs);
+    """Run one tests.support.case_matrix.Case through its checker on the GPU (AssertionError names what differs);
     what the checker returns (the backward passes: their outputs, for comparing launches)."""
     check, kwargs = checker_call(case)
     return check(rng, stream=stream, **kwargs)

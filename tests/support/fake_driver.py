@@ -1,5 +1,5 @@
 """One stand-in for cuda.bindings.driver on the CPU, for the driver tests (tests/test_driver_cpu.py)
-and the hostile-input cases that need a device (tests/hostile_cases.py).
+and the hostile-input cases that need a device (tests/support/hostile_cases.py).
 
 Each module of the pyrms.driver package reaches the driver only through its global ``_cu``, so a
 stand-in that keeps cuda.bindings' calling conventions ((status, *values) tuples, the real handle and

@@ -2,11 +2,11 @@
 
 One generator for the GPU tests (``gpu(family, axis)``), the sanitizer sweep (``sanitize(family,
 quick=)``, tools/sanitize_all.py), the concurrency check (``concurrency(op)``), the soak (``SOAK``) and
-the randomized check (pyrms.random_cases draws its cases in this vocabulary and runs them as ``Case``).
+the randomized check (tests.support.random_cases draws its cases in this vocabulary and runs them as ``Case``).
 A ``Case`` names the op, dtype, rows, hidden size, each pointer's element offset past a 16-byte
 boundary, each row operand's stride and the options away from their defaults, in canonical form
 (sorted; zero offsets, dense strides and defaults left out), so equal cases compare equal and a
-matrix holds each once. ``pyrms.testing.check_case`` runs one.
+matrix holds each once. ``tests.support.testing.check_case`` runs one.
 
 A family is what tools/sanitize_all.py reports a case under (pyrms.precompile.OPS): the op it calls,
 except ``rms_norm_nd``, which also holds plain rms_norm calls of many short rows (the N-D kernel's
@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from . import dtypes, plan
+from pyrms import dtypes, plan
 
 OPS = ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward",
        "rms_norm_quant", "fused_add_rms_norm_quant", "seed")
@@ -28,7 +28,7 @@ BACKWARD = ("rms_norm_backward", "layer_norm_backward")
 QUANT = ("rms_norm_quant", "fused_add_rms_norm_quant")
 DTYPES = tuple(d.name for d in dtypes.ALL)
 
-# Every option a case may set, at its default (what the checkers of pyrms.testing take when it is left out).
+# Every option a case may set, at its default (what the checkers of tests.support.testing take when it is left out).
 DEFAULTS = {"epsilon": 1e-5, "variant": None, "pdl": None, "gemma": False, "round_once": False, "in_place": None,
             "weight": "same", "bias": True, "grad_bias": True, "grad_dtype": None, "rows_per_block": None,
             "own_workspace": False, "sizes": None, "per_row": False, "as_arrays": False,
@@ -65,7 +65,7 @@ ROW_OPTIONS = ((True, False), (False, True), (True, True))  # (gemma, round_once
 
 def operands(op: str, *, in_place: str | None = None, bias: bool = True, weight: bool = True,
              out: bool = False, norm_out: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(row operands, vector operands) of a case of ``op``, named as pyrms.testing's checkers name them;
+    """(row operands, vector operands) of a case of ``op``, named as tests.support.testing's checkers name them;
     an operand written in place over another is not separate, so it has no offset or stride. ``bias``:
     LayerNorm's bias (forward) or grad_bias (backward); ``weight`` False: weight=None (and no grad_weight);
     ``out``: fused add's fp32 out of its own (out_kind="float32"); ``norm_out``: the quantizing ops'
