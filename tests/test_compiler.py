@@ -112,7 +112,7 @@ def test_rms_norm_aligned_path_is_16_bytes_wide(rms_program):
 
 def test_every_kernel_waits_for_its_producer_before_touching_memory(rms_program):
     """Programmatic dependent launch (common.cuh): griddepcontrol.wait precedes every global access,
-    and launch_dependents follows it, in every variant (the other families: test_family_cpu)."""
+    and launch_dependents follows it, in every variant (the other families: tests/ops/test_family.py)."""
     functions = {fn.name: fn for fn in ptx_inspect.parse_functions(rms_program.ptx)}
     for lowered in rms_program.lowered_names.values():
         assert functions[lowered].waits_before_memory(), lowered

@@ -20,7 +20,7 @@ for step in $STEPS; do
         precompile) timeout 300 python3 -m pyrms.precompile --jobs "$(nproc)" ${PRECOMPILE_OPS:+--ops "$PRECOMPILE_OPS"} \
                         > "$OUT/precompile.txt" 2>&1; tail -n 1 "$OUT/precompile.txt" ;;
         suites) procs="${SUITE_PROCS:-4}"; i=0; pids=""
-                for f in $(grep -l "mark.gpu" tests/test_*.py | sort); do eval "group_$((i % procs))+=\" $f\""; i=$((i + 1)); done
+                for f in $(grep -rl --include="test_*.py" "mark.gpu" tests | sort); do eval "group_$((i % procs))+=\" $f\""; i=$((i + 1)); done
                 for ((k = 0; k < procs; k++)); do
                     eval "files=\${group_$k:-}"
                     [ -n "$files" ] || continue

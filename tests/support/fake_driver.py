@@ -1,4 +1,4 @@
-"""One stand-in for cuda.bindings.driver on the CPU, for the driver tests (tests/test_driver_cpu.py)
+"""One stand-in for cuda.bindings.driver on the CPU, for the driver tests (tests/driver/test_driver.py)
 and the hostile-input cases that need a device (tests/support/hostile_cases.py).
 
 Each module of the pyrms.driver package reaches the driver only through its global ``_cu``, so a

@@ -21,7 +21,7 @@ from tests.support.testing import allocate, bits, check_case
 
 pytestmark = pytest.mark.gpu
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the checkout
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=f"{axis}-{c}") for axis in case_matrix.GPU_AXES

@@ -15,7 +15,7 @@ What is compared with what, and why:
 - Gradients against float64 autograd of the same formula, within a tolerance per dtype; dweight
   bitwise equal from run to run.
 - The quantizing ops' tensors (q, scales, norm_out, the updated residual), bit for bit, with pyrms's
-  raw-pointer op run on the same rows (tests/test_rms_norm_quant_gpu.py compares that with the twin).
+  raw-pointer op run on the same rows (tests/ops/rms_norm_quant/test_rms_norm_quant_gpu.py compares that with the twin).
 """
 import copy
 import zlib
@@ -448,7 +448,7 @@ def test_tensors_on_another_device_are_refused(gen):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
 def test_tensors_on_device_1_with_device_1_selected(gen):
     """Issue 16: pyrms on device 1 (set_device, torch's current device too): the forward bitwise equal to
-    the twin, the backward run there (tests/test_multi_gpu.py checks every op bitwise, and two threads)."""
+    the twin, the backward run there (tests/ops/test_multi_device_gpu.py checks every op bitwise, and two threads)."""
     x = randn(gen, 8, 5120).to("cuda:1").requires_grad_()
     w = torch.nn.Parameter(randn(gen, 5120).to("cuda:1"))
     pyrms.driver.set_device(1)

@@ -30,7 +30,7 @@ from pyrms.bench import cli, config, floor, host, ops, report, stats, targets, t
 from pyrms.bench.results import FAILED, OK, SKIPPED, Record
 from pyrms.reference import rms_norm_ref
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RMS_NORM_MODULE = importlib.import_module("pyrms.ops.rms_norm")  # pyrms.ops.rms_norm is also the function
 
 

@@ -3,7 +3,7 @@ threads at once (each thread on its own device and its own streams), each launch
 with the numpy twin over the whole guarded allocation by tests.support.testing's checkers (the seed kernel,
 which has no twin, against float64 and bitwise across the devices); a pointer, a workspace or a stream
 of the other device refused before any launch. Skipped, with the reason, where fewer than two GPUs
-exist; tests/test_multi_device_cpu.py checks the same bookkeeping on the CPU."""
+exist; tests/ops/test_multi_device.py checks the same bookkeeping on the CPU."""
 import threading
 
 import numpy as np

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = sorted(path.stem for path in (ROOT / "tools").glob("*.py") if path.stem != "__init__")
 
 

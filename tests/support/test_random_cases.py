@@ -3,7 +3,7 @@
 The generator must be reproducible from (seed, index) alone, stay inside the documented ranges, and
 reach every op, dtype and option within 5,000 cases; each case's repro line must read back to the
 same case; the runner must keep going after a failure and say which cases failed. The GPU run of
-the same cases is tests/test_random_check_gpu.py.
+the same cases is tests/tools/test_random_check_gpu.py.
 """
 import inspect
 import json
