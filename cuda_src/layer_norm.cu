@@ -1,4 +1,4 @@
-// LayerNorm, forward and backward (one file: both are built on the same row statistics).
+// LayerNorm, forward (the backward is layer_norm_backward.cu, on the same row statistics).
 //
 //   mean = sum(x) / n,  var = sum((x - mean)^2) / n  (two passes, over registers),  inv = 1 / sqrt(var + eps)
 //   forward:   y  = round_O(((x - mean) * inv) * w + b)      all in fp32, rounded once at the end
@@ -6,11 +6,8 @@
 //              W = void, no weight: w = 1, as torch.nn.LayerNorm(elementwise_affine=False); w and b of
 //              W = float beside bf16/fp16 rows: gamma and beta read exactly; O, the output's type, T or
 //              float beside bf16/fp16 rows, where round_O is exact)
-//   backward:  x_hat = (x - mean) * inv,  g = w * dy
-//              dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
-//              dw = sum over rows of dy * x_hat,  db = sum over rows of dy   (fp32, fixed order)
 // Every step is one explicitly rounded fp32 operation (__fsub_rn, __fmul_rn, ...: no FMA), so
-// pyrms.reference.layer_norm_twin and norm_backward_twin reproduce the kernels bit for bit.
+// layer_norm_twin (pyrms/ops/layer_norm/twin.py) reproduces the kernel bit for bit.
 //
 // layer_norm_kernel<T, CACHE, SPREAD, BIAS, EARLY_WEIGHTS, ALIGNED>: one block per row on the row core
 // (row_core.cuh), with rms_norm.cu's variants. Pass 1 (row_stats) splits the row at the input's 16-byte
@@ -20,10 +17,7 @@
 // (out == input) is allowed. The planner picks the fold width and CACHE from the hidden size only, and
 // every variant computes the row core's one tree, so a row's result does not depend on its batch.
 //
-// layer_norm_backward_kernel<T, V, W, DBIAS> + sum_partials_kernel<OutT>: see norm_backward.cuh (dw and
-// db are two planes of the workspace, summed by two launches of sum_partials_kernel). W = void: no
-// weight (g = dy, no dw); DBIAS = false (without a weight only) sums nothing: no workspace, no kernel 2.
-#include "norm_backward.cuh"
+#include "row_core.cuh"
 
 namespace pyrms {
 
@@ -57,20 +51,6 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_ker
         const float scaled = __fmul_rn(__fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv), w);
         return from_float<O>(BIAS ? __fadd_rn(scaled, to_float(b)) : scaled);
     });
-}
-
-// W: T, or void (no weight; weight not read). DBIAS: sum dbias (always with a weight: one variant, whose
-// dbias plane the launcher sums only when asked); partials are not read when nothing is summed.
-template <typename T, int V, typename W = T, bool DBIAS = true>
-__global__ void __launch_bounds__(backward_max_threads(V, true), 1) layer_norm_backward_kernel(
-    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
-    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
-    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
-    int fold) {
-    static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
-    norm_backward_rows<T, V, true, false, W, DBIAS>(grad_input, partials, grad_output, input, weight, epsilon, rows,
-                                                    hidden, grad_input_stride, grad_output_stride, input_stride,
-                                                    chunk_rows, rows_per_block, ws_stride, sums_in_shared, fold);
 }
 
 }  // namespace pyrms

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import dtypes, errors
 from .crand import RAND_MAX, GlibcRand
-from .reference import seed_rms_norm_cpu
+from .ops.seed.twin import seed_rms_norm_cpu
 
 F32 = np.float32
 

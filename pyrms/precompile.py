@@ -19,164 +19,59 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import itertools
 import multiprocessing
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from . import dtypes, plan
+from . import dtypes
+from .ops import registry
+from .ops.registry import Unit
+from .ops.seed import spec as seed_spec
 
-# rms_norm_nd: rms_norm's N-D views, weight per outer row and packed short rows (plan.RmsNormPlan.nd_group),
-# which a plain rms_norm call of many short rows compiles too.
-OPS = ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward",
-       "rms_norm_quant", "fused_add_rms_norm_quant", "seed")
+OPS = registry.NAMES
 # The units do not depend on the hidden size today (groups hold every launch shape); enumerating
 # over sizes that reach every branch of the planners keeps every_unit complete if one ever does.
 HIDDENS = (1, 7, 9, 255, 769, 1024, 4096, 5120, 5125, 8192, 16384, 32776, 65536, 65537)
-# The seed kernel is compiled per hidden size (a template argument): the demo's default.
-SEED_HIDDENS = (5120,)
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One NVRTC run: ``source`` compiled with the name expressions ``names``."""
-
-    source: str
-    names: tuple[str, ...]
-    label: str = field(default="", compare=False)
-
-    def __str__(self) -> str:
-        return self.label or f"{self.source} ({len(self.names)} kernels)"
-
-
-# The ops whose units have their plan's option flags (plan._RowPlan.FLAGS), each a unit of its own when on:
-# what a flag added to a plan compiles is enumerated (_options), labelled and looked up from here. LayerNorm's
-# one flag (bias) shares its unit; the RMSNorm backward's gemma is its own option (flags).
-_FLAGGED = {"rms_norm": plan.RmsNormPlan, "rms_norm_nd": plan.RmsNormPlan, "fused_add_rms_norm": plan.RmsNormPlan,
-            "rms_norm_quant": plan.RmsNormQuantPlan, "fused_add_rms_norm_quant": plan.RmsNormQuantPlan}
+SEED_HIDDENS = seed_spec.SEED_HIDDENS
 
 
 def flags(op: str) -> tuple[str, ...]:
     """The option flags ``unit`` takes for ``op`` (each True or False)."""
-    return _FLAGGED[op].FLAGS if op in _FLAGGED else ("gemma",) if op == "rms_norm_backward" else ()
+    return registry.get(op).flags
 
 
-def unit(op: str, dtype, hidden: int, *, bias: bool = True, grad_dtype=None, weight_dtype=None, out_dtype=None,
-         mode: str = "static", sum_precision: str | None = None, residual_dtype=None, **options: bool) -> Unit:
+def unit(op: str, dtype, hidden: int, **options) -> Unit:
     """The unit a call of ``op`` on rows of ``hidden`` elements compiles (the disk cache entry its
     launch looks up); ValueError for an op or a shape that cannot launch (the seed's limits).
-    ``options``: the op's flags by name (``flags(op)``: rms_norm's gemma and round_once, the quantizing ops'
-    round_input and norm_out, the RMSNorm backward's gemma); TypeError for one it does not have.
-    out_dtype, mode: the quantizing ops' (one unit per dtype, output dtype, mode and flags);
-    sum_precision, residual_dtype: fused_add_rms_norm's (one unit per semantics and residual dtype);
-    out_dtype for rms_norm, rms_norm_nd, fused_add_rms_norm and layer_norm: None or float32 (an fp32 output
-    beside bf16/fp16 rows: a unit of its own per option set; fused add's with the rounded sum only)."""
-    dt = dtypes.get(dtype)
-    allowed = flags(op)
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise TypeError(f"{op} has no option {unknown[0]!r}; its flags: {', '.join(allowed) or 'none'}")
-    options = {name: bool(options.get(name, False)) for name in allowed}
-    on = "".join(f" {name}" for name, value in options.items() if value)  # the label's flags
-    if op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
-        # per_group: one unit for both group sizes (a run-time argument); hidden sizes it does not divide have none
-        q = plan.plan_rms_norm_quant(dt, hidden, out_dtype or dtypes.FLOAT8_E4M3FN, mode=mode,
-                                     residual=op == "fused_add_rms_norm_quant",
-                                     group=(128 if hidden % 128 == 0 else 64) if mode == "per_group" else None,
-                                     **options)
-        kernel = q.group_kernel if mode == "per_group" else q.kernel
-        return Unit(q.source, tuple(q.group), f"{q.source} {kernel} {dt.name} {q.out_dtype.name} {mode}{on}")
-    label = on
-    if weight_dtype is not None:
-        label += f" weight={weight_dtype}"
-    outs = ""  # the label's output kind, where it is not the rows' dtype
-    if op in ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "layer_norm"):
-        if plan.out_kind(dt, out_dtype) != "same":
-            outs = " out=float32"
-    elif out_dtype is not None:
-        raise ValueError(f"{op} has no out_dtype, got out_dtype={out_dtype!r}")
-    p: plan.RmsNormPlan | plan.FusedAddRmsNormPlan | plan.LayerNormPlan | plan.NormBackwardPlan
-    if op in ("rms_norm", "rms_norm_nd"):
-        p = plan.plan_rms_norm(dt, hidden, weight_dtype=weight_dtype, out_dtype=out_dtype, **options)
-        if op == "rms_norm_nd":
-            return Unit(p.source, p.nd_group, f"{p.source} {dt.name} nd{label}{outs}")
-    elif op == "fused_add_rms_norm":
-        p = plan.plan_fused_add_rms_norm(dt, hidden, weight_dtype=weight_dtype, sum_precision=sum_precision,
-                                         residual_dtype=residual_dtype, out_dtype=out_dtype, **options)
-        if p.sum_precision == "fp32":
-            label += " fp32_sum" + (" residual=float32" if p.fp32_residual else "")
-    elif op == "layer_norm":
-        p = plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight_dtype != "none",
-                                 weight_dtype=None if weight_dtype == "none" else weight_dtype, out_dtype=out_dtype)
-        # one unit per dtype: with and without bias, forward and backward; one without a weight; and the
-        # mixed ones (fp32 weight and bias, fp32 output: the forward only)
-        label = "" if p.weight == "same" else f" weight={p.weight}"
-    elif op in ("rms_norm_backward", "layer_norm_backward"):
-        if weight_dtype not in (None, "none"):
-            raise ValueError(f"{op}'s weight is of the dtype or none, got weight_dtype={weight_dtype!r}")
-        p = plan.plan_norm_backward(dt, hidden, layer_norm=op == "layer_norm_backward",
-                                    grad_dtype=grad_dtype, weight=weight_dtype is None, **options)
-        # one unit per dtype: every option, both gradient dtypes; and one without a weight (LayerNorm's is
-        # layer_norm's unit without a weight, forward and backward)
-        label = "" if weight_dtype is None else " weight=none"
-    elif op == "seed":
-        from .ops.seed import plan_seed
-
-        s = plan_seed(dt, hidden)
-        return Unit(s.source, (s.expression,), f"{s.source} {dt.name} hidden {hidden}")
-    else:
-        raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")
-    return Unit(p.source, tuple(p.group), f"{p.source} {dt.name}{label}{outs}")
-
-
-def _options(op: str, dt: dtypes.DType) -> list[dict]:
-    """Every option set of ``op`` on rows of ``dt`` that can change what it compiles."""
-    mixed = dt is not dtypes.FLOAT32  # fp32 weights and outputs beside 2-byte rows
-    weights = [None, "none"] + (["float32"] if mixed else [])
-    outs = [None] + (["float32"] if mixed else [])
-    if op in ("rms_norm", "rms_norm_nd", "fused_add_rms_norm"):
-        rows = [dict(weight_dtype=w, out_dtype=o, **f) for o in outs for w in weights for f in _flag_sets(op)
-                if not (f["gemma"] and w == "none")]  # Gemma's 1 + w needs a weight
-        if op != "fused_add_rms_norm" or dt is dtypes.FLOAT32:  # float32's sum is never rounded: one semantics
-            return rows
-        # the fp32 sum writes over the input: no fp32 output of its own (plan_fused_add_rms_norm)
-        sums = [dict(sum_precision="rounded"), dict(sum_precision="fp32"), dict(residual_dtype="float32")]
-        return [{**options, **s} for s in sums for options in rows
-                if options["out_dtype"] is None or s == dict(sum_precision="rounded")]
-    if op == "layer_norm":
-        return [dict(bias=b, weight_dtype=w, out_dtype=o) for o in outs for w in weights for b in (True, False)]
-    if op == "rms_norm_backward":
-        return [dict(gemma=g, grad_dtype=d) for g in (False, True) for d in (None, "float32")] + [
-            dict(weight_dtype="none")]
-    if op == "layer_norm_backward":
-        return [dict(grad_dtype=d, weight_dtype=w) for d in (None, "float32") for w in (None, "none")]
-    if op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
-        return [dict(out_dtype=q, mode=m, **f) for q in dtypes.QUANTIZED for m in plan.QUANT_MODES
-                for f in _flag_sets(op)]
-    return [{}]
-
-
-def _flag_sets(op: str) -> list[dict]:
-    """Every combination of ``op``'s flags (``flags``), each on or off, the first flag varying slowest."""
-    return [dict(zip(flags(op), bits)) for bits in itertools.product((False, True), repeat=len(flags(op)))]
+    ``options``: the op's flags by name (``flags(op)``), each True or False, and its other options as its
+    spec's ``unit`` takes them (weight_dtype, out_dtype, grad_dtype, mode, sum_precision, residual_dtype,
+    bias); TypeError for one it does not have."""
+    spec = registry.get(op)
+    try:
+        return spec.unit_for(dtype, hidden, **options)
+    except TypeError as exc:
+        raise TypeError(f"{op}: {exc}; its flags: {', '.join(spec.flags) or 'none'}") from None
 
 
 def every_unit(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, hiddens: Iterable[int] = HIDDENS,
                seed_hiddens: Iterable[int] = SEED_HIDDENS) -> list[Unit]:
-    """Every unit of ``ops`` for ``dtype_list``, each once, sorted by label. The seed kernel for
-    ``seed_hiddens`` where it can launch (it cannot above 1024 threads, e.g. float32 at 5120)."""
+    """Every unit of ``ops`` for ``dtype_list``, each once, sorted by label. An op compiled per hidden size
+    (the seed) for ``seed_hiddens`` where it can launch (it cannot above 1024 threads, e.g. float32 at 5120);
+    a per-group mode only where its group divides the hidden size."""
     found: dict[Unit, Unit] = {}
-    for op in ops:
+    hiddens = tuple(hiddens)
+    for spec in map(registry.get, ops):
+        sizes = hiddens if spec.hiddens is None else tuple(seed_hiddens)
         for dt in map(dtypes.get, dtype_list):
-            for hidden in (seed_hiddens if op == "seed" else hiddens):
-                for options in _options(op, dt):
+            for hidden in sizes:
+                for options in spec.option_sets(dt):
                     try:
-                        u = unit(op, dt, hidden, **options)
+                        u = spec.unit_for(dt, hidden, **options)
                     except ValueError:
-                        if op == "seed" or options.get("mode") == "per_group":
+                        if spec.hiddens is not None or options.get("mode") == "per_group":
                             continue
                         raise
                     found.setdefault(u, u)

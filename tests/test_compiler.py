@@ -18,6 +18,7 @@ import pytest
 from pyrms import cache, compiler, dtypes, headers, plan, ptx_inspect
 from pyrms.errors import CompileError, HeaderNotFoundError
 from tests.support.small_sources import BAD_CU, SMALL_CU, X_CUH
+from pyrms.ops.rms_norm import plan as rms_plan
 
 CUDA_SRC = Path(__file__).resolve().parent.parent / "cuda_src"
 
@@ -61,7 +62,7 @@ def seed_program(shared_cache):
 
 @pytest.fixture(scope="module")
 def rms_program(shared_cache):
-    return _compile_with_cache(shared_cache, "rms_norm.cu", plan.variant_group(dtypes.BFLOAT16, False, False))
+    return _compile_with_cache(shared_cache, "rms_norm.cu", rms_plan.variant_group(dtypes.BFLOAT16, False, False))
 
 
 
@@ -89,7 +90,7 @@ def test_seed_ptx_has_16_byte_loads_and_stores(seed_program):
 
 
 def test_rms_norm_compiles_every_variant(rms_program):
-    expressions = plan.variant_group(dtypes.BFLOAT16, False, False)
+    expressions = rms_plan.variant_group(dtypes.BFLOAT16, False, False)
     assert len(expressions) == 1 + len(plan.CACHE_CHOICES) + 2 * len(plan.FEW_ROW_SHAPES)
     assert set(rms_program.lowered_names) == set(expressions)
     lowered = list(rms_program.lowered_names.values())

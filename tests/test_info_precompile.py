@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_driver import FakeDriver, fresh_driver_state
-from pyrms import cache, compiler, driver, dtypes, errors, info, plan, precompile
+from pyrms import cache, compiler, driver, dtypes, errors, info, precompile
 from pyrms.ops.seed import plan_seed
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops.rms_norm_quant import plan as quant_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,7 +114,7 @@ def test_every_unit_covers_every_hidden_size_and_option():
                 for hidden in hiddens:
                     if options.get("mode") == "per_group":
                         try:  # hidden sizes no group fits compile nothing; the others the one per_group unit
-                            plan.plan_rms_norm_quant(dt, hidden, "int8", mode="per_group",
+                            quant_plan.plan_rms_norm_quant(dt, hidden, "int8", mode="per_group",
                                                      group=128 if hidden % 128 == 0 else 64)
                         except ValueError:
                             continue
@@ -119,19 +122,19 @@ def test_every_unit_covers_every_hidden_size_and_option():
 
 
 def test_units_are_what_the_ops_compile():
-    p = plan.plan_rms_norm(dtypes.BFLOAT16, 5120, gemma=True)
+    p = rms_plan.plan_rms_norm(dtypes.BFLOAT16, 5120, gemma=True)
     u = precompile.unit("rms_norm", "bf16", 5120, gemma=True)
     assert (u.source, u.names) == (p.source, p.group) and str(u) == "rms_norm.cu bfloat16 gemma"
-    b = plan.plan_norm_backward(dtypes.FLOAT16, 769, layer_norm=True, grad_dtype="float32")
+    b = bwd_plan.plan_norm_backward(dtypes.FLOAT16, 769, layer_norm=True, grad_dtype="float32")
     u = precompile.unit("layer_norm_backward", "fp16", 769, grad_dtype="float32")
     assert (u.source, u.names) == (b.source, b.group)
     assert u == precompile.unit("layer_norm", "fp16", 5, bias=False)  # one layer_norm.cu unit per dtype
     # ... and one without a weight, forward and backward (with or without grad_bias)
     none = precompile.unit("layer_norm_backward", "fp16", 769, weight_dtype="none")
     assert none == precompile.unit("layer_norm", "fp16", 5, weight_dtype="none") != u
-    assert none.names == plan.plan_norm_backward("fp16", 769, layer_norm=True, weight=False, grad_bias=False).group
+    assert none.names == bwd_plan.plan_norm_backward("fp16", 769, layer_norm=True, weight=False, grad_bias=False).group
     w = precompile.unit("rms_norm_backward", "bf16", 5120, weight_dtype="none")
-    assert w.names == plan.plan_norm_backward("bf16", 5120, weight=False).group and str(w) == \
+    assert w.names == bwd_plan.plan_norm_backward("bf16", 5120, weight=False).group and str(w) == \
         "rms_norm_backward.cu bfloat16 weight=none"
     with pytest.raises(ValueError, match="rms_norm_backward's weight is of the dtype or none, got weight_dtype='float32'"):
         precompile.unit("rms_norm_backward", "bf16", 8, weight_dtype="float32")
@@ -255,16 +258,16 @@ def test_precompile_command_with_pyrms_arch(tmp_path):
 def test_unit_flags_come_from_the_plans(monkeypatch):
     """The units' option flags are their plan's FLAGS: listed, enumerated (each on and off), labelled, and
     refused by name where an op has no such flag; a flag a plan drops is gone from precompile too."""
-    assert precompile.flags("rms_norm_quant") == plan.RmsNormQuantPlan.FLAGS == ("round_input", "norm_out")
+    assert precompile.flags("rms_norm_quant") == quant_plan.RmsNormQuantPlan.FLAGS == ("round_input", "norm_out")
     assert precompile.flags("fused_add_rms_norm") == ("gemma", "round_once") and precompile.flags("layer_norm") == ()
     u = precompile.unit("fused_add_rms_norm_quant", "bf16", 5120, mode="per_token", norm_out=True)
     assert str(u) == "rms_norm_quant.cu fused_add_rms_norm_quant_kernel bfloat16 float8_e4m3fn per_token norm_out"
-    assert plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn", mode="per_token", residual=True,
+    assert quant_plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn", mode="per_token", residual=True,
                                     norm_out=True).expression in u.names
     with pytest.raises(TypeError, match="layer_norm has no option 'gemma'; its flags: none"):
         precompile.unit("layer_norm", "bf16", 64, gemma=True)
     with pytest.raises(TypeError, match="rms_norm_quant has no option 'gemma'; its flags: round_input, norm_out"):
         precompile.unit("rms_norm_quant", "bf16", 64, gemma=False)
     assert len(precompile._options("rms_norm_quant", dtypes.BFLOAT16)) == 3 * 3 * 4
-    monkeypatch.setattr(plan.RmsNormQuantPlan, "FLAGS", ("round_input",))
+    monkeypatch.setattr(quant_plan.RmsNormQuantPlan, "FLAGS", ("round_input",))
     assert len(precompile._options("rms_norm_quant", dtypes.BFLOAT16)) == 3 * 3 * 2

@@ -10,8 +10,12 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import driver, plan, reference
+from pyrms import driver
 from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_norm_backward, check_rms_norm
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.fused_add_rms_norm import twin as fused_twin
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
 
 pytestmark = pytest.mark.gpu
 
@@ -50,10 +54,10 @@ def _chain(stream, x, w, outs, rows, hidden, pdl):
 
 
 def _chain_twin(x, w, links, hidden):
-    block = plan.plan_rms_norm("bfloat16", hidden).block
-    want = [reference.rms_norm_twin(x, w, 1e-6, block=block)]
+    block = rms_plan.plan_rms_norm("bfloat16", hidden).block
+    want = [rms_twin.rms_norm_twin(x, w, 1e-6, block=block)]
     for _ in range(1, links):
-        want.append(reference.rms_norm_twin(want[-1][:1], w, 1e-6, block=block))
+        want.append(rms_twin.rms_norm_twin(want[-1][:1], w, 1e-6, block=block))
     return want
 
 
@@ -94,9 +98,9 @@ def test_fused_add_chain_with_pdl_reads_the_updated_residual(rng):
     rows, hidden = 8192, 4096
     x1, x2, r = (rng.uniform(-2, 2, (rows, hidden)).astype(BF16) for _ in range(3))
     w = rng.uniform(-1, 1, hidden).astype(BF16)
-    block = plan.plan_fused_add_rms_norm("bfloat16", hidden).block
-    want1, total1 = reference.fused_add_rms_norm_twin(x1, r, w, 1e-6, block=block)
-    want2, total2 = reference.fused_add_rms_norm_twin(x2, total1, w, 1e-6, block=block)
+    block = fused_plan.plan_fused_add_rms_norm("bfloat16", hidden).block
+    want1, total1 = fused_twin.fused_add_rms_norm_twin(x1, r, w, 1e-6, block=block)
+    want2, total2 = fused_twin.fused_add_rms_norm_twin(x2, total1, w, 1e-6, block=block)
     with driver.Stream() as stream, pyrms.Tensor.from_numpy(x1) as d1, pyrms.Tensor.from_numpy(x2) as d2, \
             pyrms.Tensor.from_numpy(r) as dr, pyrms.Tensor.from_numpy(w) as dw:
         for rows_now, dx in ((rows, d1), (3, d2)):  # a slow producer, then a fast consumer of 3 rows

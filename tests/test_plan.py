@@ -5,6 +5,9 @@ import pyrms
 
 from pyrms import dtypes, plan
 from pyrms.ops.seed import plan_seed
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.layer_norm import plan as ln_plan
+from pyrms.ops.rms_norm import plan as rms_plan
 
 
 @pytest.mark.parametrize("address, hidden, itemsize, expected", [
@@ -41,7 +44,7 @@ def test_row_split(address, hidden, itemsize, expected):
     ("float16", 769, 32, 4),
 ])
 def test_block_and_cache(dtype, hidden, block, cache):
-    p = plan.plan_rms_norm(dtype, hidden)
+    p = rms_plan.plan_rms_norm(dtype, hidden)
     assert (p.block, p.cache) == (block, cache)
     assert p.block % 32 == 0 and 32 <= p.block <= 1024
     assert p.block <= plan.max_threads(p.cache)
@@ -50,11 +53,11 @@ def test_block_and_cache(dtype, hidden, block, cache):
 
 
 def test_expression_names_every_option():
-    p = plan.plan_rms_norm("float16", 100, gemma=True, round_once=False)
+    p = rms_plan.plan_rms_norm("float16", 100, gemma=True, round_once=False)
     assert p.expression == "pyrms::rms_norm_kernel<__half, 1, 1, true, false, false, false>"
     assert p.latency_expression == "pyrms::rms_norm_kernel<__half, 1, 1, true, false, true, false>"
     assert p.aligned_latency_expression == "pyrms::rms_norm_kernel<__half, 1, 1, true, false, true, true>"
-    assert p.expression in p.group == plan.variant_group(dtypes.FLOAT16, True, False)
+    assert p.expression in p.group == rms_plan.variant_group(dtypes.FLOAT16, True, False)
     assert p.latency_expression in p.group and p.aligned_latency_expression in p.group
     # every CACHE for many rows, every (CACHE, SPREAD) few-row shape, general and aligned
     assert len(set(p.group)) == 1 + len(plan.CACHE_CHOICES) + 2 * len(plan.FEW_ROW_SHAPES)
@@ -72,8 +75,8 @@ def test_expression_names_every_option():
     ("float32", 5120, 2),     # 320 x 4 -> 640 x 2
 ])
 def test_few_row_shape(dtype, hidden, spread):
-    for p in (plan.plan_rms_norm(dtype, hidden), plan.plan_fused_add_rms_norm(dtype, hidden),
-              plan.plan_layer_norm(dtype, hidden)):
+    for p in (rms_plan.plan_rms_norm(dtype, hidden), fused_plan.plan_fused_add_rms_norm(dtype, hidden),
+              ln_plan.plan_layer_norm(dtype, hidden)):
         assert p.spread == spread and p.latency_block == spread * p.block <= plan.MAX_BLOCK
         assert (p.cache, p.spread) in plan.FEW_ROW_SHAPES and p.latency_expression in p.group
         assert f"<{dtypes.get(dtype).ctype}, {p.cache}, {spread}, " in p.latency_expression
@@ -114,7 +117,7 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     rows = (1, 5, plan.FEW_ROWS, plan.FEW_ROWS + 1, 70001)
     for n in rows:
         pyrms.rms_norm(1 << 20, 1 << 34, 1 << 40, 1e-6, n, hidden, dtype="bfloat16")
-    p = plan.plan_rms_norm("bfloat16", hidden)
+    p = rms_plan.plan_rms_norm("bfloat16", hidden)
     # one block per row; many short rows packed (rms_norm_nd_kernel), nd_rows_per_block rows per block
     per_block = [1 if n <= plan.FEW_ROWS or not p.lanes else p.nd_rows_per_block for n in rows]
     assert [grid for _, grid, _ in launches] == [-(-n // k) for n, k in zip(rows, per_block)]

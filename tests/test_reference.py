@@ -6,6 +6,10 @@ import pytest
 from pyrms import dtypes, plan, reference
 from pyrms.crand import GlibcRand
 from pyrms.demo import format_row, seed_inputs
+from pyrms.ops.fused_add_rms_norm import twin as fused_twin
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
+from pyrms.ops.seed import twin as seed_twin
 
 BF16 = ml_dtypes.bfloat16
 DTYPES = [BF16, np.float16, np.float32]
@@ -19,8 +23,8 @@ def test_seed_worked_example_hidden5_eps0():
     x = np.array([[1, 2, 3, 4, 5], [2, 2, 2, 2, 2]], dtype=np.float32)
     w = np.full(5, 2.0, dtype=np.float32)
     expected = 2 * np.array([1, 2, 3, 4, 5]) / np.sqrt(11.0)
-    np.testing.assert_allclose(reference.rms_norm_ref(x, w, 0.0)[0], expected, rtol=1e-15)
-    twin = reference.rms_norm_twin(x, w, 0.0, block=32)
+    np.testing.assert_allclose(rms_twin.rms_norm_ref(x, w, 0.0)[0], expected, rtol=1e-15)
+    twin = rms_twin.rms_norm_twin(x, w, 0.0, block=32)
     np.testing.assert_allclose(twin[0], expected, rtol=1e-6)
     assert np.array_equal(twin[1], np.full(5, 2.0, dtype=np.float32))
     np.testing.assert_allclose(np.round(twin[0].astype(np.float64), 2), [0.60, 1.21, 1.81, 2.41, 3.02])
@@ -32,10 +36,10 @@ def test_twin_close_to_float64(dtype, hidden):
     rng = np.random.default_rng(hidden)
     x = rng.uniform(-3, 3, (4, hidden)).astype(dtype)
     w = rng.uniform(-1, 1, hidden).astype(dtype)
-    p = plan.plan_rms_norm(dtype, hidden)
-    ref = reference.rms_norm_ref(x, w, 1e-6)
+    p = rms_plan.plan_rms_norm(dtype, hidden)
+    ref = rms_twin.rms_norm_ref(x, w, 1e-6)
     for phase in range(16 // np.dtype(dtype).itemsize):
-        twin = reference.rms_norm_twin(x, w, 1e-6, block=p.block, row_phases=phase).astype(np.float64)
+        twin = rms_twin.rms_norm_twin(x, w, 1e-6, block=p.block, row_phases=phase).astype(np.float64)
         err = np.linalg.norm(twin - ref) / np.linalg.norm(ref)
         assert err < TOLERANCE[np.dtype(dtype)], (phase, err)
 
@@ -55,7 +59,7 @@ def test_twin_depends_on_phase_only_through_sum_order():
     rng = np.random.default_rng(2)
     x = rng.uniform(-3, 3, (256, 777)).astype(np.float32)  # fp32 output shows fp32 sum differences
     w = rng.uniform(-1, 1, 777).astype(np.float32)
-    outs = [reference.rms_norm_twin(x, w, 1e-5, block=128, row_phases=p) for p in range(8)]
+    outs = [rms_twin.rms_norm_twin(x, w, 1e-5, block=128, row_phases=p) for p in range(8)]
     assert any(not np.array_equal(outs[0], o) for o in outs[1:])  # order matters for some row
     for o in outs:
         np.testing.assert_allclose(o.astype(np.float32), outs[0].astype(np.float32), rtol=1e-5, atol=1e-6)
@@ -65,9 +69,9 @@ def test_twin_is_batch_invariant():
     rng = np.random.default_rng(3)
     x = rng.uniform(-3, 3, (50, 300)).astype(np.float16)
     w = rng.uniform(-1, 1, 300).astype(np.float16)
-    full = reference.rms_norm_twin(x, w, 1e-5, block=64)
+    full = rms_twin.rms_norm_twin(x, w, 1e-5, block=64)
     for r in (0, 17, 49):
-        assert np.array_equal(reference.rms_norm_twin(x[r:r + 1], w, 1e-5, block=64)[0], full[r])
+        assert np.array_equal(rms_twin.rms_norm_twin(x[r:r + 1], w, 1e-5, block=64)[0], full[r])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -75,9 +79,9 @@ def test_round_once_and_gemma_follow_the_definitions(dtype):
     rng = np.random.default_rng(4)
     x = rng.uniform(-3, 3, (8, 640)).astype(dtype)
     w = rng.uniform(-1, 1, 640).astype(dtype)
-    ref = reference.rms_norm_ref(x, w, 1e-5, gemma=True)
-    once = reference.rms_norm_twin(x, w, 1e-5, block=96, gemma=True, round_once=True).astype(np.float64)
-    twice = reference.rms_norm_twin(x, w, 1e-5, block=96, gemma=True).astype(np.float64)
+    ref = rms_twin.rms_norm_ref(x, w, 1e-5, gemma=True)
+    once = rms_twin.rms_norm_twin(x, w, 1e-5, block=96, gemma=True, round_once=True).astype(np.float64)
+    twice = rms_twin.rms_norm_twin(x, w, 1e-5, block=96, gemma=True).astype(np.float64)
     tol = TOLERANCE[np.dtype(dtype)]
     assert np.linalg.norm(once - ref) / np.linalg.norm(ref) < tol
     assert np.linalg.norm(twice - ref) / np.linalg.norm(ref) < tol
@@ -87,7 +91,7 @@ def test_round_once_and_gemma_follow_the_definitions(dtype):
 
 def test_epsilon_zero_all_zero_row_is_nan():
     x = np.zeros((1, 16), dtype=np.float32)
-    out = reference.rms_norm_twin(x, np.ones(16, np.float32), 0.0, block=32)
+    out = rms_twin.rms_norm_twin(x, np.ones(16, np.float32), 0.0, block=32)
     assert np.all(np.isnan(out))
 
 
@@ -102,7 +106,7 @@ def test_glibc_rand_matches_glibc():
 def test_demo_cpu_rows_match_the_cpp_program():
     # Lines printed by the seed's C++ program (nvcc 13.0, srand(42)) for its CPU rows 0 and 4.
     x, w = seed_inputs(42, 5, 5120, "bfloat16")
-    cpu = reference.seed_rms_norm_cpu(x, w, 1e-5)
+    cpu = seed_twin.seed_rms_norm_cpu(x, w, 1e-5)
     assert format_row("CPU", cpu, 0).splitlines() == [
         "CPU row 0:",
         "  first 10: 0.000915527 0.208008 0.0776367 0.0405273 0.15918 0.0698242 0.482422 0.28125 0.0471191 0.0148926 ",
@@ -168,10 +172,10 @@ def test_the_fused_adds_nan_sum_is_the_gpus_one_nan(dtype, nan):
     dt = dtypes.get(dtype).numpy
     x = np.array([[np.nan, np.inf, 1.5, -np.inf, 2.0]], dtype=dt)
     r = np.array([[1.0, -np.inf, 2.25, 1.0, np.nan]], dtype=dt)
-    got = reference.rounded_sum(x, r)
+    got = fused_twin.rounded_sum(x, r)
     word = np.uint16 if got.dtype.itemsize == 2 else np.uint32
     want = np.array([[0, 0, 3.75, -np.inf, 0]], dtype=dt).view(word)
     want[0, [0, 1, 4]] = nan
     assert got.view(word).tolist() == want.tolist()
-    _, total = reference.fused_add_rms_norm_twin(x, r, np.ones(5, dt), 1e-5, block=32)
+    _, total = fused_twin.fused_add_rms_norm_twin(x, r, np.ones(5, dt), 1e-5, block=32)
     assert total.view(word).tolist() == want.tolist()

@@ -5,7 +5,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pyrms import plan, reference
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.fused_add_rms_norm import twin as fused_twin
+from pyrms.ops.layer_norm import plan as ln_plan
+from pyrms.ops.layer_norm import twin as ln_twin
+from pyrms.ops.rms_norm import twin as rms_twin
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops.rms_norm_backward import twin as bwd_twin
 
 BF16 = ml_dtypes.bfloat16
 DTYPES = [BF16, np.float16, np.float32]
@@ -38,8 +44,8 @@ def test_rms_norm_backward_ref_matches_finite_differences(hidden, gemma):
     rng = np.random.default_rng(hidden)
     x, dy = rng.uniform(-2, 2, (3, hidden)), rng.uniform(-1, 1, (3, hidden))
     w = rng.uniform(-1, 1, hidden)
-    loss = lambda: np.sum(reference.rms_norm_ref(x, w, 1e-3, gemma=gemma) * dy)  # noqa: E731
-    dx, dw = reference.rms_norm_backward_ref(dy, x, w, 1e-3, gemma=gemma)
+    loss = lambda: np.sum(rms_twin.rms_norm_ref(x, w, 1e-3, gemma=gemma) * dy)  # noqa: E731
+    dx, dw = bwd_twin.rms_norm_backward_ref(dy, x, w, 1e-3, gemma=gemma)
     np.testing.assert_allclose(dx, finite_difference(loss, x), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(dw, finite_difference(loss, w), rtol=1e-6, atol=1e-8)
 
@@ -49,8 +55,8 @@ def test_layer_norm_backward_ref_matches_finite_differences(hidden):
     rng = np.random.default_rng(10 + hidden)
     x, dy = rng.uniform(-2, 2, (3, hidden)) + 3.0, rng.uniform(-1, 1, (3, hidden))
     w, b = rng.uniform(-1, 1, hidden), rng.uniform(-1, 1, hidden)
-    loss = lambda: np.sum(reference.layer_norm_ref(x, w, b, 1e-3) * dy)  # noqa: E731
-    dx, dw, db = reference.layer_norm_backward_ref(dy, x, w, 1e-3)
+    loss = lambda: np.sum(ln_twin.layer_norm_ref(x, w, b, 1e-3) * dy)  # noqa: E731
+    dx, dw, db = bwd_twin.layer_norm_backward_ref(dy, x, w, 1e-3)
     np.testing.assert_allclose(dx, finite_difference(loss, x), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(dw, finite_difference(loss, w), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(db, finite_difference(loss, b), rtol=1e-6, atol=1e-8)
@@ -64,7 +70,7 @@ def test_seed_backward_formula_is_wrong():
     rms = np.sqrt(np.mean(x * x, axis=1, keepdims=True) + 1e-5)
     y = x / rms * w
     seed_dx = (dy - y * np.sum(dy * y, axis=1, keepdims=True) / 6) / rms * w
-    dx, _ = reference.rms_norm_backward_ref(dy, x, w, 1e-5)
+    dx, _ = bwd_twin.rms_norm_backward_ref(dy, x, w, 1e-5)
     assert rel_err(seed_dx, dx) > 0.1
 
 
@@ -74,13 +80,13 @@ def test_fused_add_twin_close_to_float64(dtype, hidden):
     rng = np.random.default_rng(hidden)
     x, r = (rng.uniform(-2, 2, (4, hidden)).astype(dtype) for _ in range(2))
     w = rng.uniform(-1, 1, hidden).astype(dtype)
-    ref_out, ref_sum = reference.fused_add_rms_norm_ref(x, r, w, 1e-6)
-    block = plan.plan_fused_add_rms_norm(dtype, hidden).block
+    ref_out, ref_sum = fused_twin.fused_add_rms_norm_ref(x, r, w, 1e-6)
+    block = fused_plan.plan_fused_add_rms_norm(dtype, hidden).block
     for phase in range(16 // np.dtype(dtype).itemsize):
-        out, total = reference.fused_add_rms_norm_twin(x, r, w, 1e-6, block=block, residual_phases=phase)
+        out, total = fused_twin.fused_add_rms_norm_twin(x, r, w, 1e-6, block=block, residual_phases=phase)
         assert total.dtype == np.dtype(dtype) and rel_err(total, ref_sum) < TOLERANCE[np.dtype(dtype)]
         assert rel_err(out, ref_out) < 2 * TOLERANCE[np.dtype(dtype)], phase  # the sum's rounding, then two more
-        assert np.array_equal(out, reference.rms_norm_twin(total, w, 1e-6, block=block, row_phases=phase))
+        assert np.array_equal(out, rms_twin.rms_norm_twin(total, w, 1e-6, block=block, row_phases=phase))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -89,10 +95,10 @@ def test_layer_norm_twin_close_to_float64(dtype, hidden):
     rng = np.random.default_rng(hidden)
     x = rng.uniform(-3, 3, (4, hidden)).astype(dtype)
     w, b = (rng.uniform(-1, 1, hidden).astype(dtype) for _ in range(2))
-    ref = reference.layer_norm_ref(x, w, b, 1e-5)
-    block = plan.plan_layer_norm(dtype, hidden).block
+    ref = ln_twin.layer_norm_ref(x, w, b, 1e-5)
+    block = ln_plan.plan_layer_norm(dtype, hidden).block
     for phase in range(16 // np.dtype(dtype).itemsize):
-        twin = reference.layer_norm_twin(x, w, b, 1e-5, block=block, row_phases=phase)
+        twin = ln_twin.layer_norm_twin(x, w, b, 1e-5, block=block, row_phases=phase)
         assert rel_err(twin, ref) < TOLERANCE[np.dtype(dtype)], phase
 
 
@@ -101,8 +107,8 @@ def test_layer_norm_twin_variance_survives_a_large_mean():
     rng = np.random.default_rng(5)
     x = (1000 + rng.uniform(-1, 1, (8, 4096))).astype(np.float32)
     w, b = np.ones(4096, np.float32), np.zeros(4096, np.float32)
-    ref = reference.layer_norm_ref(x, w, b, 1e-6)
-    twin_err = rel_err(reference.layer_norm_twin(x, w, b, 1e-6, block=512), ref)
+    ref = ln_twin.layer_norm_ref(x, w, b, 1e-6)
+    twin_err = rel_err(ln_twin.layer_norm_twin(x, w, b, 1e-6, block=512), ref)
     mean = x.mean(axis=1, keepdims=True, dtype=np.float32)
     naive_var = (x * x).mean(axis=1, keepdims=True, dtype=np.float32) - mean * mean
     naive_err = rel_err((x - mean) / np.sqrt(np.maximum(naive_var, 0) + np.float32(1e-6)), ref)
@@ -118,14 +124,14 @@ def test_backward_twin_close_to_float64(dtype, hidden, layer_norm, gemma):
     x = rng.uniform(-2, 2, (rows, hidden)).astype(dtype)
     dy = rng.uniform(-1, 1, (rows, hidden)).astype(dtype)
     w = rng.uniform(-1, 1, hidden).astype(dtype)
-    p = plan.plan_norm_backward(dtype, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype="float32")
+    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype="float32")
     if layer_norm:
-        ref = reference.layer_norm_backward_ref(dy, x, w, 1e-5)
+        ref = bwd_twin.layer_norm_backward_ref(dy, x, w, 1e-5)
     else:
-        ref = reference.rms_norm_backward_ref(dy, x, w, 1e-5, gemma=gemma)
+        ref = bwd_twin.rms_norm_backward_ref(dy, x, w, 1e-5, gemma=gemma)
     n = 16 // np.dtype(dtype).itemsize
     for x_phase, w_phase in ((0, 0), (1, n - 1), (n - 1, 2 % n)):
-        got = reference.norm_backward_twin(dy, x, w, 1e-5, block=p.block, fold=p.stats_fold, x_phases=x_phase,
+        got = bwd_twin.norm_backward_twin(dy, x, w, 1e-5, block=p.block, fold=p.stats_fold, x_phases=x_phase,
                                            weight_phase=w_phase, chunk_rows=p.chunk_rows, layer_norm=layer_norm, gemma=gemma,
                                            grad_dtype="float32")
         assert got[0].dtype == np.dtype(dtype) and all(g.dtype == np.float32 for g in got[1:])
@@ -140,11 +146,11 @@ def test_backward_twin_sum_orders_are_not_the_naive_ones():
     # laned sum over rows differs from a sequential one somewhere, and so does the row dot product.
     rng = np.random.default_rng(6)
     terms = rng.uniform(-1, 1, (2000, 64)).astype(np.float32)
-    laned = reference.sum_partials_twin(reference.chunk_sums_twin(terms, plan.GRAD_CHUNK_ROWS))
+    laned = bwd_twin.sum_partials_twin(bwd_twin.chunk_sums_twin(terms, bwd_plan.GRAD_CHUNK_ROWS))
     sequential = np.add.accumulate(terms, axis=0, dtype=np.float32)[-1]
     assert np.any(laned != sequential)
     np.testing.assert_allclose(laned, terms.astype(np.float64).sum(axis=0), rtol=1e-4, atol=1e-5)
-    lanes = np.arange(2000) // plan.GRAD_CHUNK_ROWS % 32
+    lanes = np.arange(2000) // bwd_plan.GRAD_CHUNK_ROWS % 32
     np.testing.assert_allclose(laned, sum(terms[lanes == y].astype(np.float64).sum(axis=0) for y in range(32)),
                                rtol=1e-4, atol=1e-5)
 
@@ -153,8 +159,8 @@ def test_backward_twin_does_not_depend_on_the_batch_for_dx():
     rng = np.random.default_rng(7)
     x, dy = (rng.uniform(-2, 2, (40, 300)).astype(np.float16) for _ in range(2))
     w = rng.uniform(-1, 1, 300).astype(np.float16)
-    full = reference.norm_backward_twin(dy, x, w, 1e-5, block=64, fold=64, chunk_rows=16, layer_norm=True)
+    full = bwd_twin.norm_backward_twin(dy, x, w, 1e-5, block=64, fold=64, chunk_rows=16, layer_norm=True)
     for r in (0, 17, 39):
-        single = reference.norm_backward_twin(dy[r:r + 1], x[r:r + 1], w, 1e-5, block=64, fold=64, chunk_rows=16,
+        single = bwd_twin.norm_backward_twin(dy[r:r + 1], x[r:r + 1], w, 1e-5, block=64, fold=64, chunk_rows=16,
                                               layer_norm=True)
         assert np.array_equal(single[0][0], full[0][r])

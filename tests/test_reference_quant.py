@@ -5,7 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from pyrms import dtypes, reference
+from pyrms import dtypes
+from pyrms.ops.rms_norm_quant import plan as quant_plan
+from pyrms.ops.rms_norm_quant import twin as quant_twin
 
 F32 = np.float32
 QTYPES = dtypes.QUANTIZED
@@ -95,7 +97,7 @@ def test_quantized_dtypes_by_torch_dtype_and_typestr():
 @pytest.mark.parametrize("scale", [0.013, 1.0, 3.0, 0.1])
 def test_static_matches_float64(qt, scale):
     y = rows(1, (8, 512)) * F32(float(qt.qmax) * scale / 8)
-    q = reference.quantize_static(y, scale, qt)
+    q = quant_twin.quantize_static(y, scale, qt)
     assert q.dtype == qt.numpy
     np.testing.assert_array_equal(bits(q), expected(y, F32(scale), qt, divide=qt.integer))
 
@@ -106,7 +108,7 @@ def test_per_token_matches_float64(qt, scale_ub):
     if qt.integer and scale_ub is not None:
         pytest.skip("scale_ub is fp8-only (test_scale_ub_refused_for_int8)")
     y = rows(2, (16, 768))
-    q, scales = reference.quantize_per_token(y, qt, scale_ub)
+    q, scales = quant_twin.quantize_per_token(y, qt, scale_ub)
     amax = np.nanmax(np.abs(y.astype(np.float64)), axis=1)
     if scale_ub is not None:
         amax = np.minimum(amax, f32(scale_ub))
@@ -119,18 +121,18 @@ def test_per_token_matches_float64(qt, scale_ub):
 @pytest.mark.parametrize("qt", QTYPES, ids=lambda q: q.name)
 def test_per_token_absmax_element_reaches_qmax(qt):
     y = rows(3, (64, 300))
-    q, _ = reference.quantize_per_token(y, qt)
+    q, _ = quant_twin.quantize_per_token(y, qt)
     top = np.argmax(np.abs(y), axis=1)
     peaks = q[np.arange(64), top].astype(np.float64)
     np.testing.assert_array_equal(np.abs(peaks), float(qt.qmax))
 
 
 @pytest.mark.parametrize("qt", QTYPES, ids=lambda q: q.name)
-@pytest.mark.parametrize("group", reference.QUANT_GROUPS)
+@pytest.mark.parametrize("group", quant_plan.QUANT_GROUPS)
 @pytest.mark.parametrize("ue8m0", [False, True])
 def test_per_group_matches_float64(qt, group, ue8m0):
     y = rows(4, (5, 4 * group), spread=6.0)
-    q, scales = reference.quantize_per_group(y, qt, group, ue8m0=ue8m0)
+    q, scales = quant_twin.quantize_per_group(y, qt, group, ue8m0=ue8m0)
     amax = np.abs(y.astype(np.float64)).reshape(5, 4, group).max(axis=2)
     want = np.maximum(f32(amax / float(qt.qmax)), float(qt.min_scale))
     if ue8m0:
@@ -142,8 +144,8 @@ def test_per_group_matches_float64(qt, group, ue8m0):
 
 def test_ue8m0_scales_are_powers_of_two_at_or_above_the_fp32_scale():
     y = rows(5, (32, 1024), spread=10.0)
-    _, fp32_scales = reference.quantize_per_group(y, "float8_e4m3fn", 128)
-    _, pow2 = reference.quantize_per_group(y, "float8_e4m3fn", 128, ue8m0=True)
+    _, fp32_scales = quant_twin.quantize_per_group(y, "float8_e4m3fn", 128)
+    _, pow2 = quant_twin.quantize_per_group(y, "float8_e4m3fn", 128, ue8m0=True)
     assert np.all(pow2.view(np.uint32) & 0x7FFFFF == 0)
     assert np.all(pow2 >= fp32_scales) and np.all(pow2 < 2 * fp32_scales)
     exact = fp32_scales == np.exp2(np.round(np.log2(fp32_scales)))
@@ -153,8 +155,8 @@ def test_ue8m0_scales_are_powers_of_two_at_or_above_the_fp32_scale():
 @pytest.mark.parametrize("qt", QTYPES, ids=lambda q: q.name)
 def test_column_major_scales_are_the_transposed_memory(qt):
     y = rows(6, (7, 512))
-    q_row, s_row = reference.quantize_per_group(y, qt, 128)
-    q_col, s_col = reference.quantize_per_group(y, qt, 128, column_major=True)
+    q_row, s_row = quant_twin.quantize_per_group(y, qt, 128)
+    q_col, s_col = quant_twin.quantize_per_group(y, qt, 128, column_major=True)
     np.testing.assert_array_equal(bits(q_row), bits(q_col))
     np.testing.assert_array_equal(s_row, s_col)
     assert s_row.flags.c_contiguous and not s_row.flags.f_contiguous
@@ -169,12 +171,12 @@ def test_all_zero_rows_and_groups_take_the_minimum_scale(qt):
     y = rows(7, (3, 256))
     y[1] = 0.0
     y[2, :128] = -0.0
-    q, scales = reference.quantize_per_token(y, qt)
+    q, scales = quant_twin.quantize_per_token(y, qt)
     assert scales[1] == qt.min_scale and scales[0] > qt.min_scale
     assert not np.any(q[1].astype(np.float64))
-    _, gscales = reference.quantize_per_group(y, qt, 128)
+    _, gscales = quant_twin.quantize_per_group(y, qt, 128)
     assert gscales[1, 0] == gscales[1, 1] == gscales[2, 0] == qt.min_scale
-    q, _ = reference.quantize_per_group(y, qt, 128)
+    q, _ = quant_twin.quantize_per_group(y, qt, 128)
     if not qt.integer:  # -0 / s = -0: the sign survives in fp8 (0x80), not in int8
         assert np.all(bits(q[2, :128]) == 0x80)
 
@@ -189,11 +191,11 @@ def test_nan_is_skipped_by_the_scale_and_propagates_in_fp8(qt):
     y = rows(8, (2, 256))
     y[0, 10] = np.nan
     y[1, 3] = -np.nan
-    q, scales = reference.quantize_per_token(y, qt)
-    np.testing.assert_array_equal(scales, reference.quantize_per_token(np.where(np.isnan(y), 0, y).astype(F32), qt)[1])
+    q, scales = quant_twin.quantize_per_token(y, qt)
+    np.testing.assert_array_equal(scales, quant_twin.quantize_per_token(np.where(np.isnan(y), 0, y).astype(F32), qt)[1])
     nan_bits = written_nan(qt)
     assert bits(q)[0, 10] == nan_bits and bits(q)[1, 3] == nan_bits  # one pattern, sign dropped
-    assert reference.quantize_static(y, 1.0, qt)[0, 10].view(np.uint8) == nan_bits
+    assert quant_twin.quantize_static(y, 1.0, qt)[0, 10].view(np.uint8) == nan_bits
 
 
 @pytest.mark.parametrize("qt", QTYPES, ids=lambda q: q.name)
@@ -201,17 +203,17 @@ def test_inf_row(qt):
     y = rows(9, (1, 128))
     y[0, 7] = np.inf
     y[0, 8] = -np.inf
-    q, scales = reference.quantize_per_token(y, qt)
+    q, scales = quant_twin.quantize_per_token(y, qt)
     assert scales[0] == np.inf  # inf / qmax
     finite = np.delete(q[0], [7, 8]).astype(np.float64)
     assert not np.any(finite)  # finite / inf = 0
     nan = written_nan(qt)
     assert bits(q)[0, 7] == nan and bits(q)[0, 8] == nan  # inf / inf = NaN
     if not qt.integer:
-        q, scales = reference.quantize_per_token(y, qt, scale_ub=2.0)
+        q, scales = quant_twin.quantize_per_token(y, qt, scale_ub=2.0)
         assert scales[0] == F32(2.0) / qt.qmax
         assert float(q[0, 7]) == qt.qmax and float(q[0, 8]) == -qt.qmax
-    static = reference.quantize_static(y, 1.0, qt)
+    static = quant_twin.quantize_static(y, 1.0, qt)
     assert float(static[0, 7]) == qt.qmax and float(static[0, 8]) == qt.qmin
 
 
@@ -222,7 +224,7 @@ def test_inf_row(qt):
 ], ids=lambda v: getattr(v, "name", None))
 def test_saturation_and_rounding_at_qmax(qt, values, want):
     # scale 1: the values reach the conversion unchanged. int8 rounds half to even (2.5 -> 2, not 3).
-    q = reference.quantize_static(np.array([values], F32), 1.0, qt)
+    q = quant_twin.quantize_static(np.array([values], F32), 1.0, qt)
     np.testing.assert_array_equal(q[0].astype(np.float64), np.array(want, np.float64))
 
 
@@ -244,7 +246,7 @@ def test_static_operation_is_vllms(qt):
     """fp8 multiplies by the fp32 reciprocal, int8 divides; on midpoints the other spelling differs."""
     scale = F32(3.3)
     y = _ties(qt, float(scale), 100)
-    q = bits(reference.quantize_static(y, scale, qt))
+    q = bits(quant_twin.quantize_static(y, scale, qt))
     np.testing.assert_array_equal(q, expected(y, scale, qt, divide=qt.integer))
     assert np.any(q != expected(y, scale, qt, divide=not qt.integer))
 
@@ -254,10 +256,10 @@ def test_dynamic_operation_is_vllms(qt):
     """Per-token and per-group: fp8 divides, int8 multiplies by the fp32 reciprocal."""
     y = np.concatenate([_ties(qt, 3.3, 127), np.array([[float(qt.qmax) * 3.3]], F32)], axis=1)
     y = np.pad(y, ((0, 0), (0, 128 - y.shape[1] % 128)))
-    q, scales = reference.quantize_per_token(y, qt)
+    q, scales = quant_twin.quantize_per_token(y, qt)
     np.testing.assert_array_equal(bits(q), expected(y, scales[:, None], qt, divide=not qt.integer))
     assert np.any(bits(q) != expected(y, scales[:, None], qt, divide=qt.integer))
-    q, scales = reference.quantize_per_group(y, qt, 128)
+    q, scales = quant_twin.quantize_per_group(y, qt, 128)
     s = np.repeat(scales, 128, axis=1)
     np.testing.assert_array_equal(bits(q), expected(y, s, qt, divide=not qt.integer))
 
@@ -266,8 +268,8 @@ def test_scale_ub_clamps_only_above_it():
     y = rows(10, (4, 256))
     amax = np.abs(y).max(axis=1)
     ub = float(np.median(amax))
-    q, scales = reference.quantize_per_token(y, "float8_e4m3fn", scale_ub=ub)
-    free_q, free_scales = reference.quantize_per_token(y, "float8_e4m3fn")
+    q, scales = quant_twin.quantize_per_token(y, "float8_e4m3fn", scale_ub=ub)
+    free_q, free_scales = quant_twin.quantize_per_token(y, "float8_e4m3fn")
     above = amax > F32(ub)
     assert above.any() and (~above).any()
     np.testing.assert_array_equal(scales[above], F32(ub) / F32(448))
@@ -280,15 +282,15 @@ def test_scale_ub_clamps_only_above_it():
 
 def test_scale_ub_refused_for_int8():
     with pytest.raises(ValueError, match="scale_ub applies to float8 outputs only"):
-        reference.quantize_per_token(rows(0, (1, 64)), "int8", scale_ub=1.0)
+        quant_twin.quantize_per_token(rows(0, (1, 64)), "int8", scale_ub=1.0)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan, 1e-46])
 def test_bad_scales_refused(bad):
     with pytest.raises(ValueError, match="must be a finite float32 > 0"):
-        reference.quantize_static(rows(0, (1, 64)), bad, "float8_e4m3fn")
+        quant_twin.quantize_static(rows(0, (1, 64)), bad, "float8_e4m3fn")
     with pytest.raises(ValueError, match="must be a finite float32 > 0"):
-        reference.quantize_per_token(rows(0, (1, 64)), "float8_e4m3fn", scale_ub=bad)
+        quant_twin.quantize_per_token(rows(0, (1, 64)), "float8_e4m3fn", scale_ub=bad)
 
 
 @pytest.mark.parametrize("group, hidden, message", [
@@ -298,14 +300,14 @@ def test_bad_scales_refused(bad):
 ])
 def test_group_refusals(group, hidden, message):
     with pytest.raises(ValueError, match=message):
-        reference.quantize_per_group(rows(0, (2, hidden)), "int8", group)
+        quant_twin.quantize_per_group(rows(0, (2, hidden)), "int8", group)
 
 
 def test_y_must_be_float32():
     with pytest.raises(TypeError, match="y must be a float32 array"):
-        reference.quantize_per_token(rows(0, (2, 64)).astype(np.float64), "int8")
+        quant_twin.quantize_per_token(rows(0, (2, 64)).astype(np.float64), "int8")
     with pytest.raises(TypeError, match="y must be a float32 array"):
-        reference.quantize_static(np.zeros((2, 3, 64), F32), 1.0, "int8")
+        quant_twin.quantize_static(np.zeros((2, 3, 64), F32), 1.0, "int8")
 
 
 def test_per_group_worked_example_of_family_md():
@@ -313,13 +315,13 @@ def test_per_group_worked_example_of_family_md():
     x = np.array([1.0] * 64 + [2.0] * 64, dtype=dtypes.BFLOAT16.numpy)[None]
     w = np.ones(128, dtypes.BFLOAT16.numpy)
     twin = dict(block=32, mode="per_group", group=64)
-    q, s = reference.rms_norm_quant_twin(x, w, 0.0, "float8_e4m3fn", **twin)
-    y = reference.normalized_twin(x, w, 0.0, block=32)[0, [0, 64]]
+    q, s = quant_twin.rms_norm_quant_twin(x, w, 0.0, "float8_e4m3fn", **twin)
+    y = quant_twin.normalized_twin(x, w, 0.0, block=32)[0, [0, 64]]
     assert np.allclose(y, [0.6324555, 1.264911]) and np.array_equal(s[0], y / np.float32(448))
     assert np.all(q.astype(np.float32) == 448)
-    q, s = reference.rms_norm_quant_twin(x, w, 0.0, "float8_e4m3fn", ue8m0=True, **twin)
+    q, s = quant_twin.rms_norm_quant_twin(x, w, 0.0, "float8_e4m3fn", ue8m0=True, **twin)
     assert np.array_equal(s, np.float32([[2.0**-9, 2.0**-8]])) and np.all(q.astype(np.float32) == 320)
-    q, s = reference.rms_norm_quant_twin(x, w, 0.0, "int8", **twin)
+    q, s = quant_twin.rms_norm_quant_twin(x, w, 0.0, "int8", **twin)
     assert np.all(q == 127) and np.allclose(s, [[0.00497996, 0.00995993]])
     with pytest.raises(ValueError, match="scale_ub applies to mode='per_token' only"):
-        reference.rms_norm_quant_twin(x, w, 0.0, "float8_e4m3fn", scale_ub=1.0, **twin)
+        quant_twin.rms_norm_quant_twin(x, w, 0.0, "float8_e4m3fn", scale_ub=1.0, **twin)

@@ -36,9 +36,13 @@ from pathlib import Path
 import numpy as np
 
 import pyrms
-from pyrms import driver, dtypes, plan, reference
+from pyrms import driver, dtypes
 from tests.support import case_matrix
 from tests.support.testing import Rows, allocate, bits
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops.rms_norm_backward import twin as bwd_twin
 
 DT = dtypes.BFLOAT16
 SPOT_EVERY = 37
@@ -78,7 +82,7 @@ class Work:
         self.slots = {name: self.block for name in self.row_outputs}
         if op != "rms_norm":
             self.slots["grad_weight"] = _round_up(h + BLOCK)
-            self.plan = plan.plan_norm_backward(DT, h)
+            self.plan = bwd_plan.plan_norm_backward(DT, h)
 
     def case(self, i: int) -> case_matrix.Case:
         return self.cases[(i + 7 * self.thread) % len(self.cases)]
@@ -120,13 +124,13 @@ class Work:
         w, (w_phase,) = self._rows("weight", i)
         x, x_phases = self._rows("input", i)
         if self.op == "rms_norm":
-            block = plan.plan_rms_norm(DT, h, gemma=c.option("gemma"), round_once=c.option("round_once")).block
-            rows = {"out": reference.rms_norm_twin(x, w[0], c.option("epsilon"), block=block, row_phases=x_phases,
+            block = rms_plan.plan_rms_norm(DT, h, gemma=c.option("gemma"), round_once=c.option("round_once")).block
+            rows = {"out": rms_twin.rms_norm_twin(x, w[0], c.option("epsilon"), block=block, row_phases=x_phases,
                                                    gemma=c.option("gemma"), round_once=c.option("round_once"))}
         else:
             p = self.plan
             dy, _ = self._rows("grad_output", i)
-            dx, dw = reference.norm_backward_twin(dy, x, w[0], c.option("epsilon"), block=p.block, fold=p.stats_fold,
+            dx, dw = bwd_twin.norm_backward_twin(dy, x, w[0], c.option("epsilon"), block=p.block, fold=p.stats_fold,
                                                   x_phases=x_phases, weight_phase=w_phase, chunk_rows=p.chunk_rows,
                                                   grad_dtype=p.grad_dtype)
             rows = {"grad_input": dx, "grad_weight": dw[None]}

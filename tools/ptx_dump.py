@@ -9,7 +9,7 @@ Needs no GPU: NVRTC compiles for the arch given (default $PYRMS_ARCH, else sm_90
     python -m tools.ptx_dump --variant cache=0,round_once --show-loads --context 2
 
 Writes <out>/<kernel>-<dtype>-h<hidden>-<arch>[-<variant>].ptx, .cubin and .ptxas.txt, and .sass
-when cuobjdump or nvdisasm is found. Another kernel family is one more entry in FAMILIES.
+when cuobjdump or nvdisasm is found. The kernels are the registry's ops (pyrms.ops.registry).
 """
 from __future__ import annotations
 
@@ -24,7 +24,10 @@ from typing import Callable
 
 from pyrms import compiler, dtypes, plan, ptx_inspect
 from pyrms.errors import CompileError, PyrmsError
-from pyrms.ops.seed import plan_seed
+from pyrms.ops import registry
+from pyrms.ops.registry import OpSpec
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops.rms_norm_quant import plan as quant_plan
 
 PTXAS_VERBOSE = "--ptxas-options=-v"
 _SASS_ARGS = {"cuobjdump": ["--dump-sass"], "nvdisasm": []}  # in order of preference
@@ -47,7 +50,7 @@ def _cache_vectors(text: str | None) -> int:
 
 
 def _backward_vectors(text: str | None) -> int:
-    choices = [str(c) for c in (0, *plan.BACKWARD_VECTORS)]
+    choices = [str(c) for c in (0, *bwd_plan.BACKWARD_VECTORS)]
     if text not in choices:
         raise ValueError(f"expected vectors={'|'.join(choices)}, got {'no value' if text is None else repr(text)}")
     return int(text)
@@ -59,21 +62,25 @@ def _grad_dtype(text: str | None):
     return dtypes.get(text).name
 
 
-def _backward_plan(dt: dtypes.DType, hidden: int, v: dict, layer_norm: bool) -> plan.NormBackwardPlan:
+def _backward_plan(planner: Callable, dt: dtypes.DType, hidden: int, v: dict) -> bwd_plan.NormBackwardPlan:
     weightless = v.get("weightless", False)
     if not v.get("grad_bias", True) and not weightless:
         raise ValueError("grad_bias=false is a variant of the kernel without weight (with one, dbias is always "
                          "summed): add weightless")
-    planned = plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=v.get("gemma", False),
-                                      grad_dtype=v.get("grad"), weight=not weightless, grad_bias=v.get("grad_bias", True))
+    planned = planner(dt, hidden, gemma=v.get("gemma", False), grad_dtype=v.get("grad"), weight=not weightless,
+                      grad_bias=v.get("grad_bias", True))
     return replace(planned, vectors=v.get("vectors", planned.vectors))
 
 
-def _backward_defaults(layer_norm: bool):
+def _backward_family(spec: OpSpec) -> "Family":
+    """A backward's kernel (norm_backward.cuh): variants vectors, weightless and the op's own switches."""
+    planner = spec.inspect.planner
+
     def defaults(dt: dtypes.DType, hidden: int) -> dict:
-        flags = {"grad_bias": True} if layer_norm else {"gemma": False}
-        return {"vectors": _backward_plan(dt, hidden, {}, layer_norm).vectors, **flags, "weightless": False}
-    return defaults
+        return {"vectors": _backward_plan(planner, dt, hidden, {}).vectors, **spec.inspect.extra, "weightless": False}
+    return Family(spec.source, spec.inspect.about, lambda dt, hidden, v: _backward_plan(planner, dt, hidden, v).expression,
+                  defaults, {"vectors": _backward_vectors, **{key: _flag for key in spec.inspect.extra},
+                             "weightless": _flag})
 
 
 def _row_expression(planner: Callable, dt: dtypes.DType, hidden: int, v: dict) -> str:
@@ -119,12 +126,6 @@ def _row_family(planner: Callable, source: str, about: str, flags: dict, weight:
                    **({"weight": _weight_kind} if weight else {}), **({"out": _out_kind} if out else {})})
 
 
-def _flags_of(planned: type, **defaults: bool) -> dict:
-    """A plan class's option flags (plan._RowPlan.FLAGS) as variants, off unless ``defaults`` say otherwise: a
-    flag added to a kernel and its plan is a variant here too."""
-    return {name: defaults.get(name, False) for name in planned.FLAGS}
-
-
 def _quant_dtype(text: str | None) -> str:
     if text is None:
         raise ValueError(f"expected out_dtype=<{'|'.join(q.name for q in dtypes.QUANTIZED)}>, got no value")
@@ -132,25 +133,34 @@ def _quant_dtype(text: str | None) -> str:
 
 
 def _quant_mode(text: str | None) -> str:
-    if text not in plan.QUANT_MODES:
-        raise ValueError(f"expected mode={'|'.join(plan.QUANT_MODES)}, got {'no value' if text is None else repr(text)}")
+    if text not in quant_plan.QUANT_MODES:
+        raise ValueError(f"expected mode={'|'.join(quant_plan.QUANT_MODES)}, got {'no value' if text is None else repr(text)}")
     return text
 
 
-def _quant_family(residual: bool) -> "Family":
-    """rms_norm_quant.cu's kernels (residual: the fused add's): the row family's variants plus round_input,
-    norm_out (the unquantized output beside), the output dtype and the mode (per_group: the group kernels; the
-    group size is a run-time argument)."""
-    def planner(dt: dtypes.DType, hidden: int) -> plan.RmsNormQuantPlan:
-        return plan.plan_rms_norm_quant(dt, hidden, dtypes.FLOAT8_E4M3FN, residual=residual)
-    kernel = "fused_add_rms_norm_quant_kernel" if residual else "rms_norm_quant_kernel"
-    row = _row_family(planner, "rms_norm_quant.cu", "", _flags_of(plan.RmsNormQuantPlan), out=False)
+def _quant_family(spec: OpSpec) -> "Family":
+    """rms_norm_quant.cu's kernels: the row family's variants plus round_input, norm_out (the unquantized output
+    beside), the output dtype and the mode (per_group: the group kernels; the group size is a run-time argument)."""
+    planner = spec.inspect.planner
+    row = _row_family(planner, spec.source, "", {name: False for name in spec.flags}, out=False)
     return Family(
-        "rms_norm_quant.cu", f"pyrms::{kernel} (mode=per_group: the group kernel), planned like rms_norm; "
-        "out_dtype=float8_e4m3fn|float8_e5m2|int8, mode=static|per_token|per_group",
+        spec.source, spec.inspect.about,
         lambda dt, hidden, v: _row_expression(planner, dt, hidden, {**v, "out_dtype": dtypes.quantized(v["out_dtype"])}),
         lambda dt, hidden: {**row.defaults(dt, hidden), "out_dtype": "float8_e4m3fn", "mode": "static"},
         {**row.variant_keys, "out_dtype": _quant_dtype, "mode": _quant_mode})
+
+
+def _seed_family(spec: OpSpec) -> "Family":
+    return Family(spec.source, spec.inspect.about, lambda dt, hidden, v: spec.inspect.planner(dt, hidden).expression)
+
+
+def _registry_family(spec: OpSpec) -> "Family":
+    """The op's kernels as a family of variants, by the grammar its spec names (Inspect.kind)."""
+    if spec.inspect.kind == "row":
+        return _row_family(spec.inspect.planner, spec.source, spec.inspect.about,
+                           {**{name: False for name in spec.flags}, **spec.inspect.extra}, weight=spec.inspect.weight,
+                           out=spec.inspect.out)
+    return {"backward": _backward_family, "quant": _quant_family, "seed": _seed_family}[spec.inspect.kind](spec)
 
 
 @dataclass(frozen=True)
@@ -164,40 +174,12 @@ class Family:
     variant_keys: dict[str, Callable[[str | None], object]] = field(default_factory=dict)
 
 
-FAMILIES = {
-    "rms_norm": _row_family(
-        plan.plan_rms_norm, "rms_norm.cu", "pyrms::rms_norm_kernel; the hidden size (a run-time argument) only picks "
-        "the planned cache and spread; few = the few-row kernel; weight=float32|none; out=float32",
-        _flags_of(plan.RmsNormPlan), weight=True),
-    "seed": Family(
-        "seed_rms_norm.cu", "transformer::rms_norm_kernel with VEC = gcd(16 / itemsize, hidden), BLOCK = hidden / VEC",
-        lambda dt, hidden, v: plan_seed(dt, hidden).expression),
-    "fused_add_rms_norm": _row_family(
-        plan.plan_fused_add_rms_norm, "fused_add_rms_norm.cu", "pyrms::fused_add_rms_norm_kernel, planned like rms_norm; "
-        "fp32_sum = the fp32-sum kernel (fused_add_rms_norm_fp32_sum_kernel), fp32_residual = it with an fp32 residual; "
-        "out=float32: fused_add_rms_norm_out_kernel (the rounded sum only)",
-        {**_flags_of(plan.RmsNormPlan), "fp32_sum": False, "fp32_residual": False}, weight=True),
-    "layer_norm": _row_family(
-        plan.plan_layer_norm, "layer_norm.cu", "pyrms::layer_norm_kernel (forward), planned like rms_norm; "
-        "weightless = no weight; fp32_params = fp32 weight and bias; out=float32",
-        {**_flags_of(plan.LayerNormPlan, bias=True), "weightless": False, "fp32_params": False}),
-    "rms_norm_backward": Family(
-        "rms_norm_backward.cu", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums); "
-        "weightless = no weight (dx only)",
-        lambda dt, hidden, v: _backward_plan(dt, hidden, v, False).expression,
-        _backward_defaults(False), {"vectors": _backward_vectors, "gemma": _flag, "weightless": _flag}),
-    "layer_norm_backward": Family(
-        "layer_norm.cu", "pyrms::layer_norm_backward_kernel (dx and the per-chunk dweight, dbias sums); "
-        "weightless = no weight (dx, and dbias unless grad_bias=false)",
-        lambda dt, hidden, v: _backward_plan(dt, hidden, v, True).expression,
-        _backward_defaults(True), {"vectors": _backward_vectors, "weightless": _flag, "grad_bias": _flag}),
-    "rms_norm_quant": _quant_family(False),
-    "fused_add_rms_norm_quant": _quant_family(True),
-    "sum_partials": Family(
-        "rms_norm_backward.cu", "pyrms::sum_partials_kernel<grad dtype>, the fixed-order sum over row chunks",
-        lambda dt, hidden, v: _backward_plan(dt, hidden, v, False).sum_expression,
-        lambda dt, hidden: {"grad": dt.name}, {"grad": _grad_dtype}),
-}
+# Every op's kernels (the registry's), and the backward's second kernel, the fixed-order sum over row chunks.
+FAMILIES = {spec.name: _registry_family(spec) for spec in registry.REGISTRY.values() if spec.inspect is not None}
+FAMILIES["sum_partials"] = Family(
+    "rms_norm_backward.cu", "pyrms::sum_partials_kernel<grad dtype>, the fixed-order sum over row chunks",
+    lambda dt, hidden, v: _backward_plan(bwd_plan.plan_norm_backward, dt, hidden, v).sum_expression,
+    lambda dt, hidden: {"grad": dt.name}, {"grad": _grad_dtype})
 
 
 def resolve_variant(family: Family, text: str | None, dt: dtypes.DType, hidden: int) -> dict:

@@ -25,7 +25,11 @@ from typing import Callable
 
 import numpy as np
 
-from pyrms import dtypes, plan
+from pyrms import dtypes
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.layer_norm import plan as ln_plan
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
 from tests.support.random_cases import Case, draw_case, draw_cases, features
 
 
@@ -45,7 +49,7 @@ class Streams:
         if kind == "none":
             return None
         if self._stream is None:
-            from .driver import Stream
+            from pyrms.driver import Stream
 
             self._stream = Stream()
         return self._stream if kind == "stream" else self._stream.handle
@@ -68,13 +72,13 @@ def compile_unit(case: Case) -> tuple[str, tuple[str, ...]]:
     entry its launch will look up (pyrms.kernels.get compiles a plan's whole group)."""
     dt = dtypes.get(case.dtype)
     if case.op == "rms_norm":
-        p = plan.plan_rms_norm(dt, case.hidden, gemma=case.gemma, round_once=case.round_once)
+        p = rms_plan.plan_rms_norm(dt, case.hidden, gemma=case.gemma, round_once=case.round_once)
     elif case.op == "fused_add_rms_norm":
-        p = plan.plan_fused_add_rms_norm(dt, case.hidden, gemma=case.gemma, round_once=case.round_once)
+        p = fused_plan.plan_fused_add_rms_norm(dt, case.hidden, gemma=case.gemma, round_once=case.round_once)
     elif case.op == "layer_norm":
-        p = plan.plan_layer_norm(dt, case.hidden, bias=case.bias)
+        p = ln_plan.plan_layer_norm(dt, case.hidden, bias=case.bias)
     else:
-        p = plan.plan_norm_backward(dt, case.hidden, layer_norm=case.op == "layer_norm_backward", gemma=case.gemma,
+        p = bwd_plan.plan_norm_backward(dt, case.hidden, layer_norm=case.op == "layer_norm_backward", gemma=case.gemma,
                                     grad_dtype=case.grad_dtype)
     return p.source, tuple(p.group)
 

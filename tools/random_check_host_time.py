@@ -12,6 +12,7 @@ twin, and the bitwise comparisons. The twin is timed on its own too.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 import types
@@ -19,15 +20,16 @@ from collections import Counter
 
 import numpy as np
 
-from pyrms import reference
+from tools import random_check
 from tests.support import testing
 from tests.support.random_cases import draw_cases
-from tools import random_check
 
+# The op families' packages, whose functions the checkers import, and their twin modules.
 OP_MODULES = {"pyrms.ops.rms_norm": "rms_norm", "pyrms.ops.fused_add_rms_norm": "fused_add_rms_norm",
               "pyrms.ops.layer_norm": ("layer_norm", "layer_norm_backward"),
               "pyrms.ops.rms_norm_backward": "rms_norm_backward"}
-TWINS = ("rms_norm_twin", "fused_add_rms_norm_twin", "layer_norm_twin", "norm_backward_twin")
+TWINS = {"pyrms.ops.rms_norm.twin": "rms_norm_twin", "pyrms.ops.fused_add_rms_norm.twin": "fused_add_rms_norm_twin",
+         "pyrms.ops.layer_norm.twin": "layer_norm_twin", "pyrms.ops.rms_norm_backward.twin": "norm_backward_twin"}
 
 
 class HostBuffer:
@@ -64,8 +66,9 @@ def install(twin_seconds: Counter, differences: Counter, patch=setattr, compared
     for module, names in OP_MODULES.items():
         for name in (names,) if isinstance(names, str) else names:
             patch(sys.modules[module], name, lambda *args, **kwargs: None)
-    for name in TWINS:
-        patch(reference, name, _timed(getattr(reference, name), name, twin_seconds))
+    for module, name in TWINS.items():
+        twins = importlib.import_module(module)
+        patch(twins, name, _timed(getattr(twins, name), name, twin_seconds))
     compare = testing._compare
 
     def counting_compare(label, name, operand, want, **kwargs):

@@ -40,9 +40,13 @@ from pathlib import Path
 import numpy as np
 
 import pyrms
-from pyrms import driver, dtypes, errors, plan, reference
+from pyrms import driver, dtypes, errors
 from tests.support import case_matrix
 from tests.support.testing import bits
+from pyrms.ops.layer_norm import plan as ln_plan
+from pyrms.ops.layer_norm import twin as ln_twin
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -109,8 +113,8 @@ class RmsOperands:
         self.w = pyrms.Tensor.from_numpy(self.w_host)
         self.out = pyrms.Tensor.empty((ROWS, HIDDEN), DT)
         self.out.fill_bytes(0xFF)
-        block = plan.plan_rms_norm(DT, HIDDEN).block
-        self.want = reference.rms_norm_twin(self.x_host, self.w_host, EPS, block=block, row_phases=0)
+        block = rms_plan.plan_rms_norm(DT, HIDDEN).block
+        self.want = rms_twin.rms_norm_twin(self.x_host, self.w_host, EPS, block=block, row_phases=0)
 
     def launch(self, stream, general: bool = False) -> None:
         if general:
@@ -251,8 +255,8 @@ class LayerNormOperands:
         self.b_host = rng.uniform(-1, 1, hidden).astype(DT.numpy)
         self.x, self.w, self.b = (pyrms.Tensor.from_numpy(a) for a in (self.x_host, self.w_host, self.b_host))
         self.out = pyrms.Tensor.empty((rows, hidden), DT)
-        self.want = reference.layer_norm_twin(self.x_host, self.w_host, self.b_host, EPS,
-                                              block=plan.plan_layer_norm(DT, hidden).block, row_phases=0)
+        self.want = ln_twin.layer_norm_twin(self.x_host, self.w_host, self.b_host, EPS,
+                                              block=ln_plan.plan_layer_norm(DT, hidden).block, row_phases=0)
 
     def run(self) -> bool:
         self.out.fill_bytes(0xFF)

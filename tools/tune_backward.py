@@ -20,9 +20,11 @@ import sys
 import numpy as np
 
 import pyrms
-from pyrms import driver, dtypes, plan, reference
+from pyrms import driver, dtypes
 from pyrms.bench import timing
 from pyrms.ops import _backward
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops.rms_norm_backward import twin as bwd_twin
 
 
 def main() -> int:
@@ -33,7 +35,7 @@ def main() -> int:
     parser.add_argument("--configs", default="planned,128/0/16,128/0/1,160/0/1,256/0/1,160/4/16")
     args = parser.parse_args()
     dt, ln = args.dtype, args.layer_norm
-    original = plan.plan_norm_backward
+    original = bwd_plan.plan_norm_backward
     device = driver.current_device()
     timer = timing.EventTimer(device, 0)  # the op launches on the legacy default stream
     op = "layer_norm_backward" if ln else "rms_norm_backward"
@@ -51,23 +53,23 @@ def main() -> int:
             dw, db = pyrms.Tensor.empty((hidden,), dt), pyrms.Tensor.empty((hidden,), dt)
             wt = pyrms.Tensor.from_numpy(w)
             check = min(tokens, 64)
-            refs = (reference.layer_norm_backward_ref if ln else reference.rms_norm_backward_ref)(
+            refs = (bwd_twin.layer_norm_backward_ref if ln else bwd_twin.rms_norm_backward_ref)(
                 dy[:check], x[:check], w, 1e-6)
             nbytes = (3 * tokens * hidden + (3 if ln else 2) * hidden) * dt.itemsize
             print(f"{op} {dt.name} {tokens}x{hidden}: planned {original(dt, hidden, layer_norm=ln)}", flush=True)
             for config in args.configs.split(","):
                 rows_per_block = None
                 if config == "planned":
-                    plan.plan_norm_backward = original
+                    bwd_plan.plan_norm_backward = original
                 else:
                     block, held, rows_per_block = map(int, config.split("/"))
                     rows_per_block = rows_per_block or None
                     try:
-                        forced = plan.NormBackwardPlan(dt, hidden, block, held, ln, False, dt)
+                        forced = bwd_plan.NormBackwardPlan(dt, hidden, block, held, ln, False, dt)
                     except ValueError as exc:
                         print(f"  {config}: skipped: {exc}")
                         continue
-                    plan.plan_norm_backward = lambda d, h, _forced=forced, **kw: _forced
+                    bwd_plan.plan_norm_backward = lambda d, h, _forced=forced, **kw: _forced
                 _backward._prepared.forget(device)  # prepared launches hold the plan they were made with
 
                 def launch(i, rows_per_block=rows_per_block):
@@ -88,7 +90,7 @@ def main() -> int:
                 for b in buffers:
                     b.close()
     finally:
-        plan.plan_norm_backward = original
+        bwd_plan.plan_norm_backward = original
         _backward._prepared.forget(device)
         timer.close()
     return 0

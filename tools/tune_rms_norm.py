@@ -22,9 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pyrms import driver, dtypes, kernels, plan, reference
+from pyrms import driver, dtypes, kernels, plan
 from pyrms.bench import ceiling, timing
-from pyrms.ops.rms_norm import _SIGNATURE
+from pyrms.ops.rms_norm.op import _SIGNATURE
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
 
 
 def configs(dt, hidden):
@@ -86,8 +88,8 @@ def main() -> int:
             name = label(block, cache, spread, early, aligned)
             if wanted is not None and name not in wanted:
                 continue
-            expr = plan.kernel_expression(dt, cache, spread, False, False, early, aligned)
-            kernel = kernels.get(plan.RmsNormPlan.source, expr, plan.variant_group(dt, False, False), _SIGNATURE, device)
+            expr = rms_plan.kernel_expression(dt, cache, spread, False, False, early, aligned)
+            kernel = kernels.get(rms_plan.RmsNormPlan.source, expr, rms_plan.variant_group(dt, False, False), _SIGNATURE, device)
 
             def launch(i, kernel=kernel, threads=spread * block):
                 kernel.launch(tokens, threads, (ys[i], xs[i], wb.ptr, 1e-6, hidden, hidden, hidden), 0, pdl=args.pdl)
@@ -95,7 +97,7 @@ def main() -> int:
             launch(0)
             got = np.empty((min(tokens, 4), hidden), dtype=dt.numpy)
             driver.memcpy_dtoh(got, ys[0])
-            want = reference.rms_norm_twin(x[: got.shape[0]], w, 1e-6, block=block)
+            want = rms_twin.rms_norm_twin(x[: got.shape[0]], w, 1e-6, block=block)
             if not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
                 line.append(f"{name}=WRONG")
                 continue

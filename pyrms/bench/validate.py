@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference import rms_norm_ref
+from ..ops.rms_norm.twin import rms_norm_ref
 
 TOLERANCE = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-5}
 DW_FULL_LIMIT = 1 << 27  # dγ sums over all rows: checked where tokens x hidden is at most this

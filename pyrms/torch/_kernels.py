@@ -22,7 +22,7 @@ from .. import layer_norm_backward as _layer_norm_backward
 from .. import rms_norm as _rms_norm
 from .. import rms_norm_backward as _rms_norm_backward
 from ..ops import _views
-from ..ops.rms_norm import prepared as _prepared_rms_norm
+from ..ops.rms_norm.op import prepared as _prepared_rms_norm
 from ._layout import (DTYPE_NAMES, check_device, check_meta, current_stream, empty_rows_like, in_place_stride,
                       rows_of, row_stride)
 

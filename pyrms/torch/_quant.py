@@ -21,9 +21,9 @@ import math
 import torch
 
 from .. import fused_add_rms_norm_quant as _fused_add_rms_norm_quant
-from .. import plan as planner
 from .. import rms_norm_quant as _rms_norm_quant
 from ._layout import check_device, check_meta, current_stream, empty_rows_like, in_place_stride, rows_of
+from ..ops.rms_norm_quant import plan as quant_plan
 
 # torch dtype -> pyrms's name: the quantized outputs the kernels write.
 QUANT_NAMES = {torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2", torch.int8: "int8"}
@@ -36,7 +36,7 @@ TMA_ROWS = 4
 def _groups(dtype: str, hidden: int, out: str, mode: str, group_size: int | None) -> int:
     """Groups per row (0 unless per group), from pyrms's plan, which names a bad mode or group size; the plan
     is pure and costs the host microseconds, so its answer is kept per configuration."""
-    p = planner.plan_rms_norm_quant(dtype, hidden, out, mode=mode, group=group_size)
+    p = quant_plan.plan_rms_norm_quant(dtype, hidden, out, mode=mode, group=group_size)
     return hidden // p.group_size if mode == "per_group" else 0
 
 

@@ -28,10 +28,10 @@ from tests.support.fake_driver import PDL, fresh_driver_state
 from pyrms import compiler, dtypes, driver
 from pyrms.bench import cli, config, floor, host, ops, report, stats, targets, timing, validate
 from pyrms.bench.results import FAILED, OK, SKIPPED, Record
-from pyrms.reference import rms_norm_ref
+from pyrms.ops.rms_norm.twin import rms_norm_ref
 
 REPO = Path(__file__).resolve().parents[2]
-RMS_NORM_MODULE = importlib.import_module("pyrms.ops.rms_norm")  # pyrms.ops.rms_norm is also the function
+RMS_NORM_MODULE = importlib.import_module("pyrms.ops.rms_norm.op")
 
 
 # -- byte counts ---------------------------------------------------------------------------------
@@ -793,7 +793,7 @@ class SimGpu:
 
     @staticmethod
     def _signature(name):
-        rms_norm_module, seed = RMS_NORM_MODULE, importlib.import_module("pyrms.ops.seed")
+        rms_norm_module, seed = RMS_NORM_MODULE, importlib.import_module("pyrms.ops.seed.op")
         if name == timing.SPIN_NAME:
             return ("i64",)
         if name == floor.EMPTY_NAME:
@@ -801,7 +801,7 @@ class SimGpu:
         if name == floor.COPY_NAME:
             return floor.COPY_SIGNATURE
         if name.startswith("rms_norm.cu::pyrms::rms_norm_nd_kernel"):
-            return importlib.import_module("pyrms.ops.rms_norm_nd").SIGNATURE
+            return importlib.import_module("pyrms.ops.rms_norm.nd").SIGNATURE
         if name.startswith("rms_norm.cu::"):
             return rms_norm_module._SIGNATURE
         if name.startswith("seed_rms_norm.cu::"):

@@ -13,6 +13,9 @@ import pytest
 import pyrms
 from pyrms import compiler, driver
 from pyrms import plan as planner
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
 
 ROWS_ARGS = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")  # rms_norm / fused_add_rms_norm kernels
 BACKWARD_ROWS_ARGS = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32",
@@ -59,7 +62,7 @@ def test_rms_norm_launches_the_planned_kernel_with_the_planned_arguments(machine
     fake, stream = machine
     x_stride, o_stride = HIDDEN + 8, HIDDEN + 16  # rows apart by more than the hidden size
     out, x, w = buffers(2 * rows * o_stride, 2 * rows * x_stride, 2 * HIDDEN)
-    p = planner.plan_rms_norm("bfloat16", HIDDEN)
+    p = rms_plan.plan_rms_norm("bfloat16", HIDDEN)
     names = expect_kinds(fake, p, (p.expression, p.latency_expression, p.aligned_latency_expression), ROWS_ARGS)
     pyrms.rms_norm(out.ptr, x.ptr, w.ptr, EPS, rows, HIDDEN, input_stride=x_stride, out_stride=o_stride,
                    stream=stream, pdl=pdl)
@@ -83,7 +86,7 @@ def test_rms_norm_launches_the_planned_kernel_with_the_planned_arguments(machine
 def test_rms_norm_on_the_default_stream_launches_in_the_devices_context(machine):
     fake, _ = machine
     out, x, w = buffers(2 * HIDDEN, 2 * HIDDEN, 2 * HIDDEN)
-    p = planner.plan_rms_norm("bfloat16", HIDDEN)
+    p = rms_plan.plan_rms_norm("bfloat16", HIDDEN)
     names = expect_kinds(fake, p, (p.latency_expression, p.aligned_latency_expression), ROWS_ARGS)
     pyrms.rms_norm(out.ptr, x.ptr, w.ptr, EPS, 1, HIDDEN)
     launch, = fake.launches
@@ -97,7 +100,7 @@ def test_fused_add_rms_norm_launches_the_planned_kernel_with_the_planned_argumen
     fake, stream = machine
     rows, x_stride, r_stride = 3, HIDDEN + 24, HIDDEN
     x, residual, w = buffers(2 * rows * x_stride, 2 * rows * r_stride, 2 * HIDDEN)
-    p = planner.plan_fused_add_rms_norm("bfloat16", HIDDEN)
+    p = fused_plan.plan_fused_add_rms_norm("bfloat16", HIDDEN)
     names = expect_kinds(fake, p, (p.latency_expression, p.aligned_latency_expression), ROWS_ARGS)
     pyrms.fused_add_rms_norm(x.ptr, residual.ptr, w.ptr, EPS, rows, HIDDEN, input_stride=x_stride,
                              residual_stride=r_stride, stream=stream)
@@ -115,7 +118,7 @@ def test_rms_norm_backward_launches_both_kernels_with_the_planned_arguments_and_
     fake, stream = machine
     rows = 3
     gi, gw, go, x, w = buffers(2 * rows * HIDDEN, 2 * HIDDEN, 2 * rows * HIDDEN, 2 * rows * HIDDEN, 2 * HIDDEN)
-    p = planner.plan_norm_backward("bfloat16", HIDDEN)
+    p = bwd_plan.plan_norm_backward("bfloat16", HIDDEN)
     names = expect_kinds(fake, p, (p.expression,), BACKWARD_ROWS_ARGS)
     names.update(expect_kinds(fake, p, (p.sum_expression,), BACKWARD_SUM_ARGS))
     pyrms.rms_norm_backward(gi.ptr, gw.ptr, go.ptr, x.ptr, w.ptr, EPS, rows, HIDDEN, stream=stream)

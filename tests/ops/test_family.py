@@ -7,10 +7,16 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import compiler, dtypes, plan, ptx_inspect, reference
+from pyrms import compiler, dtypes, ptx_inspect
 from pyrms.ops import _workspace
 from pyrms.tensor import Tensor
 from tests.support.validation_calls import A, B, C, D, E, F, backward
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.layer_norm import plan as ln_plan
+from pyrms.ops.layer_norm import twin as ln_twin
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
 
 DTYPES = ["bfloat16", "float16", "float32"]
 
@@ -25,18 +31,18 @@ DTYPES = ["bfloat16", "float16", "float32"]
     ("float32", 5120, 256),
 ])
 def test_backward_block(dtype, hidden, block):
-    assert plan.backward_block(dtypes.get(dtype), hidden) == block
+    assert bwd_plan.backward_block(dtypes.get(dtype), hidden) == block
 
 
 @pytest.mark.parametrize("hidden", [1, 7, 769, 5120, 5125, 16384, 65537])
 def test_forward_plans_follow_rms_norm(hidden):
     for dt in dtypes.ALL:
-        shape = (plan.plan_rms_norm(dt, hidden).block, plan.plan_rms_norm(dt, hidden).cache)
-        fused = plan.plan_fused_add_rms_norm(dt, hidden, gemma=True, round_once=True)
+        shape = (rms_plan.plan_rms_norm(dt, hidden).block, rms_plan.plan_rms_norm(dt, hidden).cache)
+        fused = fused_plan.plan_fused_add_rms_norm(dt, hidden, gemma=True, round_once=True)
         assert (fused.block, fused.cache) == shape
         assert fused.expression == f"pyrms::fused_add_rms_norm_kernel<{dt.ctype}, {fused.cache}, 1, true, true, false, false>"
         assert fused.expression in fused.group and fused.source == "fused_add_rms_norm.cu"
-        ln = plan.plan_layer_norm(dt, hidden)
+        ln = ln_plan.plan_layer_norm(dt, hidden)
         assert (ln.block, ln.cache) == shape and ln.expression in ln.group
 
 
@@ -44,32 +50,32 @@ def test_forward_plans_follow_rms_norm(hidden):
 @pytest.mark.parametrize("layer_norm", [False, True])
 def test_backward_plan(hidden, layer_norm):
     for dt in dtypes.ALL:
-        p = plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, grad_dtype="float32")
-        assert p.block % 32 == 0 and 32 <= p.block <= plan.BACKWARD_MAX_BLOCK
+        p = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, grad_dtype="float32")
+        assert p.block % 32 == 0 and 32 <= p.block <= bwd_plan.BACKWARD_MAX_BLOCK
         # the forward's fold width: the recomputed statistics are the forward's by construction
-        assert p.stats_fold == plan.plan_rms_norm(dt, hidden).block == plan.plan_layer_norm(dt, hidden).block
-        assert p.vectors in (0, *plan.BACKWARD_VECTORS)
+        assert p.stats_fold == rms_plan.plan_rms_norm(dt, hidden).block == ln_plan.plan_layer_norm(dt, hidden).block
+        assert p.vectors in (0, *bwd_plan.BACKWARD_VECTORS)
         if p.vectors:  # every body vector of any alignment fits in the block's registers
             assert p.block * p.vectors >= -(-hidden // dt.vec_elems)
         assert p.expression in p.group and p.sum_expression == "pyrms::sum_partials_kernel<float>" in p.group
         assert p.ws_stride % 4 == 0 and p.ws_stride >= hidden + 7
-        assert p.shared_bytes in (0, p.params * p.ws_stride * 4) and p.shared_bytes <= plan.SHARED_SUMS_LIMIT
-        assert p.workspace_bytes(70001) == p.params * -(-70001 // plan.GRAD_CHUNK_ROWS) * p.ws_stride * 4
+        assert p.shared_bytes in (0, p.params * p.ws_stride * 4) and p.shared_bytes <= bwd_plan.SHARED_SUMS_LIMIT
+        assert p.workspace_bytes(70001) == p.params * -(-70001 // bwd_plan.GRAD_CHUNK_ROWS) * p.ws_stride * 4
         assert pyrms.backward_workspace_bytes(70001, hidden, layer_norm=layer_norm) == p.workspace_bytes(70001)
         # one row per block (planned up to BACKWARD_FEW_ROWS rows): a workspace row per input row
-        few = plan.BACKWARD_FEW_ROWS
-        assert p.rows_per_block(few) == 1 and p.rows_per_block(few + 1) == plan.GRAD_CHUNK_ROWS
+        few = bwd_plan.BACKWARD_FEW_ROWS
+        assert p.rows_per_block(few) == 1 and p.rows_per_block(few + 1) == bwd_plan.GRAD_CHUNK_ROWS
         assert p.workspace_bytes(few) == p.params * few * p.ws_stride * 4 == p.workspace_bytes(few, 1)
-        assert p.workspace_bytes(few, 32) == p.params * -(-few // plan.GRAD_CHUNK_ROWS) * p.ws_stride * 4
+        assert p.workspace_bytes(few, 32) == p.params * -(-few // bwd_plan.GRAD_CHUNK_ROWS) * p.ws_stride * 4
         assert pyrms.backward_workspace_bytes(40, hidden, layer_norm=layer_norm, rows_per_block=16) == \
             p.workspace_bytes(40, 16)
 
 
 def test_weight_kinds_name_their_kernels():
     bf16 = dtypes.BFLOAT16
-    same = plan.plan_rms_norm(bf16, 5120)
-    fp32 = plan.plan_rms_norm(bf16, 5120, weight_dtype="float32")
-    none = plan.plan_rms_norm(bf16, 5120, weight_dtype="none")
+    same = rms_plan.plan_rms_norm(bf16, 5120)
+    fp32 = rms_plan.plan_rms_norm(bf16, 5120, weight_dtype="float32")
+    none = rms_plan.plan_rms_norm(bf16, 5120, weight_dtype="none")
     assert same.expression == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, false>"
     assert fp32.expression == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, false, float>"
     assert none.latency_expression == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 4, false, false, true, false, void>"
@@ -78,29 +84,29 @@ def test_weight_kinds_name_their_kernels():
     assert not set(same.group) & set(fp32.group) and not set(fp32.group) & set(none.group)  # one unit each
     # the same tree: the weight does not change the fold width
     assert (same.block, same.cache) == (fp32.block, fp32.cache) == (none.block, none.cache)
-    assert plan.plan_rms_norm("float32", 64, weight_dtype="float32").weight == "same"
-    assert plan.plan_rms_norm(bf16, 64, weight_dtype="bfloat16").weight == "same"
-    fused = plan.plan_fused_add_rms_norm(dtypes.FLOAT16, 64, weight_dtype="float32")
+    assert rms_plan.plan_rms_norm("float32", 64, weight_dtype="float32").weight == "same"
+    assert rms_plan.plan_rms_norm(bf16, 64, weight_dtype="bfloat16").weight == "same"
+    fused = fused_plan.plan_fused_add_rms_norm(dtypes.FLOAT16, 64, weight_dtype="float32")
     assert fused.expression == "pyrms::fused_add_rms_norm_kernel<__half, 1, 1, false, false, false, false, float>"
     with pytest.raises(ValueError, match="weight dtype must be bfloat16 \\(the input's\\) or float32, got float16"):
-        plan.plan_rms_norm(bf16, 64, weight_dtype="float16")
+        rms_plan.plan_rms_norm(bf16, 64, weight_dtype="float16")
     with pytest.raises(ValueError, match="gemma needs a weight"):
-        plan.plan_fused_add_rms_norm(bf16, 64, gemma=True, weight_dtype="none")
+        fused_plan.plan_fused_add_rms_norm(bf16, 64, gemma=True, weight_dtype="none")
 
 
 def test_layer_norm_without_weight_has_its_own_unit():
-    ln = plan.plan_layer_norm(dtypes.FLOAT16, 5120, weight=False)
+    ln = ln_plan.plan_layer_norm(dtypes.FLOAT16, 5120, weight=False)
     assert ln.expression == "pyrms::layer_norm_kernel<__half, 4, 1, true, false, false, void>"
     forward = [e for e in ln.group if "backward" not in e and "sum_partials" not in e]
-    assert ln.latency_expression in ln.group and len(forward) == 2 * len(plan.plan_layer_norm("fp16", 5120, bias=False)._group((True,)))
+    assert ln.latency_expression in ln.group and len(forward) == 2 * len(ln_plan.plan_layer_norm("fp16", 5120, bias=False)._group((True,)))
     # with the backward without weight (summing grad_bias or nothing): the weighted unit shares only kernel 2
-    assert set(ln.group) & set(plan.plan_layer_norm("fp16", 5120).group) == {"pyrms::sum_partials_kernel<__half>",
+    assert set(ln.group) & set(ln_plan.plan_layer_norm("fp16", 5120).group) == {"pyrms::sum_partials_kernel<__half>",
                                                                             "pyrms::sum_partials_kernel<float>"}
     rng = np.random.default_rng(5)
     x = rng.uniform(-3, 3, (3, 77)).astype(np.float32)
-    assert np.array_equal(reference.layer_norm_twin(x, None, None, 1e-6, block=32),
-                          reference.layer_norm_twin(x, np.ones(77, np.float32), None, 1e-6, block=32))
-    assert np.allclose(reference.layer_norm_ref(x, None, None, 1e-6), reference.layer_norm_ref(x, np.ones(77), np.zeros(77), 1e-6))
+    assert np.array_equal(ln_twin.layer_norm_twin(x, None, None, 1e-6, block=32),
+                          ln_twin.layer_norm_twin(x, np.ones(77, np.float32), None, 1e-6, block=32))
+    assert np.allclose(ln_twin.layer_norm_ref(x, None, None, 1e-6), ln_twin.layer_norm_ref(x, np.ones(77), np.zeros(77), 1e-6))
 
 
 def test_twin_without_weight_is_the_product_by_one():
@@ -109,29 +115,29 @@ def test_twin_without_weight_is_the_product_by_one():
         x = rng.uniform(-3, 3, (4, 77)).astype(dt.numpy)
         ones = np.ones(77, dtype=dt.numpy)
         for round_once in (False, True):
-            a = reference.rms_norm_twin(x, None, 1e-6, block=32, round_once=round_once)
-            b = reference.rms_norm_twin(x, ones, 1e-6, block=32, round_once=round_once)
+            a = rms_twin.rms_norm_twin(x, None, 1e-6, block=32, round_once=round_once)
+            b = rms_twin.rms_norm_twin(x, ones, 1e-6, block=32, round_once=round_once)
             assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
         # an fp32 weight is used at its fp32 value: equal to the dtype's weight where that is exact
         w = rng.uniform(-1, 1, 77).astype(dt.numpy)
-        assert np.array_equal(reference.rms_norm_twin(x, w.astype(np.float32), 1e-6, block=32).view(np.uint8),
-                              reference.rms_norm_twin(x, w, 1e-6, block=32).view(np.uint8))
-    assert np.allclose(reference.rms_norm_ref(x, None, 1e-6), reference.rms_norm_ref(x, np.ones(77), 1e-6))
+        assert np.array_equal(rms_twin.rms_norm_twin(x, w.astype(np.float32), 1e-6, block=32).view(np.uint8),
+                              rms_twin.rms_norm_twin(x, w, 1e-6, block=32).view(np.uint8))
+    assert np.allclose(rms_twin.rms_norm_ref(x, None, 1e-6), rms_twin.rms_norm_ref(x, np.ones(77), 1e-6))
 
 
 def test_backward_plan_names_and_errors():
-    p = plan.plan_norm_backward("float16", 5120, gemma=True)
-    # The H200's best at 16384x5120: 128 threads re-reading 5 vectors each (plan.backward_block), the
+    p = bwd_plan.plan_norm_backward("float16", 5120, gemma=True)
+    # The H200's best at 16384x5120: 128 threads re-reading 5 vectors each (bwd_plan.backward_block), the
     # statistics in the forward's tree of 160 fold threads.
     assert (p.block, p.vectors, p.stats_fold) == (128, 0, 160)
     assert p.expression == "pyrms::rms_norm_backward_kernel<__half, 0, true>" and p.source == "rms_norm_backward.cu"
     assert p.sum_expression == "pyrms::sum_partials_kernel<__half>"
-    assert plan.plan_norm_backward("float16", 5120, layer_norm=True).expression == \
+    assert bwd_plan.plan_norm_backward("float16", 5120, layer_norm=True).expression == \
         "pyrms::layer_norm_backward_kernel<__half, 0>"
     with pytest.raises(ValueError, match="grad_dtype must be bfloat16 or float32, got float16"):
-        plan.plan_norm_backward("bfloat16", 64, grad_dtype="float16")
+        bwd_plan.plan_norm_backward("bfloat16", 64, grad_dtype="float16")
     with pytest.raises(ValueError, match="gemma applies to RMSNorm only"):
-        plan.plan_norm_backward("bfloat16", 64, layer_norm=True, gemma=True)
+        bwd_plan.plan_norm_backward("bfloat16", 64, layer_norm=True, gemma=True)
 
 
 # --- validation: raised before any driver call, so these run anywhere ---------------------------------
@@ -297,17 +303,17 @@ def _all_variants(source):
     for dt in dtypes.ALL:
         if source == "fused_add_rms_norm.cu":  # rms_norm.cu's row (rms_norm_row.cuh), every weight kind
             exprs += [e for g in (False, True) for r in (False, True)
-                      for e in plan.plan_fused_add_rms_norm(dt, 64, gemma=g, round_once=r).group]
+                      for e in fused_plan.plan_fused_add_rms_norm(dt, 64, gemma=g, round_once=r).group]
             exprs += [e for w in (("none", "float32") if dt is not dtypes.FLOAT32 else ("none",))
-                      for e in plan.plan_fused_add_rms_norm(dt, 64, weight_dtype=w).group]
+                      for e in fused_plan.plan_fused_add_rms_norm(dt, 64, weight_dtype=w).group]
             if dt is not dtypes.FLOAT32:  # the fp32-sum kernel, with each residual dtype (its own units)
                 exprs += [e for r in (None, "float32") for options in ({}, dict(gemma=True, weight_dtype="float32"))
-                          for e in plan.plan_fused_add_rms_norm(dt, 64, sum_precision="fp32", residual_dtype=r,
+                          for e in fused_plan.plan_fused_add_rms_norm(dt, 64, sum_precision="fp32", residual_dtype=r,
                                                                 **options).group]
         elif source == "layer_norm.cu":
-            exprs += plan.plan_layer_norm(dt, 64).group + plan.plan_layer_norm(dt, 64, weight=False).group
+            exprs += ln_plan.plan_layer_norm(dt, 64).group + ln_plan.plan_layer_norm(dt, 64, weight=False).group
         else:
-            exprs += plan.plan_norm_backward(dt, 64).group + plan.plan_norm_backward(dt, 64, weight=False).group
+            exprs += bwd_plan.plan_norm_backward(dt, 64).group + bwd_plan.plan_norm_backward(dt, 64, weight=False).group
     return list(dict.fromkeys(exprs))
 
 
@@ -345,15 +351,15 @@ def test_ptx_dump_knows_the_family():
         family = tool.FAMILIES[kernel]
         return family.expression(bf16, hidden, tool.resolve_variant(family, variant, bf16, hidden))
 
-    assert expression("fused_add_rms_norm", "gemma") == plan.plan_fused_add_rms_norm(bf16, 5120, gemma=True).expression
+    assert expression("fused_add_rms_norm", "gemma") == fused_plan.plan_fused_add_rms_norm(bf16, 5120, gemma=True).expression
     assert expression("fused_add_rms_norm", "fp32_sum,few") == \
-        plan.plan_fused_add_rms_norm(bf16, 5120, sum_precision="fp32").latency_expression
+        fused_plan.plan_fused_add_rms_norm(bf16, 5120, sum_precision="fp32").latency_expression
     assert expression("fused_add_rms_norm", "fp32_residual,weight=float32") == \
-        plan.plan_fused_add_rms_norm(bf16, 5120, residual_dtype="float32", weight_dtype="float32").expression
+        fused_plan.plan_fused_add_rms_norm(bf16, 5120, residual_dtype="float32", weight_dtype="float32").expression
     assert expression("layer_norm", "cache=0") == "pyrms::layer_norm_kernel<__nv_bfloat16, 0, 1, true, false, false>"
     assert expression("layer_norm", "bias=false") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 1, false, false, false>"
     assert expression("layer_norm", "few") == "pyrms::layer_norm_kernel<__nv_bfloat16, 4, 4, true, true, false>"
-    assert expression("rms_norm", "few,gemma") == plan.plan_rms_norm(bf16, 5120, gemma=True).latency_expression
+    assert expression("rms_norm", "few,gemma") == rms_plan.plan_rms_norm(bf16, 5120, gemma=True).latency_expression
     assert expression("rms_norm", "few", hidden=16384) == "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 2, false, false, true, false>"
     assert expression("fused_add_rms_norm", "few,cache=2") == \
         "pyrms::fused_add_rms_norm_kernel<__nv_bfloat16, 2, 2, false, false, true, false>"

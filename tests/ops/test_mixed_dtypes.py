@@ -6,7 +6,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pyrms import compiler, dtypes, plan, precompile, reference
+from pyrms import compiler, dtypes, precompile, reference
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.fused_add_rms_norm import twin as fused_twin
+from pyrms.ops.layer_norm import plan as ln_plan
+from pyrms.ops.layer_norm import twin as ln_twin
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
 
 BF16 = ml_dtypes.bfloat16
 F32 = np.float32
@@ -38,10 +44,10 @@ def test_round_T_of_the_fp32_out_is_the_T_out(rng, dtype, round_once, gemma):
     for w in (rng.uniform(-1, 1, 777).astype(F32), rng.uniform(-1, 1, 777).astype(dt.numpy), None):
         if w is None and gemma:
             continue
-        kw = dict(block=plan.plan_rms_norm(dt, 777).block, row_phases=np.arange(6) % 8, gemma=gemma,
+        kw = dict(block=rms_plan.plan_rms_norm(dt, 777).block, row_phases=np.arange(6) % 8, gemma=gemma,
                   round_once=round_once)
-        low = reference.rms_norm_twin(x, w, 1e-6, **kw)
-        high = reference.rms_norm_twin(x, w, 1e-6, out_dtype="float32", **kw)
+        low = rms_twin.rms_norm_twin(x, w, 1e-6, **kw)
+        high = rms_twin.rms_norm_twin(x, w, 1e-6, out_dtype="float32", **kw)
         assert high.dtype == F32 and low.dtype == dt.numpy
         assert np.array_equal(high.astype(dt.numpy).view(np.uint16), low.view(np.uint16))
 
@@ -49,9 +55,9 @@ def test_round_T_of_the_fp32_out_is_the_T_out(rng, dtype, round_once, gemma):
 def test_fused_add_fp32_out_normalizes_the_rounded_sum(rng):
     x, r = (rng.uniform(-2, 2, (3, 64)).astype(BF16) for _ in range(2))
     w = rng.uniform(-1, 1, 64).astype(F32)
-    out, total = reference.fused_add_rms_norm_twin(x, r, w, 1e-6, block=32, out_dtype="float32")
+    out, total = fused_twin.fused_add_rms_norm_twin(x, r, w, 1e-6, block=32, out_dtype="float32")
     assert total.dtype == BF16  # the residual stays in the rows' dtype
-    assert np.array_equal(out, reference.rms_norm_twin(total, w, 1e-6, block=32, out_dtype="float32"))
+    assert np.array_equal(out, rms_twin.rms_norm_twin(total, w, 1e-6, block=32, out_dtype="float32"))
 
 
 def test_layer_norm_fp32_gamma_beta_and_out(rng):
@@ -64,37 +70,37 @@ def test_layer_norm_fp32_gamma_beta_and_out(rng):
     d = xf - mean
     inv = F32(1) / np.sqrt(np.sum(d * d, dtype=F32) / F32(4) + F32(1e-5))
     want = d * inv * w + b
-    got = reference.layer_norm_twin(x, w, b, 1e-5, block=32, out_dtype="float32")
+    got = ln_twin.layer_norm_twin(x, w, b, 1e-5, block=32, out_dtype="float32")
     assert got.dtype == F32 and np.array_equal(got, want)
-    assert np.array_equal(reference.layer_norm_twin(x, w, b, 1e-5, block=32), want.astype(BF16))
+    assert np.array_equal(ln_twin.layer_norm_twin(x, w, b, 1e-5, block=32), want.astype(BF16))
 
 
 def test_plans_and_expressions():
-    p = plan.plan_rms_norm("bf16", 5120, out_dtype="float32")
+    p = rms_plan.plan_rms_norm("bf16", 5120, out_dtype="float32")
     assert p.out == "float32" and p.out_dtype is dtypes.FLOAT32 and p.align_mask == 31
     assert p.expression.endswith(", __nv_bfloat16, float>")  # W spelled out before O
-    assert plan.plan_rms_norm("fp16", 5120, weight_dtype="float32", out_dtype="float32").expression.endswith(
+    assert rms_plan.plan_rms_norm("fp16", 5120, weight_dtype="float32", out_dtype="float32").expression.endswith(
         ", float, float>")
-    assert plan.plan_rms_norm("bf16", 128, weight_dtype="none", out_dtype="float32").nd_expression.endswith(
+    assert rms_plan.plan_rms_norm("bf16", 128, weight_dtype="none", out_dtype="float32").nd_expression.endswith(
         ", void, float>")
-    assert plan.plan_rms_norm("bf16", 64, out_dtype="bf16") == plan.plan_rms_norm("bf16", 64)
-    assert plan.plan_rms_norm("float32", 64, out_dtype="float32").out == "same"
-    f = plan.plan_fused_add_rms_norm("bf16", 769, out_dtype="float32")
+    assert rms_plan.plan_rms_norm("bf16", 64, out_dtype="bf16") == rms_plan.plan_rms_norm("bf16", 64)
+    assert rms_plan.plan_rms_norm("float32", 64, out_dtype="float32").out == "same"
+    f = fused_plan.plan_fused_add_rms_norm("bf16", 769, out_dtype="float32")
     assert f.expression.startswith("pyrms::fused_add_rms_norm_out_kernel<__nv_bfloat16,")
-    assert plan.plan_fused_add_rms_norm("bf16", 769).kernel == "fused_add_rms_norm_kernel"
-    ln = plan.plan_layer_norm("bf16", 769, weight_dtype="float32", out_dtype="float32")
+    assert fused_plan.plan_fused_add_rms_norm("bf16", 769).kernel == "fused_add_rms_norm_kernel"
+    ln = ln_plan.plan_layer_norm("bf16", 769, weight_dtype="float32", out_dtype="float32")
     assert ln.param_dtype is dtypes.FLOAT32 and ln.expression.endswith(", float, float>")
     assert not any("backward" in name for name in ln.group)  # the mixed units are the forward's only
     with pytest.raises(ValueError, match="out_dtype must be bfloat16 \\(the input's\\) or float32, got float16"):
-        plan.plan_rms_norm("bf16", 8, out_dtype="float16")
+        rms_plan.plan_rms_norm("bf16", 8, out_dtype="float16")
     with pytest.raises(ValueError, match="out_dtype must be float32 \\(the input's\\) or float32, got bfloat16"):
-        plan.plan_layer_norm("float32", 8, out_dtype="bf16")
+        ln_plan.plan_layer_norm("float32", 8, out_dtype="bf16")
 
 
 def test_units_of_mixed_dtypes():
     u = precompile.unit("rms_norm", "bf16", 5120, weight_dtype="float32", out_dtype="float32")
     assert str(u) == "rms_norm.cu bfloat16 weight=float32 out=float32"
-    assert u.names == plan.plan_rms_norm("bf16", 5120, weight_dtype="float32", out_dtype="float32").group
+    assert u.names == rms_plan.plan_rms_norm("bf16", 5120, weight_dtype="float32", out_dtype="float32").group
     assert str(precompile.unit("layer_norm", "fp16", 7, weight_dtype="float32")) == "layer_norm.cu float16 weight=float32"
     assert precompile.unit("layer_norm", "fp16", 7, out_dtype="float16") == precompile.unit("layer_norm", "fp16", 7)
     with pytest.raises(ValueError, match="rms_norm_backward has no out_dtype"):
@@ -111,11 +117,11 @@ def _ptx(source: str, names) -> str:
 def test_fp32_out_kernels_store_16_bytes(op):
     """An fp32 output vector (8 values beside bf16 rows) is two 16-byte stores, not eight 4-byte ones."""
     if op == "rms_norm":
-        p = plan.plan_rms_norm("bf16", 5120, weight_dtype="float32", out_dtype="float32")
+        p = rms_plan.plan_rms_norm("bf16", 5120, weight_dtype="float32", out_dtype="float32")
     elif op == "fused_add":
-        p = plan.plan_fused_add_rms_norm("fp16", 5120, out_dtype="float32")
+        p = fused_plan.plan_fused_add_rms_norm("fp16", 5120, out_dtype="float32")
     else:
-        p = plan.plan_layer_norm("bf16", 5120, weight_dtype="float32", out_dtype="float32")
+        p = ln_plan.plan_layer_norm("bf16", 5120, weight_dtype="float32", out_dtype="float32")
     ptx = _ptx(p.source, [p.expression])
     wide = [line for line in ptx.splitlines() if line.strip().startswith("st.global") and ".v4." in line]
     assert wide, f"{p.expression}: no 16-byte global store"
@@ -127,18 +133,18 @@ def test_fp32_out_with_the_fp32_sum_is_refused_by_name(rng, semantics):
     the rounded sum's only; the plan, the unit, the twin and the ptx_dump variant refuse it by name."""
     message = "out_dtype=float32 beside bfloat16 rows is offered with sum_precision='rounded' only"
     with pytest.raises(ValueError, match=message):
-        plan.plan_fused_add_rms_norm("bf16", 769, out_dtype="float32", **semantics)
+        fused_plan.plan_fused_add_rms_norm("bf16", 769, out_dtype="float32", **semantics)
     with pytest.raises(ValueError, match=message):
         precompile.unit("fused_add_rms_norm", "bf16", 769, out_dtype="float32", **semantics)
     x = rng.uniform(-2, 2, (2, 16)).astype(BF16)
     r = x.astype(F32) if semantics.get("residual_dtype") else x
     with pytest.raises(ValueError, match="an fp32 out_dtype takes sum_precision='rounded'"):
-        reference.fused_add_rms_norm_twin(x, r, None, 1e-6, block=32, sum_precision="fp32", out_dtype="float32")
+        fused_twin.fused_add_rms_norm_twin(x, r, None, 1e-6, block=32, sum_precision="fp32", out_dtype="float32")
     # float32 rows: one semantics, and an fp32 out is their own dtype (written in place)
-    assert plan.plan_fused_add_rms_norm("float32", 769, out_dtype="float32", sum_precision="fp32").out == "same"
+    assert fused_plan.plan_fused_add_rms_norm("float32", 769, out_dtype="float32", sum_precision="fp32").out == "same"
     # the rounded sum with an fp32 out and the fp32 sum without one still plan their kernels
-    assert plan.plan_fused_add_rms_norm("bf16", 769, out_dtype="float32").kernel == "fused_add_rms_norm_out_kernel"
-    assert plan.plan_fused_add_rms_norm("bf16", 769, **semantics).kernel == "fused_add_rms_norm_fp32_sum_kernel"
+    assert fused_plan.plan_fused_add_rms_norm("bf16", 769, out_dtype="float32").kernel == "fused_add_rms_norm_out_kernel"
+    assert fused_plan.plan_fused_add_rms_norm("bf16", 769, **semantics).kernel == "fused_add_rms_norm_fp32_sum_kernel"
 
 
 def test_case_matrix_names_the_mixed_output_out_kind():

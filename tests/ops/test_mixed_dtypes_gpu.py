@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import driver, dtypes, plan, reference
+from pyrms import driver, dtypes
 from pyrms.tensor import Tensor
 from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm, check_rms_norm_nd
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
 
 pytestmark = pytest.mark.gpu
 
@@ -162,11 +164,11 @@ def test_arrays_take_an_fp32_out_and_refuse_in_place(rng, dtype):
     dt = dtypes.get(dtype)
     x = rng.uniform(-2, 2, (3, 769)).astype(dt.numpy)
     w = rng.uniform(-1, 1, 769).astype(np.float32)
-    p = plan.plan_rms_norm(dt, 769)
+    p = rms_plan.plan_rms_norm(dt, 769)
     with Tensor.from_numpy(x) as xt, Tensor.from_numpy(w) as wt, Tensor.empty((3, 769), F32) as out:
         assert pyrms.rms_norm(out, xt, wt, 1e-6) is out  # the out array's dtype is the output's
         driver.synchronize()
-        want = reference.rms_norm_twin(x, w, 1e-6, block=p.block, out_dtype=F32)
+        want = rms_twin.rms_norm_twin(x, w, 1e-6, block=p.block, out_dtype=F32)
         assert np.array_equal(bits(out.to_numpy()), bits(want))
         with pytest.raises(ValueError, match="in place needs one dtype"):
             pyrms.rms_norm(xt.ptr, xt.ptr, wt.ptr, 1e-6, 3, 769, dtype=dt, weight_dtype=F32, out_dtype=F32)

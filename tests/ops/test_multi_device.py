@@ -17,7 +17,7 @@ from pyrms.tensor import Tensor
 ROWS, HIDDEN = 4, 64
 ROW_BYTES, VECTOR_BYTES = ROWS * HIDDEN * 4, HIDDEN * 4
 CONTEXT = {0: 0xC000, 1: 0xC001}  # the fake's primary contexts
-rms_norm_module = importlib.import_module("pyrms.ops.rms_norm")  # by name: pyrms.ops.rms_norm is the function
+rms_norm_module = importlib.import_module("pyrms.ops.rms_norm.op")
 
 
 def machine(monkeypatch, count: int):

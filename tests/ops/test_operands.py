@@ -10,7 +10,7 @@ from tests.support.hostile_cases import FakeArray, TorchLikeTensor
 from pyrms import dtypes
 from pyrms.ops import _adapter
 from pyrms.ops import _operands as check
-from pyrms.ops import _quant_arrays
+from pyrms.ops.rms_norm_quant import arrays as _quant_arrays
 from pyrms.tensor import Tensor
 
 A = 0x7F0000000000

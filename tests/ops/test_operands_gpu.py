@@ -7,11 +7,15 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import driver, kernels, plan, reference
+from pyrms import driver, kernels, plan
 from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm, forced_row_variant
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.layer_norm import plan as ln_plan
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
 
 pytestmark = pytest.mark.gpu
-rms_module = importlib.import_module("pyrms.ops.rms_norm")  # the package re-exports the function by that name
+rms_module = importlib.import_module("pyrms.ops.rms_norm.op")
 
 
 def _torch():
@@ -25,9 +29,9 @@ def _twin(torch, x2d, w, eps, **options):
     view = {2: torch.int16, 4: torch.int32}[x2d.element_size()]
     xs = x2d.contiguous().view(view).cpu().numpy().view(np_dtype)
     ws = w.detach().view(view).cpu().numpy().view(np_dtype)
-    p = plan.plan_rms_norm(dt, x2d.shape[-1], **options)
+    p = rms_plan.plan_rms_norm(dt, x2d.shape[-1], **options)
     row_phases = [(x2d[r].data_ptr() // x2d.element_size()) % (16 // x2d.element_size()) for r in range(x2d.shape[0])]
-    want = reference.rms_norm_twin(xs, ws, eps, block=p.block, row_phases=np.array(row_phases), **options)
+    want = rms_twin.rms_norm_twin(xs, ws, eps, block=p.block, row_phases=np.array(row_phases), **options)
     return torch.from_numpy(np.ascontiguousarray(want).view({2: np.int16, 4: np.int32}[x2d.element_size()]))
 
 
@@ -103,8 +107,8 @@ def test_dlpack_and_cai_producers():
     pyrms.rms_norm(out_cai, x, w, 1e-6)
     pyrms.rms_norm(DLPackOnly(out_dl), DLPackOnly(x), DLPackOnly(w), 1e-6)
     driver.synchronize()
-    p = plan.plan_rms_norm("float16", 768)
-    want = reference.rms_norm_twin(cupy.asnumpy(x), cupy.asnumpy(w), 1e-6, block=p.block,
+    p = rms_plan.plan_rms_norm("float16", 768)
+    want = rms_twin.rms_norm_twin(cupy.asnumpy(x), cupy.asnumpy(w), 1e-6, block=p.block,
                                    row_phases=np.array([(int(x.data.ptr) // 2 + r * 768) % 8 for r in range(9)]))
     assert np.array_equal(bits(cupy.asnumpy(out_cai)), bits(want))
     assert np.array_equal(bits(cupy.asnumpy(out_dl)), bits(want))
@@ -115,15 +119,15 @@ def test_forced_variants_launch_the_kernel_they_name(rng, rows):
     """check_*(variant=...) must launch that kernel (the few-row one with its wider block), and leave
     the planned choice as it was, for each op on the row core."""
     from pyrms.bench.host import recorded_launches
-    fused_module = importlib.import_module("pyrms.ops.fused_add_rms_norm")  # the package re-exports the functions
-    ln_module = importlib.import_module("pyrms.ops.layer_norm")
+    fused_module = importlib.import_module("pyrms.ops.fused_add_rms_norm.op")
+    ln_module = importlib.import_module("pyrms.ops.layer_norm.op")
 
     device = driver.selected_device()
     for check, p, module, misaligned in (
-            (check_rms_norm, plan.plan_rms_norm("bfloat16", 4096), rms_module, {"in_off": 1}),
-            (check_fused_add_rms_norm, plan.plan_fused_add_rms_norm("bfloat16", 4096), fused_module,
+            (check_rms_norm, rms_plan.plan_rms_norm("bfloat16", 4096), rms_module, {"in_off": 1}),
+            (check_fused_add_rms_norm, fused_plan.plan_fused_add_rms_norm("bfloat16", 4096), fused_module,
              {"offsets": {"residual": 3}}),
-            (check_layer_norm, plan.plan_layer_norm("bfloat16", 4096), ln_module, {"offsets": {"weight": 7}})):
+            (check_layer_norm, ln_plan.plan_layer_norm("bfloat16", 4096), ln_module, {"offsets": {"weight": 7}})):
         def kernel(expression):
             return kernels.get(p.source, expression, p.group, module._SIGNATURE, device).name
 

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import dtypes, plan, reference
+from pyrms import dtypes
 from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
 
 pytestmark = pytest.mark.gpu
 
@@ -82,11 +84,11 @@ def test_torch_tensors_fp32_weight_and_no_weight():
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
     x = (torch.rand((17, 4096), device="cuda", dtype=torch.float32) * 4 - 2).to(torch.float16)
     w = torch.rand(4096, device="cuda", dtype=torch.float32)
-    block = plan.plan_rms_norm("float16", 4096).block
+    block = rms_plan.plan_rms_norm("float16", 4096).block
     for weight in (w, None):
         out = pyrms.rms_norm(torch.empty_like(x), x, weight, 1e-6)
         torch.cuda.synchronize()
-        twin = reference.rms_norm_twin(x.cpu().numpy(), None if weight is None else w.cpu().numpy(), 1e-6, block=block)
+        twin = rms_twin.rms_norm_twin(x.cpu().numpy(), None if weight is None else w.cpu().numpy(), 1e-6, block=block)
         assert np.array_equal(bits(out.cpu().numpy()), bits(twin))
     with pytest.raises(ValueError, match="weight has dtype float32, but weight_dtype is float16"):
         pyrms.rms_norm(torch.empty_like(x), x, w, 1e-6, weight_dtype="float16")

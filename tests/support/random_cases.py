@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from pyrms import plan
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
 from tests.support import case_matrix
 from tests.support.case_matrix import operands, vector_elements
 
@@ -44,10 +45,10 @@ def _special_hiddens() -> tuple[int, ...]:
         edges.update(32 * cache * vec for cache in plan.CACHE_CHOICES)
         edges.add(plan.max_threads(plan.CACHE_CHOICES[-1]) * plan.CACHE_CHOICES[-1] * vec)
         edges.update(plan.MAX_BLOCK // spread * plan.CACHE_CHOICES[-1] * vec for spread in (2, 4))
-        edges.add(32 * plan.BACKWARD_VECTORS_PER_THREAD * vec)
-        edges.add(plan.BACKWARD_MAX_BLOCK * plan.BACKWARD_VECTORS_PER_THREAD * vec)
+        edges.add(32 * bwd_plan.BACKWARD_VECTORS_PER_THREAD * vec)
+        edges.add(bwd_plan.BACKWARD_MAX_BLOCK * bwd_plan.BACKWARD_VECTORS_PER_THREAD * vec)
     for params in (1, 2):  # the largest hidden whose column sums fit in shared memory
-        edges.add(plan.SHARED_SUMS_LIMIT // (4 * params * 4) * 4 - 7)
+        edges.add(bwd_plan.SHARED_SUMS_LIMIT // (4 * params * 4) * 4 - 7)
     return tuple(sorted({h + d for h in edges for d in (-1, 0, 1) if 1 <= h + d <= MAX_HIDDEN}))
 
 
@@ -201,7 +202,7 @@ def draw_case(seed: int, index: int) -> Case:
         options["in_place"] = (None, "grad_output", "input")[rng.choice(3, p=[0.6, 0.2, 0.2])]
         options["grad_dtype"] = "float32" if rng.random() < 0.4 else None
         if rng.random() < 0.4:
-            options["rows_per_block"] = plan.GRAD_CHUNK_ROWS * int(rng.choice((1, 2, 3, 4, 5, 8, 16, 64))) \
+            options["rows_per_block"] = bwd_plan.GRAD_CHUNK_ROWS * int(rng.choice((1, 2, 3, 4, 5, 8, 16, 64))) \
                 if rng.random() < 0.7 else 1
         options["own_workspace"] = bool(rng.random() < 0.25)
     row_ops, vector_ops = operands(op, in_place=options.get("in_place"), bias=options.get("bias", True))

@@ -14,11 +14,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pyrms import errors, plan
-from tests.support import testing
-from tests.support.random_cases import (DTYPES, MAX_ELEMENTS, MAX_HIDDEN, OPS, SPECIAL_HIDDENS, Case, draw_case,
-                                        draw_cases, features, operands)
+from pyrms import errors
 from tools import random_check
+from tests.support import testing
+from tests.support.random_cases import (DTYPES, MAX_ELEMENTS, MAX_HIDDEN, OPS, SPECIAL_HIDDENS, Case, draw_case, draw_cases,
+                                features, operands)
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
 
 COUNT = 5000
 
@@ -108,7 +109,7 @@ def test_offsets_strides_and_options_are_valid(cases):
             assert stride == c.hidden or (stride > c.hidden and stride % 8), c.line()
         assert math.isfinite(c.epsilon) and c.epsilon >= 0, c.line()
         if c.rows_per_block is not None:
-            assert c.rows_per_block == 1 or (c.rows_per_block > 0 and c.rows_per_block % plan.GRAD_CHUNK_ROWS == 0), c.line()
+            assert c.rows_per_block == 1 or (c.rows_per_block > 0 and c.rows_per_block % bwd_plan.GRAD_CHUNK_ROWS == 0), c.line()
         backward = c.op.endswith("_backward")
         assert backward or (c.grad_dtype, c.rows_per_block, c.own_workspace) == (None, None, False), c.line()
         assert not c.gemma or "rms" in c.op, c.line()

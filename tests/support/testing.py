@@ -12,7 +12,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyrms import driver, dtypes, plan, reference
+from pyrms import driver, dtypes, plan
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.fused_add_rms_norm import twin as fused_twin
+from pyrms.ops.layer_norm import plan as ln_plan
+from pyrms.ops.layer_norm import twin as ln_twin
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops.rms_norm_backward import twin as bwd_twin
+from pyrms.ops.rms_norm_quant import plan as quant_plan
+from pyrms.ops.rms_norm_quant import twin as quant_twin
 
 GUARD = 64  # elements on each side: more than one 16-byte vector in every dtype
 
@@ -167,7 +177,7 @@ def _pdl(pdl) -> dict:
 
 
 # The ops whose launches choose between the row core's few-row and many-row kernels.
-_ROW_OPS = ("pyrms.ops.rms_norm", "pyrms.ops.fused_add_rms_norm", "pyrms.ops.layer_norm", "pyrms.ops.rms_norm_quant")
+_ROW_OPS = ("pyrms.ops.rms_norm.op", "pyrms.ops.fused_add_rms_norm.op", "pyrms.ops.layer_norm.op", "pyrms.ops.rms_norm_quant.op")
 
 
 @contextlib.contextmanager
@@ -232,8 +242,8 @@ def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in
     out = x if in_place else allocate(rng, odt, rows, hidden, misalign=out_off, stride=out_stride, poison=True)
     w_ptr, w_values, w_dtype = _weight_args(w, weight)
     with _closing(x, out, *([w] if w else [])):
-        p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
-        want = reference.rms_norm_twin(x.values(), w_values, epsilon, block=p.block, row_phases=phases(x),
+        p = rms_plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
+        want = rms_twin.rms_norm_twin(x.values(), w_values, epsilon, block=p.block, row_phases=phases(x),
                                        gemma=gemma, round_once=round_once, out_dtype=out_dtype)
         with forced_row_variant(variant):
             run_checked(f"rms_norm {dt.name} rows={rows} hidden={hidden} offsets={in_off},{w_off},{out_off} "
@@ -266,11 +276,11 @@ def check_rms_norm_nd(rng, dtype, sizes, hidden, *, in_strides=None, out_strides
     out = x if in_place else allocate(rng, odt, 0, hidden, misalign=out_off, poison=True, lead=(sizes, out_strides))
     w = _weight(rng, dt, hidden, weight, w_off, sizes[0] if per_row else 1, (w_stride or hidden) if per_row else None)
     with _closing(x, out, *([w] if w else [])):
-        p = plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
+        p = rms_plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
         w_values = None
         if w is not None:
             w_values = np.repeat(w.values(), x.rows // sizes[0], axis=0) if per_row else w.values()[0]
-        want = reference.rms_norm_twin(x.values(), w_values, epsilon, block=p.block, row_phases=phases(x),
+        want = rms_twin.rms_norm_twin(x.values(), w_values, epsilon, block=p.block, row_phases=phases(x),
                                        gemma=gemma, round_once=round_once, out_dtype=out_dtype)
         options = dict(gemma=gemma, round_once=round_once, stream=stream, **_pdl(pdl))
         if as_arrays:
@@ -341,7 +351,7 @@ def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=
     w_off, r_off, r_stride = offsets.pop("weight", 0), offsets.pop("residual", 0), strides.pop("residual", None)
     mixed = out_dtype is not None and dtypes.get(out_dtype) is not dt
     o_off, o_stride = offsets.pop("out", 0), strides.pop("out", None)
-    p = plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, sum_precision=sum_precision,
+    p = fused_plan.plan_fused_add_rms_norm(dt, hidden, gemma=gemma, round_once=round_once, sum_precision=sum_precision,
                                      residual_dtype=residual_dtype, out_dtype=out_dtype)
     x = _allocate(rng, dt, rows, hidden, ("input",), offsets, strides)["input"]
     res = allocate(rng, p.residual_dtype, rows, hidden, misalign=r_off, stride=r_stride)
@@ -349,7 +359,7 @@ def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=
     o = allocate(rng, out_dtype, rows, hidden, misalign=o_off, stride=o_stride, poison=True) if mixed else None
     w_ptr, w_values, w_dtype = _weight_args(w, weight)
     with _closing(x, res, *([w] if w else []), *([o] if o else [])):
-        out, total = reference.fused_add_rms_norm_twin(x.values(), res.values(), w_values, epsilon, block=p.block,
+        out, total = fused_twin.fused_add_rms_norm_twin(x.values(), res.values(), w_values, epsilon, block=p.block,
                                                        residual_phases=phases(res), input_phases=phases(x),
                                                        gemma=gemma, round_once=round_once,
                                                        sum_precision=p.sum_precision,
@@ -393,8 +403,8 @@ def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in
     x, w, b = ops["input"], ops.get("weight"), ops.get("bias")
     out = x if in_place else ops["out"]
     with _closing(*ops.values()):
-        p = plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight != "none")
-        want = reference.layer_norm_twin(x.values(), w.values()[0] if w else None, b.values()[0] if b else None,
+        p = ln_plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight != "none")
+        want = ln_twin.layer_norm_twin(x.values(), w.values()[0] if w else None, b.values()[0] if b else None,
                                          epsilon, block=p.block, row_phases=phases(x), out_dtype=out_dtype)
         with forced_row_variant(variant):
             run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place, no_bias=not bias,
@@ -425,7 +435,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
         raise ValueError(f"weight must be 'same', 'ones' or 'none' for the backward, got {weight!r}")
     dt = dtypes.get(dtype)
     weighted = weight != "none"
-    p = plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype=grad_dtype, weight=weighted,
+    p = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype=grad_dtype, weight=weighted,
                                 grad_bias=grad_bias)
     # The twin's parameter gradients, in its order, and those this launch writes.
     sums = ("grad_weight",) * weighted + ("grad_bias",) * layer_norm
@@ -440,7 +450,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
     dx = ops[in_place] if in_place else ops["grad_input"]
     ws = allocate(rng, "float32", 1, p.workspace_bytes(rows, rows_per_block) // 4, poison=True) if own_workspace else None
     with _closing(*ops.values(), *([ws] if ws else [])):
-        want = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0] if w else None, epsilon,
+        want = bwd_twin.norm_backward_twin(dy.values(), x.values(), w.values()[0] if w else None, epsilon,
                                             block=p.block, fold=p.stats_fold, x_phases=phases(x),
                                             weight_phase=int(phases(w)[0]) if w else 0, chunk_rows=p.chunk_rows,
                                             layer_norm=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype)
@@ -523,7 +533,7 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
         ops["input"].upload()
     scale = float(np.float32(rng.uniform(0.5, 1.5) * 2.5 / float(qt.qmax)))
     ub = None if scale_ub is None else float(np.float32(rng.uniform(1.0, 3.0) if scale_ub == "device" else scale_ub))
-    p = plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, round_input=round_input, residual=fused, group=group_size)
+    p = quant_plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, round_input=round_input, residual=fused, group=group_size)
     twin = dict(block=p.block, mode=mode, scale=scale, scale_ub=ub, round_input=round_input)
     grouping = {}
     if mode == "per_group":
@@ -532,10 +542,10 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
                         scale_stride=strides.get("scale"))
     x, res = ops["input"], ops.get("residual")
     if fused:
-        q, scales, total = reference.fused_add_rms_norm_quant_twin(x.values(), res.values(), w.values()[0], epsilon,
+        q, scales, total = quant_twin.fused_add_rms_norm_quant_twin(x.values(), res.values(), w.values()[0], epsilon,
                                                                    qt, residual_phases=phases(res), **twin)
     else:
-        q, scales = reference.rms_norm_quant_twin(x.values(), w.values()[0], epsilon, qt, row_phases=phases(x), **twin)
+        q, scales = quant_twin.rms_norm_quant_twin(x.values(), w.values()[0], epsilon, qt, row_phases=phases(x), **twin)
     q = q.view(np.uint8)
     poison = next((b for b in (0xFF, 0x80, 0x55) if not np.any(q == b)), 0xFF)
     out = _guarded(np.uint8, rows, hidden, offsets.get("out", 0), strides.get("out"), poison)
@@ -571,7 +581,7 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
         # rms_norm's output bit for bit: its default rounding is what round_input quantizes
         norm = allocate(rng, dt, rows, hidden, misalign=offsets.get("norm_out", 0), stride=strides.get("norm_out"),
                         poison=True)
-        outputs["norm_out"] = (norm, reference.rms_norm_twin(
+        outputs["norm_out"] = (norm, rms_twin.rms_norm_twin(
             total if fused else x.values(), w.values()[0], epsilon, block=p.block,
             row_phases=phases(res if fused else x), round_once=not round_input))
         extra.append(norm)
@@ -610,7 +620,7 @@ def check_seed(rng, dtype, rows, hidden, *, epsilon=1e-5, stream=None):
         run_checked(label, lambda: seed_rms_norm(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, dtype=dt, stream=stream),
                     outputs={}, inputs={"input": x, "weight": w}, scratch={"out": out})
         got = out.device_values().astype(np.float64)
-        want = reference.rms_norm_ref(x.values(), w.values()[0], epsilon)
+        want = rms_twin.rms_norm_ref(x.values(), w.values()[0], epsilon)
         rtol, atol = SEED_TOLERANCE[dt.name]
         bad = np.flatnonzero(~(np.abs(got - want) <= rtol * np.abs(want) + atol))
         if bad.size:

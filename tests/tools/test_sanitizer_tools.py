@@ -5,6 +5,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops.rms_norm_quant import plan as quant_plan
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
@@ -96,7 +99,7 @@ def test_shards_partition_the_matrix(sanitize_all):
 def test_backward_cases_without_weight(sanitize_all):
     """Both backward passes without a weight are in the matrix, each dtype and hidden size, with the
     kernels they launch counted and the unit they compile named (the weightless kernels' own)."""
-    from pyrms import dtypes, plan
+    from pyrms import dtypes
 
     from tests.support import case_matrix
 
@@ -109,7 +112,7 @@ def test_backward_cases_without_weight(sanitize_all):
         layer_norm = op == "layer_norm_backward"
         grad_bias = layer_norm and case.option("grad_bias")
         assert sanitize_all.kernels_per_call(case) == 1 + grad_bias
-        p = plan.plan_norm_backward(case.dtype, case.hidden, layer_norm=layer_norm, weight=False,
+        p = bwd_plan.plan_norm_backward(case.dtype, case.hidden, layer_norm=layer_norm, weight=False,
                                     grad_bias=grad_bias)
         assert p.expression in sanitize_all.compile_unit(op, case).names
     assert {sanitize_all.kernels_per_call(case) for op, case in cases} == {1, 2}
@@ -120,17 +123,16 @@ def test_every_case_compiles_the_unit_it_launches(sanitize_all):
     plan flags, pyrms.precompile.flags): the quantizing ops' norm_out and round_input, rms_norm's gemma and
     round_once. A flag the compile step dropped would compile the other unit, and each sanitizer shard its own
     copy of the right one under the tool."""
-    from pyrms import plan
 
     seen = set()
     for op, case in sanitize_all.select(("rms_norm", "rms_norm_quant", "fused_add_rms_norm_quant"), quick=True):
         if op == "rms_norm":
-            p = plan.plan_rms_norm(case.dtype, case.hidden, gemma=case.option("gemma"),
+            p = rms_plan.plan_rms_norm(case.dtype, case.hidden, gemma=case.option("gemma"),
                                    round_once=case.option("round_once"))
             if case.option("weight") != "same" or case.option("out_kind") != "same":
                 continue
         else:
-            p = plan.plan_rms_norm_quant(case.dtype, case.hidden, case.option("out_dtype"), mode=case.option("mode"),
+            p = quant_plan.plan_rms_norm_quant(case.dtype, case.hidden, case.option("out_dtype"), mode=case.option("mode"),
                                          round_input=case.option("round_input"), norm_out=case.option("norm_out"),
                                          residual=op == "fused_add_rms_norm_quant", group=case.option("group_size"))
             seen.add(case.option("norm_out"))

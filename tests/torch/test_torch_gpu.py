@@ -23,12 +23,17 @@ import zlib
 import ml_dtypes
 import numpy as np
 import pytest
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.fused_add_rms_norm import twin as fused_twin
+from pyrms.ops.layer_norm import plan as ln_plan
+from pyrms.ops.layer_norm import twin as ln_twin
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 import pyrms  # noqa: E402
 import pyrms.torch as pt  # noqa: E402
-from pyrms import plan, reference  # noqa: E402
 from pyrms.torch._kernels import _nd_view  # noqa: E402
 from pyrms.torch._layout import DTYPE_NAMES, row_stride  # noqa: E402
 
@@ -92,8 +97,8 @@ def rows(t: torch.Tensor) -> np.ndarray:
 
 
 def twin_rms_norm(x, weight, eps, *, gemma=False, round_once=False):
-    block = plan.plan_rms_norm(DTYPE_NAMES[x.dtype], x.shape[-1]).block
-    y = reference.rms_norm_twin(rows(x), None if weight is None else to_numpy(weight), eps, block=block,
+    block = rms_plan.plan_rms_norm(DTYPE_NAMES[x.dtype], x.shape[-1]).block
+    y = rms_twin.rms_norm_twin(rows(x), None if weight is None else to_numpy(weight), eps, block=block,
                                 row_phases=row_phases(x, nd=True), gemma=gemma, round_once=round_once)
     return from_numpy(y).reshape(x.shape)
 
@@ -186,8 +191,8 @@ def test_fused_add_rms_norm_matches_the_twin(gen, dtype):
     for name, make in (("3-D", lambda: randn(gen, 2, 3, hidden, dtype=dtype)),
                        ("row slice", lambda: randn(gen, 2, 3, hidden + 5, dtype=dtype)[..., 1:1 + hidden])):
         x, residual = make(), make()
-        block = plan.plan_fused_add_rms_norm(DTYPE_NAMES[dtype], hidden).block
-        want_x, want_residual = reference.fused_add_rms_norm_twin(rows(x), rows(residual), to_numpy(w), 1e-6, block=block,
+        block = fused_plan.plan_fused_add_rms_norm(DTYPE_NAMES[dtype], hidden).block
+        want_x, want_residual = fused_twin.fused_add_rms_norm_twin(rows(x), rows(residual), to_numpy(w), 1e-6, block=block,
                                                                   residual_phases=row_phases(residual))
         versions = x._version, residual._version
         with torch.no_grad():
@@ -203,8 +208,8 @@ def test_layer_norm_matches_the_twin(gen, dtype):
     w, b = randn(gen, hidden, dtype=dtype), randn(gen, hidden, dtype=dtype)
     for name, x in layouts(gen, dtype, hidden, mean=3.0):  # a mean far from 0
         for bias in (b, None):
-            block = plan.plan_layer_norm(DTYPE_NAMES[dtype], hidden, bias=bias is not None).block
-            want = reference.layer_norm_twin(rows(x), to_numpy(w), None if bias is None else to_numpy(bias), 1e-5,
+            block = ln_plan.plan_layer_norm(DTYPE_NAMES[dtype], hidden, bias=bias is not None).block
+            want = ln_twin.layer_norm_twin(rows(x), to_numpy(w), None if bias is None else to_numpy(bias), 1e-5,
                                              block=block, row_phases=row_phases(x))
             assert bitwise_equal(pt.layer_norm(x, w, bias, 1e-5), from_numpy(want).reshape(x.shape)), (name, bias is None)
 
@@ -356,8 +361,8 @@ def test_without_weight_matches_the_twin_on_every_layout(gen, dtype):
             assert bitwise_equal(pt.rms_norm(x, None, 1e-6, round_once=round_once),
                                  twin_rms_norm(x, None, 1e-6, round_once=round_once)), (name, round_once)
         for bias in (b, None):
-            block = plan.plan_layer_norm(DTYPE_NAMES[dtype], hidden, bias=bias is not None, weight=False).block
-            want = reference.layer_norm_twin(rows(x), None, None if bias is None else to_numpy(bias), 1e-5, block=block,
+            block = ln_plan.plan_layer_norm(DTYPE_NAMES[dtype], hidden, bias=bias is not None, weight=False).block
+            want = ln_twin.layer_norm_twin(rows(x), None, None if bias is None else to_numpy(bias), 1e-5, block=block,
                                              row_phases=row_phases(x))
             assert bitwise_equal(pt.layer_norm(x, None, bias, 1e-5), from_numpy(want).reshape(x.shape)), (name, bias)
 

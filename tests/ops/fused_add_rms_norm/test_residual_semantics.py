@@ -4,22 +4,24 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pyrms import dtypes, plan, precompile, reference
+from pyrms import dtypes, precompile, reference
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.fused_add_rms_norm import twin as fused_twin
 
 F32, F16, BF16 = np.float32, np.float16, ml_dtypes.bfloat16
 
 
 def test_the_default_plans_the_rounded_sum_kernel_as_before():
-    p = plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, 5120)
+    p = fused_plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, 5120)
     assert (p.sum_precision, p.fp32_residual, p.residual_dtype) == ("rounded", False, dtypes.BFLOAT16)
     assert p.expression == "pyrms::fused_add_rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, false>"
-    assert p == plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, 5120, sum_precision="rounded", residual_dtype="bfloat16")
+    assert p == fused_plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, 5120, sum_precision="rounded", residual_dtype="bfloat16")
 
 
 def test_the_fp32_sum_spells_out_weight_and_residual_types():
-    p = plan.plan_fused_add_rms_norm(dtypes.FLOAT16, 5120, sum_precision="fp32")
+    p = fused_plan.plan_fused_add_rms_norm(dtypes.FLOAT16, 5120, sum_precision="fp32")
     assert p.expression == "pyrms::fused_add_rms_norm_fp32_sum_kernel<__half, 4, 1, false, false, false, false, __half, __half>"
-    q = plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, 5120, residual_dtype="float32", weight_dtype="none")
+    q = fused_plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, 5120, residual_dtype="float32", weight_dtype="none")
     assert q.sum_precision == "fp32" and q.residual_dtype is dtypes.FLOAT32  # None picks the fp32 sum
     assert q.latency_expression == ("pyrms::fused_add_rms_norm_fp32_sum_kernel<__nv_bfloat16, 4, 4, false, false, "
                                     "true, false, void, float>")
@@ -30,9 +32,9 @@ def test_the_fp32_sum_spells_out_weight_and_residual_types():
 
 
 def test_float32_rows_have_one_semantics():
-    rounded = plan.plan_fused_add_rms_norm(dtypes.FLOAT32, 769)
-    assert plan.plan_fused_add_rms_norm(dtypes.FLOAT32, 769, sum_precision="fp32") == rounded
-    assert plan.plan_fused_add_rms_norm(dtypes.FLOAT32, 769, residual_dtype="float32", sum_precision="fp32") == rounded
+    rounded = fused_plan.plan_fused_add_rms_norm(dtypes.FLOAT32, 769)
+    assert fused_plan.plan_fused_add_rms_norm(dtypes.FLOAT32, 769, sum_precision="fp32") == rounded
+    assert fused_plan.plan_fused_add_rms_norm(dtypes.FLOAT32, 769, residual_dtype="float32", sum_precision="fp32") == rounded
 
 
 @pytest.mark.parametrize("options, message", [
@@ -43,7 +45,7 @@ def test_float32_rows_have_one_semantics():
 ])
 def test_refusals(options, message):
     with pytest.raises(ValueError, match=message):
-        plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, 64, **options)
+        fused_plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, 64, **options)
 
 
 def _rms_of_two(s, dtype):
@@ -58,8 +60,8 @@ def test_twin_rules_on_hand_made_fp16_values():
     x, r = np.array([[1.5, 1.0]], F16), np.array([[2.0**-12, 0.0]], F16)
     s = x.astype(F32) + r.astype(F32)
     assert s[0, 0] == F32(1.5 + 2.0**-12)
-    rounded = reference.fused_add_rms_norm_twin(x, r, None, 0.0, block=32)
-    fp32 = reference.fused_add_rms_norm_twin(x, r, None, 0.0, block=32, sum_precision="fp32")
+    rounded = fused_twin.fused_add_rms_norm_twin(x, r, None, 0.0, block=32)
+    fp32 = fused_twin.fused_add_rms_norm_twin(x, r, None, 0.0, block=32, sum_precision="fp32")
     for out, total in (rounded, fp32):  # both store the sum rounded
         np.testing.assert_array_equal(total, np.array([[1.5, 1.0]], F16))
     np.testing.assert_array_equal(rounded[0], _rms_of_two(s[0].astype(F16).astype(F32), F16)[None])
@@ -69,12 +71,12 @@ def test_twin_rules_on_hand_made_fp16_values():
 
 def test_twin_rules_for_an_fp32_residual():
     x, r = np.array([[1.0, 3.0]], BF16), np.array([[2.0**-9 + 2.0**-20, -2.0**-7]], F32)
-    out, total = reference.fused_add_rms_norm_twin(x, r, None, 0.0, block=32, sum_precision="fp32")
+    out, total = fused_twin.fused_add_rms_norm_twin(x, r, None, 0.0, block=32, sum_precision="fp32")
     assert total.dtype == F32
     np.testing.assert_array_equal(total, x.astype(F32) + r)  # stored exactly: bits bf16 has no room for
     np.testing.assert_array_equal(out, _rms_of_two(total[0], BF16)[None])
     with pytest.raises(ValueError, match="sum_precision='fp32'"):
-        reference.fused_add_rms_norm_twin(x, r, None, 0.0, block=32)
+        fused_twin.fused_add_rms_norm_twin(x, r, None, 0.0, block=32)
 
 
 def test_the_fp32_sums_tree_is_the_row_cores_at_the_inputs_phase():
@@ -83,11 +85,11 @@ def test_the_fp32_sums_tree_is_the_row_cores_at_the_inputs_phase():
     rng = np.random.default_rng(7)
     x = rng.uniform(-2, 2, (3, 5125)).astype(BF16)
     r = rng.uniform(-2, 2, (3, 5125)).astype(BF16)
-    p = plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, 5125, sum_precision="fp32")
+    p = fused_plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, 5125, sum_precision="fp32")
     s = x.astype(F32) + r.astype(F32)
     inv = reference.inv_rms_twin(reference.sum_squares_twin(s, p.block, 3, 8), 5125, 1e-6)
     want = reference.scale_twin(s, inv, None, dtypes.BFLOAT16)
     for residual_phase in (0, 5):
-        out, _ = reference.fused_add_rms_norm_twin(x, r, None, 1e-6, block=p.block, residual_phases=residual_phase,
+        out, _ = fused_twin.fused_add_rms_norm_twin(x, r, None, 1e-6, block=p.block, residual_phases=residual_phase,
                                                    input_phases=3, sum_precision="fp32")
         np.testing.assert_array_equal(out, want)

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import driver, dtypes, plan, reference
+from pyrms import driver, dtypes, plan
 from pyrms.tensor import Tensor
 from tests.support.testing import allocate, bits, check_fused_add_rms_norm, phases
+from pyrms.ops.fused_add_rms_norm import plan as fused_plan
+from pyrms.ops.fused_add_rms_norm import twin as fused_twin
 
 pytestmark = pytest.mark.gpu
 
@@ -98,7 +100,7 @@ def test_fp32_sum_differs_from_the_rounded_sum(rng, dtype):
     w = allocate(rng, dt, 1, hidden, low=-1.0, high=1.0)
     got = {}
     try:
-        for precision in plan.SUM_PRECISIONS:
+        for precision in fused_plan.SUM_PRECISIONS:
             x, r = allocate(rng, dt, rows, hidden), allocate(rng, dt, rows, hidden)
             x.set_values(x0.values())
             r.set_values(r0.values())
@@ -107,8 +109,8 @@ def test_fp32_sum_differs_from_the_rounded_sum(rng, dtype):
             pyrms.fused_add_rms_norm(x.ptr, r.ptr, w.ptr, 1e-6, rows, hidden, dtype=dt, sum_precision=precision)
             driver.synchronize()
             got[precision] = x.device_values(), r.device_values()
-            p = plan.plan_fused_add_rms_norm(dt, hidden, sum_precision=precision)
-            want = reference.fused_add_rms_norm_twin(x0.values(), r0.values(), w.values()[0], 1e-6, block=p.block,
+            p = fused_plan.plan_fused_add_rms_norm(dt, hidden, sum_precision=precision)
+            want = fused_twin.fused_add_rms_norm_twin(x0.values(), r0.values(), w.values()[0], 1e-6, block=p.block,
                                                      residual_phases=phases(r0), input_phases=phases(x0),
                                                      sum_precision=precision)
             for g, e in zip(got[precision], want):
@@ -135,8 +137,8 @@ def test_arrays_give_the_residual_dtype(rng):
         def view(op, dt):
             return Tensor(op.ptr, (rows, hidden), dt, (op.stride, 1), dev, owner=op)
 
-        p = plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, hidden, residual_dtype="float32")
-        out, total = reference.fused_add_rms_norm_twin(x.values(), r.values(), w.values()[0], 1e-6, block=p.block,
+        p = fused_plan.plan_fused_add_rms_norm(dtypes.BFLOAT16, hidden, residual_dtype="float32")
+        out, total = fused_twin.fused_add_rms_norm_twin(x.values(), r.values(), w.values()[0], 1e-6, block=p.block,
                                                        input_phases=phases(x), sum_precision="fp32")
         wt = Tensor(w.ptr, (hidden,), dtypes.BFLOAT16, (1,), dev, owner=w)
         with pytest.raises(ValueError, match="residual has dtype float32, but residual_dtype is bfloat16"):

@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import driver, dtypes, plan, reference
+from pyrms import driver, dtypes
 from tests.support import case_matrix
 from tests.support.testing import allocate, bits, check_case
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
 
 pytestmark = pytest.mark.gpu
 
@@ -41,7 +43,7 @@ def test_seed_worked_example():
         got = dout.to_numpy()
     np.testing.assert_allclose(got[0], 2 * np.arange(1, 6) / np.sqrt(11), rtol=1e-6)
     assert np.array_equal(got[1], np.full(5, 2.0, np.float32))
-    assert np.array_equal(got, reference.rms_norm_twin(x, w, 0.0, block=32))
+    assert np.array_equal(got, rms_twin.rms_norm_twin(x, w, 0.0, block=32))
 
 
 def test_batch_invariance(rng):
@@ -70,7 +72,7 @@ def test_two_streams_at_once(rng):
         s1.synchronize()
         s2.synchronize()
     for src, out in zip((a, b), outs):
-        want = reference.rms_norm_twin(src.values(), w.values()[0], 1e-5, block=plan.plan_rms_norm("bfloat16", 4096).block)
+        want = rms_twin.rms_norm_twin(src.values(), w.values()[0], 1e-5, block=rms_plan.plan_rms_norm("bfloat16", 4096).block)
         got = out.download()[out.offset:out.offset + 4096 * 4096].reshape(4096, 4096)
         assert np.array_equal(bits(got), bits(want))
     for o in (a, b, w, *outs):
@@ -80,7 +82,7 @@ def test_two_streams_at_once(rng):
 def test_threads_each_with_a_stream(rng):
     x = allocate(rng, "float16", 256, 1000)
     w = allocate(rng, "float16", 1, 1000)
-    want = reference.rms_norm_twin(x.values(), w.values()[0], 1e-5, block=plan.plan_rms_norm("float16", 1000).block)
+    want = rms_twin.rms_norm_twin(x.values(), w.values()[0], 1e-5, block=rms_plan.plan_rms_norm("float16", 1000).block)
     outs = [allocate(rng, "float16", 256, 1000, poison=True) for _ in range(4)]
     errors = []
 
@@ -125,7 +127,7 @@ def test_torch_tensors_through_cuda_array_interface():
         host_w = w.view(torch.int16).cpu().numpy().view(dtypes.get(name).numpy) if name == "bfloat16" else w.cpu().numpy()
         host_out = out.view(torch.int16).cpu().numpy().view(dtypes.get(name).numpy) if name == "bfloat16" else out.cpu().numpy()
         vec = dtypes.get(name).vec_elems  # rows of 4097 elements start at every phase in turn
-        twin = reference.rms_norm_twin(host_x, host_w, 1e-6, block=plan.plan_rms_norm(name, 4097).block,
+        twin = rms_twin.rms_norm_twin(host_x, host_w, 1e-6, block=rms_plan.plan_rms_norm(name, 4097).block,
                                        row_phases=[(r * 4097) % vec for r in range(33)], round_once=True)
         assert np.array_equal(bits(host_out), bits(twin))
 
@@ -140,7 +142,7 @@ def test_torch_stream_and_strided_slice():
     with torch.cuda.stream(s):
         pyrms.rms_norm(out, x, w, 1e-5, 16, 5120, stream=s)
     s.synchronize()
-    twin = reference.rms_norm_twin(x.cpu().numpy(), w.cpu().numpy(), 1e-5, block=plan.plan_rms_norm("float16", 5120).block,
+    twin = rms_twin.rms_norm_twin(x.cpu().numpy(), w.cpu().numpy(), 1e-5, block=rms_plan.plan_rms_norm("float16", 5120).block,
                                    row_phases=[(3 + 5130 * r) % 8 for r in range(16)])
     assert np.array_equal(bits(out.cpu().numpy()), bits(twin))
 
@@ -152,7 +154,7 @@ def test_seed_kernel_close_to_reference(rng):
     pyrms.seed_rms_norm(out.ptr, x.ptr, w.ptr, 1e-5, 5, 5120)
     driver.synchronize()
     got = out.download()[out.offset:out.offset + 5 * 5120].reshape(5, 5120).astype(np.float64)
-    ref = reference.rms_norm_ref(x.values(), w.values()[0], 1e-5)
+    ref = rms_twin.rms_norm_ref(x.values(), w.values()[0], 1e-5)
     assert np.abs(got - ref).max() < 4e-3
     for o in (x, w, out):
         o.close()

@@ -10,6 +10,7 @@ import pytest
 import pyrms
 from pyrms import dtypes, plan
 from pyrms.ops import _views
+from pyrms.ops.rms_norm import plan as rms_plan
 
 
 def _rows_of(sizes, strides, hidden):
@@ -77,7 +78,7 @@ def test_packed_lanes_hold_every_body_vector(dtype):
     """lanes: 8 or 16 only where no alignment of the row leaves more body vectors (row_core.cuh's condition)."""
     dt = dtypes.get(dtype)
     for hidden in range(1, 2100, 7):
-        p = plan.plan_rms_norm(dt, hidden)
+        p = rms_plan.plan_rms_norm(dt, hidden)
         if p.block != 32:
             assert p.lanes == 0 and p.nd_rows_per_block == 1
             continue

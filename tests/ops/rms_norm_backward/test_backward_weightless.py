@@ -7,10 +7,15 @@ import pytest
 
 import pyrms
 from tests.support.hostile_cases import environment
-from pyrms import dtypes, kernels, launch, plan, reference
+from pyrms import dtypes, kernels, launch
 from pyrms.tensor import Tensor
 from tests.support.testing import bits
 from tests.support.validation_calls import A, B, D, E, backward
+from pyrms.ops.layer_norm import plan as ln_plan
+from pyrms.ops.layer_norm import twin as ln_twin
+from pyrms.ops.rms_norm import twin as rms_twin
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops.rms_norm_backward import twin as bwd_twin
 
 
 # --- plans --------------------------------------------------------------------------------------------
@@ -18,27 +23,27 @@ from tests.support.validation_calls import A, B, D, E, backward
 @pytest.mark.parametrize("hidden", [1, 7, 769, 5120, 5125, 65537])
 def test_plans_without_a_weight(hidden):
     for dt in dtypes.ALL:
-        weighted = plan.plan_norm_backward(dt, hidden)
-        rms = plan.plan_norm_backward(dt, hidden, weight=False)
+        weighted = bwd_plan.plan_norm_backward(dt, hidden)
+        rms = bwd_plan.plan_norm_backward(dt, hidden, weight=False)
         # the same launch shape and statistics: the same trees as the weighted backward
         assert (rms.block, rms.vectors, rms.stats_fold) == (weighted.block, weighted.vectors, weighted.stats_fold)
         assert rms.expression == f"pyrms::rms_norm_backward_kernel<{dt.ctype}, 0, false, void>"
         assert rms.params == 0 and rms.shared_bytes == 0 and rms.workspace_bytes(70001) == 0
         assert rms.expression in rms.group and not any("sum_partials" in e for e in rms.group)
         assert not set(rms.group) & set(weighted.group)  # its own compile unit
-        ln_bias = plan.plan_norm_backward(dt, hidden, layer_norm=True, weight=False)
-        ln_none = plan.plan_norm_backward(dt, hidden, layer_norm=True, weight=False, grad_bias=False)
+        ln_bias = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True, weight=False)
+        ln_none = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True, weight=False, grad_bias=False)
         assert ln_bias.expression == f"pyrms::layer_norm_backward_kernel<{dt.ctype}, 0, void, true>"
         assert ln_none.expression == f"pyrms::layer_norm_backward_kernel<{dt.ctype}, 0, void, false>"
         assert (ln_bias.params, ln_none.params) == (1, 0)
         assert ln_bias.workspace_bytes(70001) == weighted.workspace_bytes(70001)  # one plane, as RMSNorm's dweight
         assert ln_none.workspace_bytes(70001) == 0 and ln_none.shared_bytes == 0
-        assert ln_bias.group == ln_none.group == plan.plan_layer_norm(dt, hidden, weight=False).group
+        assert ln_bias.group == ln_none.group == ln_plan.plan_layer_norm(dt, hidden, weight=False).group
         assert ln_bias.sum_expression in ln_bias.group
         # with a weight, LayerNorm's kernel sums dbias whether grad_bias is asked for or not (one variant)
-        ln = plan.plan_norm_backward(dt, hidden, layer_norm=True, grad_bias=False)
-        assert ln == plan.plan_norm_backward(dt, hidden, layer_norm=True, grad_bias=False) and ln.params == 2
-        assert ln.expression == plan.plan_norm_backward(dt, hidden, layer_norm=True).expression
+        ln = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True, grad_bias=False)
+        assert ln == bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True, grad_bias=False) and ln.params == 2
+        assert ln.expression == bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True).expression
 
 
 def test_workspace_bytes_without_a_weight():
@@ -55,7 +60,7 @@ def test_workspace_bytes_without_a_weight():
 
 def test_gemma_needs_a_weight():
     with pytest.raises(ValueError, match="gemma needs a weight"):
-        plan.plan_norm_backward("bfloat16", 64, gemma=True, weight=False)
+        bwd_plan.plan_norm_backward("bfloat16", 64, gemma=True, weight=False)
 
 
 # --- the twin and the references -----------------------------------------------------------------------
@@ -68,18 +73,18 @@ def test_twin_without_weight_is_the_weighted_twin_with_aligned_ones(dtype, hidde
     rows = 37
     x = rng.uniform(-2, 2, (rows, hidden)).astype(dtype.numpy)
     dy = rng.uniform(-1, 1, (rows, hidden)).astype(dtype.numpy)
-    p = plan.plan_norm_backward(dtype, hidden, layer_norm=layer_norm, weight=False)
+    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=layer_norm, weight=False)
     phases = rng.integers(0, dtype.vec_elems, rows)  # the statistics' order, row by row
     common = dict(block=p.block, fold=p.stats_fold, x_phases=phases, chunk_rows=p.chunk_rows, layer_norm=layer_norm)
-    without = reference.norm_backward_twin(dy, x, None, 1e-5, **common)
-    ones = reference.norm_backward_twin(dy, x, np.ones(hidden, dtype.numpy), 1e-5, weight_phase=0, **common)
+    without = bwd_twin.norm_backward_twin(dy, x, None, 1e-5, **common)
+    ones = bwd_twin.norm_backward_twin(dy, x, np.ones(hidden, dtype.numpy), 1e-5, weight_phase=0, **common)
     assert len(without) == (2 if layer_norm else 1)  # dx (and dbias): no dweight
     assert np.array_equal(bits(without[0]), bits(ones[0]))
     if layer_norm:
         assert np.array_equal(bits(without[1]), bits(ones[2]))
     # The column split matters: ones at another phase sum in another tree (bf16's 8-bit dx hides it here).
     if hidden >= 2 * dtype.vec_elems and dtype is not dtypes.BFLOAT16:
-        shifted = [reference.norm_backward_twin(dy, x, np.ones(hidden, dtype.numpy), 1e-5, weight_phase=k, **common)[0]
+        shifted = [bwd_twin.norm_backward_twin(dy, x, np.ones(hidden, dtype.numpy), 1e-5, weight_phase=k, **common)[0]
                    for k in range(1, dtype.vec_elems)]
         assert any(not np.array_equal(bits(s), bits(without[0])) for s in shifted)
 
@@ -87,9 +92,9 @@ def test_twin_without_weight_is_the_weighted_twin_with_aligned_ones(dtype, hidde
 def test_twin_without_weight_splits_at_phase_zero_only():
     x = np.ones((2, 16), np.float32)
     with pytest.raises(ValueError, match="weight=None splits its columns at phase 0 and has no gemma; got weight_phase=1"):
-        reference.norm_backward_twin(x, x, None, 1e-5, block=32, fold=32, weight_phase=1, chunk_rows=16)
+        bwd_twin.norm_backward_twin(x, x, None, 1e-5, block=32, fold=32, weight_phase=1, chunk_rows=16)
     with pytest.raises(ValueError, match="gemma=True"):
-        reference.norm_backward_twin(x, x, None, 1e-5, block=32, fold=32, chunk_rows=16, gemma=True)
+        bwd_twin.norm_backward_twin(x, x, None, 1e-5, block=32, fold=32, chunk_rows=16, gemma=True)
 
 
 @pytest.mark.parametrize("hidden", [1, 5, 7, 4097])
@@ -97,26 +102,26 @@ def test_references_without_weight(hidden):
     rng = np.random.default_rng(hidden)
     x, dy = rng.uniform(-2, 2, (5, hidden)) + 0.5, rng.uniform(-1, 1, (5, hidden))
     ones = np.ones(hidden)
-    (dx,) = reference.rms_norm_backward_ref(dy, x, None, 1e-3)
-    np.testing.assert_allclose(dx, reference.rms_norm_backward_ref(dy, x, ones, 1e-3)[0], rtol=0, atol=0)
-    ln_dx, ln_db = reference.layer_norm_backward_ref(dy, x, None, 1e-3)
-    want = reference.layer_norm_backward_ref(dy, x, ones, 1e-3)
+    (dx,) = bwd_twin.rms_norm_backward_ref(dy, x, None, 1e-3)
+    np.testing.assert_allclose(dx, bwd_twin.rms_norm_backward_ref(dy, x, ones, 1e-3)[0], rtol=0, atol=0)
+    ln_dx, ln_db = bwd_twin.layer_norm_backward_ref(dy, x, None, 1e-3)
+    want = bwd_twin.layer_norm_backward_ref(dy, x, ones, 1e-3)
     np.testing.assert_allclose(ln_dx, want[0], rtol=0, atol=0)
     np.testing.assert_allclose(ln_db, want[2], rtol=0, atol=0)
     # the gradient of the weightless forward: sum(forward * dy) perturbed along x
     h = 1e-6
     step = rng.uniform(-1, 1, x.shape)
-    for forward, got in ((lambda v: reference.rms_norm_ref(v, None, 1e-3), dx),
-                         (lambda v: reference.layer_norm_ref(v, None, None, 1e-3), ln_dx)):
+    for forward, got in ((lambda v: rms_twin.rms_norm_ref(v, None, 1e-3), dx),
+                         (lambda v: ln_twin.layer_norm_ref(v, None, None, 1e-3), ln_dx)):
         slope = (np.sum(forward(x + h * step) * dy) - np.sum(forward(x - h * step) * dy)) / (2 * h)
         np.testing.assert_allclose(np.sum(got * step), slope, rtol=1e-6, atol=1e-9)
     tolerance = {"bfloat16": 1.6e-2, "float16": 2e-3, "float32": 2e-5}  # dx rounded once to the dtype
     for dt in dtypes.ALL:  # the twin against float64
         xs, dys = x.astype(dt.numpy), dy.astype(dt.numpy)
-        p = plan.plan_norm_backward(dt, hidden, weight=False)
-        (twin_dx,) = reference.norm_backward_twin(dys, xs, None, 1e-3, block=p.block, fold=p.stats_fold,
+        p = bwd_plan.plan_norm_backward(dt, hidden, weight=False)
+        (twin_dx,) = bwd_twin.norm_backward_twin(dys, xs, None, 1e-3, block=p.block, fold=p.stats_fold,
                                                   chunk_rows=p.chunk_rows)
-        want_dx = reference.rms_norm_backward_ref(dys, xs, None, 1e-3)[0]
+        want_dx = bwd_twin.rms_norm_backward_ref(dys, xs, None, 1e-3)[0]
         if hidden > 1:  # one element: dx = r * (dy - x_hat^2 * dy) cancels
             err = np.linalg.norm(twin_dx.astype(np.float64) - want_dx) / np.linalg.norm(want_dx)
             assert err < tolerance[dt.name], (dt.name, err)
@@ -198,7 +203,7 @@ def test_rms_norm_backward_without_weight_is_one_launch_and_no_workspace(recorde
         pyrms.rms_norm_backward(dx, None, dy, x, None, 1e-6)
     else:
         pyrms.rms_norm_backward(dx.ptr, None, dy.ptr, x.ptr, None, 1e-6, rows, hidden, dtype="float16")
-    p = plan.plan_norm_backward("float16", hidden, weight=False)
+    p = bwd_plan.plan_norm_backward("float16", hidden, weight=False)
     assert [c[0] for c in calls] == [p.expression]
     _, grid, block, shared, args = calls[0]
     assert (grid, block, shared) == (rows, p.block, 0)  # planned: one row per block for few rows
@@ -214,13 +219,13 @@ def test_layer_norm_backward_without_weight(recorded):
     dx, dy, x = (Tensor.empty((rows, hidden), "bfloat16") for _ in range(3))
     db = Tensor.empty((hidden,), "float32")
     pyrms.layer_norm_backward(dx, None, None, dy, x, None, 1e-5)  # nothing summed: kernel 1 alone
-    none = plan.plan_norm_backward("bfloat16", hidden, layer_norm=True, weight=False, grad_bias=False)
+    none = bwd_plan.plan_norm_backward("bfloat16", hidden, layer_norm=True, weight=False, grad_bias=False)
     assert [c[0] for c in calls] == [none.expression] and calls[0][4][1] == 0 and calls[0][3] == 0
-    assert calls[0][1] == -(-rows // plan.GRAD_CHUNK_ROWS)
+    assert calls[0][1] == -(-rows // bwd_plan.GRAD_CHUNK_ROWS)
     assert _pool_allocations(fake) == []
     calls.clear()
     pyrms.layer_norm_backward(dx, None, db, dy, x, None, 1e-5)  # grad_bias: one plane, one sum (fp32 by the array)
-    bias = plan.plan_norm_backward("bfloat16", hidden, layer_norm=True, weight=False, grad_dtype="float32")
+    bias = bwd_plan.plan_norm_backward("bfloat16", hidden, layer_norm=True, weight=False, grad_dtype="float32")
     assert [c[0] for c in calls] == [bias.expression, "pyrms::sum_partials_kernel<float>"]
     assert _pool_allocations(fake) == [pyrms.backward_workspace_bytes(rows, hidden, layer_norm=True, weight=False)]
     workspace = calls[0][4][1]

@@ -1,7 +1,7 @@
 """pyrms.rms_norm_backward and pyrms.layer_norm_backward without a weight (``weight=None``, issue 13) on
 the GPU.
 
-Bitwise equality with the twin (pyrms.reference.norm_backward_twin with weight None) on every
+Bitwise equality with the twin (pyrms.bwd_twin.norm_backward_twin with weight None) on every
 alignment, size and stride, through tests.support.testing's guarded, poisoned operands; grad_input bitwise
 equal to a weighted backward's with a 16-byte aligned weight of ones (the same trees); grad_input and
 LayerNorm's grad_bias bitwise the same for every rows_per_block; nothing taken from the workspace pool
@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import dtypes, plan, reference
+from pyrms import dtypes
 from pyrms.ops import _workspace
 from tests.support.testing import allocate, bits, check_norm_backward, phases
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops.rms_norm_backward import twin as bwd_twin
 
 pytestmark = pytest.mark.gpu
 
@@ -76,7 +78,7 @@ def test_row_strides(rng, kind, dtype, hidden, strides):
 def test_many_rows(rng, kind, dtype):
     # more than 65535 rows, and more than BACKWARD_FEW_ROWS: a chunk of rows per block
     run_case(rng, dtype, 70001, 9, kind, strides={"input": 11, "grad_output": 10}, offsets={"input": 1})
-    run_case(rng, dtype, plan.BACKWARD_FEW_ROWS + 7, 5125, kind, offsets={"grad_input": 3})
+    run_case(rng, dtype, bwd_plan.BACKWARD_FEW_ROWS + 7, 5125, kind, offsets={"grad_input": 3})
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -107,7 +109,7 @@ def test_weightless_is_the_weighted_backward_with_aligned_ones(layer_norm, dtype
                ({"grad_input": 3 % n}, {"input": hidden + 1, "grad_output": hidden + 3})]
     # Many rows (a chunk of rows per block) only up to hidden 769: the twin of 4097 x 65537 takes about
     # 20 s a call, six calls a case (run 25 stalled the suite on it); test_many_rows has many rows at 5125.
-    for rows in (3, plan.BACKWARD_FEW_ROWS + 1) if hidden <= 769 else (3,):
+    for rows in (3, bwd_plan.BACKWARD_FEW_ROWS + 1) if hidden <= 769 else (3,):
         for offsets, strides in layouts:
             got = {}
             for weight in ("ones", "none"):  # the same seed each time: the same x and dy
@@ -122,7 +124,7 @@ def test_weightless_is_the_weighted_backward_with_aligned_ones(layer_norm, dtype
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("hidden", [7, 5125, 16384])
 def test_bitwise_identical_across_runs_and_rows_per_block(kind, dtype, hidden):
-    rows = 150 if hidden != 7 else plan.BACKWARD_FEW_ROWS + 1
+    rows = 150 if hidden != 7 else bwd_plan.BACKWARD_FEW_ROWS + 1
     layout = dict(offsets={"input": 1, "grad_input": 2}, strides={"grad_output": hidden + 3})
     results = []
     for rows_per_block in (None, 16, 1, 32, 48, 64, 160, 1600, 1, None):
@@ -156,8 +158,8 @@ def test_own_workspace_guards_stay_untouched(rng, kind):
 def test_captured_backward_without_weight(rng, layer_norm):
     rows, hidden = 40, 5125
     dy, x = allocate(rng, "bfloat16", rows, hidden), allocate(rng, "bfloat16", rows, hidden)
-    p = plan.plan_norm_backward("bfloat16", hidden, layer_norm=layer_norm, weight=False)
-    want = reference.norm_backward_twin(dy.values(), x.values(), None, 1e-5, block=p.block, fold=p.stats_fold,
+    p = bwd_plan.plan_norm_backward("bfloat16", hidden, layer_norm=layer_norm, weight=False)
+    want = bwd_twin.norm_backward_twin(dy.values(), x.values(), None, 1e-5, block=p.block, fold=p.stats_fold,
                                         x_phases=phases(x), chunk_rows=p.chunk_rows, layer_norm=layer_norm)
     dx = allocate(rng, "bfloat16", rows, hidden, poison=True)
     params = [allocate(rng, "bfloat16", 1, hidden, poison=True)] if layer_norm else []

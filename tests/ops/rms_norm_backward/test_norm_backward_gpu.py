@@ -1,6 +1,6 @@
 """pyrms.rms_norm_backward and pyrms.layer_norm_backward on the GPU.
 
-Bitwise equality with the twin (pyrms.reference.norm_backward_twin) on every alignment, size and
+Bitwise equality with the twin (pyrms.bwd_twin.norm_backward_twin) on every alignment, size and
 stride (GUIDE.md §4: tests.support.case_matrix's GPU axes), through tests.support.testing's guarded, poisoned operands; dweight/dbias bitwise
 identical across runs and rows_per_block settings; the pooled (stream-ordered) and caller-owned
 workspaces, also under graph capture; and the
@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import plan, reference
 from tests.support import case_matrix
 from tests.support.testing import allocate, bits, check_case, check_norm_backward as run_case, phases
+from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops.rms_norm_backward import twin as bwd_twin
 
 pytestmark = pytest.mark.gpu
 
@@ -45,8 +46,8 @@ def test_column_sums_just_under_the_default_shared_limit(rng, op, hidden):
 @pytest.mark.parametrize("hidden", [7, 5125, 16384])
 def test_parameter_gradients_bitwise_identical_across_runs_and_rows_per_block(op, dtype, hidden):
     # 10 chunks, the last one partial; planned: one row per block (the terms summed by kernel 2). At
-    # hidden 7, one row more than plan.BACKWARD_FEW_ROWS: planned a chunk per block.
-    rows = 150 if hidden != 7 else plan.BACKWARD_FEW_ROWS + 1
+    # hidden 7, one row more than bwd_plan.BACKWARD_FEW_ROWS: planned a chunk per block.
+    rows = 150 if hidden != 7 else bwd_plan.BACKWARD_FEW_ROWS + 1
     layout = dict(layer_norm=OPS[op], offsets={"input": 1, "grad_weight": 2}, strides={"grad_output": hidden + 3})
     results = []
     for rows_per_block in (None, 16, 1, 32, 48, 64, 160, 1600, 1, None):  # None: the planned launch shape
@@ -112,9 +113,9 @@ def test_captured_backward_owns_its_workspace(rng, op):
     layer_norm = OPS[op]
     rows, hidden = 40, 5125
     dy, x, w = allocate(rng, "bfloat16", rows, hidden), allocate(rng, "bfloat16", rows, hidden), allocate(rng, "bfloat16", 1, hidden)
-    p = plan.plan_norm_backward("bfloat16", hidden, layer_norm=layer_norm)
+    p = bwd_plan.plan_norm_backward("bfloat16", hidden, layer_norm=layer_norm)
     # Rows of an odd hidden size start at varying phases: the twin needs each row's.
-    want = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], 1e-5, block=p.block, fold=p.stats_fold,
+    want = bwd_twin.norm_backward_twin(dy.values(), x.values(), w.values()[0], 1e-5, block=p.block, fold=p.stats_fold,
                                         x_phases=phases(x), weight_phase=int(phases(w)[0]), chunk_rows=p.chunk_rows,
                                         layer_norm=layer_norm)
     dx = allocate(rng, "bfloat16", rows, hidden, poison=True)
@@ -145,8 +146,8 @@ def test_threads_each_with_a_stream_share_nothing(rng):
     dy = allocate(rng, "bfloat16", rows, hidden)
     x = allocate(rng, "bfloat16", rows, hidden)
     w = allocate(rng, "bfloat16", 1, hidden)
-    p = plan.plan_norm_backward("bfloat16", hidden)
-    want_dx, want_dw = reference.norm_backward_twin(dy.values(), x.values(), w.values()[0], 1e-5, block=p.block,
+    p = bwd_plan.plan_norm_backward("bfloat16", hidden)
+    want_dx, want_dw = bwd_twin.norm_backward_twin(dy.values(), x.values(), w.values()[0], 1e-5, block=p.block,
                                                     fold=p.stats_fold, chunk_rows=p.chunk_rows)
     outs = [(allocate(rng, "bfloat16", rows, hidden, poison=True), allocate(rng, "bfloat16", 1, hidden, poison=True))
             for _ in range(4)]

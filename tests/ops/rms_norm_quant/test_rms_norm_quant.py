@@ -11,10 +11,14 @@ import pytest
 
 import pyrms
 from tests.support.hostile_cases import FakeArray, TorchLikeTensor
-from pyrms import compiler, driver, dtypes, plan, reference
+from pyrms import compiler, driver, dtypes, reference
 from pyrms.tensor import Tensor
+from pyrms.ops.rms_norm import plan as rms_plan
+from pyrms.ops.rms_norm import twin as rms_twin
+from pyrms.ops.rms_norm_quant import plan as quant_plan
+from pyrms.ops.rms_norm_quant import twin as quant_twin
 
-quant_module = importlib.import_module("pyrms.ops.rms_norm_quant")  # pyrms.ops.rms_norm_quant is the function
+quant_module = importlib.import_module("pyrms.ops.rms_norm_quant.op")
 
 O, X, R, W, S = 1 << 20, 2 << 20, 3 << 20, 4 << 20, 5 << 20  # made-up, 16-byte aligned device addresses
 N = 9 << 20  # a norm_out
@@ -22,34 +26,34 @@ QUANT = ["float8_e4m3fn", "float8_e5m2", "int8"]
 
 
 def test_plans_follow_rms_norm_and_name_their_kernels():
-    p = plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn")
-    base = plan.plan_rms_norm("bf16", 5120)
+    p = quant_plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn")
+    base = rms_plan.plan_rms_norm("bf16", 5120)
     assert (p.block, p.cache, p.spread) == (base.block, base.cache, base.spread)  # rms_norm's tree: same inv_rms
     assert p.expression == "pyrms::rms_norm_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, 0, false, false, 4, 1, false, false>"
-    f = plan.plan_rms_norm_quant("fp16", 9, "int8", mode="per_token", round_input=True, residual=True)
+    f = quant_plan.plan_rms_norm_quant("fp16", 9, "int8", mode="per_token", round_input=True, residual=True)
     assert f.aligned_latency_expression == \
         "pyrms::fused_add_rms_norm_quant_kernel<__half, signed char, 1, true, false, 1, 1, true, true>"
     assert len(p.group) == len(set(p.group)) == 14 and p.expression in p.group and p.latency_expression in p.group
     with pytest.raises(ValueError, match="mode must be one of"):
-        plan.plan_rms_norm_quant("bf16", 8, "int8", mode="per_block")
+        quant_plan.plan_rms_norm_quant("bf16", 8, "int8", mode="per_block")
     with pytest.raises(ValueError, match="quantized output dtype 'float16' is not supported"):
-        plan.plan_rms_norm_quant("bf16", 8, "float16")
+        quant_plan.plan_rms_norm_quant("bf16", 8, "float16")
 
 
 def test_per_group_plans_use_the_group_kernels():
     """per_group: the same row (block, cache) and unit size, its own entry point without MODE; the group size is
     a run-time argument (group_shift), so one unit serves 64 and 128."""
-    g = plan.plan_rms_norm_quant("bf16", 7168, "float8_e4m3fn", mode="per_group")
-    base = plan.plan_rms_norm("bf16", 7168)
+    g = quant_plan.plan_rms_norm_quant("bf16", 7168, "float8_e4m3fn", mode="per_group")
+    base = rms_plan.plan_rms_norm("bf16", 7168)
     assert (g.block, g.cache, g.group_size, g.group_shift) == (base.block, base.cache, 128, 7)
     assert g.expression == "pyrms::rms_norm_group_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, false, false, 4, 1, false, false>"
-    f = plan.plan_rms_norm_quant("float32", 64, "int8", mode="per_group", group=64, residual=True, round_input=True)
+    f = quant_plan.plan_rms_norm_quant("float32", 64, "int8", mode="per_group", group=64, residual=True, round_input=True)
     assert f.aligned_latency_expression == \
         "pyrms::fused_add_rms_norm_group_quant_kernel<float, signed char, true, false, 1, 1, true, true>"
     assert f.group_shift == 6 and len(f.group) == 14
-    assert plan.plan_rms_norm_quant("bf16", 1024, "int8", mode="per_group", group=64).group == \
-        plan.plan_rms_norm_quant("bf16", 4096, "int8", mode="per_group").group
-    assert plan.plan_rms_norm_quant("bf16", 65536, "int8", mode="per_group", group=64).group_size == 64
+    assert quant_plan.plan_rms_norm_quant("bf16", 1024, "int8", mode="per_group", group=64).group == \
+        quant_plan.plan_rms_norm_quant("bf16", 4096, "int8", mode="per_group").group
+    assert quant_plan.plan_rms_norm_quant("bf16", 65536, "int8", mode="per_group", group=64).group_size == 64
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -64,14 +68,14 @@ def test_per_group_plans_refuse(kwargs, message):
     kwargs.setdefault("mode", "per_group")
     hidden = kwargs.pop("hidden")
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        plan.plan_rms_norm_quant("bf16", hidden, "int8", **kwargs)
+        quant_plan.plan_rms_norm_quant("bf16", hidden, "int8", **kwargs)
 
 
 @pytest.mark.parametrize("out_dtype", QUANT)
 def test_kernels_compile_and_store_through_their_conversions(out_dtype):
     """Every CACHE/shape variant of one unit compiles; the PTX converts with the saturating cvt and stores
     8-byte output vectors beside bf16 rows (Vec<T>::N one-byte elements)."""
-    p = plan.plan_rms_norm_quant("bf16", 5120, out_dtype, mode="per_token")
+    p = quant_plan.plan_rms_norm_quant("bf16", 5120, out_dtype, mode="per_token")
     ptx = compiler.compile_source(p.source, arch="sm_90", name_expressions=p.group, use_cache=False,
                                   want_ptx=True).ptx
     ptx = ptx.decode() if isinstance(ptx, (bytes, bytearray)) else ptx
@@ -86,7 +90,7 @@ def test_kernels_compile_and_store_through_their_conversions(out_dtype):
 def test_group_kernels_compile(dtype, out_dtype, residual):
     """The group kernels of one unit compile: the segmented butterfly of the group maxima, the group's scale
     stored, the conversions and 8- or 4-byte output vectors, every division correctly rounded."""
-    p = plan.plan_rms_norm_quant(dtype, 7168, out_dtype, mode="per_group", residual=residual)
+    p = quant_plan.plan_rms_norm_quant(dtype, 7168, out_dtype, mode="per_group", residual=residual)
     ptx = compiler.compile_source(p.source, arch="sm_90", name_expressions=p.group, use_cache=False,
                                   want_ptx=True).ptx
     ptx = ptx.decode() if isinstance(ptx, (bytes, bytearray)) else ptx
@@ -139,23 +143,23 @@ def test_twin_quantizes_the_normalized_rows():
     rng = np.random.default_rng(3)
     x = rng.uniform(-2, 2, (3, 37)).astype(dtypes.BFLOAT16.numpy)
     w = rng.uniform(-1, 1, 37).astype(dtypes.BFLOAT16.numpy)
-    y = reference.normalized_twin(x, w, 1e-6, block=32)
+    y = quant_twin.normalized_twin(x, w, 1e-6, block=32)
     xf = x.astype(np.float32)
     inv = reference.row_stats_twin(xf, 1e-6, 32, 0, 8)[1]
     assert np.array_equal(y, (xf * inv[:, None]) * w.astype(np.float32))
-    rounded = reference.normalized_twin(x, w, 1e-6, block=32, round_input=True)
-    assert np.array_equal(rounded, reference.rms_norm_twin(x, w, 1e-6, block=32).astype(np.float32))
+    rounded = quant_twin.normalized_twin(x, w, 1e-6, block=32, round_input=True)
+    assert np.array_equal(rounded, rms_twin.rms_norm_twin(x, w, 1e-6, block=32).astype(np.float32))
     # norm_out = round_T(y): rms_norm's output with round_once where y is not rounded (testing.check_rms_norm_quant)
-    once = reference.rms_norm_twin(x, w, 1e-6, block=32, round_once=True)
+    once = rms_twin.rms_norm_twin(x, w, 1e-6, block=32, round_once=True)
     assert np.array_equal(y.astype(x.dtype).view(np.uint16), once.view(np.uint16))
-    assert not np.array_equal(once.view(np.uint16), reference.rms_norm_twin(x, w, 1e-6, block=32).view(np.uint16))
-    q, scales = reference.rms_norm_quant_twin(x, w, 1e-6, "int8", block=32, mode="per_token")
+    assert not np.array_equal(once.view(np.uint16), rms_twin.rms_norm_twin(x, w, 1e-6, block=32).view(np.uint16))
+    q, scales = quant_twin.rms_norm_quant_twin(x, w, 1e-6, "int8", block=32, mode="per_token")
     assert np.array_equal(scales, np.maximum(np.abs(y).max(axis=1) / np.float32(127), np.float32(2**-23)))
     assert np.abs(q.astype(np.int64)).max() == 127
-    q2, none, total = reference.fused_add_rms_norm_quant_twin(x, x, w, 1e-6, "float8_e4m3fn", block=32, scale=0.01)
+    q2, none, total = quant_twin.fused_add_rms_norm_quant_twin(x, x, w, 1e-6, "float8_e4m3fn", block=32, scale=0.01)
     assert none is None and np.array_equal(total, (xf + xf).astype(x.dtype))
     assert np.array_equal(q2.view(np.uint8),
-                          reference.quantize_static(reference.normalized_twin(total, w, 1e-6, block=32), 0.01,
+                          quant_twin.quantize_static(quant_twin.normalized_twin(total, w, 1e-6, block=32), 0.01,
                                                     "float8_e4m3fn").view(np.uint8))
 
 
@@ -217,9 +221,9 @@ def test_norm_out_launch_arguments(qfake):
 def test_norm_out_plans_name_their_own_kernels():
     """NORM_OUT is a template flag after ROUND_INPUT: its kernels are a unit of their own, and the others'
     expressions (and so their code) do not change."""
-    p = plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn", mode="per_group", norm_out=True)
+    p = quant_plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn", mode="per_group", norm_out=True)
     assert p.expression == "pyrms::rms_norm_group_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, false, true, 4, 1, false, false>"
-    plain = plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn", mode="per_group")
+    plain = quant_plan.plan_rms_norm_quant("bf16", 5120, "float8_e4m3fn", mode="per_group")
     assert set(p.group).isdisjoint(plain.group) and len(p.group) == len(plain.group)
 
 
@@ -235,7 +239,7 @@ def test_per_group_launch_arguments(qfake):
     pyrms.rms_norm_quant(O, X, W, 1e-6, 5, 1024, scale=S, mode="per_group", scale_stride=10, out_stride=1030)
     few, many, padded, strided = _launches(fake)
     assert few[6] == (O + 3, 0, X, W, S, 56, 1, pytest.approx(1e-6), 7, 0, 7168, 7168, 7168, 7168)
-    assert many[1:3] == ((300, 1, 1), (plan.plan_rms_norm("bf16", 1024).block, 1, 1))
+    assert many[1:3] == ((300, 1, 1), (rms_plan.plan_rms_norm("bf16", 1024).block, 1, 1))
     assert many[6][4:] == (S + 4, 1, 300, pytest.approx(1e-6), 6, 1, 1024, 1024, 1024, 1024)
     assert padded[6][4:7] == (S, 1, 8) and strided[6][4:7] == (S, 10, 1) and strided[6][-2] == 1030
     fake.param_kinds = ("ptr",) * 6 + ("i64", "i64", "f32", "i32", "i32", "i32", "i64", "i64", "i64", "i64")

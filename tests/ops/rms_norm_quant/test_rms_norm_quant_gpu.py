@@ -111,7 +111,7 @@ def test_many_rows_and_pdl_off(rng, dtype):
 
 # --- per group ---------------------------------------------------------------------------------------
 # (group, hidden): one group, a few groups of 64 (a misaligned row splits every group boundary inside a
-# vector), DeepSeek's 7168 in groups of 128, and the most groups a row may have (plan.MAX_GROUPS).
+# vector), DeepSeek's 7168 in groups of 128, and the most groups a row may have (the quant plan's MAX_GROUPS).
 GROUP_SHAPES = [(64, 64), (64, 192), (128, 1408), (128, 7168), (64, 65536)]
 
 

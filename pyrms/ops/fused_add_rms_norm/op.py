@@ -1,12 +1,13 @@
 """``pyrms.fused_add_rms_norm``: residual add + RMSNorm in place (kernel: cuda_src/fused_add_rms_norm.cu)."""
 from __future__ import annotations
 
-from .. import driver, dtypes
-from .. import plan as planner
-from . import _operands as check
-from . import _placement
-from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
-from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
+from ... import driver, dtypes
+from ... import plan as planner
+from .. import _operands as check
+from .. import _placement
+from ..._types import DTypeLike, Operand, OptionalOperand, StreamLike
+from .._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
+from . import plan as fused_plan
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 # fused_add_rms_norm_out_kernel: out first, its row stride last.
@@ -27,7 +28,7 @@ class Prepared:
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
-        p = planner.plan_fused_add_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once),
+        p = fused_plan.plan_fused_add_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once),
                                             weight_dtype=weight_dtype, sum_precision=sum_precision,
                                             residual_dtype=residual_dtype, out_dtype=out_dtype)
         self.has_out = p.out != "same"
@@ -159,7 +160,7 @@ def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, i
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
     dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-    p = planner.plan_fused_add_rms_norm(dt, 1, gemma=bool(gemma), weight_dtype=weight_dtype,  # checked
+    p = fused_plan.plan_fused_add_rms_norm(dt, 1, gemma=bool(gemma), weight_dtype=weight_dtype,  # checked
                                         sum_precision=sum_precision, residual_dtype=residual_dtype,
                                         out_dtype=out_dtype)
     if p.out == "same" and (out is not None or out_stride is not None):

@@ -4,16 +4,16 @@
 ``pyrms.rms_norm`` comes here when its rows are not one stride apart (``num_tokens`` a tuple of
 leading sizes, ``input_stride``/``out_stride`` tuples, or arrays whose leading dimensions do not
 collapse), when ``weight_stride`` gives a weight per outer row, and, for plain layouts, to launch
-many short rows packed several to a warp (plan.RmsNormPlan.lanes). Same tree, same bits.
+many short rows packed several to a warp (rms_plan.RmsNormPlan.lanes). Same tree, same bits.
 """
 from __future__ import annotations
 
 import numbers
 
-from .. import dtypes, kernels, launch
-from .. import plan as planner
-from . import _operands as check
-from . import _placement, _views
+from ... import dtypes, kernels, launch
+from .. import _operands as check
+from .. import _placement, _views
+from . import plan as rms_plan
 
 SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i64", "i64")
 _MAX_ELEMS = check.INT64_MAX // 16  # byte offsets of every dtype fit in 64 bits (check.extent)
@@ -27,7 +27,7 @@ class NdLaunch:
 
     __slots__ = ("kernel", "aligned", "launch", "per_block", "align_mask")
 
-    def __init__(self, p: planner.RmsNormPlan, strides: tuple[int, ...], w_stride: int, device, pdl: bool):
+    def __init__(self, p: rms_plan.RmsNormPlan, strides: tuple[int, ...], w_stride: int, device, pdl: bool):
         self.kernel = kernels.get(p.source, p.nd_expression, p.nd_group, SIGNATURE, device)
         self.aligned = None
         if p.nd_aligned_expression and p.aligned_layout(*strides) and w_stride * p.weight_itemsize % 16 == 0:
@@ -76,7 +76,7 @@ class NdPrepared:
 
     def __init__(self, device, dtype, hidden, input_strides, out_strides, gemma, round_once, pdl, weight_dtype,
                  weight_stride, out_dtype=None):
-        from ._prepared import use_pdl
+        from .._prepared import use_pdl
 
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
@@ -85,7 +85,7 @@ class NdPrepared:
         self.x_strides = lead_strides("input_stride", input_strides, sizes, hidden)
         self.o_strides = lead_strides("out_stride", out_strides, sizes, hidden)
         self.ndim, self.hidden, self.itemsize = ndim, hidden, dt.itemsize
-        p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once), weight_dtype=weight_dtype,
+        p = rms_plan.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once), weight_dtype=weight_dtype,
                                   out_dtype=out_dtype)
         self.o_itemsize = p.out_dtype.itemsize  # the rows' itemsize, or 4 for an fp32 output
         self.o_mask = self.o_itemsize - 1
@@ -170,7 +170,7 @@ def explain(out, input, weight, epsilon, num_tokens, hidden: int, dt: dtypes.DTy
     if p.weight_dtype:
         check.no_partial_overlap(o, o_span, w, (weight, weight + w_elems * p.weight_itemsize), may_alias=False)
     check.stream(stream)
-    from .. import driver  # last: a missing driver is reported after the arguments
+    from ... import driver  # last: a missing driver is reported after the arguments
 
     placed = dict(zip(("out", "input", "weight"), (out, input, weight) if p.weight_dtype else (out, input)))
     _placement.check(driver.selected_device(), placed, stream)

@@ -1,17 +1,19 @@
 """``pyrms.rms_norm_quant`` and ``pyrms.fused_add_rms_norm_quant``: RMSNorm (after vLLM's residual add) with
 an fp8 or int8 output and a static, per-token or per-group scale (kernels: cuda_src/rms_norm_quant.cu; the
-semantics: docs/numerics.md, "Quantized outputs"; the twin: pyrms.reference.rms_norm_quant_twin)."""
+semantics: docs/numerics.md, "Quantized outputs"; the twin: pyrms.quant_twin.rms_norm_quant_twin)."""
 from __future__ import annotations
 
 import math
 import numbers
 
-from .. import driver, dtypes
-from .. import plan as planner
-from . import _adapter, _operands as check, _quant_arrays
-from . import _placement
-from .._types import DTypeLike, Operand, OptionalOperand, StreamLike
-from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
+from ... import driver, dtypes
+from ... import plan as planner
+from .. import _adapter, _operands as check
+from . import arrays as _quant_arrays
+from .. import _placement
+from ..._types import DTypeLike, Operand, OptionalOperand, StreamLike
+from .._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
+from . import plan as quant_plan
 
 # Leading arguments: out, norm_out, input, [residual,] weight, scales, given_ptr, given, epsilon; then the packed
 # tail (hidden, the row strides, out's and norm_out's last). Per group: out, norm_out, input, [residual,] weight,
@@ -70,7 +72,7 @@ class Prepared:
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         self.norm_out = norm_out = check.flag("norm_out", norm_out)
         _no_lone_norm_out_stride(norm_out, norm_out_stride)
-        p = planner.plan_rms_norm_quant(dt, hidden, out_dtype, mode=mode, round_input=check.flag("round_input", round_input),
+        p = quant_plan.plan_rms_norm_quant(dt, hidden, out_dtype, mode=mode, round_input=check.flag("round_input", round_input),
                                         residual=bool(residual), group=group_size, norm_out=norm_out)
         ue8m0, column_major = check.flag("ue8m0", ue8m0), check.flag("column_major_scales", column_major_scales)
         self.grouped = mode == "per_group"
@@ -175,7 +177,7 @@ def rms_norm_quant(out: Operand, input: Operand, weight: Operand, epsilon: float
       ``(num_tokens,)`` or ``(num_tokens, 1)``; ``q = saturate(round(y / s))``. ``scale_ub`` (float8 outputs
       only): None, a float > 0, or one fp32 the kernel reads (a device pointer, or a one-element float32 array).
     - ``'per_group'``: the same per group of ``group_size`` (64 or 128, default 128; it must divide
-      hidden_size, at most plan.MAX_GROUPS groups) consecutive elements of a row, without scale_ub; with
+      hidden_size, at most quant_plan.MAX_GROUPS groups) consecutive elements of a row, without scale_ub; with
       ``ue8m0`` each scale is rounded up to a power of two (DeepSeek's UE8M0). ``scale``: a device pointer (int)
       to the (num_tokens, hidden_size / group_size) fp32 scales, row-major with row stride ``scale_stride``
       (default: the groups), or with ``column_major_scales`` stored transposed, (groups, num_tokens) row-major
@@ -259,7 +261,7 @@ def _arrays(out, scale, scale_ub, out_dtype, out_stride, num_tokens, hidden_size
         elif mode == "per_group":  # the groups of a valid group_size (the plan's checks, with their messages)
             rows, hidden = check.sizes(num_tokens, hidden_size)
             group_size, ue8m0, column_major, scale_stride = grouping
-            groups = hidden // planner.plan_rms_norm_quant(dtypes.BFLOAT16 if dtype is None else dtype, hidden,
+            groups = hidden // quant_plan.plan_rms_norm_quant(dtypes.BFLOAT16 if dtype is None else dtype, hidden,
                                                            _OUT_DTYPE if out_dtype is None else out_dtype, mode=mode,
                                                            group=group_size).group_size
             scale, scale_stride = _quant_arrays.group_scale_array(
@@ -322,10 +324,10 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
     check.epsilon(epsilon)
     dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
     qt = dtypes.quantized(out_dtype)
-    if mode not in planner.QUANT_MODES:
-        raise ValueError(f"mode must be one of {planner.QUANT_MODES}, got {mode!r}")
+    if mode not in quant_plan.QUANT_MODES:
+        raise ValueError(f"mode must be one of {quant_plan.QUANT_MODES}, got {mode!r}")
     group_size, ue8m0, column_major, scale_stride = grouping
-    p = planner.plan_rms_norm_quant(dt, hidden, qt, mode=mode, group=group_size)
+    p = quant_plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, group=group_size)
     check.flag("ue8m0", ue8m0)
     check.flag("column_major_scales", column_major)
     names = ["out", "input", *(["residual"] if residual else []), "weight"]

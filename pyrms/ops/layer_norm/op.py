@@ -1,13 +1,14 @@
-"""``pyrms.layer_norm`` and ``pyrms.layer_norm_backward`` (kernels: cuda_src/layer_norm.cu)."""
+"""``pyrms.layer_norm`` and ``pyrms.layer_norm_backward`` (kernels: cuda_src/layer_norm.cu, cuda_src/layer_norm_backward.cu)."""
 from __future__ import annotations
 
-from .. import driver, dtypes
-from .. import plan as planner
-from . import _operands as check
-from . import _placement
-from ._backward import norm_backward
-from .._types import DTypeLike, OptionalOperand, Operand, StreamLike, Workspace
-from ._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
+from ... import driver, dtypes
+from ... import plan as planner
+from .. import _operands as check
+from .. import _placement
+from ..rms_norm_backward.prepared import norm_backward
+from ..._types import DTypeLike, OptionalOperand, Operand, StreamLike, Workspace
+from .._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
+from . import plan as ln_plan
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; tests.support.testing.forced_row_variant).
@@ -27,7 +28,7 @@ class Prepared:
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
         if not has_weight:
             check.no_weight(weight_dtype)
-        p = planner.plan_layer_norm(dt, hidden, bias=has_bias, weight=has_weight, weight_dtype=weight_dtype,
+        p = ln_plan.plan_layer_norm(dt, hidden, bias=has_bias, weight=has_weight, weight_dtype=weight_dtype,
                                     out_dtype=out_dtype)
         self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
                                 (x_stride, o_stride))
@@ -142,7 +143,7 @@ def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, 
     if weight is None:
         check.no_weight(weight_dtype)
     dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-    p = planner.plan_layer_norm(dt, 1, weight=weight is not None, weight_dtype=weight_dtype, out_dtype=out_dtype)
+    p = ln_plan.plan_layer_norm(dt, 1, weight=weight is not None, weight_dtype=weight_dtype, out_dtype=out_dtype)
     vectors = {name: v for name, v in (("weight", weight), ("bias", bias)) if v is not None}
     params = {} if p.param_dtype is dt else vectors  # fp32 gamma and beta: [hidden] vectors of their own dtype
     _, _, r = check.layout(num_tokens, hidden, dtype, rows={"input": (input, input_stride, "input_stride")},

@@ -1,8 +1,8 @@
 """``pyrms.rms_norm_backward``: dx and dweight of RMSNorm (kernels: cuda_src/rms_norm_backward.cu)."""
 from __future__ import annotations
 
-from ._backward import norm_backward
-from .._types import DTypeLike, Operand, OptionalOperand, StreamLike, Workspace
+from .prepared import norm_backward
+from ..._types import DTypeLike, Operand, OptionalOperand, StreamLike, Workspace
 
 
 def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_output: Operand, input: Operand,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from .. import dtypes
-from . import _adapter, _operands as check
+from ... import dtypes
+from .. import _adapter, _operands as check
 
 
 def quantized_out(value, stride, out_dtype, num_tokens, hidden_size) -> tuple[int, int, dtypes.QuantDType, int, int]:

@@ -1,14 +1,15 @@
 """``pyrms.rms_norm``: RMSNorm forward on device pointers or arrays (kernel: cuda_src/rms_norm.cu)."""
 from __future__ import annotations
 
-from .. import driver, dtypes
-from .. import plan as planner
-from . import _operands as check
-from .._types import DTypeLike, OptionalOperand, Operand, StreamLike
-from . import _placement, _views
-from ._prepared import PreparedCache, RowLaunches, use_pdl
-from .rms_norm_nd import NdLaunch, NdPrepared, is_nd, lead_sizes, lead_strides
-from .rms_norm_nd import explain as explain_nd
+from ... import driver, dtypes
+from ... import plan as planner
+from .. import _operands as check
+from ..._types import DTypeLike, OptionalOperand, Operand, StreamLike
+from .. import _placement, _views
+from .._prepared import PreparedCache, RowLaunches, use_pdl
+from .nd import NdLaunch, NdPrepared, is_nd, lead_sizes, lead_strides
+from .nd import explain as explain_nd
+from . import plan as rms_plan
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 _NAMES = ("out", "input", "weight")
@@ -33,7 +34,7 @@ class Prepared:
         dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
-        p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once), weight_dtype=weight_dtype,
+        p = rms_plan.plan_rms_norm(dt, hidden, gemma=bool(gemma), round_once=bool(round_once), weight_dtype=weight_dtype,
                                   out_dtype=out_dtype)
         # The weight: none (a null pointer, never read), or of p.weight_itemsize bytes per element.
         self.weightless = p.weight == "none"
@@ -230,7 +231,7 @@ def _explain_nd(out, input, weight, epsilon, num_tokens, hidden_size, dtype, inp
         raise TypeError("num_tokens and hidden_size are required when every operand is a raw pointer")
     hidden = check.size("hidden_size", hidden_size)
     dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
-    p = planner.plan_rms_norm(dt, hidden, gemma=bool(gemma), weight_dtype=weight_dtype, out_dtype=out_dtype)
+    p = rms_plan.plan_rms_norm(dt, hidden, gemma=bool(gemma), weight_dtype=weight_dtype, out_dtype=out_dtype)
     explain_nd(out, input, weight, epsilon, num_tokens, hidden, dt, p, input_stride, out_stride, weight_stride, stream)
 
 
@@ -241,7 +242,7 @@ def _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     check.epsilon(epsilon)
     dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
-    p = planner.plan_rms_norm(dt, 1, gemma=bool(gemma), weight_dtype=weight_dtype,
+    p = rms_plan.plan_rms_norm(dt, 1, gemma=bool(gemma), weight_dtype=weight_dtype,
                               out_dtype=out_dtype)  # the weight's and the output's kinds, checked
     odt = p.out_dtype
     x_stride = check.stride_arg("input_stride", input_stride, hidden)

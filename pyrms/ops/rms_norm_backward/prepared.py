@@ -1,14 +1,14 @@
 """The launch shared by ``pyrms.rms_norm_backward`` and ``pyrms.layer_norm_backward``
-(kernels: cuda_src/norm_backward.cuh, instantiated in rms_norm_backward.cu and layer_norm.cu)."""
+(kernels: cuda_src/norm_backward.cuh, instantiated in rms_norm_backward.cu and layer_norm_backward.cu)."""
 from __future__ import annotations
 
 import contextlib
 
-from .. import driver, dtypes, kernels
-from .. import plan as planner
-from . import _operands as check
-from . import _placement, _workspace
-from ._prepared import Pointers, PreparedCache, scalars_ok, use_pdl
+from ... import driver, dtypes, kernels
+from .. import _operands as check
+from .. import _placement, _workspace
+from .._prepared import Pointers, PreparedCache, scalars_ok, use_pdl
+from . import plan as bwd_plan
 
 _ROWS_SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32", "i64", "i32",
                    "i32")
@@ -25,7 +25,7 @@ def backward_workspace_bytes(num_tokens: int, hidden_size: int, *, layer_norm: b
     With a weight, LayerNorm's workspace holds both sums whether grad_bias is asked for or not."""
     num_tokens = check.size("num_tokens", num_tokens)
     hidden = check.size("hidden_size", hidden_size)
-    p = planner.plan_norm_backward("float32", hidden, layer_norm=check.flag("layer_norm", layer_norm),
+    p = bwd_plan.plan_norm_backward("float32", hidden, layer_norm=check.flag("layer_norm", layer_norm),
                                    weight=check.flag("weight", weight), grad_bias=check.flag("grad_bias", grad_bias))
     return p.workspace_bytes(num_tokens, rows_per_block_arg(rows_per_block, p.chunk_rows))
 
@@ -63,7 +63,7 @@ class Prepared:
             ("input_stride", input_stride)))
         grad_bias = bool(layer_norm and grad_bias)
         self.weightless = weightless = bool(weightless)
-        p = self.plan = planner.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
+        p = self.plan = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
                                                    weight=not weightless, grad_bias=grad_bias)
         self.rows_per_block = rows_per_block_arg(rows_per_block, p.chunk_rows)  # None: planned per call
         self.rows_kernel = kernels.get(p.source, p.expression, p.group, _ROWS_SIGNATURE, device)
@@ -72,7 +72,7 @@ class Prepared:
         if p.shared_bytes:  # opt in whenever dynamic shared memory is used: the kernel's static shared memory
             # counts against the 48 KiB default too, so 48 KiB of sums alone may already not fit (found by
             # the randomized check: fp32, hidden 12280, 49,120 bytes of sums failed with INVALID_VALUE)
-            self.rows_kernel.set_max_dynamic_shared(planner.SHARED_SUMS_LIMIT)
+            self.rows_kernel.set_max_dynamic_shared(bwd_plan.SHARED_SUMS_LIMIT)
         self.hidden, self.itemsize = hidden, dt.itemsize
         self.max_rows = check.max_rows(hidden, *self.strides)
         gi, go, x = self.strides
@@ -188,7 +188,7 @@ def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon
                               params_dtype=grad_weight_dtype)
     strides = (r["grad_input"].stride, r["grad_output"].stride, r["input"].stride)
     grad_bias = "grad_bias" in params
-    p = planner.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
+    p = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
                                    weight=not weightless, grad_bias=grad_bias)
     per_call = rows_per_block_arg(rows_per_block, p.chunk_rows)
     own = None if workspace is None else check.workspace(workspace, p.workspace_bytes(num_tokens, per_call))

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .. import driver, dtypes, kernels, launch
-from . import _operands as check
-from . import _placement
-from ._prepared import PreparedCache, scalars_ok
-from .._types import DTypeLike, Operand, StreamLike
+from ... import driver, dtypes, kernels, launch
+from .. import _operands as check
+from .. import _placement
+from .._prepared import PreparedCache, scalars_ok
+from ..._types import DTypeLike, Operand, StreamLike
 
 _SIGNATURE = ("ptr", "ptr", "ptr", "f32")
 

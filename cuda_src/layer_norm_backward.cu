@@ -1,0 +1,31 @@
+// LayerNorm backward, with nothing saved by the forward: the row statistics are recomputed in
+// layer_norm.cu's order (pyrms::row_stats with the forward's fold width), so they are the forward's bit for bit.
+//
+//   x_hat = (x - mean) * inv,  g = w * dy
+//   dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
+//   dw = sum over rows of dy * x_hat,  db = sum over rows of dy   (fp32, fixed order)
+// Every step is one explicitly rounded fp32 operation (__fsub_rn, __fmul_rn, ...: no FMA), so
+// norm_backward_twin (pyrms/ops/rms_norm_backward/twin.py) reproduces the kernels bit for bit.
+//
+// layer_norm_backward_kernel<T, V, W, DBIAS> + sum_partials_kernel<OutT>: see norm_backward.cuh (dw and
+// db are two planes of the workspace, summed by two launches of sum_partials_kernel). W = void: no
+// weight (g = dy, no dw); DBIAS = false (without a weight only) sums nothing: no workspace, no kernel 2.
+#include "norm_backward.cuh"
+
+namespace pyrms {
+
+// W: T, or void (no weight; weight not read). DBIAS: sum dbias (always with a weight: one variant, whose
+// dbias plane the launcher sums only when asked); partials are not read when nothing is summed.
+template <typename T, int V, typename W = T, bool DBIAS = true>
+__global__ void __launch_bounds__(backward_max_threads(V, true), 1) layer_norm_backward_kernel(
+    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
+    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
+    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
+    int fold) {
+    static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
+    norm_backward_rows<T, V, true, false, W, DBIAS>(grad_input, partials, grad_output, input, weight, epsilon, rows,
+                                                    hidden, grad_input_stride, grad_output_stride, input_stride,
+                                                    chunk_rows, rows_per_block, ws_stride, sums_in_shared, fold);
+}
+
+}  // namespace pyrms

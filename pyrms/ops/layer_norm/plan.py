@@ -1,0 +1,47 @@
+"""layer_norm's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ... import dtypes
+from ...plan import _RowPlan, _WeightAndOutKinds, block_and_cache, out_kind, weight_kind
+
+
+@dataclass(frozen=True)
+class LayerNormPlan(_WeightAndOutKinds, _RowPlan):
+    bias: bool = True  # False: y = x_hat * w, no bias term
+    weightless: bool = False  # True: no weight (w = 1), the kernels' W = void
+    fp32_params: bool = False  # True: weight and bias in fp32 beside bf16/fp16 rows (W = float)
+    out: str = "same"  # OUT_KINDS
+
+    kernel = "layer_norm_kernel"
+    source = "layer_norm.cu"
+
+    FLAGS = ("bias",)
+
+    @property
+    def weight(self) -> str:
+        """The weight's kind (WEIGHT_KINDS); the bias, if any, is of the same dtype (of the rows' without a weight)."""
+        return "none" if self.weightless else "float32" if self.fp32_params else "same"
+
+    @property
+    def param_dtype(self) -> dtypes.DType:
+        """The weight's and the bias's dtype."""
+        return dtypes.FLOAT32 if self.fp32_params else self.dtype
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        """Every kernel of layer_norm.cu for one dtype, weight and output kind, with and without bias (the
+        backward is a unit of its own: layer_norm_backward.cu)."""
+        return self._group((True,)) + self._group((False,))
+
+
+def plan_layer_norm(dtype, hidden: int, *, bias: bool = True, weight: bool = True, weight_dtype=None,
+                    out_dtype=None) -> LayerNormPlan:
+    """weight=False: no weight (torch.nn.LayerNorm(elementwise_affine=False) when bias is False too);
+    weight_dtype: the weight's and the bias's dtype (None: the rows'; float32 beside bf16/fp16 rows);
+    out_dtype: as plan_rms_norm's."""
+    dt = dtypes.get(dtype)
+    fp32 = weight and weight_dtype is not None and weight_kind(dt, weight_dtype) == "float32"
+    return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden), bool(bias), not weight, fp32,
+                         out_kind(dt, out_dtype))

@@ -1,0 +1,52 @@
+"""LayerNorm's registry entries: the forward, and the backward (layer_norm_backward.cu)."""
+from __future__ import annotations
+
+from functools import partial
+
+from ..registry import Inspect, OpSpec, Unit
+from .._spec_common import COMMON_CASE_OPTIONS, out_options, weight_options
+from ..rms_norm_backward.plan import plan_norm_backward
+from ..rms_norm_backward.spec import backward_operands, backward_option_sets, backward_unit
+from .plan import LayerNormPlan, plan_layer_norm
+
+_ABOUT = ("pyrms::layer_norm_kernel (forward), planned like rms_norm; weightless = no weight; fp32_params = fp32 "
+          "weight and bias; out=float32")
+
+
+def _option_sets(dt) -> list[dict]:
+    return [dict(bias=b, weight_dtype=w, out_dtype=o) for o in out_options(dt) for w in weight_options(dt)
+            for b in (True, False)]
+
+
+def _unit(dt, hidden, *, bias=True, weight_dtype=None, out_dtype=None) -> Unit:
+    # one unit per dtype: with and without bias, forward and backward; one without a weight; and the mixed
+    # ones (fp32 weight and bias, fp32 output: the forward only)
+    p = plan_layer_norm(dt, hidden, bias=bias, weight=weight_dtype != "none",
+                        weight_dtype=None if weight_dtype == "none" else weight_dtype, out_dtype=out_dtype)
+    label = "" if p.weight == "same" else f" weight={p.weight}"
+    outs = " out=float32" if p.out != "same" else ""
+    return Unit(p.source, tuple(p.group), f"{p.source} {dt.name}{label}{outs}")
+
+
+def _operands(*, in_place=None, bias=True, weight=True, **_):
+    return ("input",) if in_place else ("input", "out"), ("weight",) * weight + ("bias",) * bias
+
+
+LAYER_NORM = OpSpec(
+    name="layer_norm", module="pyrms.ops.layer_norm.op", source=LayerNormPlan.source, flags=(),
+    option_sets=_option_sets, unit=_unit,
+    inspect=Inspect("row", _ABOUT, plan_layer_norm, {"bias": True, "weightless": False, "fp32_params": False}),
+    check="row", operands=_operands, case_options=COMMON_CASE_OPTIONS + ("variant", "in_place", "bias", "out_kind"),
+    random=True)
+
+LAYER_NORM_BACKWARD = OpSpec(
+    name="layer_norm_backward", module="pyrms.ops.layer_norm.op", source="layer_norm_backward.cu", flags=(),
+    option_sets=backward_option_sets(True), unit=backward_unit(True),
+    inspect=Inspect("backward", "pyrms::layer_norm_backward_kernel (dx and the per-chunk dweight, dbias sums); "
+                    "weightless = no weight (dx, and dbias unless grad_bias=false)", partial(plan_norm_backward, layer_norm=True),
+                    {"grad_bias": True}),
+    check="backward", operands=backward_operands(True),
+    case_options=COMMON_CASE_OPTIONS + ("in_place", "grad_bias", "grad_dtype", "rows_per_block", "own_workspace"),
+    random=True)
+
+SPECS = (LAYER_NORM, LAYER_NORM_BACKWARD)

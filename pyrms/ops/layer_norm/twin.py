@@ -1,0 +1,35 @@
+"""layer_norm's numpy references and bit-exact twin (the row core's twin is pyrms.reference)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import dtypes
+from ...reference import F32, _as_2d, _one_nan, _out, row_stats_twin
+
+
+def layer_norm_ref(x, weight, bias, epsilon):
+    """float64 LayerNorm of the rows of x: (x - mean) / sqrt(var + eps) * w + b (population variance;
+    weight None: w = 1, bias None: b = 0)."""
+    x64 = _as_2d(x).astype(np.float64)
+    centered = x64 - x64.mean(axis=1, keepdims=True)
+    inv = 1.0 / np.sqrt(np.mean(centered * centered, axis=1, keepdims=True) + float(epsilon))
+    w64 = 1.0 if weight is None else np.asarray(weight).astype(np.float64)
+    b64 = 0.0 if bias is None else np.asarray(bias).astype(np.float64)
+    return centered * inv * w64 + b64
+
+
+def layer_norm_twin(x, weight, bias, epsilon, *, block, row_phases=0, out_dtype=None):
+    """Bit-exact twin of layer_norm_kernel: fp32 two-pass statistics, one rounding at the end (none for an
+    fp32 out_dtype beside bf16/fp16 rows). bias None: no bias term (no addition of 0, which would turn -0
+    into +0); weight None: no weight (the kernel's product by 1, exact). weight and bias: of the storage
+    dtype or float32, their fp32 values either way. A NaN output is the GPU's one NaN (_one_nan), as rms_norm's."""
+    x = _as_2d(x)
+    dt = dtypes.get(x.dtype)
+    xf = x.astype(F32)
+    mean, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems, centered=True)
+    y = (xf - mean[:, None]) * inv[:, None]
+    if weight is not None:
+        y = y * np.asarray(weight).astype(F32)
+    if bias is not None:
+        y = y + np.asarray(bias).astype(F32)
+    return _one_nan(y.astype(_out(dt, out_dtype).numpy))

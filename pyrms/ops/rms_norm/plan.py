@@ -1,0 +1,107 @@
+"""rms_norm's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ... import dtypes
+from ...plan import CACHE_CHOICES, PACKED_SHAPES, PACKED_THREADS, _RowPlan, _WeightAndOutKinds, _bool, block_and_cache, out_kind, packed_positions, weight_kind
+
+
+@dataclass(frozen=True)
+class RmsNormPlan(_WeightAndOutKinds, _RowPlan):
+    gemma: bool = False
+    round_once: bool = False
+    weight: str = "same"  # WEIGHT_KINDS
+    out: str = "same"  # OUT_KINDS
+
+    kernel = "rms_norm_kernel"
+    source = "rms_norm.cu"
+
+    FLAGS = ("gemma", "round_once")
+
+
+    @property
+    def packed_shape(self) -> tuple[int, int]:
+        """(LANES, CACHE) of the packed kernel (PACKED_SHAPES), or (0, 0) where rows are too long to pack (a
+        fold wider than a warp). Each position holds the plan's cache of fold steps; the positions of fewer
+        than 32 lanes' worth only where every alignment of the row leaves at most that many body vectors
+        (row_core.cuh: the positions past them must hold no element); prefix and tail fit any."""
+        if self.block != 32:
+            return 0, 0
+        body = self.hidden // self.dtype.vec_elems  # the most body vectors any alignment gives
+        return next((n, c) for n, c in PACKED_SHAPES
+                    if c // packed_positions(n, c) == self.cache and (body <= n * packed_positions(n, c) or n == 32))
+
+    @property
+    def lanes(self) -> int:
+        """Lanes per row of the packed shape (8 or 32), or 0 where rows are too long to pack."""
+        return self.packed_shape[0]
+
+    @property
+    def nd_block(self) -> int:
+        """Threads per block of rms_norm_nd_kernel: PACKED_THREADS for packed rows, else the fold."""
+        return PACKED_THREADS if self.lanes else self.block
+
+    @property
+    def nd_rows_per_block(self) -> int:
+        return PACKED_THREADS // self.lanes if self.lanes else 1
+
+    def _nd(self, lanes: int, cache: int, aligned: bool = False) -> str:
+        flags = ", ".join(_bool(f) for f in (aligned, *self._flags()))
+        return f"pyrms::rms_norm_nd_kernel<{self.dtype.ctype}, {cache}, {lanes}, {flags}{self._weight_type()}>"
+
+    @property
+    def nd_expression(self) -> str:
+        """The N-D kernel (rms_norm.cu's rms_norm_nd_kernel) for this hidden size: packed rows or one per block."""
+        return self._nd(*self.packed_shape) if self.lanes else self._nd(0, self.cache)
+
+    @property
+    def nd_aligned_expression(self) -> str | None:
+        """The packed kernel for rows that are all body (ALIGNED, as aligned_latency_expression); None
+        for rows too long to pack."""
+        return self._nd(*self.packed_shape, True) if self.lanes else None
+
+    @property
+    def nd_group(self) -> tuple[str, ...]:
+        """Every rms_norm_nd_kernel variant of one (dtype, options): a unit of its own (the N-D views,
+        the per-row weight, and many short rows of any layout), apart from the plain rows' group."""
+        return tuple([self._nd(0, c) for c in (0, *CACHE_CHOICES)]
+                     + [self._nd(n, c, a) for n, c in PACKED_SHAPES for a in (False, True)])
+
+    @property
+    def weight_dtype(self) -> dtypes.DType | None:
+        """The weight's dtype (None: no weight)."""
+        return {"same": self.dtype, "float32": dtypes.FLOAT32, "none": None}[self.weight]
+
+    @property
+    def weight_itemsize(self) -> int:
+        """Bytes per weight element (0: no weight)."""
+        return self.weight_dtype.itemsize if self.weight_dtype else 0
+
+
+def kernel_expression(dtype: dtypes.DType, cache: int, spread: int, gemma: bool, round_once: bool,
+                      early_weights: bool = False, aligned: bool = False) -> str:
+    """The name expression of one rms_norm.cu variant (for tools that time variants one by one)."""
+    return RmsNormPlan(dtype, 0, 0, cache, gemma, round_once)._expression(cache, spread, early_weights, aligned=aligned)
+
+
+def variant_group(dtype: dtypes.DType, gemma: bool, round_once: bool) -> tuple[str, ...]:
+    """Every variant of rms_norm.cu for one (dtype, options): one NVRTC run."""
+    return RmsNormPlan(dtype, 0, 0, 0, gemma, round_once).group
+
+
+def _rms_weight(dt: dtypes.DType, weight_dtype, gemma: bool) -> str:
+    kind = "same" if weight_dtype is None else weight_kind(dt, weight_dtype)
+    if kind == "none" and gemma:
+        raise ValueError("gemma needs a weight (it multiplies by 1 + weight); got weight=None")
+    return kind
+
+
+def plan_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool = False,
+                  weight_dtype=None, out_dtype=None) -> RmsNormPlan:
+    """weight_dtype: None or the dtype (the default), float32, or "none" (no weight); out_dtype: None or
+    the dtype (the default), or float32 beside bf16/fp16 rows."""
+    dt = dtypes.get(dtype)
+    block, cache = block_and_cache(dt, hidden)
+    return RmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once), _rms_weight(dt, weight_dtype, gemma),
+                       out_kind(dt, out_dtype))

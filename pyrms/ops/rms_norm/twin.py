@@ -1,0 +1,33 @@
+"""rms_norm's numpy references and bit-exact twin (the row core's twin is pyrms.reference)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import dtypes
+from ...reference import F32, _as_2d, row_stats_twin, scale_twin
+
+
+def rms_norm_ref(x, weight, epsilon, *, gemma=False):
+    """float64 RMSNorm of the rows of x: x / sqrt(mean(x^2) + eps) * w (w = 1 + weight for Gemma; 1
+    for weight None)."""
+    x64 = _as_2d(x).astype(np.float64)
+    w64 = np.float64(1.0) if weight is None else np.asarray(weight).astype(np.float64)
+    if gemma:
+        w64 = 1.0 + w64
+    inv = 1.0 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + float(epsilon))
+    return x64 * inv * w64
+
+
+def rms_norm_twin(x, weight, epsilon, *, block, row_phases=0, gemma=False, round_once=False, out_dtype=None):
+    """Bit-exact twin of rms_norm.cu.
+
+    x: (rows, hidden) in the storage dtype (numpy float16/float32 or ml_dtypes.bfloat16);
+    block: the launch's threads per block; row_phases: each input row's position inside its
+    16-byte vector, in elements (an int for all rows, or one per row); out_dtype: float32 for the fp32
+    output of bf16/fp16 rows (scale_twin), None for the rows' dtype. Out's alignment changes no arithmetic.
+    """
+    x = _as_2d(x)
+    dt = dtypes.get(x.dtype)
+    xf = x.astype(F32)
+    _, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems)
+    return scale_twin(xf, inv, weight, dt, gemma=gemma, round_once=round_once, out_dtype=out_dtype)

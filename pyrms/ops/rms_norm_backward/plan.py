@@ -1,0 +1,181 @@
+"""rms_norm_backward's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ... import dtypes
+from ...plan import _bool, block_and_cache
+
+
+# The backward kernels launch at most 512 threads of their own (rms_norm_backward's V = 2 variant needs
+# 128 registers), re-reading their rows (V = 0); the register-cached V = 1, 2 variants are compiled
+# too, as candidates for tools/tune_backward.py, which measured them slower (below). Their statistics
+# use the forward's fold width (NormBackwardPlan.stats_fold) whatever their block, so they are the forward's
+# by construction (row_core.cuh).
+BACKWARD_MAX_BLOCK = 512
+
+
+BACKWARD_VECTORS = (1, 2)
+
+
+# Backward rows re-read per pass (V = 0), about this many 16-byte vectors per thread: measured on
+# the H200 at 16384x5120 bf16 (bench/results/2026-11-30/tune_backward*.log, tools/tune_backward.py),
+# 128 threads x 5 vectors took 222 us, against 480 us for the register-cached 320 x 2 (111
+# registers: one block per multiprocessor) and 252 us for 256 x 2.5 or 306 us for 64 x 10; again on
+# 2026-12-01 (bench/results/2026-12-01/issue12/run2/tune_backward.txt): 128 threads 205 us, the
+# forward's 160 threads 272 us (six blocks of 160 fit a multiprocessor: 1024 blocks of 16 rows make
+# 1.3 waves, where eight of 128 make one).
+BACKWARD_VECTORS_PER_THREAD = 5
+
+
+# Up to this many rows the backward runs one block per row (rows_per_block = 1), its terms summed into
+# the chunks' partials by the second kernel: a chunk of 16 rows per block leaves most multiprocessors
+# idle below some thousands of rows. H200, 5120 bf16 (bench/results/2026-12-01/issue12-s3/run14):
+# 32 rows 124 -> 12.6 us, 1024 rows 140 -> 34 us, 2048 rows 151 -> 66 us, 4096 rows 164 -> 119 us; at
+# 16384 rows one per block is slower (403 us against 235: the workspace then holds every row's terms).
+BACKWARD_FEW_ROWS = 4096
+
+
+def backward_block(dtype: dtypes.DType, hidden: int) -> int:
+    """Threads per block of the backward kernels (which then loop over their row, V = 0)."""
+    vectors = -(-hidden // dtype.vec_elems)
+    threads = -(-vectors // BACKWARD_VECTORS_PER_THREAD)
+    return min(BACKWARD_MAX_BLOCK, max(32, -(-threads // 32) * 32))
+
+
+# dweight/dbias are summed over chunks of this many rows, then over chunks (norm_backward.cuh).
+# A constant, so the summation order depends on row indices only, never on the launch shape.
+GRAD_CHUNK_ROWS = 16
+
+
+# A chunk's column sums live in shared memory when they fit in this many bytes, else in the workspace.
+SHARED_SUMS_LIMIT = 96 * 1024
+
+
+def _sum_partials(dtype: dtypes.DType) -> dict[str, None]:
+    return dict.fromkeys(f"pyrms::sum_partials_kernel<{d.ctype}>" for d in (dtype, dtypes.FLOAT32))
+
+
+def _backward_group(dtype: dtypes.DType, centered: bool, weightless: bool) -> tuple[str, ...]:
+    """The backward kernels of one dtype and weight kind: every V, gemma (RMSNorm with a weight) and
+    dbias (LayerNorm without a weight) variant, and the sums over rows where any variant has them."""
+    variants = [NormBackwardPlan(dtype, 0, 32, v, centered, g, dtype, weightless=weightless, grad_bias=b)
+                for v in (0, *BACKWARD_VECTORS)
+                for g in ((False,) if centered or weightless else (False, True))
+                for b in ((True, False) if centered and weightless else (True,))]
+    sums = _sum_partials(dtype) if any(p.params for p in variants) else {}
+    return tuple(p.expression for p in variants) + tuple(sums)
+
+
+@dataclass(frozen=True)
+class NormBackwardPlan:
+    """The backward of RMSNorm (centered=False) or LayerNorm (centered=True): cuda_src/norm_backward.cuh.
+
+    weightless: no weight (every weight 1, the kernels' W = void): dx only, no dweight; its columns
+    split as a 16-byte aligned weight's, so dx is bitwise a weighted backward's with such a weight of
+    ones. grad_bias: whether a LayerNorm without weight sums grad_bias (with a weight the kernel always
+    does: one variant, the launch sums the plane only when asked). Nothing summed (RMSNorm without a
+    weight, LayerNorm without weight and grad_bias): no workspace and no second kernel."""
+
+    dtype: dtypes.DType
+    hidden: int
+    block: int
+    vectors: int  # 16-byte vectors of x and dy per thread kept in registers (0: re-read)
+    centered: bool
+    gemma: bool
+    grad_dtype: dtypes.DType  # of dweight (and dbias): dtype or float32
+    chunk_rows: int = GRAD_CHUNK_ROWS
+    weightless: bool = False
+    grad_bias: bool = True  # LayerNorm without a weight only (see above)
+
+    def __post_init__(self):
+        if self.vectors and self.stats_fold > self.block:  # row_core.cuh: only re-reading rows fold wider
+            raise ValueError(f"a backward that keeps {self.vectors} vectors per thread needs at least the fold's "
+                             f"{self.stats_fold} threads, got {self.block}")
+        if self.weightless and self.gemma:
+            raise ValueError("gemma needs a weight (it multiplies by 1 + weight); got weight=None")
+
+    # cached_property (a frozen dataclass keeps its __dict__): the backward's prepared call reads these
+    # about fifteen times per launch, each a Python call otherwise.
+    @cached_property
+    def stats_fold(self) -> int:
+        """The fold width of the recomputed statistics (the kernel's `fold` argument): the forward's
+        block for this dtype and hidden size, so that they are the forward's statistics."""
+        return block_and_cache(self.dtype, self.hidden)[0]
+
+    @property
+    def source(self) -> str:
+        return "layer_norm_backward.cu" if self.centered else "rms_norm_backward.cu"
+
+    @property
+    def expression(self) -> str:
+        if self.centered:
+            without = f", void, {_bool(self.sums_bias)}" if self.weightless else ""
+            return f"pyrms::layer_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}{without}>"
+        without = ", void" if self.weightless else ""
+        return f"pyrms::rms_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}, {_bool(self.gemma)}{without}>"
+
+    @property
+    def sum_expression(self) -> str:
+        return f"pyrms::sum_partials_kernel<{self.grad_dtype.ctype}>"
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        """The compile unit: every backward variant of the dtype and weight kind, and the sums over rows."""
+        return _backward_group(self.dtype, self.centered, self.weightless)
+
+    @cached_property
+    def sums_bias(self) -> bool:
+        """Whether kernel 1 sums dbias: LayerNorm's always beside dweight, without a weight for grad_bias."""
+        return self.centered and (self.grad_bias or not self.weightless)
+
+    @cached_property
+    def params(self) -> int:
+        """Parameter gradients kernel 1 sums over rows (the workspace's planes, in order): dweight unless
+        weightless, then dbias where sums_bias."""
+        return int(not self.weightless) + int(self.sums_bias)
+
+    @cached_property
+    def ws_stride(self) -> int:
+        """Floats per chunk row of the workspace: a multiple of 4 (16 bytes) >= hidden + 7, room for
+        the weight's phase in front (norm_backward.cuh)."""
+        return -(-(self.hidden + 7) // 4) * 4
+
+    @cached_property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory of kernel 1: the chunk's column sums, or 0 to keep them in the workspace."""
+        nbytes = self.params * self.ws_stride * 4
+        return nbytes if nbytes <= SHARED_SUMS_LIMIT else 0
+
+    def chunks(self, rows: int) -> int:
+        return -(-rows // self.chunk_rows)
+
+    def rows_per_block(self, rows: int) -> int:
+        """The planned rows per block of kernel 1: one for few rows, else a chunk."""
+        return 1 if rows <= BACKWARD_FEW_ROWS else self.chunk_rows
+
+    def workspace_rows(self, rows: int, rows_per_block: int | None = None) -> int:
+        """Rows of each workspace plane: one per chunk, or one per input row with one row per block
+        (rows_per_block None: the planned one)."""
+        if rows_per_block is None:
+            rows_per_block = self.rows_per_block(rows)
+        return rows if rows_per_block == 1 else self.chunks(rows)
+
+    def workspace_bytes(self, rows: int, rows_per_block: int | None = None) -> int:
+        return self.params * self.workspace_rows(rows, rows_per_block) * self.ws_stride * 4
+
+
+def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: bool = False,
+                       grad_dtype=None, weight: bool = True, grad_bias: bool = True) -> NormBackwardPlan:
+    """weight=False: no weight (weight=None); grad_bias=False: LayerNorm without a weight sums no
+    grad_bias either (NormBackwardPlan says what each sums)."""
+    dt = dtypes.get(dtype)
+    gdt = dt if grad_dtype is None else dtypes.get(grad_dtype)
+    if gdt not in (dt, dtypes.FLOAT32):
+        raise ValueError(f"grad_dtype must be {dt.name} or float32, got {gdt.name}")
+    if layer_norm and gemma:
+        raise ValueError("gemma applies to RMSNorm only")
+    block, vectors = backward_block(dt, hidden), 0
+    return NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt, weightless=not weight,
+                            grad_bias=bool(grad_bias))

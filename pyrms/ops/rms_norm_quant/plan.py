@@ -1,0 +1,86 @@
+"""rms_norm_quant's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ... import dtypes
+from ...plan import _RowPlan, _bool, block_and_cache
+
+
+# The kernels' MODE, by position: one given scale, one computed per row (per token), or one per group of
+# `group` consecutive elements of a row (rms_norm_quant.cu's group kernels).
+QUANT_MODES = ("static", "per_token", "per_group")
+
+
+# Per group: the group sizes (vLLM's and DeepSeek's 1x64 and 1x128), and the most groups a row may have
+# (rms_norm_quant.cu's GroupScales::MAX: their maxima are kept in static shared memory).
+QUANT_GROUPS = (64, 128)
+
+
+MAX_GROUPS = 1024
+
+
+@dataclass(frozen=True)
+class RmsNormQuantPlan(_RowPlan):
+    """For rms_norm_quant.cu: rms_norm's row (its fold width, cache and launch shapes) with a quantizing
+    output step; the weight is of the rows' dtype. round_input: quantize rms_norm's output rounded to
+    the rows' dtype (vLLM's kernels) instead of the fp32 value. norm_out: also store the unquantized value
+    rounded to the rows' dtype (the kernels' NORM_OUT; their own compile unit, so the others keep their code)."""
+
+    out_dtype: dtypes.QuantDType = dtypes.FLOAT8_E4M3FN
+    mode: str = "static"
+    round_input: bool = False
+    group_size: int = 0  # per_group: elements per group (QUANT_GROUPS); 0 for the other modes
+    norm_out: bool = False
+
+    kernel = "rms_norm_quant_kernel"
+    group_kernel = "rms_norm_group_quant_kernel"  # per_group's entry point (the same row, MODE PER_GROUP)
+    source = "rms_norm_quant.cu"
+
+    FLAGS = ("round_input", "norm_out")
+
+    def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None, aligned: bool = False) -> str:
+        if self.mode == "per_group":
+            head = f"pyrms::{self.group_kernel}<{self.dtype.ctype}, {self.out_dtype.ctype}, "
+        else:
+            head = f"pyrms::{self.kernel}<{self.dtype.ctype}, {self.out_dtype.ctype}, {QUANT_MODES.index(self.mode)}, "
+        flags = self._flags() if flags is None else flags
+        return f"{head}{', '.join(map(_bool, flags))}, {cache}, {spread}, {_bool(early)}, {_bool(aligned)}>"
+
+    @property
+    def group_shift(self) -> int:
+        """log2 of the group size: the kernel's group_shift (per_group only)."""
+        return self.group_size.bit_length() - 1
+
+
+@dataclass(frozen=True)
+class FusedAddRmsNormQuantPlan(RmsNormQuantPlan):
+    """rms_norm_quant.cu's kernel after fused_add_rms_norm's residual add (added_row.cuh)."""
+
+    kernel = "fused_add_rms_norm_quant_kernel"
+    group_kernel = "fused_add_rms_norm_group_quant_kernel"
+
+
+def plan_rms_norm_quant(dtype, hidden: int, out_dtype, *, mode: str = "static", round_input: bool = False,
+                        residual: bool = False, group: int | None = None, norm_out: bool = False) -> RmsNormQuantPlan:
+    """The plan of rms_norm_quant (residual=True: fused_add_rms_norm_quant; norm_out: with the unquantized
+    output beside); ValueError for an unknown
+    mode or output dtype, and per group (``group``: 64 or 128, default 128) for a group that does not divide
+    hidden or more than MAX_GROUPS groups; a group given to another mode is refused too."""
+    dt, qt = dtypes.get(dtype), dtypes.quantized(out_dtype)
+    if mode not in QUANT_MODES:
+        raise ValueError(f"mode must be one of {QUANT_MODES}, got {mode!r}")
+    if mode != "per_group":
+        if group is not None:
+            raise ValueError(f"group_size applies to mode='per_group' only, got group_size={group!r} with {mode!r}")
+        group = 0
+    else:
+        group = 128 if group is None else group
+        if type(group) is not int or group not in QUANT_GROUPS:
+            raise ValueError(f"group_size must be one of {QUANT_GROUPS}, got {group!r}")
+        if hidden % group or hidden // group > MAX_GROUPS:
+            raise ValueError(f"per_group needs hidden_size a multiple of group_size {group} and at most {MAX_GROUPS} "
+                             f"groups ({MAX_GROUPS * group} elements), got hidden_size {hidden}")
+    block, cache = block_and_cache(dt, hidden)
+    cls = FusedAddRmsNormQuantPlan if residual else RmsNormQuantPlan
+    return cls(dt, hidden, block, cache, qt, mode, bool(round_input), group, bool(norm_out))

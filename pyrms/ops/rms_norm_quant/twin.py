@@ -1,0 +1,159 @@
+"""rms_norm_quant's numpy references and bit-exact twin (the row core's twin is pyrms.reference)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import dtypes
+from ...reference import F32, _as_2d, row_stats_twin, scale_twin
+from .plan import QUANT_GROUPS
+from ..fused_add_rms_norm.twin import rounded_sum
+
+
+def _quant_rows(y) -> np.ndarray:
+    """y as a (rows, hidden) float32 array; TypeError for another dtype, which would hide a rounding."""
+    y = _as_2d(y)
+    if y.dtype != F32 or y.ndim != 2:
+        raise TypeError(f"y must be a float32 array of shape (rows, hidden), got {y.dtype} {y.shape}")
+    return y
+
+
+def _quantize(y: np.ndarray, scale: np.ndarray, qt: dtypes.QuantDType, *, divide: bool) -> np.ndarray:
+    """q = convert(saturate(y / scale)) or convert(saturate(y * (1/scale))), scale broadcast against y.
+
+    fp8: clamp to [-qmax, qmax], then round to nearest even; NaN stays NaN (the canonical positive NaN,
+    ml_dtypes' float32 NaN conversion); the clamp makes ±inf and finite overflow ±qmax (cvt's satfinite).
+    int8: round to nearest even, then clamp to [-128, 127]; NaN becomes 0 (cvt.rni.sat.s8.f32).
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # inf/inf and 0*inf: NaN, as on the GPU
+        z = y / scale if divide else y * (F32(1.0) / scale)
+        if qt.integer:
+            z = np.clip(np.rint(z), qt.qmin, qt.qmax)
+            z = np.where(np.isnan(z), F32(0.0), z)  # numpy's NaN -> int8 cast is undefined
+        else:
+            z = np.clip(z, qt.qmin, qt.qmax)  # np.clip keeps NaN; ml_dtypes would turn >= 480 into NaN
+            z = np.where(np.isnan(z), F32(np.nan), z)  # drop NaN's sign: the kernel writes one NaN pattern
+    return z.astype(qt.numpy)
+
+
+def _abs_max(y: np.ndarray, axis: int) -> np.ndarray:
+    """fmaxf-reduction of |y| from 0: NaN is skipped (fmaxf returns the other operand), and the maximum is
+    exact, so the reduction order of the kernel does not matter."""
+    return np.fmax.reduce(np.abs(y), axis=axis, initial=F32(0.0))
+
+
+def _dynamic_scale(amax: np.ndarray, qt: dtypes.QuantDType) -> np.ndarray:
+    """fmaxf(amax / qmax, min_scale), both fp32 operations (vLLM's fused per-token/per-block kernels)."""
+    return np.fmax(amax / qt.qmax, qt.min_scale)
+
+
+def _pow2_ceil(s: np.ndarray) -> np.ndarray:
+    """The power of two at or above each positive float32 s (ue8m0): the exponent is raised by one when the
+    mantissa is not zero, which is exp2f(ceilf(log2f(s))) bit for bit for normal s (and keeps inf)."""
+    bits = s.view(np.uint32)
+    exponent = (bits >> np.uint32(23)) & np.uint32(0xFF)
+    exponent = exponent + ((bits & np.uint32(0x7FFFFF)) != 0).astype(np.uint32)
+    return (exponent << np.uint32(23)).view(F32)
+
+
+def quantize_static(y, scale, out_dtype) -> np.ndarray:
+    """One fp32 scale for the whole tensor: q = saturate(round(y / scale)), spelled as vLLM's kernels do.
+
+    float8: ``y * (1/scale)``, the reciprocal an fp32 division (``__fdiv_rn(1, s)``) and the product
+    ``__fmul_rn`` (vLLM scaled_fp8_quant_kernel_strided and rms_norm_static_fp8_quant); int8:
+    ``y / scale`` (``__fdiv_rn``, vLLM static_scaled_int8_quant_kernel). scale is rounded to float32
+    first (the kernel reads an fp32 scale); it must be finite and > 0 (ValueError otherwise).
+    """
+    qt = dtypes.quantized(out_dtype)
+    y = _quant_rows(y)
+    s = F32(scale)
+    if not (np.isfinite(s) and s > 0):
+        raise ValueError(f"scale must be a finite float32 > 0, got {scale!r} (float32 {s!r})")
+    return _quantize(y, s, qt, divide=qt.integer)
+
+
+def quantize_per_token(y, out_dtype, scale_ub=None) -> tuple[np.ndarray, np.ndarray]:
+    """One fp32 scale per row from its absolute maximum: (q, scales[rows]).
+
+    amax = fmaxf over |y| (NaN skipped); with scale_ub, amax = fminf(amax, scale_ub) (fp8 only, as vLLM
+    refuses scale_ub for int8); scale = fmaxf(amax / qmax, min_scale), min_scale = 1/(qmax*512) for fp8
+    and FLT_EPSILON for int8. Then fp8: ``y / scale`` (``__fdiv_rn``); int8: ``y * (1/scale)``, the
+    reciprocal ``__fdiv_rn(1, scale)`` (vLLM rms_norm_dynamic_per_token_quant). scales are the divisors
+    written out, so ``q * scale`` dequantizes.
+    """
+    qt = dtypes.quantized(out_dtype)
+    y = _quant_rows(y)
+    amax = _abs_max(y, axis=1)
+    if scale_ub is not None:
+        if qt.integer:
+            raise ValueError("scale_ub applies to float8 outputs only (as in vLLM), not int8")
+        ub = F32(scale_ub)
+        if not (np.isfinite(ub) and ub > 0):
+            raise ValueError(f"scale_ub must be a finite float32 > 0, got {scale_ub!r}")
+        amax = np.fmin(amax, ub)
+    scales = _dynamic_scale(amax, qt)
+    return _quantize(y, scales[:, None], qt, divide=not qt.integer), scales
+
+
+def quantize_per_group(y, out_dtype, group, ue8m0=False, column_major=False) -> tuple[np.ndarray, np.ndarray]:
+    """One fp32 scale per `group` consecutive elements of a row: (q, scales[rows, hidden // group]).
+
+    group is 64 or 128 and must divide hidden (ValueError otherwise: a ragged last group has no vLLM peer).
+    Each group's scale is per-token's formula on that group (no scale_ub); with ue8m0 it is then rounded
+    up to a power of two (DeepSeek's UE8M0 scales, vLLM per_token_group_quant ``scale_ue8m0``), and the
+    division by it is exact. The element step is per-token's (fp8 divides, int8 multiplies by the
+    reciprocal). scales has the logical shape (rows, groups) either way; column_major: its memory is
+    (groups, rows) row-major (``scales.T`` is C-contiguous), vLLM's transposed scale layout.
+    """
+    qt = dtypes.quantized(out_dtype)
+    y = _quant_rows(y)
+    rows, hidden = y.shape
+    if group not in QUANT_GROUPS:
+        raise ValueError(f"group must be one of {QUANT_GROUPS}, got {group!r}")
+    if hidden % group:
+        raise ValueError(f"group {group} does not divide hidden {hidden}")
+    grouped = y.reshape(rows, hidden // group, group)
+    scales = _dynamic_scale(_abs_max(grouped, axis=2), qt)
+    if ue8m0:
+        scales = _pow2_ceil(scales)
+    q = _quantize(grouped, scales[..., None], qt, divide=not qt.integer).reshape(rows, hidden)
+    return q, (np.ascontiguousarray(scales.T).T if column_major else scales)
+
+
+def normalized_twin(x, weight, epsilon, *, block, row_phases=0, round_input=False) -> np.ndarray:
+    """The fp32 values rms_norm_quant.cu quantizes (its `normalized`): (x * inv_rms) * w in fp32, or with
+    round_input rms_norm's output (the seed's rounding: round(round(x * inv_rms) * w)) as fp32 (vLLM's).
+    x: (rows, hidden) in the storage dtype; weight of that dtype; block and row_phases as rms_norm_twin."""
+    x = _as_2d(x)
+    dt = dtypes.get(x.dtype)
+    xf = x.astype(F32)
+    _, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems)
+    if round_input:
+        return scale_twin(xf, inv, weight, dt).astype(F32)
+    with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf = NaN, as on the GPU
+        return (xf * inv[:, None]) * np.asarray(weight).astype(F32)
+
+
+def rms_norm_quant_twin(x, weight, epsilon, out_dtype, *, block, row_phases=0, mode="static", scale=None,
+                        scale_ub=None, round_input=False, group=128, ue8m0=False) -> tuple[np.ndarray, np.ndarray | None]:
+    """Bit-exact twin of rms_norm_quant_kernel (and of the group kernel): (q, per-row scales, (rows, groups)
+    scales, or None for static): normalized_twin, then quantize_static(y, scale), quantize_per_token(y,
+    scale_ub) or quantize_per_group(y, group, ue8m0) (no scale_ub)."""
+    y = normalized_twin(x, weight, epsilon, block=block, row_phases=row_phases, round_input=round_input)
+    if mode == "static":
+        return quantize_static(y, scale, out_dtype), None
+    if mode == "per_token":
+        return quantize_per_token(y, out_dtype, scale_ub)
+    if mode == "per_group":
+        if scale_ub is not None:
+            raise ValueError("scale_ub applies to mode='per_token' only")
+        return quantize_per_group(y, out_dtype, group, ue8m0)
+    raise ValueError(f"mode must be 'static', 'per_token' or 'per_group', got {mode!r}")
+
+
+def fused_add_rms_norm_quant_twin(x, residual, weight, epsilon, out_dtype, *, block, residual_phases=0, **options):
+    """Bit-exact twin of fused_add_rms_norm_quant_kernel: (q, scales or None, new residual): the rounded sum
+    (fused_add_rms_norm_twin's), quantized as rms_norm_quant_twin (options: its mode, scale, ...)."""
+    total = rounded_sum(x, residual)
+    q, scales = rms_norm_quant_twin(total, weight, epsilon, out_dtype, block=block, row_phases=residual_phases,
+                                    **options)
+    return q, scales, total
