@@ -99,7 +99,7 @@ template <typename T, typename R> struct SummedRow {
 // for_each_out's body callback for the fp32 sum: it hands over a held vector (the sums, as WidePack) or
 // a re-read one (the input's values, as Pack), and f gets the sums either way (src.sums). A struct with
 // two overloads, not a generic lambda: NVRTC 13.0 takes a generic lambda's operator() for a host function
-// (run 29: "host functions are not allowed in JIT mode"), where 13.5 does not.
+// ("host functions are not allowed in JIT mode", on the GPU machine), where 13.5 does not.
 template <typename T, typename W, typename Src, typename F> struct SumsOf {
     const Src& src;
     const F& f;

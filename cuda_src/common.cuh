@@ -2,7 +2,7 @@
 // stored at any relative alignment, a deterministic block-wide sum, and programmatic dependent
 // launch. The per-row passes that the forward and backward kernels share are in row_core.cuh.
 //
-// Numeric choices (GUIDE.md §3): every operation that a numpy twin must reproduce is written
+// Numeric choices (docs/numerics.md): every operation that a numpy twin must reproduce is written
 // with an explicit round-to-nearest intrinsic (__fmul_rn, __fadd_rn, ...), so the compiler can
 // neither contract a multiply and an add into an FMA nor reorder them.
 #pragma once
@@ -88,9 +88,9 @@ template <typename T> __device__ __forceinline__ void store_aligned(T* p, const 
 
 // 16-byte load and store with the cache-streaming hint (ld/st.global.cs, evict first), for data that
 // passes through once. Measured on the H200 for rms_norm.cu's held vectors and output stores
-// (bench/results/2026-11-30/session2/hints1.log): 4096x5120 0.780 -> 0.815 of the copy ceiling,
+// (docs/perf_notes.md, "Versions"): 4096x5120 0.780 -> 0.815 of the copy ceiling,
 // 4096x8192 0.837 -> 0.864, 16384x5120 0.936 -> 0.942, no change at 32768x8192 and 4096x16384; either
-// hint alone was slower. The same hints made fused_add_rms_norm.cu 11% slower (hints2.log).
+// hint alone was slower. The same hints made fused_add_rms_norm.cu 11% slower.
 template <typename T> __device__ __forceinline__ Pack<T> load_streaming(const T* p) {
     Pack<T> r;
     *reinterpret_cast<uint4*>(&r) = __ldcs(reinterpret_cast<const uint4*>(p));

@@ -9,7 +9,7 @@
 // Planned as rms_norm.cu is (pyrms.plan.block_and_cache), with the same variants: T, CACHE, SPREAD,
 // GEMMA, ROUND_ONCE, EARLY_WEIGHTS, ALIGNED, and the weight's type W (rms_norm.cu). Rows are addressed with 64-bit strides; input and residual each
 // have their own row stride. No cache hints: the streaming hints that help rms_norm.cu made this
-// kernel 11% slower (bench/results/2026-11-30/session2/hints2.log).
+// kernel 11% slower on the H200 (docs/perf_notes.md, "Versions").
 //
 // Alignment: pass 1 splits the row at the RESIDUAL's 16-byte boundaries, so that residual loads and
 // stores are 16 bytes wide; input is loaded at the widest width its alignment relative to the residual

@@ -57,9 +57,9 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_kernel(
 
 // Row r's leading indices (i0, i1, i2) of sizes (rows / (d1 * d2), d1, d2). Where d2 is a power of two
 // (QK-norm's heads; 1 for one or two leading dimensions: pyrms/ops/_views.py), a shift and a mask: a
-// division is twenty-odd instructions, a tenth of a packed QK-norm row's (bench/results/2026-12-01/s6, run
-// 32's profile). d2 is an argument, so the branch is uniform. The same for d1 raised the packed kernels'
-// registers from 32 to 50 (and so cut their occupancy; run 33 ran 158 -> 235 us at QK-norm's q); with d2's
+// division is twenty-odd instructions, a tenth of a packed QK-norm row's (Nsight Compute on the H200:
+// docs/perf_notes.md). d2 is an argument, so the branch is uniform. The same for d1 raised the packed kernels'
+// registers from 32 to 50 (and so cut their occupancy; QK-norm's q ran 158 -> 235 us); with d2's
 // alone they stay at or below the division's (ptxas -v, every packed variant). Unsigned: r, d1, d2 >= 0.
 struct LeadIndex {
     long long i0, i1, i2;
@@ -80,8 +80,9 @@ struct LeadIndex {
 
 // Packed rows launch blocks of this many threads (pyrms.plan.PACKED_THREADS). Those of at most two held
 // vectors per lane are held to 6 blocks per SM (40 registers): the (8, 2) shape of QK-norm's rows took 51
-// and half the SM's warps, and ran q of 16384 tokens in 169 us, against 137 us so bounded (run 36: ptxas
-// spills 2 bytes there); four held vectors would spill some 80 bytes so.
+// and half the SM's warps, and ran q of 16384 tokens in 169 us (timed with GPU tests beside it), against
+// 137 us so bounded on the H200 (ptxas spills 2 bytes there; docs/perf_notes.md); four held vectors would
+// spill some 80 bytes so.
 constexpr int PACKED_THREADS = 256;
 
 template <typename T, int CACHE, int LANES, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, typename W = T, typename O = T>

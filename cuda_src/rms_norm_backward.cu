@@ -1,4 +1,4 @@
-// RMSNorm backward, with nothing saved by the forward (GUIDE.md §3; the seed 003 gets it wrong):
+// RMSNorm backward, with nothing saved by the forward (docs/family.md; not the seed's formula):
 //
 //   inv = 1 / sqrt(mean(x^2) + eps),  x_hat = x * inv,  g = w * dy  (w = 1 + weight for GEMMA, in fp32)
 //   dx  = inv * (g - x_hat * mean(x_hat * g))               rounded once to T

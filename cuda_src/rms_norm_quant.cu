@@ -327,8 +327,8 @@ __device__ __forceinline__ void rms_norm_quant_row(Q* out_row, T* norm_row, cons
 
 // Blocks per SM a kernel is compiled to fit (its launch bounds). Per token and per group keep each held vector's
 // y (fp32) beside it, and ptxas took them to 96-102 registers, a quarter of the SM's warps: per token at
-// 16384x5120 ran 242 us under Nsight Compute, 173 us held to 64 registers (bench/results/2026-12-01/s6, run
-// 36). So they fit 1024 threads' worth of their largest block per SM (64 registers at any block size); static
+// 16384x5120 ran 242 us under Nsight Compute on the H200, 173 us held to 64 registers (docs/perf_notes.md).
+// So they fit 1024 threads' worth of their largest block per SM (64 registers at any block size); static
 // keeps ptxas's own choice.
 template <int MODE> __host__ __device__ constexpr int min_blocks(int held) {
     return MODE == STATIC ? 1 : 1024 / max_threads(held);

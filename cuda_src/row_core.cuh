@@ -98,7 +98,7 @@ template <int CACHE, int SPREAD, bool ALIGNED = false, int LANES = 0> struct Row
     // the hidden size a multiple of the vector, so every split is all body (no prefix, no tail) and every
     // load and store 16 bytes wide. The same tree (a row without prefix or tail elements adds none) in
     // far fewer instructions: the few-row kernels are latency-bound, and the executed code is a large
-    // part of their time (bench/results/2026-12-01/issue12/run5: 3.44 -> 2.97 us at 1x5120 bf16).
+    // part of their time (H200: 3.44 -> 2.97 us at 1x5120 bf16; docs/perf_notes.md, "The row core").
     // N: the vector in elements of p's type (a quantized output's is the rows' N: write_row).
     template <typename T, int N = Vec<T>::N> __device__ __forceinline__ int phase(const T* p) const {
         return ALIGNED ? 0 : vec_phase<T, N>(p);
@@ -225,9 +225,9 @@ __device__ __forceinline__ float row_sum(const RowShape<CACHE, SPREAD, ALIGNED, 
             __syncwarp(mask);  // orders pass 1's global writes (fused add's sums) before pass 2's reads
         };
         // The same butterfly under either mask. A computed mask makes the compiler check the warp's
-        // convergence before each use (about ten instructions per row: bench/results/2026-12-01/s6, run 32's
-        // profile); where every lane of the warp is active (all but the warp of a grid's last rows, whose
-        // segments past the end have returned), the full mask does without. __activemask() returns the same
+        // convergence before each use (about ten instructions per row, Nsight Compute on the H200:
+        // docs/perf_notes.md); where every lane of the warp is active (all but the warp of a grid's last rows,
+        // whose segments past the end have returned), the full mask does without. __activemask() returns the same
         // value to the lanes that run it together, so they all take the same branch.
         if (LANES == 32 || __activemask() == 0xffffffffu) {
             butterfly(0xffffffffu);

@@ -9,7 +9,7 @@
 // <cub/block/block_reduce.cuh>, and the host code (main, the CPU reference, printing)
 // lives in Python (pyrms/seed.py, pyrms/demo.py).
 //
-// Known defects, deliberately NOT fixed here (GUIDE.md §1; rms_norm.cu fixes them all):
+// Known defects, deliberately NOT fixed here (docs/numerics.md; rms_norm.cu fixes them all):
 //  - the write-back loop reinterprets input, weight and output as 16-byte vectors without
 //    checking alignment: a misaligned row faults or writes garbage;
 //  - BLOCK_SIZE = HIDDEN_SIZE / VEC_SIZE threads: above 8192 bf16 elements it exceeds 1024

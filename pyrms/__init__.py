@@ -13,8 +13,13 @@ from ._version import __version__
 from .driver import DeviceBuffer, Event, PinnedBuffer, Stream, get_device, synchronize
 from .dtypes import BFLOAT16, FLOAT16, FLOAT32
 from .errors import CompileError, CudaError, HeaderNotFoundError, NoDriverError, OutOfMemoryError, PyrmsError
-from .ops import (backward_workspace_bytes, fused_add_rms_norm, fused_add_rms_norm_quant, layer_norm, layer_norm_backward,
-                  release_workspaces, rms_norm, rms_norm_backward, rms_norm_quant, seed_rms_norm)
+from .ops import release_workspaces
+from .ops.fused_add_rms_norm import fused_add_rms_norm
+from .ops.layer_norm import layer_norm, layer_norm_backward
+from .ops.rms_norm import rms_norm
+from .ops.rms_norm_backward import backward_workspace_bytes, rms_norm_backward
+from .ops.rms_norm_quant import fused_add_rms_norm_quant, rms_norm_quant
+from .ops.seed import seed_rms_norm
 from .tensor import Tensor
 
 __all__ = [

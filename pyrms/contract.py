@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from . import compiler
 
 # Launch argument kinds (pyrms.launch.ARG_KINDS) by the C++ type of a kernel parameter; every pointer is "ptr".
-_SCALARS = {"float": "f32", "int": "i32", "long long": "i64", "unsigned": "u32", "unsigned int": "u32",
-            "unsigned long long": "u64", "double": "f64"}
+_SCALARS = {"float": "f32", "int": "i32", "long long": "i64", "unsigned": "u32", "unsigned int": "u32"}
 _DECLARATION = re.compile(r"template\s*<(?P<template>[^{;]*?)>\s*__global__\s+void\s+")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _NAMESPACE = re.compile(r"\bnamespace\s+(\w+)\s*\{")

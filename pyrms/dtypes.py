@@ -103,7 +103,7 @@ def from_typestr(typestr: str) -> DType:
     )
 
 
-# --- quantized output dtypes (issue 14) ------------------------------------------------------------
+# --- quantized output dtypes -----------------------------------------------------------------------
 # Output-only: get() does not resolve them, so no existing op accepts one as its storage dtype.
 
 

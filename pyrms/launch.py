@@ -1,5 +1,6 @@
-"""CUBIN images loaded once per device, kernels looked up once per name, arguments packed into
-buffers built once per signature, and the launch itself.
+"""The launch layer over pyrms.driver: kernels compiled and loaded once per device (``get_kernel``), CUBIN
+images loaded once per device, kernels looked up once per name, arguments packed into buffers built once
+per signature, and the launch itself.
 
 What this layer keeps lives in the state objects of pyrms.driver (``Device.modules``, the process's
 ``contexts``), so that nothing here outlives a reset of the driver's state.
@@ -17,7 +18,7 @@ import struct
 import threading
 from threading import get_ident
 
-from . import driver, errors
+from . import compiler, driver, errors
 
 # struct format of one argument's 8-byte slot, and what the kind accepts (for error messages).
 ARG_KINDS = {
@@ -334,3 +335,29 @@ def load_module(cubin: bytes, device=None) -> Module:
             image = driver.image_load(cubin)
             module = device.modules[digest] = Module(image, device, digest)
     return module
+
+
+# Kernels ready to launch, by (device, source, name expression): compiled, loaded and looked up once, and kept
+# in the Device (``Device.kernels``).
+_compile_lock = threading.Lock()
+
+
+def get_kernel(source: str, expression: str, group, signature: tuple[str, ...], device=None) -> Kernel:
+    """The kernel `expression` of `source` on `device` (default: the current one).
+
+    `group` is every name expression compiled together with it (one NVRTC run, one cache entry);
+    `signature` the argument kinds for packing ("ptr", "i32", "i64", "f32", ...).
+    """
+    dev = driver.current_device() if device is None else device
+    key = (source, expression)
+    kernel = dev.kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _compile_lock:
+        kernel = dev.kernels.get(key)
+        if kernel is None:
+            program = compiler.compile_source(source, arch=dev.arch, name_expressions=tuple(group))
+            module = load_module(program.cubin, dev)
+            kernel = module.function(program.lowered_names[expression], signature)
+            dev.kernels[key] = kernel
+    return kernel

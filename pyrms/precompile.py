@@ -10,7 +10,7 @@ GPU for its arch.
     python -m pyrms.precompile --ops rms_norm --dtypes bf16
     python -m pyrms.precompile --list                  # what would be compiled
 
-A compile unit is what ``pyrms.kernels.get`` compiles in one NVRTC run: one source and every name
+A compile unit is what ``pyrms.launch.get_kernel`` compiles in one NVRTC run: one source and every name
 expression compiled with it (for rms_norm, all launch shapes of one dtype and option set), so
 hidden sizes share units. ``unit`` maps one call to its unit; ``every_unit`` enumerates them, and
 tools/sanitize_all.py uses both for its own selection.
@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Sequence
 
 from . import dtypes
 from .ops import registry
-from .ops.registry import Unit
+from .ops._spec import Unit
 from .ops.seed import spec as seed_spec
 
 OPS = registry.NAMES
@@ -49,11 +49,7 @@ def unit(op: str, dtype, hidden: int, **options) -> Unit:
     ``options``: the op's flags by name (``flags(op)``), each True or False, and its other options as its
     spec's ``unit`` takes them (weight_dtype, out_dtype, grad_dtype, mode, sum_precision, residual_dtype,
     bias); TypeError for one it does not have."""
-    spec = registry.get(op)
-    try:
-        return spec.unit_for(dtype, hidden, **options)
-    except TypeError as exc:
-        raise TypeError(f"{op}: {exc}; its flags: {', '.join(spec.flags) or 'none'}") from None
+    return registry.get(op).unit_for(dtype, hidden, **options)
 
 
 def every_unit(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, hiddens: Iterable[int] = HIDDENS,

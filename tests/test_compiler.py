@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pyrms import cache, compiler, dtypes, headers, plan, ptx_inspect
+from pyrms import cache, compiler, dtypes, headers, ptx_inspect
+
+from pyrms.ops import _row_plan as plan
 from pyrms.errors import CompileError, HeaderNotFoundError
 from tests.support.small_sources import BAD_CU, SMALL_CU, X_CUH
 from pyrms.ops.rms_norm import plan as rms_plan
@@ -345,7 +347,7 @@ def test_slow_compile_is_reported_with_its_duration(small, monkeypatch, capsys):
 def test_no_generic_lambdas_in_the_kernels():
     """No lambda in cuda_src takes an `auto` parameter: NVRTC 13.0 (the GPU machine's) compiles a generic
     lambda's operator() as a host function and refuses it in JIT mode, where NVRTC 13.5 here accepts it
-    (run 29: fused add's 40 fp32-sum units failed on the GPU machine only)."""
+    (fused add's 40 fp32-sum units once failed on the GPU machine only)."""
     generic = re.compile(r"\[[^\]\n]*\]\s*\([^)]*\bauto\b")
     found = [f"{path.name}:{n}" for path in sorted(CUDA_SRC.glob("*.cu*"))
              for n, line in enumerate(path.read_text().splitlines(), 1) if generic.search(line)]

@@ -1,4 +1,4 @@
-"""Every buffer that C code writes into is one pyrms owns and may mutate (issue 10).
+"""Every buffer that C code writes into is one pyrms owns and may mutate (docs/reliability.md).
 
 NVRTC once received ``b" " * size`` as its output buffer: a successful compile has an empty log of
 size 1, and ``b" " * 1`` is CPython's shared single-byte object, so writing the log's NUL into it

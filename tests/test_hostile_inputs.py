@@ -50,12 +50,12 @@ def test_the_list_covers_the_public_api():
 
 def test_environments_leave_the_driver_module_as_they_found_it():
     from tests.support.fake_driver import driver_modules
-    from pyrms import driver, kernels
+    from pyrms import driver, launch
     from pyrms.driver import _process
 
     def state():
         return ([module._cu for module in driver_modules()], _process._state, _process._selected.device,
-                driver.launch_kernel, kernels.get, driver._Owned._own)
+                driver.launch_kernel, launch.get_kernel, driver._Owned._own)
 
     before = state()
     for case in CASES:

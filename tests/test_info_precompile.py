@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.fake_driver import FakeDriver, fresh_driver_state
 from pyrms import cache, compiler, driver, dtypes, errors, info, precompile
+from pyrms.ops import registry
 from pyrms.ops.seed import plan_seed
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm_backward import plan as bwd_plan
@@ -110,7 +111,7 @@ def test_every_unit_covers_every_hidden_size_and_option():
     hiddens = sorted({*range(1, 1100), *range(1100, 140000, 97), 4096, 5120, 8192, 16384, 32768, 65536, 131072})
     for op in precompile.OPS[:-1]:
         for dt in dtypes.ALL:
-            for options in precompile._options(op, dt):
+            for options in registry.get(op).option_sets(dt):
                 for hidden in hiddens:
                     if options.get("mode") == "per_group":
                         try:  # hidden sizes no group fits compile nothing; the others the one per_group unit
@@ -127,12 +128,16 @@ def test_units_are_what_the_ops_compile():
     assert (u.source, u.names) == (p.source, p.group) and str(u) == "rms_norm.cu bfloat16 gemma"
     b = bwd_plan.plan_norm_backward(dtypes.FLOAT16, 769, layer_norm=True, grad_dtype="float32")
     u = precompile.unit("layer_norm_backward", "fp16", 769, grad_dtype="float32")
-    assert (u.source, u.names) == (b.source, b.group)
-    assert u == precompile.unit("layer_norm", "fp16", 5, bias=False)  # one layer_norm.cu unit per dtype
-    # ... and one without a weight, forward and backward (with or without grad_bias)
+    assert (u.source, u.names) == (b.source, b.group) and u.source == "layer_norm_backward.cu"
+    f = precompile.unit("layer_norm", "fp16", 5, bias=False)  # one layer_norm.cu unit per dtype, with and without bias
+    assert f == precompile.unit("layer_norm", "fp16", 4096) and f.source == "layer_norm.cu"
+    # ... and one without a weight, each (its backward's with or without grad_bias)
     none = precompile.unit("layer_norm_backward", "fp16", 769, weight_dtype="none")
-    assert none == precompile.unit("layer_norm", "fp16", 5, weight_dtype="none") != u
+    assert none != u and precompile.unit("layer_norm", "fp16", 5, weight_dtype="none") != f
     assert none.names == bwd_plan.plan_norm_backward("fp16", 769, layer_norm=True, weight=False, grad_bias=False).group
+    with pytest.raises(ValueError, match="rms_norm has no mode, got mode='per_token'"):
+        precompile.unit("rms_norm", "bf16", 8, mode="per_token")
+    assert precompile.unit("rms_norm", "bf16", 8, mode="static", bias=True) == precompile.unit("rms_norm", "bf16", 8)
     w = precompile.unit("rms_norm_backward", "bf16", 5120, weight_dtype="none")
     assert w.names == bwd_plan.plan_norm_backward("bf16", 5120, weight=False).group and str(w) == \
         "rms_norm_backward.cu bfloat16 weight=none"
@@ -154,7 +159,7 @@ def test_every_unit_counts():
         by_source[u.source] = by_source.get(u.source, 0) + 1
     # rms_norm and fused add: per dtype, gemma x round_once with the dtype's weight and with an fp32 one
     # (bf16 and fp16 only), and round_once without a weight: 4 + 4 + 2 for 2-byte dtypes, 4 + 2 for
-    # fp32. LayerNorm (forward and backward): one per dtype, and one per dtype without a weight; the
+    # fp32. LayerNorm's forward: one per dtype, and one per dtype without a weight; its backward and the
     # RMSNorm backward: the same; the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads).
     # rms_norm.cu twice over: its plain rows and its N-D kernel (rms_norm_nd), one unit each. The
     # quantizing ops: per op, dtype, output dtype (3), mode (3: per_group's one unit for both group sizes)
@@ -164,7 +169,7 @@ def test_every_unit_counts():
     # output (10 per dtype each); LayerNorm's forward with fp32 weight and bias, and with an fp32 output for
     # each weight kind (4 per dtype).
     assert by_source == {"rms_norm.cu": 92, "fused_add_rms_norm.cu": 86, "layer_norm.cu": 14,
-                         "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 216}
+                         "layer_norm_backward.cu": 6, "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 216}
     assert "rms_norm_quant.cu rms_norm_group_quant_kernel bfloat16 float8_e4m3fn per_group" in {u.label for u in units}
     assert precompile.every_unit(["rms_norm", "rms_norm_nd"], [dtypes.FLOAT32]) == \
         [u for u in units if u.label.startswith("rms_norm.cu float32")]
@@ -178,10 +183,10 @@ def test_list_compiles_nothing(capsys, monkeypatch):
     monkeypatch.setattr(precompile, "compile_units", None)  # would fail if called
     assert precompile.main(["--list", "--ops", "layer_norm,seed", "--dtypes", "bf16", "--seed-hidden", "769,4096"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == ["layer_norm.cu bfloat16: 33 kernels", "layer_norm.cu bfloat16 out=float32: 28 kernels",
+    assert out == ["layer_norm.cu bfloat16: 28 kernels", "layer_norm.cu bfloat16 out=float32: 28 kernels",
                    "layer_norm.cu bfloat16 weight=float32: 28 kernels",
                    "layer_norm.cu bfloat16 weight=float32 out=float32: 28 kernels",
-                   "layer_norm.cu bfloat16 weight=none: 36 kernels", "layer_norm.cu bfloat16 weight=none out=float32: 28 kernels",
+                   "layer_norm.cu bfloat16 weight=none: 28 kernels", "layer_norm.cu bfloat16 weight=none out=float32: 28 kernels",
                    "seed_rms_norm.cu bfloat16 hidden 4096: 1 kernel", "seed_rms_norm.cu bfloat16 hidden 769: 1 kernel",
                    "precompile: 8 compile units"]
 
@@ -268,6 +273,6 @@ def test_unit_flags_come_from_the_plans(monkeypatch):
         precompile.unit("layer_norm", "bf16", 64, gemma=True)
     with pytest.raises(TypeError, match="rms_norm_quant has no option 'gemma'; its flags: round_input, norm_out"):
         precompile.unit("rms_norm_quant", "bf16", 64, gemma=False)
-    assert len(precompile._options("rms_norm_quant", dtypes.BFLOAT16)) == 3 * 3 * 4
+    assert len(registry.get("rms_norm_quant").option_sets(dtypes.BFLOAT16)) == 3 * 3 * 4
     monkeypatch.setattr(quant_plan.RmsNormQuantPlan, "FLAGS", ("round_input",))
-    assert len(precompile._options("rms_norm_quant", dtypes.BFLOAT16)) == 3 * 3 * 2
+    assert len(registry.get("rms_norm_quant").option_sets(dtypes.BFLOAT16)) == 3 * 3 * 2

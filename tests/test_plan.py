@@ -3,7 +3,9 @@ import pytest
 
 import pyrms
 
-from pyrms import dtypes, plan
+from pyrms import dtypes
+
+from pyrms.ops import _row_plan as plan
 from pyrms.ops.seed import plan_seed
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.layer_norm import plan as ln_plan
@@ -89,9 +91,7 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     tree (the same fold width F and register cache: the few-row kernel runs SPREAD * F threads, with
     SPREAD in its name, and loads its weights early) with one block per row, or, for many short rows,
     packed rows of the same fold. Recorded at the launch, with a stand-in for the kernels and the device."""
-    from pyrms import driver, kernels
-
-    from pyrms import launch
+    from pyrms import driver, launch
 
     launches = []
 
@@ -108,7 +108,7 @@ def test_launch_shape_does_not_depend_on_rows(monkeypatch, hidden):
     def record(self, kernel, grid, stream, *head):
         launches.append((kernel.name, grid, self.block))
 
-    monkeypatch.setattr(kernels, "get", lambda source, expression, *rest: Recorder(expression))
+    monkeypatch.setattr(launch, "get_kernel", lambda source, expression, *rest: Recorder(expression))
     device = StandInDevice()
     monkeypatch.setattr(driver, "selected_device", lambda: device)
     monkeypatch.setattr(driver._selected, "device", device)  # where the inlined prepared-launch lookup reads it

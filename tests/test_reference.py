@@ -3,7 +3,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pyrms import dtypes, plan, reference
+from pyrms import dtypes, reference
+from pyrms.ops import _row_twin
+
+from pyrms.ops import _row_plan as plan
 from pyrms.crand import GlibcRand
 from pyrms.demo import format_row, seed_inputs
 from pyrms.ops.fused_add_rms_norm import twin as fused_twin
@@ -149,7 +152,7 @@ def test_thread_sums_twin_is_the_row_core_tree(hidden, fold, phase, vec_elems):
     rng = np.random.default_rng(hidden)
     # magnitudes over many octaves, so that any other order of the additions rounds differently
     terms = (rng.standard_normal((3, hidden)) * np.exp2(rng.integers(-12, 12, (3, hidden)))).astype(np.float32)
-    got = reference.thread_sums_twin(terms, fold, phase, vec_elems)
+    got = _row_twin.thread_sums_twin(terms, fold, phase, vec_elems)
     want = [_tree_by_hand(row, fold, phase, vec_elems) for row in terms]
     assert got.view(np.uint32).tolist() == np.array(want, np.float32).view(np.uint32).tolist()
 
@@ -161,13 +164,13 @@ def test_row_core_tree_sums_each_vector_before_the_thread():
     terms = np.zeros((1, 256), np.float32)
     terms[0, 0:4] = [1e8, 1, 1, 1]
     terms[0, 128:132] = [-1e8, 1, 1, 1]
-    assert reference.thread_sums_twin(terms, 32, 0, 4)[0] == _tree_by_hand(terms[0], 32, 0, 4) == 0.0
+    assert _row_twin.thread_sums_twin(terms, 32, 0, 4)[0] == _tree_by_hand(terms[0], 32, 0, 4) == 0.0
 
 
 @pytest.mark.parametrize("dtype, nan", [("bfloat16", 0x7FFF), ("float16", 0x7FFF), ("float32", 0x7FFFFFFF)])
 def test_the_fused_adds_nan_sum_is_the_gpus_one_nan(dtype, nan):
     """A NaN operand's payload (numpy's 0x7FC00000, rounded: 0x7FC0 / 0x7E00) and inf + -inf both give
-    the one NaN the GPU's fp32 add returns, as T; other sums are round_T(x + r) (run 26 saw the payload
+    the one NaN the GPU's fp32 add returns, as T; other sums are round_T(x + r) (a GPU run saw the payload
     differ)."""
     dt = dtypes.get(dtype).numpy
     x = np.array([[np.nan, np.inf, 1.5, -np.inf, 2.0]], dtype=dt)

@@ -1,5 +1,5 @@
 """QK-norm at Qwen3's shapes on the H200: pyrms against torch eager, torch.compile and Triton, all on the
-same strided views of a fused QKV tensor (issue 13, item 3).
+same strided views of a fused QKV tensor (docs/family.md).
 
     python -m tools.bench_qk_norm [--tokens 1,16,128,1024,4096,16384] [--reps 15] [--json out.json]
 
@@ -67,7 +67,7 @@ def implementations(shapes: int):
     import pyrms.torch as pt
 
     # One specialization per shape: past dynamo's recompile limit (8 by default) fn would run eagerly, and the
-    # torch.compile column would be torch eager's (runs 21 to 43 hit it from the fourth k row on).
+    # torch.compile column would be torch eager's (the H200 runs before 2026-12-02 hit it from the fourth k row on).
     config = torch._dynamo.config
     limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     setattr(config, limit, max(getattr(config, limit), shapes))

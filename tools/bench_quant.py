@@ -1,5 +1,5 @@
 """Norm + fp8 quantization on the H200: pyrms.rms_norm_quant and fused_add_rms_norm_quant against torch's
-norm then quantize (eager, torch.compile of each step apart, torch.compile of both together), issue 14 item 4.
+norm then quantize (eager, torch.compile of each step apart, torch.compile of both together); docs/family.md.
 
     python -m tools.bench_quant [--tokens 1,16,128,1024,16384] [--hidden 5120] [--reps 15] [--json out.json]
 
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
                 print(f"per_group skipped: hidden {hidden} is not a multiple of {GROUP}", flush=True)
                 continue
             # Dynamo keys its cache by code object: the four configurations' `eager` share one, and 8 shapes
-            # (its recompile limit) would leave the later ones running uncompiled (run 27's fused add rows).
+            # (its recompile limit) would leave the later ones running uncompiled (once seen in the fused add rows).
             torch._dynamo.reset()
             impls = implementations(torch, fused, mode)
             for tokens in (int(t) for t in args.tokens.split(",")):

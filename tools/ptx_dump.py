@@ -22,10 +22,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from pyrms import compiler, dtypes, plan, ptx_inspect
+from pyrms import compiler, dtypes, ptx_inspect
+
+from pyrms.ops import _row_plan as plan
 from pyrms.errors import CompileError, PyrmsError
 from pyrms.ops import registry
-from pyrms.ops.registry import OpSpec
+from pyrms.ops._spec import OpSpec
 from pyrms.ops.rms_norm_backward import plan as bwd_plan
 from pyrms.ops.rms_norm_quant import plan as quant_plan
 
@@ -312,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "no GPU needed")
     parser.add_argument("--variant", default=None,
                         help="template variant as comma-separated key=value, a bare key meaning true, e.g. "
-                             "'cache=0,gemma,round_once=false'; unset keys follow pyrms.plan for --dtype and "
+                             "'cache=0,gemma,round_once=false'; unset keys follow the op's plan for --dtype and "
                              f"--hidden (gemma and round_once: false). Keys per kernel: {variants}")
     parser.add_argument("--out", type=Path, default=Path("ptx_out"),
                         help="directory for the .ptx, .cubin, .ptxas.txt and .sass files (default ./ptx_out)")

@@ -69,7 +69,7 @@ def execute(case: Case, streams: Streams) -> None:
 
 def compile_unit(case: Case) -> tuple[str, tuple[str, ...]]:
     """(source, name expressions compiled together) of the kernels a case launches: the disk cache
-    entry its launch will look up (pyrms.kernels.get compiles a plan's whole group)."""
+    entry its launch will look up (pyrms.launch.get_kernel compiles a plan's whole group)."""
     dt = dtypes.get(case.dtype)
     if case.op == "rms_norm":
         p = rms_plan.plan_rms_norm(dt, case.hidden, gemma=case.gemma, round_once=case.round_once)

@@ -69,7 +69,7 @@ def select(ops, quick: bool, shard: tuple[int, int] = (0, 1)):
 
 def compile_unit(family: str, c: case_matrix.Case) -> precompile_mod.Unit:
     """The unit (source and name expressions compiled together) a case of `family` launches: what
-    pyrms.kernels.get compiles, so the disk cache entry is the one the launch will look up."""
+    pyrms.launch.get_kernel compiles, so the disk cache entry is the one the launch will look up."""
     weight = None if c.option("weight") in ("same", "ones") else c.option("weight")
     # out_dtype: the quantizing ops' output dtype, or the row ops' mixed-dtype output (out_kind)
     if family in case_matrix.QUANT:

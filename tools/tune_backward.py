@@ -3,7 +3,7 @@
 
 Each configuration is checked against the float64 reference, then timed like the benchmark
 (pyrms.bench.timing: CUDA events around batches queued behind a spin kernel) on rotated inputs. Needs a
-GPU. Used to choose pyrms.plan's backward table (backward_block, BACKWARD_FEW_ROWS).
+GPU. Used to choose the backward plan's table (backward_block, BACKWARD_FEW_ROWS).
 
     python -m tools.tune_backward --shapes 16384x5120,32x5120 --configs planned,128/0/16,128/0/1,160/0/1
 
@@ -22,7 +22,7 @@ import numpy as np
 import pyrms
 from pyrms import driver, dtypes
 from pyrms.bench import timing
-from pyrms.ops import _backward
+from pyrms.ops.rms_norm_backward import prepared as _backward
 from pyrms.ops.rms_norm_backward import plan as bwd_plan
 from pyrms.ops.rms_norm_backward import twin as bwd_twin
 

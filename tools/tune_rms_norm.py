@@ -7,7 +7,7 @@ behind a spin kernel, so small shapes show device time, not host time) over rota
 set above twice the L2). Prints GB/s and the fraction of the device-to-device copy ceiling, and writes
 JSON with --json. A configuration is FOLD/CACHE for the many-row kernel, and FOLD/CACHExSPREADe for a
 few-row one (SPREAD * FOLD threads, weights loaded early; SPREAD 1 is written x1e; a suffix a for the
-all-body ALIGNED variant, which the aligned test buffers allow), as compiled (plan.FEW_ROW_SHAPES). --pdl launches with programmatic dependent launch. Used to choose pyrms.plan's
+all-body ALIGNED variant, which the aligned test buffers allow), as compiled (plan.FEW_ROW_SHAPES). --pdl launches with programmatic dependent launch. Used to choose the row plan's
 table; needs a GPU.
 
     python -m tools.tune_rms_norm --shapes 16384x5120,4096x16384 --json out.json
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pyrms import driver, dtypes, kernels, plan
+from pyrms import driver, dtypes, launch
+
+from pyrms.ops import _row_plan as plan
 from pyrms.bench import ceiling, timing
-from pyrms.ops.rms_norm.op import _SIGNATURE
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin
 
@@ -89,19 +90,20 @@ def main() -> int:
             if wanted is not None and name not in wanted:
                 continue
             expr = rms_plan.kernel_expression(dt, cache, spread, False, False, early, aligned)
-            kernel = kernels.get(rms_plan.RmsNormPlan.source, expr, rms_plan.variant_group(dt, False, False), _SIGNATURE, device)
+            kernel = launch.get_kernel(rms_plan.RmsNormPlan.source, expr, rms_plan.variant_group(dt, False, False),
+                                 rms_plan.RmsNormPlan(dt, 0, 0, 0).signature, device)
 
-            def launch(i, kernel=kernel, threads=spread * block):
+            def run(i, kernel=kernel, threads=spread * block):
                 kernel.launch(tokens, threads, (ys[i], xs[i], wb.ptr, 1e-6, hidden, hidden, hidden), 0, pdl=args.pdl)
 
-            launch(0)
+            run(0)
             got = np.empty((min(tokens, 4), hidden), dtype=dt.numpy)
             driver.memcpy_dtoh(got, ys[0])
             want = rms_twin.rms_norm_twin(x[: got.shape[0]], w, 1e-6, block=block)
             if not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
                 line.append(f"{name}=WRONG")
                 continue
-            us = timing.median_us(timer, launch, sets, args.reps)
+            us = timing.median_us(timer, run, sets, args.reps)
             gbs = nbytes / us / 1e3
             results.append(dict(tokens=tokens, hidden=hidden, dtype=dt.name, block=block, cache=cache, spread=spread,
                                 early_weights=early, aligned=aligned, pdl=args.pdl, us=us, gbs=gbs, ceiling_fraction=gbs / ceiling_gbs))

@@ -7,36 +7,50 @@ import sys
 from pathlib import Path
 
 from . import config as cfg
+from . import ops as ops_mod
 
 PROG = "python -m pyrms.bench"
-EXTRA_OPS = ("fused_add_rms_norm", "rms_norm_backward")
-DEFAULT_EXTRA_OP_SHAPES = (cfg.Shape(32, 5120), cfg.Shape(16384, 5120))  # where issues 6 and 12 set their targets
+DEFAULT_EXTRA_OP_SHAPES = (cfg.Shape(32, 5120), cfg.Shape(16384, 5120))  # the other ops' target shapes
 
-EPILOG = f"""
+EPILOG = """
 sections: the copy ceiling; the shape sweep (each implementation validated, then timed); the launch
 floor (an empty kernel and a one-row copy, back to back and in a CUDA graph, each without and with
 programmatic dependent launch); host time per call; CUDA graph capture and replay; the copy ceiling
-again; the targets of issues 6, 11 and 12, each PASS, FAIL or N/A with its numbers. Progress goes to
-stderr, the report to stdout and to OUT/NAME.txt, all numbers to OUT/NAME.json, the plot to
-OUT/NAME.png (when matplotlib is importable).
+again; the targets (bandwidth, decode latency, host time per call), each PASS, FAIL or N/A with its
+numbers. Progress goes to stderr, the report to stdout and to OUT/NAME.txt, all numbers to
+OUT/NAME.json, the plot to OUT/NAME.png (when matplotlib is importable).
 
-default shapes: tokens {','.join(map(str, cfg.TOKENS))} x hidden {','.join(map(str, cfg.HIDDEN))}; with
---quick: tokens {','.join(map(str, cfg.QUICK_TOKENS))} x hidden {','.join(map(str, cfg.QUICK_HIDDEN))}, fewer
+default shapes: tokens {tokens} x hidden {hidden}; with
+--quick: tokens {quick_tokens} x hidden {quick_hidden}, fewer
 repetitions, torch.compile only at the largest token count (each shape compiles for seconds).
-Without --ops, fused_add_rms_norm and rms_norm_backward run at 32x5120 and 16384x5120 only, where
+Without --ops, {extras} run at {extra_shapes} only, where
 their targets are, and only if pyrms has them; --ops runs the ops named at every selected shape.
 
-implementations: pyrms, pyrms_nopdl (pyrms.rms_norm with pdl=False; pyrms's default is pdl=True, programmatic dependent launch;
-rms_norm only), seed (the seed kernel, compiled by NVRTC; hidden/VEC <= 1024 threads only), torch
-(F.rms_norm eager), compile (torch.compile of it), triton (pyrms/bench/triton_rms.py); those that
-cannot run are listed as skipped, with the reason. Exit status: 0 when the run completed, 1 if a
-pyrms output failed validation or the run broke off, 2 for bad arguments or no GPU.
+implementations: pyrms, pyrms_nopdl (pyrms.{headline} with pdl=False; pyrms's default is pdl=True, programmatic dependent launch;
+{headline} only), seed (the seed kernel, compiled by NVRTC; hidden/VEC <= 1024 threads only), torch
+(PyTorch eager), compile (torch.compile of it), triton (a Triton kernel): each op declares its own in
+pyrms/ops/<family>/bench.py, and those that cannot run are listed as skipped, with the reason.
+Exit status: 0 when the run completed, 1 if a pyrms output failed validation or the run broke off,
+2 for bad arguments or no GPU.
 
 examples:
-  {PROG} --quick
-  {PROG} --shapes 16384x5120,4096x16384 --impls pyrms,triton --out "$OUT"
-  {PROG} --dtypes bf16,fp16,fp32 --tokens 1024,16384 --hidden 5120
+  {prog} --quick
+  {prog} --shapes 16384x5120,4096x16384 --impls pyrms,triton --out "$OUT"
+  {prog} --dtypes bf16,fp16,fp32 --tokens 1024,16384 --hidden 5120
 """
+
+
+def _join(names) -> str:
+    names = list(names)
+    return " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def epilog() -> str:
+    """EPILOG with the run's defaults and the ops (from the registry's benchmark declarations) filled in."""
+    ints = lambda values: ",".join(map(str, values))  # noqa: E731
+    return EPILOG.format(tokens=ints(cfg.TOKENS), hidden=ints(cfg.HIDDEN), quick_tokens=ints(cfg.QUICK_TOKENS),
+                         quick_hidden=ints(cfg.QUICK_HIDDEN), extras=_join(ops_mod.extras()),
+                         extra_shapes=_join(map(str, DEFAULT_EXTRA_OP_SHAPES)), headline=ops_mod.headline(), prog=PROG)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,7 +72,7 @@ def _typed(parse, what=None):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="RMSNorm kernels against the device-to-device copy ceiling, the seed "
                 "kernel, PyTorch (eager and torch.compile) and Triton: device time, GB/s, host time, CUDA graphs.",
-                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                epilog=epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a handful of shapes and fewer repetitions: under a minute")
     g = p.add_argument_group("what to measure")
     g.add_argument("--tokens", type=_typed(cfg.parse_ints, "--tokens"), metavar="LIST", help="e.g. 1,128,4096")
@@ -67,8 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TOKENSxHIDDEN pairs instead of the grid, e.g. 16384x5120,4096x16384")
     g.add_argument("--dtypes", type=_typed(cfg.parse_dtypes), metavar="LIST", default=("bfloat16",),
                    help="bf16, fp16, fp32 or all (default bf16)")
-    g.add_argument("--ops", type=_typed(cfg.parse_ops), metavar="LIST",
-                   help="rms_norm, fused_add_rms_norm, rms_norm_backward or all")
+    g.add_argument("--ops", type=_typed(cfg.parse_ops), metavar="LIST", help=f"{', '.join(ops_mod.swept())} or all")
     g.add_argument("--impls", type=_typed(cfg.parse_impls), metavar="LIST", default=cfg.IMPLS,
                    help="pyrms, pyrms_nopdl, seed, torch, compile, triton or all (default all)")
     g.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
@@ -99,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _available_extra_ops() -> tuple[str, ...]:
     import pyrms
 
-    return tuple(op for op in EXTRA_OPS if hasattr(pyrms, op))
+    return tuple(op for op in ops_mod.extras() if hasattr(pyrms, op))
 
 
 def build_config(args, now: datetime.datetime | None = None) -> cfg.Config:
@@ -121,14 +134,14 @@ def build_config(args, now: datetime.datetime | None = None) -> cfg.Config:
         ops, extra_shapes = args.ops, None
     else:
         available = _available_extra_ops()
-        ops, extra_shapes = ("rms_norm",) + available, DEFAULT_EXTRA_OP_SHAPES
-        missing = [op for op in EXTRA_OPS if op not in available]
+        ops, extra_shapes = (ops_mod.headline(),) + available, DEFAULT_EXTRA_OP_SHAPES
+        missing = [op for op in ops_mod.extras() if op not in available]
         if missing:
             notes.append(f"not in this pyrms, so not measured: {', '.join(missing)}")
     compile_tokens = None
     if quick and "compile" in args.impls:
         compile_tokens = max(s.tokens for s in shapes)
-        notes.append(f"--quick: torch.compile runs only for rms_norm at {compile_tokens} tokens (each shape "
+        notes.append(f"--quick: torch.compile runs only for {ops_mod.headline()} at {compile_tokens} tokens (each shape "
                      "compiles for seconds); run without --quick for every shape")
     now = now or datetime.datetime.now()
     stem = args.name or f"bench-{now:%Y%m%d-%H%M%S}" + ("-quick" if quick else "")

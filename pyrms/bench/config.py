@@ -23,7 +23,6 @@ IMPL_LABELS = {"pyrms": "pyrms", "pyrms_nopdl": "pyrms (no pdl)", "seed": "seed"
 DECODE_MAX_TOKENS = 128  # shapes up to this many tokens are latency-bound: judged against the launch floor
 FLOOR_HIDDEN = (4096, 5120, 8192)  # the launch floor's one-row copy, at these and every decode hidden of a run
 DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-OP_ALIASES = {"forward": "rms_norm", "fused_add": "fused_add_rms_norm", "backward": "rms_norm_backward"}
 
 
 @dataclass(frozen=True, order=True)
@@ -90,7 +89,8 @@ def parse_names(text: str, what: str, allowed, aliases=None) -> tuple[str, ...]:
 
 
 def parse_ops(text: str) -> tuple[str, ...]:
-    return parse_names(text, "--ops", tuple(ops_mod.OPS), OP_ALIASES)
+    """The swept ops named (ops.swept(), or 'all'), each op's aliases (ops.Bench.aliases) resolved."""
+    return parse_names(text, "--ops", ops_mod.swept(), ops_mod.aliases())
 
 
 def parse_impls(text: str) -> tuple[str, ...]:
@@ -126,7 +126,7 @@ class Config:
 
     shapes: tuple[Shape, ...]
     dtypes: tuple[str, ...] = ("bfloat16",)
-    ops: tuple[str, ...] = ("rms_norm",)
+    ops: tuple[str, ...] = field(default_factory=lambda: (ops_mod.headline(),))
     impls: tuple[str, ...] = IMPLS
     quick: bool = False
     rounds: int = 3
@@ -146,12 +146,12 @@ class Config:
     out_dir: Path = Path("bench/results")
     stem: str = "bench"
     plot: bool = True
-    extra_op_shapes: tuple[Shape, ...] | None = None  # fused add / backward shapes (None: same as shapes)
-    compile_tokens: int | None = None  # torch.compile only for rms_norm at this token count (None: everywhere)
+    extra_op_shapes: tuple[Shape, ...] | None = None  # the other ops' shapes (None: same as shapes)
+    compile_tokens: int | None = None  # torch.compile only for the headline op at this token count (None: everywhere)
     notes: list[str] = field(default_factory=list)
 
     def shapes_for(self, op: str) -> tuple[Shape, ...]:
-        if op != "rms_norm" and self.extra_op_shapes is not None:
+        if op != ops_mod.headline() and self.extra_op_shapes is not None:
             return self.extra_op_shapes
         return self.shapes
 
@@ -160,13 +160,13 @@ class Config:
 
     def floor_hiddens(self) -> tuple[int, ...]:
         """Row sizes of the launch floor's one-row copy: FLOOR_HIDDEN and every hidden of the run's
-        decode shapes (rms_norm, tokens <= DECODE_MAX_TOKENS)."""
-        decode = {s.hidden for s in self.shapes_for("rms_norm") if s.tokens <= DECODE_MAX_TOKENS}
+        decode shapes (the headline op's, tokens <= DECODE_MAX_TOKENS)."""
+        decode = {s.hidden for s in self.shapes_for(ops_mod.headline()) if s.tokens <= DECODE_MAX_TOKENS}
         return tuple(sorted(decode.union(FLOOR_HIDDEN)))
 
     def compile_at(self, op: str, shape: Shape) -> bool:
-        """Whether torch.compile runs for ``op`` at ``shape`` (--quick: rms_norm at one token count)."""
-        return self.compile_tokens is None or (op == "rms_norm" and shape.tokens == self.compile_tokens)
+        """Whether torch.compile runs for ``op`` at ``shape`` (--quick: the headline op at one token count)."""
+        return self.compile_tokens is None or (op == ops_mod.headline() and shape.tokens == self.compile_tokens)
 
     @property
     def json_path(self) -> Path:

@@ -5,7 +5,7 @@ first global read and ``griddepcontrol.launch_dependents`` right after it):
   empty  one block of 32 threads: the launch itself;
   copy   one block copying one bf16 row of ``hidden`` elements, 16 bytes per thread (hidden/8
          threads, at most 1024, which then loop): the least a one-row kernel such as decode RMSNorm
-         can cost. Its rows rotate over the same sets as rms_norm's at 1 x hidden in the sweep, so it
+         can cost. Its rows rotate over the same sets as the headline op's at 1 x hidden in the sweep, so it
          reads from DRAM as pyrms does there, and its output is checked bit for bit before timing.
 Each is timed four ways: back to back on the benchmark's stream (EventTimer behind the spin kernel,
 as the sweep times every implementation: device µs per launch), and as N launches captured into a
@@ -22,7 +22,7 @@ import numpy as np
 from .. import compiler, driver, launch
 from . import timing
 from .config import Config, Shape
-from .ops import OpSpec
+from .ops import Bench
 from .problem import Problem
 from .results import FAILED, OK, SKIPPED, Timed
 
@@ -65,9 +65,10 @@ extern "C" __global__ void pyrms_floor_copy_row(uint4* __restrict__ dst, const u
     }
 }
 """
-# The copy's memory: rms_norm's x and y at one token, so the same rotation sets (the weight goes unused).
-COPY_ROW = OpSpec("copy_row", inputs=("x",), inplace=(), outputs=("y",), vector_outputs=(), row_terms=2,
-                  vector_terms=0, impls=(), results=("y",), formula="read x + write y = 2·H elements")
+# The copy's memory: an x read and a y written at one token, as the headline op's, so the same rotation sets
+# (the weight goes unused).
+COPY_ROW = Bench("copy_row", inputs=("x",), outputs=("y",), row_terms=2, results=("y",),
+                 formula="read x + write y = 2·H elements")
 
 
 def compile_floor(arch: str) -> bytes:

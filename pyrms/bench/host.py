@@ -22,7 +22,7 @@ import numpy as np
 import pyrms
 
 from .. import driver, dtypes, launch
-from ..tensor import Tensor
+from . import ops as ops_mod
 from . import problem as problem_mod
 from . import stats
 
@@ -123,18 +123,18 @@ def _bare_of(call):
     return lambda: [b() for b in bares]
 
 
-OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "rms_norm_backward")
-
-
 def host_overhead(ctx, device, rng, calls: int, epsilon: float) -> dict:
-    """Host µs per call on 1x4096 bf16, variants interleaved: for every op, the bare cuLaunchKernel calls
-    one call of it makes ("bare <op>") and the op on raw ints ("<op>"); pyrms.rms_norm on pyrms.Tensor
-    and on torch tensors as they are; pyrms.torch.rms_norm; torch eager F.rms_norm."""
+    """Host µs per call on 1x4096 bf16, variants interleaved: for every op with a host call (ops.Bench.host,
+    in the registry's order), the bare cuLaunchKernel calls one call of it makes ("bare <op>"; the headline
+    op's: "bare") and the op on raw ints ("<op>"; the headline op's: "pyrms"); then each op's extra variants
+    (ops.Bench.host_extras: the headline op on pyrms.Tensor and torch tensors, through pyrms.torch, torch
+    eager). Every call is built before timing: the timed loop calls it and nothing else."""
     tokens, hidden = HOST_SHAPE
     dt = dtypes.BFLOAT16
     nbytes = stats.pad(tokens * hidden * dt.itemsize)
     out: dict = {"shape": [tokens, hidden], "dtype": dt.name, "calls_per_batch": BATCH}
     stream = ctx.stream
+    benches = [b for b in ops_mod.benches().values() if b.host is not None or b.host_extras is not None]
     with contextlib.ExitStack() as buffers:
         rows = [buffers.enter_context(driver.DeviceBuffer(nbytes, device)) for _ in range(5)]
         vectors = [buffers.enter_context(driver.DeviceBuffer(stats.pad(hidden * 4), device)) for _ in range(3)]
@@ -142,43 +142,31 @@ def host_overhead(ctx, device, rng, calls: int, epsilon: float) -> dict:
             problem_mod.fill_random(b.ptr, b.nbytes, dt, rng)
         x, r, y, dy, gx = (b.ptr for b in rows)
         w, bias, gw = (b.ptr for b in vectors)
-        common = dict(dtype="bfloat16", stream=stream)
-        ops = {
-            "rms_norm": lambda: pyrms.rms_norm(y, x, w, epsilon, tokens, hidden, **common),
-            "fused_add_rms_norm": lambda: pyrms.fused_add_rms_norm(x, r, w, epsilon, tokens, hidden, **common),
-            "layer_norm": lambda: pyrms.layer_norm(y, x, w, bias, epsilon, tokens, hidden, **common),
-            "rms_norm_backward": lambda: pyrms.rms_norm_backward(gx, gw, dy, x, w, epsilon, tokens, hidden,
-                                                                 grad_weight_dtype="float32", **common),
-        }
-        variants, skipped = {}, {}
-        for name, call in ops.items():
+        operands = ops_mod.HostOperands(tokens, hidden, dt, device.ordinal, stream, epsilon,
+                                        x, r, y, dy, gx, w, bias, gw)
+        variants, skipped, notes = {}, {}, {}
+        for bench in benches:
+            if bench.host is None:
+                continue
+            call = bench.host(operands)
             try:  # one op that cannot run here (no memory pools, say) does not cost the others their figures
                 bare = _bare_of(call)
             except Exception as exc:  # noqa: BLE001 - recorded in the results, with its reason
-                skipped[name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                skipped[bench.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 continue
             if bare is not None:
-                variants["bare" if name == "rms_norm" else f"bare {name}"] = bare
-            variants["pyrms" if name == "rms_norm" else name] = call
+                variants["bare" if bench.headline else f"bare {bench.name}"] = bare
+            variants["pyrms" if bench.headline else bench.name] = call
         if skipped:
             out["skipped"] = skipped
-        tx, tw, ty = (Tensor(p, shape, dt, device=device.ordinal) for p, shape in
-                      ((x, (tokens, hidden)), (w, (hidden,)), (y, (tokens, hidden))))
-        variants["rms_norm pyrms.Tensor"] = lambda: pyrms.rms_norm(ty, tx, tw, epsilon, stream=stream)
-        if ctx.torch is not None:
-            torch = ctx.torch
-            as_torch = lambda t: torch.as_tensor(t).view(torch.bfloat16)  # noqa: E731 - views, no copy
-            qx, qw, qy = as_torch(tx), as_torch(tw), as_torch(ty)
-            variants["rms_norm torch tensors"] = lambda: pyrms.rms_norm(qy, qx, qw, epsilon, stream=stream)
-            try:
-                import pyrms.torch as pt
-
-                variants["pyrms.torch.rms_norm"] = lambda: pt.rms_norm(qx, qw, epsilon)
-            except ImportError as exc:
-                out["pyrms_torch_reason"] = str(exc)
-            F = torch.nn.functional
-            variants["torch"] = lambda: F.rms_norm(qx, (hidden,), qw, epsilon)
-        else:
+        for bench in benches:
+            if bench.host_extras is not None:
+                extra, why = bench.host_extras(operands, ctx)
+                variants.update(extra)
+                notes.update(why)
+                del extra  # only ``variants`` holds the calls (and the torch views they use)
+        out.update(notes)
+        if ctx.torch is None:
             out["torch_reason"] = ctx.torch_reason
         _time_batches(variants, 2)  # warm-up
         batches = max(5, calls // BATCH)

@@ -1,27 +1,105 @@
-"""What each benchmarked op reads and writes, and so the bytes one call must move (pure).
+"""The benchmarked ops: each op's declaration (a ``Bench``) lives in its family's folder (``pyrms/ops/<family>/
+bench.py``, named by the op's registry spec, ``OpSpec.bench``); this module defines what one declares and
+finds them through the registry. Pure: no GPU, no PyTorch.
 
-Bytes count each input read once and each output written once: the floor any kernel pays. The
-weight is counted once per call (every row reads it, but after the first read it comes from L2).
-Scratch traffic an implementation adds (backward's fp32 partial sums of dγ) is its own overhead and
-is not counted.
+A declaration says what one call reads and writes, and so the bytes it must move: each input read once and
+each output written once, the floor any kernel pays. The weight is counted once per call (every row reads
+it, but after the first read it comes from L2). Scratch traffic an implementation adds (a backward's fp32
+partial sums of dγ) is its own overhead and is not counted. It also names the op's implementations (pyrms's
+and its points of comparison), its float64 reference, its call in the host-time section and its example
+call for tools/profile_launch.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..ops import registry
 
 
 @dataclass(frozen=True)
-class OpSpec:
+class HostOperands:
+    """What an op's call in the host-time section may use: raw device addresses of five [tokens, hidden]
+    arrays (x, r, y, dy, gx) and three [hidden] vectors with room for fp32 (w, bias, gw), all random data
+    of ``dt``; ``device`` is the ordinal, ``stream`` the raw handle every call launches on."""
+
+    tokens: int
+    hidden: int
+    dt: object
+    device: int
+    stream: int
+    epsilon: float
+    x: int
+    r: int
+    y: int
+    dy: int
+    gx: int
+    w: int
+    bias: int
+    gw: int
+
+    @property
+    def common(self) -> dict:
+        """The keywords every raw-int call takes: dtype and stream."""
+        return dict(dtype=self.dt.name, stream=self.stream)
+
+
+@dataclass(frozen=True)
+class Example:
+    """What an op's example call in tools/profile_launch.py may use: pyrms Tensors a, b, c ([rows, hidden],
+    random), w and bias ([hidden], in [-1, 1]), dw ([hidden], empty), all of ``dt``; ``pdl``: whether to
+    launch with programmatic dependent launch (an op that has no such switch ignores it)."""
+
+    rows: int
+    hidden: int
+    dt: object
+    a: object
+    b: object
+    c: object
+    w: object
+    bias: object
+    dw: object
+    pdl: bool
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One op's benchmark declaration.
+
+    The sweep's problem: ``inputs`` ([tokens, hidden] arrays only read, random data), ``inplace`` (read and
+    overwritten), ``outputs`` (only written, poisoned before validation), ``vector_outputs`` ([hidden]
+    outputs); ``row_terms`` and ``vector_terms`` the [tokens, hidden] arrays and [hidden] vectors one call
+    moves; ``results`` the outputs validated; ``formula`` the byte count in words. ``impls``:
+    implementation name -> factory(ctx, problem) -> Impl (empty: the sweep does not run the op);
+    ``reference(problem, epsilon)`` -> (expected outputs by result name, notes). ``aliases``: other names
+    ``--ops`` takes for it. ``headline``: the op the benchmark is about (one op): the full shape grid,
+    the decode, floor and host targets; the others run at the extra-op shapes unless ``--ops`` names them.
+
+    The host-time section: ``host(HostOperands)`` -> the op's call on raw ints (a function of no
+    arguments, resolved before timing); ``host_extras(HostOperands, ctx)`` -> (more variants by name, notes
+    for the JSON); ``host_labels``: variant name -> its label in the report.
+
+    ``example(Example)`` -> one call for tools/profile_launch.py."""
+
     name: str
-    inputs: tuple[str, ...]      # [tokens, hidden] arrays only read (random data)
-    inplace: tuple[str, ...]     # [tokens, hidden] arrays read and overwritten (random data)
-    outputs: tuple[str, ...]     # [tokens, hidden] arrays only written (poisoned before validation)
-    vector_outputs: tuple[str, ...]  # [hidden] outputs (dγ)
-    row_terms: int               # [tokens, hidden] arrays moved per call (reads + writes)
-    vector_terms: int            # [hidden] vectors moved per call (γ read, dγ written)
-    impls: tuple[str, ...]       # implementations that exist for this op
-    results: tuple[str, ...]     # outputs validated against the reference
-    formula: str                 # the byte count in words, for the report
+    inputs: tuple[str, ...] = ()
+    inplace: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    vector_outputs: tuple[str, ...] = ()
+    row_terms: int = 0
+    vector_terms: int = 0
+    results: tuple[str, ...] = ()
+    formula: str = ""
+    impls: dict = field(default_factory=dict)
+    reference: Callable | None = None
+    aliases: tuple[str, ...] = ()
+    headline: bool = False
+    host: Callable | None = None
+    host_extras: Callable | None = None
+    host_labels: dict = field(default_factory=dict)
+    example: Callable | None = None
 
     @property
     def arrays(self) -> tuple[str, ...]:
@@ -35,24 +113,46 @@ class OpSpec:
         return self.elements_moved(tokens, hidden) * itemsize
 
 
-RMS_NORM = OpSpec(
-    "rms_norm", inputs=("x",), inplace=(), outputs=("y",), vector_outputs=(), row_terms=2, vector_terms=1,
-    impls=("pyrms", "pyrms_nopdl", "seed", "torch", "compile", "triton"), results=("y",),
-    formula="read x + read γ + write y = (2·T·H + H) elements")
-FUSED_ADD = OpSpec(
-    "fused_add_rms_norm", inputs=(), inplace=("x", "r"), outputs=(), vector_outputs=(), row_terms=4,
-    vector_terms=1, impls=("pyrms", "torch", "compile"), results=("y", "r"),
-    formula="read x, r, γ + write r, x = (4·T·H + H) elements")
-BACKWARD = OpSpec(
-    "rms_norm_backward", inputs=("dy", "x"), inplace=(), outputs=("dx",), vector_outputs=("dw",), row_terms=3,
-    vector_terms=2, impls=("pyrms", "torch"), results=("dx", "dw"),
-    formula="read dy, x, γ + write dx, dγ = (3·T·H + 2·H) elements")
+@functools.lru_cache(maxsize=None)
+def benches() -> dict[str, Bench]:
+    """Every op's declaration, by op name, in the registry's order: from each spec's ``bench`` module,
+    which declares ``BENCHES`` (its ops' declarations). Loaded when first asked (the modules import this one)."""
+    found: dict[str, Bench] = {}
+    for name, spec in registry.REGISTRY.items():
+        if spec.bench is None:
+            continue
+        declared = {b.name: b for b in importlib.import_module(spec.bench).BENCHES}
+        if name not in declared:
+            raise LookupError(f"{spec.bench} declares no benchmark of {name} (BENCHES has {', '.join(declared)})")
+        found[name] = declared[name]
+    if [b.headline for b in found.values()].count(True) != 1:
+        raise LookupError("exactly one op's benchmark must be the headline (Bench.headline)")
+    return found
 
-OPS = {op.name: op for op in (RMS_NORM, FUSED_ADD, BACKWARD)}
+
+def swept() -> tuple[str, ...]:
+    """The ops the shape sweep can run (those with implementations), in the registry's order."""
+    return tuple(name for name, b in benches().items() if b.impls)
 
 
-def get(name: str) -> OpSpec:
-    try:
-        return OPS[name]
-    except KeyError:
-        raise ValueError(f"unknown op {name!r}; allowed: {', '.join(OPS)}") from None
+def headline() -> str:
+    """The op the benchmark is about."""
+    return next(name for name, b in benches().items() if b.headline)
+
+
+def extras() -> tuple[str, ...]:
+    """The swept ops besides the headline: by default they run at the extra-op shapes only."""
+    return tuple(name for name in swept() if name != headline())
+
+
+def aliases() -> dict[str, str]:
+    """``--ops``'s other names: alias -> op."""
+    return {alias: name for name in swept() for alias in benches()[name].aliases}
+
+
+def get(name: str) -> Bench:
+    """The declaration of swept op ``name``; ValueError naming the ops there are."""
+    ops = swept()
+    if name not in ops:
+        raise ValueError(f"unknown op {name!r}; allowed: {', '.join(ops)}")
+    return benches()[name]

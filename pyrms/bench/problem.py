@@ -15,7 +15,7 @@ from .. import driver, dtypes
 from ..tensor import Tensor
 from . import stats
 from .config import Shape
-from .ops import OpSpec
+from .ops import Bench
 
 RANDOM_BLOCK_ELEMENTS = 1 << 22
 POISON = 0xFF
@@ -34,7 +34,7 @@ def fill_random(ptr: int, nbytes: int, dt: dtypes.DType, rng, low: float = -2.0,
 
 
 class Problem:
-    def __init__(self, op: OpSpec, dtype: str, shape: Shape, *, device: driver.Device, rng, cap_bytes: int,
+    def __init__(self, op: Bench, dtype: str, shape: Shape, *, device: driver.Device, rng, cap_bytes: int,
                  l2_factor: float = 2.0):
         self.op = op
         self.dt = dtypes.get(dtype)

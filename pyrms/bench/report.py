@@ -159,7 +159,8 @@ def floor_section(floors) -> str:
              "nothing, both PDL-aware (griddepcontrol.wait before the first global read, launch_dependents after it):",
              f"an empty kernel (1 block x {floor_mod.EMPTY_THREADS} threads) and a one-row copy (1 block, 16 bytes per "
              "thread, of a",
-             "bf16 row of H elements, rotated over the sets rms_norm uses at 1 x H). Back to back: timed as the sweep",
+             f"bf16 row of H elements, rotated over the sets {ops_mod.headline()} uses at 1 x H). Back to back: timed as "
+             "the sweep",
              "times every implementation; graph: N launches captured into a CUDA graph and replayed, replay time / N;",
              "+ PDL: every launch made with programmatic dependent launch allowed.",
              f"  {'kernel':<10} {'threads':>7} {'sets':>5} | {'back to back':>12} {'+ PDL':>12} | {'graph':>12} "
@@ -182,22 +183,23 @@ def floor_section(floors) -> str:
 
 
 def decode_floor_table(records, floors) -> str:
-    """bf16 rms_norm at <= DECODE_MAX_TOKENS tokens against the one-row copy floor of the same hidden
+    """The headline op in bf16 at <= DECODE_MAX_TOKENS tokens against the one-row copy floor of the same hidden
     (back to back, as the sweep times it): pyrms (no pdl) against the floor without PDL, pyrms (its default,
     PDL) against the floor with it."""
+    op = ops_mod.headline()
     shapes = sorted({(r.hidden, r.tokens) for r in records
-                     if r.op == "rms_norm" and r.dtype == "bfloat16" and r.tokens <= DECODE_MAX_TOKENS})
+                     if r.op == op and r.dtype == "bfloat16" and r.tokens <= DECODE_MAX_TOKENS})
     if not floors or not shapes:
         return ""
     head = (f"{'tokens':>6} {'hidden':>6} | {'no pdl us':>9} {'floor us':>9} {'x floor':>7} | {'pyrms us':>9} "
             f"{'PDL floor':>9} {'x floor':>7}")
-    lines = ["rms_norm bfloat16 decode shapes against the launch floor: the one-row copy of the same hidden, back to",
+    lines = [f"{op} bfloat16 decode shapes against the launch floor: the one-row copy of the same hidden, back to",
              "back (x floor = time / floor; 1.00 is as fast as a launch that moves one row); no pdl: pyrms (no pdl)",
              "against the floor without PDL; pyrms (pdl=True, its default) against the floor with it", head, "-" * len(head)]
     for hidden, tokens in shapes:
         groups = [f"{tokens:>6} {hidden:>6}"]
         for impl, pdl in (("pyrms_nopdl", False), ("pyrms", True)):
-            mine = find(records, "rms_norm", "bfloat16", tokens, hidden, impl, ok_only=False)
+            mine = find(records, op, "bfloat16", tokens, hidden, impl, ok_only=False)
             copy = floor_mod.copy_floor(floors, hidden, pdl)
             timed = mine is not None and mine.status == OK and mine.median_us is not None
             ratio = f"{mine.median_us / copy.median_us:.2f}" if timed and copy is not None else DASH
@@ -214,9 +216,9 @@ def host_section(host: dict | None) -> str:
         return f"Host time per call: not measured ({host.get('reason', 'unknown')})"
     us, spread = host["per_call_us"], host["spread"]
     t, h = host["shape"]
-    labels = {"bare": "bare cuLaunchKernel, arguments packed once (the floor)",
-              "pyrms": "pyrms.rms_norm on raw ints (validation + plan + launch)",
-              "torch": "torch eager F.rms_norm"}
+    labels = {"bare": "bare cuLaunchKernel, arguments packed once (the floor)"}
+    for bench in ops_mod.benches().values():  # the variants' labels, where their ops declare them
+        labels.update(bench.host_labels)
     lines = [f"Host time per call ({t}x{h} {host['dtype']}; {host['batches']} batches of {host['calls_per_batch']} calls, "
              "each batch starting on an idle device so the GPU never holds the host back; median, p10-p90 spread):"]
     for name, value in us.items():
@@ -255,7 +257,7 @@ def graph_section(graphs: dict | None) -> str:
 
 def targets_section(targets) -> str:
     counts = targets_mod.tally(targets)
-    lines = [f"Targets (issues 6, 11, 12): {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['N/A']} N/A "
+    lines = [f"Targets: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['N/A']} N/A "
              "(not measured here)"]
     for t in targets:
         lines.append(f"  {t.status:<4}  {t.text}: {t.detail}")

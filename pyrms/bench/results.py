@@ -29,7 +29,7 @@ class Record(Timed):
     tokens: int
     hidden: int
     impl: str
-    bytes: int                     # bytes one call must move (ops.OpSpec.bytes_moved)
+    bytes: int                     # bytes one call must move (ops.Bench.bytes_moved)
     status: str = OK               # ok | skipped (with reason) | failed (with reason; never timed)
     reason: str = ""
     error: dict = field(default_factory=dict)   # validation: relative error per output

@@ -1,6 +1,6 @@
-"""Issue 6's targets, issue 11's host targets and issue 12's decode, fused add and backward targets
-(the data: targets.json beside this file), checked against one run's numbers: PASS, FAIL or N/A (not
-measured), each with the numbers that decided it (pure)."""
+"""The bandwidth and latency targets of the headline op (ops.headline()), the host targets, the decode
+targets and the other ops' targets (the data: targets.json beside this file), checked against one run's
+numbers: PASS, FAIL or N/A (not measured), each with the numbers that decided it (pure)."""
 from __future__ import annotations
 
 import json
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import floor as floor_mod
+from . import ops as ops_mod
 from .config import DECODE_MAX_TOKENS, DTYPE_SHORT, FLOOR_HIDDEN, IMPL_LABELS, OTHER_IMPLS
 from .results import best_of, find
 
@@ -33,7 +34,7 @@ def load(path: Path = TARGETS_FILE) -> dict:
             "LATENCY_VS_SEED": float(fwd["latency_vs_seed"]),
             "EXTRA_OP_SHAPE": _shape_key(extra["shape"]),
             "EXTRA_OP_CEILING": {k: float(v) for k, v in extra["ceiling"].items()},
-            "BACKWARD_FEW_SHAPE": _shape_key(extra["backward_few_shape"]),
+            "VS_EAGER": {k: _shape_key(v) for k, v in extra["vs_eager"].items()},
             "HOST_VS_BARE": {k: float(v) for k, v in host["vs_bare"].items()},
             "HOST_TORCH_VS_EAGER": float(host["torch_vs_eager"]),
             "FLOOR_LIMITS": {k: (bool(v["pdl"]), float(v["at_most"])) for k, v in decode["floor_limits"].items()},
@@ -53,7 +54,7 @@ SLOW_OTHER_SPEEDUP = _T["SLOW_OTHER_SPEEDUP"]
 LATENCY_VS_SEED = _T["LATENCY_VS_SEED"]
 EXTRA_OP_SHAPE = _T["EXTRA_OP_SHAPE"]
 EXTRA_OP_CEILING = _T["EXTRA_OP_CEILING"]
-BACKWARD_FEW_SHAPE = _T["BACKWARD_FEW_SHAPE"]
+VS_EAGER = _T["VS_EAGER"]
 HOST_VS_BARE = _T["HOST_VS_BARE"]
 HOST_TORCH_VS_EAGER = _T["HOST_TORCH_VS_EAGER"]
 FLOOR_LIMITS = _T["FLOOR_LIMITS"]  # impl: (the floor's PDL, at most x floor)
@@ -80,9 +81,10 @@ def _shape(t: int, h: int) -> str:
 
 def _ceiling_targets(records, ceiling: float) -> list[Target]:
     out = []
+    op = ops_mod.headline()
     for (t, h), frac in FORWARD_CEILING.items():
-        text = f"bf16 rms_norm {_shape(t, h)}: pyrms >= {frac:.2f} x copy ceiling"
-        r = find(records, "rms_norm", "bfloat16", t, h, "pyrms")
+        text = f"bf16 {op} {_shape(t, h)}: pyrms >= {frac:.2f} x copy ceiling"
+        r = find(records, op, "bfloat16", t, h, "pyrms")
         if r is None:
             out.append(Target("ceiling", text, NA, "not measured in this run"))
             continue
@@ -106,12 +108,13 @@ def _ceiling_targets(records, ceiling: float) -> list[Target]:
 
 def _vs_others_targets(records, ceiling: float) -> list[Target]:
     out = []
+    op = ops_mod.headline()
     shapes = sorted({(r.dtype, r.tokens, r.hidden) for r in records
-                     if r.op == "rms_norm" and r.tokens >= VS_OTHERS_MIN_TOKENS})
+                     if r.op == op and r.tokens >= VS_OTHERS_MIN_TOKENS})
     for dtype, t, h in shapes:
-        text = f"{DTYPE_SHORT[dtype]} rms_norm {_shape(t, h)}: pyrms no slower than the fastest other"
-        mine = find(records, "rms_norm", dtype, t, h, "pyrms")
-        best = best_of(records, "rms_norm", dtype, t, h, OTHER_IMPLS)
+        text = f"{DTYPE_SHORT[dtype]} {op} {_shape(t, h)}: pyrms no slower than the fastest other"
+        mine = find(records, op, dtype, t, h, "pyrms")
+        best = best_of(records, op, dtype, t, h, OTHER_IMPLS)
         if mine is None or best is None:
             missing = "pyrms" if mine is None else "no other implementation"
             out.append(Target("vs others", text, NA, f"{missing} timed at this shape"))
@@ -131,14 +134,15 @@ def _vs_others_targets(records, ceiling: float) -> list[Target]:
 
 def _latency_targets(records) -> list[Target]:
     out = []
+    op = ops_mod.headline()
     shapes = sorted({(r.dtype, r.tokens, r.hidden) for r in records
-                     if r.op == "rms_norm" and r.tokens <= DECODE_MAX_TOKENS})
+                     if r.op == op and r.tokens <= DECODE_MAX_TOKENS})
     for dtype, t, h in shapes:
-        text = f"{DTYPE_SHORT[dtype]} rms_norm {_shape(t, h)}: pyrms device time per launch <= {LATENCY_VS_SEED} x seed's"
-        mine = find(records, "rms_norm", dtype, t, h, "pyrms")
-        seed = find(records, "rms_norm", dtype, t, h, "seed")
+        text = f"{DTYPE_SHORT[dtype]} {op} {_shape(t, h)}: pyrms device time per launch <= {LATENCY_VS_SEED} x seed's"
+        mine = find(records, op, dtype, t, h, "pyrms")
+        seed = find(records, op, dtype, t, h, "seed")
         if mine is None or seed is None:
-            raw = find(records, "rms_norm", dtype, t, h, "seed" if mine is not None else "pyrms", ok_only=False)
+            raw = find(records, op, dtype, t, h, "seed" if mine is not None else "pyrms", ok_only=False)
             why = f"{raw.impl} {raw.status}: {raw.reason}" if raw is not None and raw.reason else "not timed"
             out.append(Target("latency", text, NA, why))
             continue
@@ -149,7 +153,7 @@ def _latency_targets(records) -> list[Target]:
 
 
 def _not_timed(records, impl: str, tokens: int, hidden: int) -> str:
-    raw = find(records, "rms_norm", "bfloat16", tokens, hidden, impl, ok_only=False)
+    raw = find(records, ops_mod.headline(), "bfloat16", tokens, hidden, impl, ok_only=False)
     if raw is not None and raw.reason:
         return f"{IMPL_LABELS[impl]} {raw.status}: {raw.reason}"
     return f"{IMPL_LABELS[impl]} not timed at {_shape(tokens, hidden)}"
@@ -164,11 +168,12 @@ def _no_floor(floors, hidden: int, pdl: bool) -> str:
 
 def _floor_targets(records, floors) -> list[Target]:
     out = []
+    op = ops_mod.headline()
     for impl, (pdl, limit) in FLOOR_LIMITS.items():
         floor_name = f"the one-row copy floor {'with' if pdl else 'without'} PDL (back to back)"
         for h in FLOOR_HIDDEN:
-            text = f"bf16 rms_norm {_shape(1, h)}: {IMPL_LABELS[impl]} device time per launch <= {limit} x {floor_name}"
-            mine = find(records, "rms_norm", "bfloat16", 1, h, impl)
+            text = f"bf16 {op} {_shape(1, h)}: {IMPL_LABELS[impl]} device time per launch <= {limit} x {floor_name}"
+            mine = find(records, op, "bfloat16", 1, h, impl)
             copy = floor_mod.copy_floor(floors, h, pdl)
             if mine is None or copy is None:
                 out.append(Target("floor", text, NA, _not_timed(records, impl, 1, h) if mine is None
@@ -183,11 +188,12 @@ def _floor_targets(records, floors) -> list[Target]:
 def _decode_targets(records) -> list[Target]:
     others = ", ".join(IMPL_LABELS[i] for i in OTHER_IMPLS[:-1]) + f" and {IMPL_LABELS[OTHER_IMPLS[-1]]}"
     out = []
+    op = ops_mod.headline()
     for h in FLOOR_HIDDEN:
         for t in DECODE_TOKENS:
-            text = f"bf16 rms_norm {_shape(t, h)} (decode): pyrms <= {DECODE_VS_OTHERS} x the fastest of {others}"
-            mine = find(records, "rms_norm", "bfloat16", t, h, "pyrms")
-            best = best_of(records, "rms_norm", "bfloat16", t, h, OTHER_IMPLS)
+            text = f"bf16 {op} {_shape(t, h)} (decode): pyrms <= {DECODE_VS_OTHERS} x the fastest of {others}"
+            mine = find(records, op, "bfloat16", t, h, "pyrms")
+            best = best_of(records, op, "bfloat16", t, h, OTHER_IMPLS)
             if mine is None or best is None:
                 why = _not_timed(records, "pyrms", t, h) if mine is None else "no other implementation timed"
                 out.append(Target("decode", text, NA, why))
@@ -199,27 +205,38 @@ def _decode_targets(records) -> list[Target]:
     return out
 
 
-def _backward_few_targets(records) -> list[Target]:
-    t, h = BACKWARD_FEW_SHAPE
-    text = f"bf16 rms_norm_backward {_shape(t, h)}: pyrms no slower than torch eager"
-    mine = find(records, "rms_norm_backward", "bfloat16", t, h, "pyrms")
-    eager = find(records, "rms_norm_backward", "bfloat16", t, h, "torch")
-    if mine is None or eager is None:
-        return [Target("backward", text, NA, "pyrms not timed" if mine is None else "torch eager not timed")]
-    ratio = mine.median_us / eager.median_us
-    return [Target("backward", text, PASS if ratio <= 1.0 else FAIL,
-                   f"pyrms {mine.median_us:.2f} us / torch eager {eager.median_us:.2f} us = {ratio:.3f}")]
+def _vs_eager_targets(records) -> list[Target]:
+    """Each op of VS_EAGER at its shape: pyrms no slower than torch eager (the group is "backward", the op
+    these targets began with)."""
+    out = []
+    for op, (t, h) in VS_EAGER.items():
+        text = f"bf16 {op} {_shape(t, h)}: pyrms no slower than torch eager"
+        mine = find(records, op, "bfloat16", t, h, "pyrms")
+        eager = find(records, op, "bfloat16", t, h, "torch")
+        if mine is None or eager is None:
+            out.append(Target("backward", text, NA, "pyrms not timed" if mine is None else "torch eager not timed"))
+            continue
+        ratio = mine.median_us / eager.median_us
+        out.append(Target("backward", text, PASS if ratio <= 1.0 else FAIL,
+                          f"pyrms {mine.median_us:.2f} us / torch eager {eager.median_us:.2f} us = {ratio:.3f}"))
+    return out
 
 
 def _bare_for(name: str) -> str:
-    """The bare launches a host variant is compared with: its op's own, rms_norm's for the array forms."""
-    return f"bare {name}" if name in HOST_VS_BARE and not name.startswith(("pyrms", "rms_norm ")) else "bare"
+    """The bare launches a host variant is compared with: its op's own, the headline op's ("bare") for the
+    headline op's forms ("pyrms", "<headline> pyrms.Tensor", ...)."""
+    headline = ops_mod.headline()
+    return f"bare {name}" if name in HOST_VS_BARE and not name.startswith(("pyrms", f"{headline} ")) else "bare"
 
 
 def _host_targets(host: dict | None) -> list[Target]:
-    texts = {name: f"host: {'pyrms.rms_norm' if name == 'pyrms' else name}{'' if ' ' in name else ' (raw ints)'} "
+    op = ops_mod.headline()
+    labels = {k: v for b in ops_mod.benches().values() for k, v in b.host_labels.items()}
+    eager = labels.get("torch", "torch eager")
+    adapter = f"pyrms.torch.{op}"
+    texts = {name: f"host: {f'pyrms.{op}' if name == 'pyrms' else name}{'' if ' ' in name else ' (raw ints)'} "
                    f"<= {limit} x its bare cuLaunchKernel calls" for name, limit in HOST_VS_BARE.items()}
-    text_torch = f"host: pyrms.torch.rms_norm <= {HOST_TORCH_VS_EAGER} x torch eager F.rms_norm per call"
+    text_torch = f"host: {adapter} <= {HOST_TORCH_VS_EAGER} x {eager} per call"
     if not host or "per_call_us" not in host:
         reason = (host or {}).get("reason", "not measured in this run")
         return [Target("host", text, NA, reason) for text in (*texts.values(), text_torch)]
@@ -232,10 +249,10 @@ def _host_targets(host: dict | None) -> list[Target]:
                               f"{us[name]:.2f} us / {us[bare]:.2f} us = {ratio:.2f}"))
         else:
             out.append(Target("host", texts[name], NA, host.get("bare_reason", f"{name} or {bare} not measured")))
-    if "pyrms.torch.rms_norm" in us and "torch" in us:
-        ratio = us["pyrms.torch.rms_norm"] / us["torch"]
+    if adapter in us and "torch" in us:
+        ratio = us[adapter] / us["torch"]
         out.append(Target("host", text_torch, PASS if ratio <= HOST_TORCH_VS_EAGER else FAIL,
-                          f"{us['pyrms.torch.rms_norm']:.2f} us vs {us['torch']:.2f} us ({ratio:.2f})"))
+                          f"{us[adapter]:.2f} us vs {us['torch']:.2f} us ({ratio:.2f})"))
     else:
         out.append(Target("host", text_torch, NA, host.get("torch_reason") or host.get("pyrms_torch_reason")
                           or "PyTorch not measured"))
@@ -251,7 +268,7 @@ def evaluate(records, ceiling_gbps: float | None, host: dict | None = None, floo
     out += _latency_targets(records)
     out += _floor_targets(records, floors)
     out += _decode_targets(records)
-    out += _backward_few_targets(records)
+    out += _vs_eager_targets(records)
     out += _host_targets(host)
     return out
 

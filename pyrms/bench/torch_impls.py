@@ -1,7 +1,8 @@
-"""PyTorch eager, torch.compile and the Triton kernel as benchmark implementations.
+"""What the benchmark's PyTorch eager, torch.compile and Triton implementations share; each op's own are
+declared in its family's bench module (pyrms/ops/<family>/bench.py), built on these.
 
 All launch on PyTorch's current stream, which the benchmark also uses for everything else (see
-timing.py). F.rms_norm has no ``out=``: the outputs PyTorch allocates are kept in a ring with one
+timing.py). PyTorch's functions have no ``out=``: the outputs PyTorch allocates are kept in a ring with one
 slot per rotation set, so the caching allocator hands out a block last written ``sets`` calls ago,
 and PyTorch's writes rotate through as much memory as pyrms's outputs do (not one L2-resident block).
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 
-from .impls import Impl, Unavailable
+from .impls import Unavailable
 
 
 def _one_line(exc: BaseException) -> str:
@@ -36,23 +37,38 @@ def load_torch():
 
 
 def load_triton(torch):
-    """(pyrms.bench.triton_rms, "") or (None, why not)."""
+    """(triton, "") or (None, why not). Each op's Triton kernel is its own module, imported by its
+    implementation (triton_kernel below)."""
     if torch is None:
-        return None, "the Triton kernel takes PyTorch tensors, and PyTorch is not available"
+        return None, "the Triton kernels take PyTorch tensors, and PyTorch is not available"
     try:
-        from . import triton_rms
+        import triton
     except Exception as exc:
         return None, f"Triton is not importable: {_one_line(exc)}"
-    return triton_rms, ""
+    return triton, ""
 
 
-def _need_torch(ctx):
+def triton_kernel(ctx, module: str):
+    """The module of an op's Triton kernel (it imports triton), or Unavailable saying why not."""
+    import importlib
+
+    if ctx.triton is None:
+        raise Unavailable(ctx.triton_reason)
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:
+        raise Unavailable(f"Triton is not importable: {_one_line(exc)}") from None
+
+
+def need_torch(ctx):
+    """The torch module, or Unavailable saying why not."""
     if ctx.torch is None:
         raise Unavailable(ctx.torch_reason)
     return ctx.torch
 
 
-def _ptr(tensor) -> int:
+def output_ptr(tensor) -> int:
+    """The device address of a contiguous output PyTorch allocated."""
     if not tensor.is_contiguous():
         raise RuntimeError(f"output of shape {tuple(tensor.shape)} is not contiguous (strides {tensor.stride()})")
     return tensor.data_ptr()
@@ -80,44 +96,14 @@ def compile_function(ctx, fn, example_args, notes):
     return compiled
 
 
-def _release_compile(ctx) -> None:
+def release_compile(ctx) -> None:
     if ctx.torch is not None:
         _set_config(ctx.torch._dynamo.config, "error_on_recompile", False)
 
 
-class TorchForward(Impl):
-    """torch.nn.functional.rms_norm(x, (hidden,), w, eps), eager."""
-
-    name = "torch"
-
-    def __init__(self, ctx, p):
-        super().__init__()
-        torch = _need_torch(ctx)
-        self.ctx = ctx
-        self.x, self.w = p.torch_rows(torch, "x"), p.torch_weight(torch)
-        self.ring = [None] * p.sets
-        F, shape, eps = torch.nn.functional, (p.hidden,), ctx.epsilon
-
-        def forward(x, w):
-            return F.rms_norm(x, shape, w, eps)
-
-        self.fn = self.wrap(forward, (self.x[0], self.w))
-
-    def wrap(self, fn, example_args):
-        return fn
-
-    def launch(self, i):
-        self.ring[i] = self.fn(self.x[i], self.w)
-
-    def results(self, i):
-        return {"y": _ptr(self.ring[i])}
-
-    def close(self):
-        self.ring = []
-
-
-class _Compiled:
-    """Mixin for a torch implementation: torch.compile its function (compile time is not timed)."""
+class Compiled:
+    """Mixin for a torch implementation whose ``wrap(fn, example_args)`` it overrides: torch.compile its
+    function (compile time is not timed)."""
 
     name = "compile"
 
@@ -126,109 +112,4 @@ class _Compiled:
 
     def close(self):
         super().close()
-        _release_compile(self.ctx)
-
-
-class CompiledForward(_Compiled, TorchForward):
-    """torch.compile of the same F.rms_norm call (inductor generates one Triton kernel)."""
-
-
-class TritonForward(Impl):
-    """The Triton kernel of triton_rms.py, writing into the benchmark's own output sets."""
-
-    name = "triton"
-
-    def __init__(self, ctx, p):
-        super().__init__()
-        torch = _need_torch(ctx)
-        if ctx.triton is None:
-            raise Unavailable(ctx.triton_reason)
-        try:
-            ctx.triton.launch_settings(p.hidden)
-        except ValueError as exc:
-            raise Unavailable(str(exc)) from None
-        self.kernel, self.eps = ctx.triton.rms_norm, ctx.epsilon
-        self.x, self.y, self.w = p.torch_rows(torch, "x"), p.torch_rows(torch, "y"), p.torch_weight(torch)
-        self.y_ptrs = p.ptrs("y")
-
-    def launch(self, i):
-        self.kernel(self.x[i], self.w, self.y[i], self.eps)
-
-    def results(self, i):
-        return {"y": self.y_ptrs[i]}
-
-
-class TorchFusedAdd(Impl):
-    """s = x + r; y = F.rms_norm(s): vLLM's fused_add_rms_norm written in PyTorch (out of place)."""
-
-    name = "torch"
-
-    def __init__(self, ctx, p):
-        super().__init__()
-        torch = _need_torch(ctx)
-        self.ctx = ctx
-        self.x, self.r, self.w = p.torch_rows(torch, "x"), p.torch_rows(torch, "r"), p.torch_weight(torch)
-        self.ring = [None] * p.sets
-        F, shape, eps = torch.nn.functional, (p.hidden,), ctx.epsilon
-
-        def fused_add(x, r, w):
-            s = x + r
-            return F.rms_norm(s, shape, w, eps), s
-
-        self.fn = self.wrap(fused_add, (self.x[0], self.r[0], self.w))
-
-    def wrap(self, fn, example_args):
-        return fn
-
-    def launch(self, i):
-        self.ring[i] = self.fn(self.x[i], self.r[i], self.w)
-
-    def results(self, i):
-        y, s = self.ring[i]
-        return {"y": _ptr(y), "r": _ptr(s)}
-
-    def close(self):
-        self.ring = []
-
-
-class CompiledFusedAdd(_Compiled, TorchFusedAdd):
-    """torch.compile of the PyTorch fused add."""
-
-
-class TorchBackward(Impl):
-    """dx, dγ of F.rms_norm through autograd: one forward per rotation set at setup (not timed), then
-    ``torch.autograd.grad(y, (x, w), dy, retain_graph=True)`` per call runs the backward kernels only."""
-
-    name = "torch"
-
-    def __init__(self, ctx, p):
-        super().__init__()
-        torch = _need_torch(ctx)
-        self.torch = torch
-        self.x = [v.detach().requires_grad_(True) for v in p.torch_rows(torch, "x")]
-        self.w = p.torch_weight(torch).detach().requires_grad_(True)
-        self.dy = p.torch_rows(torch, "dy")
-        F, shape, eps = torch.nn.functional, (p.hidden,), ctx.epsilon
-        with torch.enable_grad():
-            self.y = [F.rms_norm(x, shape, self.w, eps) for x in self.x]
-        self.ring = [None] * p.sets
-
-    def launch(self, i):
-        self.ring[i] = self.torch.autograd.grad(self.y[i], (self.x[i], self.w), self.dy[i], retain_graph=True)
-
-    def results(self, i):
-        dx, dw = self.ring[i]
-        return {"dx": _ptr(dx), "dw": _ptr(dw)}
-
-    def close(self):
-        self.ring, self.y, self.x = [], [], []
-
-
-FACTORIES = {
-    ("rms_norm", "torch"): TorchForward,
-    ("rms_norm", "compile"): CompiledForward,
-    ("rms_norm", "triton"): TritonForward,
-    ("fused_add_rms_norm", "torch"): TorchFusedAdd,
-    ("fused_add_rms_norm", "compile"): CompiledFusedAdd,
-    ("rms_norm_backward", "torch"): TorchBackward,
-}
+        release_compile(self.ctx)

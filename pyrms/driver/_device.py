@@ -22,7 +22,7 @@ class Device:
     never looks inside), so that dropping the Device drops it all: tests/support/fake_driver.py resets the
     process by replacing _process's table of Devices. ``modules``: sha256 of a CUBIN -> its
     pyrms.launch.Module (kernels, argument packs); ``kernels``: (source, name expression) -> Kernel
-    (pyrms.kernels); ``prepared``: (op's PreparedCache, static arguments...) -> prepared launch
+    (pyrms.launch.get_kernel); ``prepared``: (op's PreparedCache, static arguments...) -> prepared launch
     (pyrms.ops._prepared); ``workspace``: the backward's MemoryPool, made at first use
     (pyrms.ops._workspace). Each layer guards its writes with its own lock."""
 

@@ -4,7 +4,7 @@ Images load with cuLibraryLoadData, context-independent: cuLibraryGetKernel give
 launches in whatever context runs the launch (the stream's, or the current one on a default stream),
 the driver loading the image there first; cuKernelGetFunction gives the CUfunction of one context, for
 launches that must fail rather than run in another device's context. (cuModuleLoadData into the primary
-context measured no faster on the launch path: bench/results/2026-12-01/s5, run 29.)
+context measured no faster on the launch path on the H200's host: docs/perf_notes.md.)
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ checked where).
 """
 from __future__ import annotations
 
-from .. import driver, errors, kernels, launch
+from .. import driver, errors, launch
 from ._operands import FLOAT32_MAX, flag
 
 LIMIT = 4096  # prepared launches kept per device, whatever shapes a long-running server meets
@@ -89,7 +89,7 @@ class Pointers:
         # Per operand (itemsize, bytes from one row to the next, bytes of one row): an operand's span over
         # `rows` rows is then one multiply-add per call, the same for [hidden] vectors (no step). Resolved
         # here, not per call: the per-call unpacking of optional lengths cost fused add and LayerNorm about
-        # 5 % of their host time (bench/results/2026-12-01/s6, runs 32 and 37).
+        # 5 % of their host time (measured on the H200's host, interleaved runs: docs/perf_notes.md).
         self.spans = tuple((itemsize, stride * itemsize, (length[0] if length else hidden) * itemsize)
                            for itemsize, stride, *length in operands)
         self.pairs = tuple(pairs)
@@ -128,10 +128,11 @@ class RowLaunches:
 
     __slots__ = ("many", "few", "few_aligned", "launch_many", "launch_few", "aligned_layout", "align_mask")
 
-    def __init__(self, plan, signature, tail: tuple, device, pdl: bool, strides: tuple):
-        self.many = kernels.get(plan.source, plan.expression, plan.group, signature, device)
-        self.few = kernels.get(plan.source, plan.latency_expression, plan.group, signature, device)
-        self.few_aligned = kernels.get(plan.source, plan.aligned_latency_expression, plan.group, signature, device)
+    def __init__(self, plan, tail: tuple, device, pdl: bool, strides: tuple):
+        signature = plan.signature
+        self.many = launch.get_kernel(plan.source, plan.expression, plan.group, signature, device)
+        self.few = launch.get_kernel(plan.source, plan.latency_expression, plan.group, signature, device)
+        self.few_aligned = launch.get_kernel(plan.source, plan.aligned_latency_expression, plan.group, signature, device)
         self.launch_many = launch.RowLaunch(signature, plan.block, tail, device, pdl=pdl)
         self.launch_few = launch.RowLaunch(signature, plan.latency_block, tail, device, pdl=pdl)
         self.aligned_layout = plan.aligned_layout(*strides)

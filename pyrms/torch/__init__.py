@@ -13,15 +13,41 @@ Calls launch on torch's current stream and work eagerly, under autograd, under
 ``torch.compile(fullgraph=True)`` and inside CUDA graph capture; the ops are ``torch.ops.pyrms.*``.
 The quantizing ones return new tensors (``norm_out=True`` appends the unquantized output) and have no
 backward.
-Only this module imports torch: ``import pyrms`` never does.
+Each op's binding (its custom ops, fake implementation, autograd, eager launch and user function) lives in its
+family's folder, ``pyrms/ops/<family>/torch_binding.py``, which the op's registry entry names (``OpSpec.torch``);
+this package imports every one the registry names and re-exports what each lists in ``__all__``. Shared here:
+tensor checks and layouts (``_layout``), the routing of a call (``_routing``), and the modules (``modules``).
+Only pyrms.torch and those bindings import torch: ``import pyrms`` never does.
 """
 try:
     import torch  # noqa: F401
 except ImportError as exc:
     raise ImportError("pyrms.torch needs PyTorch: pip install torch") from exc
 
-from .functional import fused_add_rms_norm, fused_add_rms_norm_quant, layer_norm, rms_norm, rms_norm_quant
-from .modules import HF_RMS_NORMS, LayerNorm, RMSNorm, replace_norms
+import importlib as _importlib
 
-__all__ = ["rms_norm", "fused_add_rms_norm", "layer_norm", "rms_norm_quant", "fused_add_rms_norm_quant", "RMSNorm",
-           "LayerNorm", "replace_norms", "HF_RMS_NORMS"]
+from ..ops import registry as _registry
+
+
+def _bindings() -> list[str]:
+    """Import every op's torch binding that the registry names (each once, in registry order: importing one
+    registers its torch.ops.pyrms ops) and put its ``__all__`` into this namespace; the names added."""
+    added: dict[str, str] = {}
+    for module in dict.fromkeys(spec.torch for spec in _registry.REGISTRY.values() if spec.torch):
+        binding = _importlib.import_module(module)
+        if getattr(binding.__spec__, "_initializing", False):  # its own import led here: it is half-defined
+            raise ImportError(f"{module} is an op's torch binding, which pyrms.torch imports: import pyrms.torch "
+                              "first, not the binding")
+        for name in binding.__all__:
+            if name in added:
+                raise ImportError(f"{module} and {added[name]} both export {name!r} to pyrms.torch")
+            added[name] = module
+            globals()[name] = getattr(binding, name)
+    return list(added)
+
+
+__all__ = _bindings()
+
+from .modules import HF_RMS_NORMS, LayerNorm, RMSNorm, replace_norms  # noqa: E402  (imports the bindings' functions)
+
+__all__ += ["RMSNorm", "LayerNorm", "replace_norms", "HF_RMS_NORMS"]

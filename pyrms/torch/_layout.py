@@ -12,6 +12,9 @@ from .. import driver
 # torch dtype -> pyrms dtype name: the three dtypes pyrms's kernels are compiled for.
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 _ALLOWED = "torch.bfloat16, torch.float16 or torch.float32"
+# torch dtype -> pyrms's name: the quantized outputs the kernels write.
+QUANT_NAMES = {torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2", torch.int8: "int8"}
+QUANT_ALLOWED = "torch.float8_e4m3fn, torch.float8_e5m2 or torch.int8"
 
 try:  # torch's current stream of a device as a raw int handle, what inductor's generated code calls:
     current_stream = torch._C._cuda_getCurrentRawStream  # torch.cuda.current_stream() builds a Stream object
@@ -84,6 +87,18 @@ def check_device(tensors: dict) -> int:
     return index
 
 
+def operands(x: torch.Tensor, vectors: dict, rows: dict | None = None, float32_rows: tuple = ()) -> tuple[str, int]:
+    """(pyrms dtype name, device index) of operands that pass every check (check_meta's, then
+    check_device's); the error otherwise."""
+    name = check_meta(x, vectors, rows, float32_rows)
+    return name, check_device({"x": x, **(rows or {}), **vectors})
+
+
+def ptr(t: torch.Tensor | None) -> int | None:
+    """t's device pointer; None for None (an absent weight or bias)."""
+    return None if t is None else t.data_ptr()
+
+
 def row_stride(t: torch.Tensor) -> int | None:
     """Elements between consecutive rows of ``t`` seen as [rows, t.shape[-1]] when one stride addresses
     them all (stride 1 along the last dimension, each leading dimension nested in the next, rows
@@ -134,3 +149,9 @@ def empty_rows_like(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.
     if x.is_contiguous():
         return torch.empty_like(x, dtype=dtype)
     return torch.empty_like(x, dtype=dtype, memory_format=torch.contiguous_format)
+
+
+def parameter_grad_like(x: torch.Tensor, wanted: bool) -> torch.Tensor:
+    """A parameter gradient's output: [hidden] of x's dtype, or empty where it is not computed. The
+    fake implementations call this too, so that fake and real outputs agree."""
+    return x.new_empty(x.shape[-1] if wanted else 0)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .functional import layer_norm, rms_norm
+from ..ops.layer_norm.torch_binding import layer_norm
+from ..ops.rms_norm.torch_binding import rms_norm
 
 # Hugging Face RMSNorm classes by name (transformers is not imported), with the options matching each.
 HF_RMS_NORMS = {

@@ -12,7 +12,7 @@ import pytest
 
 import pyrms
 from pyrms import compiler, driver
-from pyrms import plan as planner
+from pyrms.ops import _row_plan as planner
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm_backward import plan as bwd_plan

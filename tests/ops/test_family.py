@@ -97,11 +97,12 @@ def test_weight_kinds_name_their_kernels():
 def test_layer_norm_without_weight_has_its_own_unit():
     ln = ln_plan.plan_layer_norm(dtypes.FLOAT16, 5120, weight=False)
     assert ln.expression == "pyrms::layer_norm_kernel<__half, 4, 1, true, false, false, void>"
-    forward = [e for e in ln.group if "backward" not in e and "sum_partials" not in e]
-    assert ln.latency_expression in ln.group and len(forward) == 2 * len(ln_plan.plan_layer_norm("fp16", 5120, bias=False)._group((True,)))
-    # with the backward without weight (summing grad_bias or nothing): the weighted unit shares only kernel 2
-    assert set(ln.group) & set(ln_plan.plan_layer_norm("fp16", 5120).group) == {"pyrms::sum_partials_kernel<__half>",
-                                                                            "pyrms::sum_partials_kernel<float>"}
+    assert ln.latency_expression in ln.group and len(ln.group) == 2 * len(ln_plan.plan_layer_norm("fp16", 5120, bias=False)._group((True,)))
+    assert not set(ln.group) & set(ln_plan.plan_layer_norm("fp16", 5120).group)
+    # its backward (without weight: summing grad_bias or nothing) shares only kernel 2 with the weighted one
+    plain, weightless = (bwd_plan.plan_norm_backward("fp16", 5120, layer_norm=True, weight=w) for w in (True, False))
+    assert plain.source == weightless.source == "layer_norm_backward.cu"
+    assert set(weightless.group) & set(plain.group) == {"pyrms::sum_partials_kernel<__half>", "pyrms::sum_partials_kernel<float>"}
     rng = np.random.default_rng(5)
     x = rng.uniform(-3, 3, (3, 77)).astype(np.float32)
     assert np.array_equal(ln_twin.layer_norm_twin(x, None, None, 1e-6, block=32),

@@ -1,5 +1,5 @@
 """pyrms.fused_add_rms_norm and pyrms.layer_norm on the GPU: bitwise equality with their twins on
-every alignment, size and stride (GUIDE.md §4: tests.support.case_matrix's GPU axes), through tests.support.testing's
+every alignment, size and stride (tests.support.case_matrix's GPU axes), through tests.support.testing's
 guarded, poisoned operands.
 
 Every check draws fresh random inputs and compares whole allocations bit for bit: the written rows
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("case", [pytest.param(c, id=f"{axis}-{c}") for family in ("fused_add_rms_norm", "layer_norm")
                                   for axis in case_matrix.GPU_AXES for c in case_matrix.gpu(family, axis)])
 def test_every_layout_of_the_case_matrix(rng, case):
-    """Each pointer at every misalignment, all misaligned differently, GUIDE.md's hidden sizes, strided
+    """Each pointer at every misalignment, all misaligned differently, the case matrix's hidden sizes, strided
     rows, more than 65535 rows, the fused add's options, LayerNorm in place and without bias, each
     kernel for few and for many rows."""
     check_case(rng, case)

@@ -1,4 +1,4 @@
-"""Mixed dtypes on the CPU (issue 13 item 5): the twin's rounding rules on hand-made values, the plans and
+"""Mixed dtypes on the CPU: the twin's rounding rules on hand-made values, the plans and
 compile units of an fp32 output and of LayerNorm's fp32 weight and bias, and the PTX of the new kernels
 (16-byte stores of the fp32 output, two per 32-byte vector). docs/numerics.md, "Mixed dtypes", states the
 rules checked here."""

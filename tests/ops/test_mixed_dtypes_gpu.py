@@ -1,4 +1,4 @@
-"""Mixed dtypes on the GPU (issue 13 item 5): an fp32 weight (and LayerNorm's fp32 bias) beside bf16/fp16
+"""Mixed dtypes on the GPU: an fp32 weight (and LayerNorm's fp32 bias) beside bf16/fp16
 rows, and an fp32 output for bf16/fp16 input, for rms_norm (plain and N-D), fused_add_rms_norm (its fp32
 out of its own) and layer_norm; bitwise equality with the twin (docs/numerics.md, "Mixed dtypes") on every
 misalignment of every pointer (an fp32 output's 32-byte vector: offsets 0..7), hidden sizes, strides and both

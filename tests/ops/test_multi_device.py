@@ -10,7 +10,7 @@ import threading
 import pytest
 import pyrms
 from tests.support.fake_driver import FakeDriver, fresh_driver_state, run_threads_switching_often
-from pyrms import compiler, driver, kernels, launch
+from pyrms import compiler, driver, launch
 from pyrms.ops import _placement, _workspace
 from pyrms.tensor import Tensor
 
@@ -31,7 +31,7 @@ def machine(monkeypatch, count: int):
         fake.asked_for.append((source, expression, device.ordinal))
         return launch.Kernel(0xF00D, expression, signature, device)
 
-    monkeypatch.setattr(kernels, "get", get)
+    monkeypatch.setattr(launch, "get_kernel", get)
     return fake
 
 
@@ -259,15 +259,15 @@ def test_one_nvrtc_run_and_one_module_per_device_context(small, monkeypatch):
     nvrtc = compiler._nvrtc_compile
     monkeypatch.setattr(compiler, "_nvrtc_compile", lambda *args: runs.append(args[2]) or nvrtc(*args))
     dev0, dev1 = driver.get_device(0), driver.get_device(1)
-    k0 = kernels.get("small.cu", "k<3>", ("k<3>",), ("ptr",), dev0)
-    k1 = kernels.get("small.cu", "k<3>", ("k<3>",), ("ptr",), dev1)
+    k0 = launch.get_kernel("small.cu", "k<3>", ("k<3>",), ("ptr",), dev0)
+    k1 = launch.get_kernel("small.cu", "k<3>", ("k<3>",), ("ptr",), dev1)
     assert runs == ["sm_90"]  # both devices are sm_90: one NVRTC run
     loads = [args[0] for name, args in fake.calls if name == "cuLibraryLoadData"]
     assert len(loads) == 2 and loads[0] == loads[1]  # the same cubin, loaded once per device
     assert [len(dev.modules) for dev in (dev0, dev1)] == [1, 1]
     assert {fake.contexts[int(k.function)] for k in (k0, k1)} == {0xC000, 0xC001}  # each its device's context's
     assert k0 is not k1 and (k0.device, k1.device) == (dev0, dev1)
-    assert kernels.get("small.cu", "k<3>", ("k<3>",), ("ptr",), dev1) is k1  # kept per device: no more loads
+    assert launch.get_kernel("small.cu", "k<3>", ("k<3>",), ("ptr",), dev1) is k1  # kept per device: no more loads
     assert fake.names().count("cuLibraryLoadData") == 2 and runs == ["sm_90"]
     fake.param_kinds = ("ptr",)
     k1.launch(1, 32, (0x10,))

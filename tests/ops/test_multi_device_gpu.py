@@ -1,4 +1,4 @@
-"""Two GPUs in one process (issue 16): every op on device 1 alone, and on devices 0 and 1 from two
+"""Two GPUs in one process: every op on device 1 alone, and on devices 0 and 1 from two
 threads at once (each thread on its own device and its own streams), each launch compared bit for bit
 with the numpy twin over the whole guarded allocation by tests.support.testing's checkers (the seed kernel,
 which has no twin, against float64 and bitwise across the devices); a pointer, a workspace or a stream

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import driver, kernels, plan
+from pyrms import driver, launch
+from pyrms.ops import _row_plan as plan
 from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm, forced_row_variant
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.layer_norm import plan as ln_plan
@@ -129,7 +130,7 @@ def test_forced_variants_launch_the_kernel_they_name(rng, rows):
              {"offsets": {"residual": 3}}),
             (check_layer_norm, ln_plan.plan_layer_norm("bfloat16", 4096), ln_module, {"offsets": {"weight": 7}})):
         def kernel(expression):
-            return kernels.get(p.source, expression, p.group, module._SIGNATURE, device).name
+            return launch.get_kernel(p.source, expression, p.group, p.signature, device).name
 
         many = (kernel(p.expression), p.block)
         for layout, few in (({}, (kernel(p.aligned_latency_expression), p.latency_block)),

@@ -1,4 +1,4 @@
-"""The weight variants of rms_norm, fused_add_rms_norm and layer_norm on the GPU (issue 13): no weight
+"""The weight variants of rms_norm, fused_add_rms_norm and layer_norm on the GPU: no weight
 (``weight=None``) and an fp32 weight beside bf16/fp16 rows, bit for bit against the twin on every
 misalignment of every pointer, both launch shapes, strides, in place, and arrays (torch tensors).
 

@@ -11,7 +11,7 @@ STREAMS = 20
 
 
 def test_the_workspace_of_a_closed_stream_does_not_stay_allocated(monkeypatch):
-    # The finding of issue 5: the first design kept one workspace (>= 2 MiB) per raw stream handle for
+    # Found in hardening (docs/reliability.md): the first design kept one workspace (>= 2 MiB) per raw stream handle for
     # the life of the process. Now each call allocates and frees on its stream (stream-ordered).
     with environment("device"):
         monkeypatch.setattr(driver, "launch_kernel", lambda *args: None)  # the fake has no kernels to run

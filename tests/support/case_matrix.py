@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from pyrms import dtypes, plan
+from pyrms import dtypes
+from pyrms.ops import _row_plan as plan
 
 OPS = ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward",
        "rms_norm_quant", "fused_add_rms_norm_quant", "seed")
@@ -54,7 +55,7 @@ _OPTIONS = {
 
 # Sizes. Each list has prefix-only (1, 7), body-only (8, 4096, ...) and prefix+body+tail sizes (9, 769, 5125, 65537).
 SANITIZE_HIDDENS = (1, 7, 9, 769, 5125, 16384, 65537)
-GPU_HIDDENS = (1, 5, 7, 8, 9, 31, 769, 4096, 5120, 5125, 8192, 16384, 65536, 65537)  # GUIDE.md §4's list
+GPU_HIDDENS = (1, 5, 7, 8, 9, 31, 769, 4096, 5120, 5125, 8192, 16384, 65536, 65537)  # edges, model sizes, 64 Ki
 MISALIGNED_HIDDENS = (7, 769, 5125)  # every pointer at every offset: the sizes with a prefix, a body and a tail
 MIXED_HIDDENS = (8, 9, 4096, 5120)
 # (hidden, strides of the row operands in operands() order): longer than hidden, most not multiples of 8.

@@ -11,7 +11,7 @@ launching on made-up pointers. A case needs one of three environments:
 - "nothing": the machine as it is. These inputs are refused before the driver is touched, so on a
   machine without a driver they raise their error, not NoDriverError.
 - "device": a device. On the CPU a fake_driver.FakeDriver stands in (one sm_90 device with 64 MiB, host memory as
-  device memory; nothing is compiled: pyrms.kernels.get hands out kernels whose launches hit the
+  device memory; nothing is compiled: pyrms.launch.get_kernel hands out kernels whose launches hit the
   sentinel); ``run_case(real_device=True)`` uses the real driver instead (tests marked gpu).
 - "no-driver": a cuda.bindings whose every call fails as it does where libcuda is missing.
 
@@ -34,7 +34,7 @@ import numpy as np
 from cuda.bindings import driver as real_cu
 
 import pyrms
-from pyrms import compiler, driver, errors, headers, kernels, launch
+from pyrms import compiler, driver, errors, headers, launch
 from pyrms.tensor import Tensor
 from tests.support.fake_driver import FakeDriver, fresh_driver_state
 
@@ -114,7 +114,7 @@ def environment(needs: str, real_device: bool = False):
             fresh_driver_state(saved.set, MissingDriver())
         elif needs == "device" and not real_device:
             fresh_driver_state(saved.set, FakeDriver(free_bytes=64 << 20, total_bytes=80 << 20))
-            saved.set(kernels, "get", lambda source, expression, group, signature, device=None:
+            saved.set(launch, "get_kernel", lambda source, expression, group, signature, device=None:
                       launch.Kernel(0xF00D, expression, signature, None))
             own = driver._Owned._own
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from pyrms import plan
+from pyrms.ops import _row_plan as plan
 from pyrms.ops.rms_norm_backward import plan as bwd_plan
 from tests.support import case_matrix
 from tests.support.case_matrix import operands, vector_elements

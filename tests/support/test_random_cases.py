@@ -149,11 +149,11 @@ def test_checker_arguments_fit_the_checkers(cases):
 
 def test_compile_units_are_the_plans_groups(cases):
     units = {random_check.compile_unit(c) for c in cases}
-    # rms_norm and fused add: dtype x gemma x round_once; layer_norm.cu (both passes) and
+    # rms_norm and fused add: dtype x gemma x round_once; layer_norm.cu, layer_norm_backward.cu and
     # rms_norm_backward.cu (gemma in its group): one per dtype.
-    assert len(units) == 3 * 4 + 3 * 4 + 3 + 3
+    assert len(units) == 3 * 4 + 3 * 4 + 3 + 3 + 3
     assert {source for source, _ in units} == {"rms_norm.cu", "fused_add_rms_norm.cu", "layer_norm.cu",
-                                               "rms_norm_backward.cu"}
+                                               "layer_norm_backward.cu", "rms_norm_backward.cu"}
 
 
 # --- the checkers on the host: device memory as host memory, launches that write nothing ------------------

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyrms import driver, dtypes, plan
+from pyrms import driver, dtypes
+from pyrms.ops import _row_plan as plan
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.fused_add_rms_norm import twin as fused_twin
 from pyrms.ops.layer_norm import plan as ln_plan

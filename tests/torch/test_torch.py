@@ -10,8 +10,16 @@ from torch import nn  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
+import importlib  # noqa: E402
+
 import pyrms.torch as pt  # noqa: E402
-from pyrms.torch import _kernels  # noqa: E402
+from pyrms.ops import registry  # noqa: E402
+
+
+def binding(op):
+    """The module that binds ``op`` for PyTorch, as the registry names it (pyrms.torch has imported it)."""
+    return importlib.import_module(registry.get(op).torch)
+
 
 BF16 = torch.bfloat16
 
@@ -203,10 +211,10 @@ def stub_launches(monkeypatch):
         hidden = x.shape[-1]
         return grad_out * 4, x.new_full((hidden if weight is not None else 0,), 5), x.new_full((hidden if has_bias else 0,), 6)
 
-    monkeypatch.setattr(_kernels, "rms_norm", forward)
-    monkeypatch.setattr(_kernels, "rms_norm_backward", backward)
-    monkeypatch.setattr(_kernels, "layer_norm", lambda x, weight, bias, eps: x * (1 if weight is None else weight))
-    monkeypatch.setattr(_kernels, "layer_norm_backward", ln_backward)
+    monkeypatch.setattr(binding("rms_norm"), "launch", forward)
+    monkeypatch.setattr(binding("rms_norm_backward"), "launch", backward)
+    monkeypatch.setattr(binding("layer_norm"), "launch", lambda x, weight, bias, eps: x * (1 if weight is None else weight))
+    monkeypatch.setattr(binding("layer_norm_backward"), "launch_backward", ln_backward)
     return calls
 
 
@@ -452,7 +460,7 @@ def test_modules_without_weight(stub_launches):
 
 # --- the quantizing ops (rms_norm_quant, fused_add_rms_norm_quant) ----------------------------------
 
-from pyrms.torch import _quant  # noqa: E402
+_quant = binding("rms_norm_quant")
 
 F8, F8E5, I8 = torch.float8_e4m3fn, torch.float8_e5m2, torch.int8
 QUANT_LAYOUTS = {  # (shape, strides) of x, hidden 256 (two groups of 128, four of 64)
@@ -590,7 +598,7 @@ def stub_quant(monkeypatch):
         calls.append((residual is not None, *options))
         return tuple(t.zero_() for t in _quant.fake(x, weight, residual, *options))
 
-    monkeypatch.setattr(_quant, "rms_norm_quant", launch)
+    monkeypatch.setattr(_quant, "launch", launch)
     return calls
 
 
@@ -612,10 +620,8 @@ def test_quant_eager_goes_straight_to_the_launch(stub_quant, monkeypatch):
     def no_op(*args):
         raise AssertionError("the custom op was called")
 
-    from pyrms.torch import functional
-
-    monkeypatch.setattr(functional, "_RMS_NORM_QUANT", no_op)
-    monkeypatch.setattr(functional, "_FUSED_ADD_RMS_NORM_QUANT", no_op)
+    monkeypatch.setattr(_quant, "_RMS_NORM_QUANT", no_op)
+    monkeypatch.setattr(_quant, "_FUSED_ADD_RMS_NORM_QUANT", no_op)
     x, r, w, s = cpu(2, 128), cpu(2, 128), cpu(128), torch.ones(1)
     q = pt.rms_norm_quant(x, w, 1e-5, scale=1)  # an int scale is a value, never a pointer
     assert isinstance(q, torch.Tensor) and q.dtype == F8 and q.grad_fn is None

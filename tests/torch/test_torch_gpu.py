@@ -34,7 +34,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 import pyrms  # noqa: E402
 import pyrms.torch as pt  # noqa: E402
-from pyrms.torch._kernels import _nd_view  # noqa: E402
+from pyrms.ops.rms_norm.torch_binding import _nd_view  # noqa: E402
 from pyrms.torch._layout import DTYPE_NAMES, row_stride  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no CUDA device")]
@@ -83,7 +83,7 @@ def from_numpy(a: np.ndarray) -> torch.Tensor:
 def row_phases(x: torch.Tensor, nd: bool = False) -> np.ndarray:
     """Each row's position (in elements) inside its 16-byte vector where pyrms.torch reads it: x's own
     memory when its rows are one stride apart (or, with ``nd``, for rms_norm, when its N-D kernel
-    addresses them: pyrms.torch._kernels._nd_view), else a contiguous copy (torch's allocator aligns it)."""
+    addresses them: pyrms/ops/rms_norm/torch_binding.py's _nd_view), else a contiguous copy (torch's allocator aligns it)."""
     hidden, size = x.shape[-1], x.element_size()
     if row_stride(x) is None and not (nd and _nd_view(x)):
         return np.arange(x.numel() // hidden) * hidden % (16 // size)
@@ -452,7 +452,7 @@ def test_tensors_on_another_device_are_refused(gen):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
 def test_tensors_on_device_1_with_device_1_selected(gen):
-    """Issue 16: pyrms on device 1 (set_device, torch's current device too): the forward bitwise equal to
+    """Multi-GPU: pyrms on device 1 (set_device, torch's current device too): the forward bitwise equal to
     the twin, the backward run there (tests/ops/test_multi_device_gpu.py checks every op bitwise, and two threads)."""
     x = randn(gen, 8, 5120).to("cuda:1").requires_grad_()
     w = torch.nn.Parameter(randn(gen, 5120).to("cuda:1"))

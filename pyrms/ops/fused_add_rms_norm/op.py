@@ -2,16 +2,13 @@
 from __future__ import annotations
 
 from ... import driver, dtypes
-from ... import plan as planner
+from .. import _row_plan as planner
 from .. import _operands as check
 from .. import _placement
 from ..._types import DTypeLike, Operand, OptionalOperand, StreamLike
 from .._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 from . import plan as fused_plan
 
-_SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
-# fused_add_rms_norm_out_kernel: out first, its row stride last.
-_OUT_SIGNATURE = ("ptr", *_SIGNATURE, "i64")
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; tests.support.testing.forced_row_variant).
 _FEW_ROWS = planner.FEW_ROWS
 
@@ -35,9 +32,9 @@ class Prepared:
         if not self.has_out and out_stride is not None:
             raise ValueError("out_stride was given without an out of its own (out_dtype); leave it out")
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
-        signature, tail = (_OUT_SIGNATURE, (hidden, x_stride, r_stride, o_stride)) if self.has_out else (
-            _SIGNATURE, (hidden, x_stride, r_stride))
-        self.rows = RowLaunches(p, signature, tail, device, use_pdl(device, pdl),
+        # fused_add_rms_norm_out_kernel: out first, its row stride last
+        tail = (hidden, x_stride, r_stride, o_stride) if self.has_out else (hidden, x_stride, r_stride)
+        self.rows = RowLaunches(p, tail, device, use_pdl(device, pdl),
                                 (x_stride, r_stride, o_stride) if self.has_out else (x_stride, r_stride))
         self.max_rows = check.max_rows(hidden, x_stride, r_stride, *((o_stride,) if self.has_out else ()))
         # input and residual are both written: disjoint from each other and the weight

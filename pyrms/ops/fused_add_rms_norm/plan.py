@@ -1,10 +1,10 @@
-"""fused_add_rms_norm's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+"""fused_add_rms_norm's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ... import dtypes
-from ...plan import block_and_cache, out_kind
+from .._row_plan import block_and_cache, out_kind
 from ..rms_norm.plan import RmsNormPlan, _rms_weight
 
 
@@ -33,11 +33,11 @@ class FusedAddRmsNormPlan(RmsNormPlan):
             return "fused_add_rms_norm_fp32_sum_kernel"
         return "fused_add_rms_norm_out_kernel" if self.out == "float32" else "fused_add_rms_norm_kernel"
 
-    def _weight_type(self) -> str:
-        if self.sum_precision == "rounded":
-            return super()._weight_type()
-        weight = {"same": self.dtype.ctype, "float32": "float", "none": "void"}[self.weight]
-        return f", {weight}, {self.residual_dtype.ctype}"  # the fp32-sum kernel spells out W and R
+    def _type_params(self) -> dict:
+        types = super()._type_params()  # W and O
+        if self.sum_precision == "fp32":  # the fp32-sum kernel: W and the residual's R, written over the input
+            return {"W": types["W"], "R": self.residual_dtype.ctype}
+        return types if self.out == "float32" else {"W": types["W"]}
 
     @property
     def residual_dtype(self) -> dtypes.DType:

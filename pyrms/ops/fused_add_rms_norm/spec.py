@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from ... import dtypes
-from ..registry import Inspect, OpSpec, Unit
-from .._spec_common import COMMON_CASE_OPTIONS, out_options, row_labels, weight_options
+from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, out_options, row_labels, Unit, weight_options
 from .plan import FusedAddRmsNormPlan, plan_fused_add_rms_norm
 
 _ABOUT = ("pyrms::fused_add_rms_norm_kernel, planned like rms_norm; fp32_sum = the fp32-sum kernel "
@@ -38,10 +37,11 @@ def _operands(*, weight=True, out=False, **_):
 
 FUSED_ADD_RMS_NORM = OpSpec(
     name="fused_add_rms_norm", module="pyrms.ops.fused_add_rms_norm.op", source=FusedAddRmsNormPlan.source,
-    flags=FusedAddRmsNormPlan.FLAGS, option_sets=_option_sets, unit=_unit,
+    torch="pyrms.ops.fused_add_rms_norm.torch_binding",
+    plan=FusedAddRmsNormPlan, option_sets=_option_sets, unit=_unit,
     inspect=Inspect("row", _ABOUT, plan_fused_add_rms_norm, {"fp32_sum": False, "fp32_residual": False}, weight=True),
     check="row", operands=_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "sum_precision", "residual_dtype", "out_kind"),
-    random=True)
+    random=True, bench="pyrms.ops.fused_add_rms_norm.bench")
 
 SPECS = (FUSED_ADD_RMS_NORM,)

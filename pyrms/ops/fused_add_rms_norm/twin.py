@@ -1,10 +1,10 @@
-"""fused_add_rms_norm's numpy references and bit-exact twin (the row core's twin is pyrms.reference)."""
+"""fused_add_rms_norm's numpy references and bit-exact twin (on the row core's twin, pyrms/ops/_row_twin.py)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ... import dtypes
-from ...reference import F32, _as_2d, _one_nan, _out, row_stats_twin, scale_twin
+from .._row_twin import F32, _as_2d, _one_nan, _out, row_stats_twin, scale_twin
 from ..rms_norm.twin import rms_norm_ref, rms_norm_twin
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ... import driver, dtypes
-from ... import plan as planner
+from .. import _row_plan as planner
 from .. import _operands as check
 from .. import _placement
 from ..rms_norm_backward.prepared import norm_backward
@@ -10,7 +10,6 @@ from ..._types import DTypeLike, OptionalOperand, Operand, StreamLike, Workspace
 from .._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 from . import plan as ln_plan
 
-_SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; tests.support.testing.forced_row_variant).
 _FEW_ROWS = planner.FEW_ROWS
 
@@ -30,7 +29,7 @@ class Prepared:
             check.no_weight(weight_dtype)
         p = ln_plan.plan_layer_norm(dt, hidden, bias=has_bias, weight=has_weight, weight_dtype=weight_dtype,
                                     out_dtype=out_dtype)
-        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
+        self.rows = RowLaunches(p, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
                                 (x_stride, o_stride))
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
         # out: in place over input allowed (one dtype only), disjoint from the weight and bias, which share

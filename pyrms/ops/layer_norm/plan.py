@@ -1,10 +1,10 @@
-"""layer_norm's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+"""layer_norm's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ... import dtypes
-from ...plan import _RowPlan, _WeightAndOutKinds, block_and_cache, out_kind, weight_kind
+from .._row_plan import _RowPlan, _WeightAndOutKinds, block_and_cache, out_kind, weight_kind
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..registry import Inspect, OpSpec, Unit
-from .._spec_common import COMMON_CASE_OPTIONS, out_options, weight_options
-from ..rms_norm_backward.plan import plan_norm_backward
+from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, out_options, Unit, weight_options
+from ..rms_norm_backward.plan import NormBackwardPlan, plan_norm_backward
 from ..rms_norm_backward.spec import backward_operands, backward_option_sets, backward_unit
 from .plan import LayerNormPlan, plan_layer_norm
 
@@ -33,14 +32,17 @@ def _operands(*, in_place=None, bias=True, weight=True, **_):
 
 
 LAYER_NORM = OpSpec(
-    name="layer_norm", module="pyrms.ops.layer_norm.op", source=LayerNormPlan.source, flags=(),
+    name="layer_norm", module="pyrms.ops.layer_norm.op", source=LayerNormPlan.source, plan=LayerNormPlan, own_flags=(),
+    torch="pyrms.ops.layer_norm.torch_binding",
     option_sets=_option_sets, unit=_unit,
     inspect=Inspect("row", _ABOUT, plan_layer_norm, {"bias": True, "weightless": False, "fp32_params": False}),
     check="row", operands=_operands, case_options=COMMON_CASE_OPTIONS + ("variant", "in_place", "bias", "out_kind"),
-    random=True)
+    random=True, bench="pyrms.ops.layer_norm.bench")
 
 LAYER_NORM_BACKWARD = OpSpec(
-    name="layer_norm_backward", module="pyrms.ops.layer_norm.op", source="layer_norm_backward.cu", flags=(),
+    name="layer_norm_backward", module="pyrms.ops.layer_norm.op", source="layer_norm_backward.cu", plan=NormBackwardPlan,
+    torch="pyrms.ops.layer_norm.torch_binding",
+    own_flags=(),
     option_sets=backward_option_sets(True), unit=backward_unit(True),
     inspect=Inspect("backward", "pyrms::layer_norm_backward_kernel (dx and the per-chunk dweight, dbias sums); "
                     "weightless = no weight (dx, and dbias unless grad_bias=false)", partial(plan_norm_backward, layer_norm=True),

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import numbers
 
-from ... import dtypes, kernels, launch
+from ... import dtypes, launch
 from .. import _operands as check
 from .. import _placement, _views
 from . import plan as rms_plan
 
-SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i64", "i64")
 _MAX_ELEMS = check.INT64_MAX // 16  # byte offsets of every dtype fit in 64 bits (check.extent)
 
 
@@ -28,11 +27,12 @@ class NdLaunch:
     __slots__ = ("kernel", "aligned", "launch", "per_block", "align_mask")
 
     def __init__(self, p: rms_plan.RmsNormPlan, strides: tuple[int, ...], w_stride: int, device, pdl: bool):
-        self.kernel = kernels.get(p.source, p.nd_expression, p.nd_group, SIGNATURE, device)
+        signature = p.nd_contract.signature
+        self.kernel = launch.get_kernel(p.source, p.nd_expression, p.nd_group, signature, device)
         self.aligned = None
         if p.nd_aligned_expression and p.aligned_layout(*strides) and w_stride * p.weight_itemsize % 16 == 0:
-            self.aligned = kernels.get(p.source, p.nd_aligned_expression, p.nd_group, SIGNATURE, device)
-        self.launch = launch.RowLaunch(SIGNATURE, p.nd_block, (p.hidden, *strides, w_stride), device, pdl=pdl)
+            self.aligned = launch.get_kernel(p.source, p.nd_aligned_expression, p.nd_group, signature, device)
+        self.launch = launch.RowLaunch(signature, p.nd_block, (p.hidden, *strides, w_stride), device, pdl=pdl)
         self.per_block = p.nd_rows_per_block
         self.align_mask = p.align_mask
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ... import driver, dtypes
-from ... import plan as planner
+from .. import _row_plan as planner
 from .. import _operands as check
 from ..._types import DTypeLike, OptionalOperand, Operand, StreamLike
 from .. import _placement, _views
@@ -11,7 +11,6 @@ from .nd import NdLaunch, NdPrepared, is_nd, lead_sizes, lead_strides
 from .nd import explain as explain_nd
 from . import plan as rms_plan
 
-_SIGNATURE = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 _NAMES = ("out", "input", "weight")
 _DEFAULT_DTYPE = dtypes.BFLOAT16
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS); read at every call, so that
@@ -40,7 +39,7 @@ class Prepared:
         self.weightless = p.weight == "none"
         self.w_mask = max(p.weight_itemsize, 1) - 1
         self.w_bytes = hidden * p.weight_itemsize
-        self.rows = RowLaunches(p, _SIGNATURE, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
+        self.rows = RowLaunches(p, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
                                 (x_stride, o_stride))
         # Many short rows: packed several to a warp (rms_norm_nd_kernel), not one 32-thread block each.
         self.packed = NdLaunch(p, (x_stride, 0, 0, o_stride, 0, 0), 0, device, use_pdl(device, pdl)) if p.lanes else None

@@ -1,10 +1,11 @@
-"""rms_norm's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+"""rms_norm's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ... import dtypes
-from ...plan import CACHE_CHOICES, PACKED_SHAPES, PACKED_THREADS, _RowPlan, _WeightAndOutKinds, _bool, block_and_cache, out_kind, packed_positions, weight_kind
+from ...contract import Contract, contract
+from .._row_plan import CACHE_CHOICES, PACKED_SHAPES, PACKED_THREADS, _RowPlan, _WeightAndOutKinds, block_and_cache, out_kind, packed_positions, weight_kind
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,14 @@ class RmsNormPlan(_WeightAndOutKinds, _RowPlan):
     def nd_rows_per_block(self) -> int:
         return PACKED_THREADS // self.lanes if self.lanes else 1
 
+    @property
+    def nd_contract(self) -> Contract:
+        """rms_norm_nd_kernel's template and launch parameters."""
+        return contract(self.source, "rms_norm_nd_kernel")
+
     def _nd(self, lanes: int, cache: int, aligned: bool = False) -> str:
-        flags = ", ".join(_bool(f) for f in (aligned, *self._flags()))
-        return f"pyrms::rms_norm_nd_kernel<{self.dtype.ctype}, {cache}, {lanes}, {flags}{self._weight_type()}>"
+        return self.nd_contract.expression(T=self.dtype.ctype, CACHE=cache, LANES=lanes, ALIGNED=aligned,
+                                           **dict(zip(map(str.upper, self.FLAGS), self._flags())), **self._type_params())
 
     @property
     def nd_expression(self) -> str:

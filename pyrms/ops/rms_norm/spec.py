@@ -1,8 +1,7 @@
 """rms_norm's registry entries: the plain rows and the N-D entry point (its own kernels and units)."""
 from __future__ import annotations
 
-from ..registry import Inspect, OpSpec, Unit
-from .._spec_common import COMMON_CASE_OPTIONS, out_options, row_labels, row_operands, weight_options
+from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, out_options, row_labels, row_operands, Unit, weight_options
 from .plan import RmsNormPlan, plan_rms_norm
 
 _ABOUT = ("pyrms::rms_norm_kernel; the hidden size (a run-time argument) only picks the planned cache and spread; "
@@ -27,15 +26,18 @@ def _nd_unit(dt, hidden, *, weight_dtype=None, out_dtype=None, **flags) -> Unit:
 
 
 RMS_NORM = OpSpec(
-    name="rms_norm", module="pyrms.ops.rms_norm.op", source=RmsNormPlan.source, flags=RmsNormPlan.FLAGS,
+    name="rms_norm", module="pyrms.ops.rms_norm.op", source=RmsNormPlan.source, plan=RmsNormPlan,
+    torch="pyrms.ops.rms_norm.torch_binding",
     option_sets=_option_sets, unit=_unit, inspect=Inspect("row", _ABOUT, plan_rms_norm, weight=True),
     check="row", operands=row_operands,
-    case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "in_place", "out_kind"), random=True)
+    case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "in_place", "out_kind"), random=True,
+    bench="pyrms.ops.rms_norm.bench")
 
 # rms_norm on N-D views, with a weight per outer row, and plain calls of many short rows (packed several to a
 # warp): rms_norm.cu's rms_norm_nd_kernel, a unit of its own (RmsNormPlan.nd_group).
 RMS_NORM_ND = OpSpec(
-    name="rms_norm_nd", module="pyrms.ops.rms_norm.op", source=RmsNormPlan.source, flags=RmsNormPlan.FLAGS,
+    name="rms_norm_nd", module="pyrms.ops.rms_norm.op", source=RmsNormPlan.source, plan=RmsNormPlan,
+    torch="pyrms.ops.rms_norm.torch_binding",
     option_sets=_option_sets, unit=_nd_unit,
     inspect=None,
     check="row", operands=row_operands,

@@ -1,11 +1,12 @@
-"""rms_norm_backward's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+"""rms_norm_backward's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
 
 from ... import dtypes
-from ...plan import _bool, block_and_cache
+from ...contract import Contract, contract
+from .._row_plan import block_and_cache
 
 
 # The backward kernels launch at most 512 threads of their own (rms_norm_backward's V = 2 variant needs
@@ -20,10 +21,10 @@ BACKWARD_VECTORS = (1, 2)
 
 
 # Backward rows re-read per pass (V = 0), about this many 16-byte vectors per thread: measured on
-# the H200 at 16384x5120 bf16 (bench/results/2026-11-30/tune_backward*.log, tools/tune_backward.py),
+# the H200 at 16384x5120 bf16 (tools/tune_backward.py; docs/perf_notes.md and docs/family.md),
 # 128 threads x 5 vectors took 222 us, against 480 us for the register-cached 320 x 2 (111
 # registers: one block per multiprocessor) and 252 us for 256 x 2.5 or 306 us for 64 x 10; again on
-# 2026-12-01 (bench/results/2026-12-01/issue12/run2/tune_backward.txt): 128 threads 205 us, the
+# 2026-12-01 (the same tool): 128 threads 205 us, the
 # forward's 160 threads 272 us (six blocks of 160 fit a multiprocessor: 1024 blocks of 16 rows make
 # 1.3 waves, where eight of 128 make one).
 BACKWARD_VECTORS_PER_THREAD = 5
@@ -31,7 +32,7 @@ BACKWARD_VECTORS_PER_THREAD = 5
 
 # Up to this many rows the backward runs one block per row (rows_per_block = 1), its terms summed into
 # the chunks' partials by the second kernel: a chunk of 16 rows per block leaves most multiprocessors
-# idle below some thousands of rows. H200, 5120 bf16 (bench/results/2026-12-01/issue12-s3/run14):
+# idle below some thousands of rows. H200, 5120 bf16 (docs/perf_notes.md, "The backward"):
 # 32 rows 124 -> 12.6 us, 1024 rows 140 -> 34 us, 2048 rows 151 -> 66 us, 4096 rows 164 -> 119 us; at
 # 16384 rows one per block is slower (403 us against 235: the workspace then holds every row's terms).
 BACKWARD_FEW_ROWS = 4096
@@ -109,16 +110,25 @@ class NormBackwardPlan:
         return "layer_norm_backward.cu" if self.centered else "rms_norm_backward.cu"
 
     @property
+    def contract(self) -> Contract:
+        """Kernel 1's template and launch parameters."""
+        return contract(self.source, "layer_norm_backward_kernel" if self.centered else "rms_norm_backward_kernel")
+
+    @property
+    def sum_contract(self) -> Contract:
+        """Kernel 2's (the sums over row chunks)."""
+        return contract("norm_backward.cuh", "sum_partials_kernel")
+
+    @property
     def expression(self) -> str:
-        if self.centered:
-            without = f", void, {_bool(self.sums_bias)}" if self.weightless else ""
-            return f"pyrms::layer_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}{without}>"
-        without = ", void" if self.weightless else ""
-        return f"pyrms::rms_norm_backward_kernel<{self.dtype.ctype}, {self.vectors}, {_bool(self.gemma)}{without}>"
+        weight = {"W": "void"} if self.weightless else {}
+        if self.centered:  # DBIAS: without a weight, whether dbias is summed (always with one)
+            return self.contract.expression(T=self.dtype.ctype, V=self.vectors, **weight, DBIAS=self.sums_bias)
+        return self.contract.expression(T=self.dtype.ctype, V=self.vectors, GEMMA=self.gemma, **weight)
 
     @property
     def sum_expression(self) -> str:
-        return f"pyrms::sum_partials_kernel<{self.grad_dtype.ctype}>"
+        return self.sum_contract.expression(OutT=self.grad_dtype.ctype)
 
     @property
     def group(self) -> tuple[str, ...]:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import contextlib
 
-from ... import driver, dtypes, kernels
+from ... import driver, dtypes, launch
 from .. import _operands as check
 from .. import _placement, _workspace
 from .._prepared import Pointers, PreparedCache, scalars_ok, use_pdl
 from . import plan as bwd_plan
 
-_ROWS_SIGNATURE = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32", "i64", "i32",
-                   "i32")
-_SUM_SIGNATURE = ("ptr", "ptr", "i32", "i32", "i64", "i32", "i32", "i32")
 
 
 def backward_workspace_bytes(num_tokens: int, hidden_size: int, *, layer_norm: bool = False,
@@ -66,9 +63,9 @@ class Prepared:
         p = self.plan = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
                                                    weight=not weightless, grad_bias=grad_bias)
         self.rows_per_block = rows_per_block_arg(rows_per_block, p.chunk_rows)  # None: planned per call
-        self.rows_kernel = kernels.get(p.source, p.expression, p.group, _ROWS_SIGNATURE, device)
+        self.rows_kernel = launch.get_kernel(p.source, p.expression, p.group, p.contract.signature, device)
         params = int(not weightless) + int(grad_bias)  # the parameter gradients written, in plane order
-        self.sum_kernel = kernels.get(p.source, p.sum_expression, p.group, _SUM_SIGNATURE, device) if params else None
+        self.sum_kernel = launch.get_kernel(p.source, p.sum_expression, p.group, p.sum_contract.signature, device) if params else None
         if p.shared_bytes:  # opt in whenever dynamic shared memory is used: the kernel's static shared memory
             # counts against the 48 KiB default too, so 48 KiB of sums alone may already not fit (found by
             # the randomized check: fp32, hidden 12280, 49,120 bytes of sums failed with INVALID_VALUE)

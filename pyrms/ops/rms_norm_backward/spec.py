@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..registry import Inspect, OpSpec, Unit
-from .._spec_common import COMMON_CASE_OPTIONS
-from .plan import plan_norm_backward
+from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, Unit
+from .plan import NormBackwardPlan, plan_norm_backward
 
 
 def backward_option_sets(layer_norm: bool):
@@ -44,11 +43,12 @@ def backward_operands(layer_norm: bool):
 
 RMS_NORM_BACKWARD = OpSpec(
     name="rms_norm_backward", module="pyrms.ops.rms_norm_backward.op", source="rms_norm_backward.cu",
-    flags=("gemma",), option_sets=backward_option_sets(False), unit=backward_unit(False),
+    torch="pyrms.ops.rms_norm_backward.torch_binding",
+    plan=NormBackwardPlan, own_flags=("gemma",), option_sets=backward_option_sets(False), unit=backward_unit(False),
     inspect=Inspect("backward", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums); "
                     "weightless = no weight (dx only)", partial(plan_norm_backward, layer_norm=False), {"gemma": False}),
     check="backward", operands=backward_operands(False),
     case_options=COMMON_CASE_OPTIONS + ("in_place", "gemma", "grad_dtype", "rows_per_block", "own_workspace"),
-    random=True)
+    random=True, bench="pyrms.ops.rms_norm_backward.bench")
 
 SPECS = (RMS_NORM_BACKWARD,)

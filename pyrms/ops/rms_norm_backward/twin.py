@@ -1,10 +1,10 @@
-"""rms_norm_backward's numpy references and bit-exact twin (the row core's twin is pyrms.reference)."""
+"""rms_norm_backward's numpy references and bit-exact twin (on the row core's twin, pyrms/ops/_row_twin.py)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ... import dtypes
-from ...reference import F32, _as_2d, row_stats_twin, thread_sums_twin
+from .._row_twin import F32, _as_2d, row_stats_twin, thread_sums_twin
 
 
 def _weight64(weight, gemma=False):
@@ -16,7 +16,7 @@ def _weight64(weight, gemma=False):
 
 def rms_norm_backward_ref(dy, x, weight, epsilon, *, gemma=False):
     """float64 (dx, dweight) of RMSNorm: dx = r * (g - x_hat * mean(x_hat * g)), g = w * dy,
-    dweight = sum over rows of dy * x_hat (GUIDE.md §3). weight None: g = dy, and (dx,) alone."""
+    dweight = sum over rows of dy * x_hat (docs/family.md). weight None: g = dy, and (dx,) alone."""
     dy64, x64 = _as_2d(dy).astype(np.float64), _as_2d(x).astype(np.float64)
     inv = 1.0 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + float(epsilon))
     x_hat, g = x64 * inv, _weight64(weight, gemma) * dy64

@@ -1,13 +1,13 @@
 """``pyrms.rms_norm_quant`` and ``pyrms.fused_add_rms_norm_quant``: RMSNorm (after vLLM's residual add) with
 an fp8 or int8 output and a static, per-token or per-group scale (kernels: cuda_src/rms_norm_quant.cu; the
-semantics: docs/numerics.md, "Quantized outputs"; the twin: pyrms.quant_twin.rms_norm_quant_twin)."""
+semantics: docs/numerics.md, "Quantized outputs"; the twin: pyrms.reference.rms_norm_quant_twin)."""
 from __future__ import annotations
 
 import math
 import numbers
 
 from ... import driver, dtypes
-from ... import plan as planner
+from .. import _row_plan as planner
 from .. import _adapter, _operands as check
 from . import arrays as _quant_arrays
 from .. import _placement
@@ -19,8 +19,6 @@ from . import plan as quant_plan
 # tail (hidden, the row strides, out's and norm_out's last). Per group: out, norm_out, input, [residual,] weight,
 # scales, scale_row_stride, scale_group_stride, epsilon; then group_shift, ue8m0 and the same tail. Without a
 # norm_out, its pointer is 0 and its stride hidden (the kernels without NORM_OUT read neither).
-_HEAD = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "f32")
-_GROUP_HEAD = ("ptr", "ptr", "ptr", "ptr", "i64", "i64", "f32", "i32", "i32")
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; tests.support.testing.forced_row_variant).
 _FEW_ROWS = planner.FEW_ROWS
 # The smallest positive float32 (2^-149): a smaller scale would be 0 in the kernel's fp32.
@@ -90,15 +88,12 @@ class Prepared:
             raise ValueError("scale_ub applies to mode='per_token' only")
         # `given` is a static scale, or per-token's scale_ub (+inf: none; int8 has none).
         self.value_allowed = not (self.per_token and p.out_dtype.integer)
-        lead = ("ptr",) * (4 if residual else 3)  # out, norm_out, input, [residual]; then the weight
         tail = (hidden, *strides, o_stride, n_stride)
         if self.grouped:
             row_stride, group_stride, scales = group_scales(hidden // p.group_size, column_major, scale_stride)
             self.scale_strides = (row_stride, group_stride, column_major)
-            head, tail = lead + _GROUP_HEAD[2:], (p.group_shift, int(ue8m0), *tail)
-        else:
-            head = lead + _HEAD[2:]
-        self.rows = RowLaunches(p, head + ("i32",) + ("i64",) * (len(strides) + 2), tail, device, use_pdl(device, pdl),
+            tail = (p.group_shift, int(ue8m0), *tail)
+        self.rows = RowLaunches(p, tail, device, use_pdl(device, pdl),
                                 (*strides, o_stride, n_stride))
         self.max_rows = check.max_rows(hidden, *strides, o_stride, n_stride)
         # In call order: out, input, [residual,] weight, [scales,] [given,] [norm_out]; what is written is

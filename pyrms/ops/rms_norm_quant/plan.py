@@ -1,10 +1,11 @@
-"""rms_norm_quant's launch plans: pure, no GPU (the shared row plan is pyrms.plan)."""
+"""rms_norm_quant's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ... import dtypes
-from ...plan import _RowPlan, _bool, block_and_cache
+from ...contract import Contract, contract
+from .._row_plan import _RowPlan, block_and_cache
 
 
 # The kernels' MODE, by position: one given scale, one computed per row (per token), or one per group of
@@ -39,13 +40,15 @@ class RmsNormQuantPlan(_RowPlan):
 
     FLAGS = ("round_input", "norm_out")
 
-    def _expression(self, cache: int, spread: int, early: bool, flags: tuple | None = None, aligned: bool = False) -> str:
+    @property
+    def contract(self) -> Contract:
+        return contract(self.source, self.group_kernel if self.mode == "per_group" else self.kernel)
+
+    def _type_params(self) -> dict:
+        """Q, the output's type, and MODE (the group kernels are MODE PER_GROUP by construction)."""
         if self.mode == "per_group":
-            head = f"pyrms::{self.group_kernel}<{self.dtype.ctype}, {self.out_dtype.ctype}, "
-        else:
-            head = f"pyrms::{self.kernel}<{self.dtype.ctype}, {self.out_dtype.ctype}, {QUANT_MODES.index(self.mode)}, "
-        flags = self._flags() if flags is None else flags
-        return f"{head}{', '.join(map(_bool, flags))}, {cache}, {spread}, {_bool(early)}, {_bool(aligned)}>"
+            return {"Q": self.out_dtype.ctype}
+        return {"Q": self.out_dtype.ctype, "MODE": QUANT_MODES.index(self.mode)}
 
     @property
     def group_shift(self) -> int:

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from ... import dtypes
-from ..registry import Inspect, OpSpec, Unit
-from .plan import QUANT_MODES, RmsNormQuantPlan, plan_rms_norm_quant
+from .._spec import Inspect, OpSpec, Unit
+from .plan import QUANT_MODES, FusedAddRmsNormQuantPlan, RmsNormQuantPlan, plan_rms_norm_quant
 
 _CASE_OPTIONS = ("epsilon", "pdl", "variant", "out_dtype", "mode", "device_scale", "scale_ub", "round_input",
                  "specials", "group_size", "ue8m0", "column_major", "norm_out")
@@ -30,7 +30,9 @@ def _spec(residual: bool) -> OpSpec:
 
     kernel = "fused_add_rms_norm_quant_kernel" if residual else "rms_norm_quant_kernel"
     spec = OpSpec(
-        name=name, module="pyrms.ops.rms_norm_quant.op", source=RmsNormQuantPlan.source, flags=RmsNormQuantPlan.FLAGS,
+        name=name, module="pyrms.ops.rms_norm_quant.op", source=RmsNormQuantPlan.source,
+        torch="pyrms.ops.rms_norm_quant.torch_binding",
+        plan=FusedAddRmsNormQuantPlan if residual else RmsNormQuantPlan,
         option_sets=option_sets, unit=unit,
         inspect=Inspect("quant", f"pyrms::{kernel} (mode=per_group: the group kernel), planned like rms_norm; "
                         "out_dtype=float8_e4m3fn|float8_e5m2|int8, mode=static|per_token|per_group",

@@ -1,12 +1,16 @@
-"""rms_norm_quant's numpy references and bit-exact twin (the row core's twin is pyrms.reference)."""
+"""rms_norm_quant's numpy references and bit-exact twin (on the row core's twin, pyrms/ops/_row_twin.py)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ... import dtypes
-from ...reference import F32, _as_2d, row_stats_twin, scale_twin
+from .._row_twin import F32, _as_2d, row_stats_twin, scale_twin
 from .plan import QUANT_GROUPS
 from ..fused_add_rms_norm.twin import rounded_sum
+
+# The output step a quantizing kernel applies to the fp32 normalized values y (after the RMSNorm's
+# fp32 arithmetic, before any storage rounding). docs/numerics.md, "Quantized outputs", gives the
+# formulas and the vLLM sources each one matches.
 
 
 def _quant_rows(y) -> np.ndarray:

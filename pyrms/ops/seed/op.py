@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ... import driver, dtypes, kernels, launch
+from ... import driver, dtypes, launch
+from ...contract import Contract, contract
 from .. import _operands as check
 from .. import _placement
 from .._prepared import PreparedCache, scalars_ok
 from ..._types import DTypeLike, Operand, StreamLike
 
-_SIGNATURE = ("ptr", "ptr", "ptr", "f32")
 
 
 @dataclass(frozen=True)
@@ -28,9 +28,14 @@ class SeedPlan:
     source = "seed_rms_norm.cu"
 
     @property
+    def contract(self) -> Contract:
+        return contract(self.source, "rms_norm_kernel")
+
+    @property
     def expression(self) -> str:
-        return (f"transformer::rms_norm_kernel<{self.dtype.ctype}, {self.vec_size}, {self.hidden}, 2, "
-                f"{self.block}>")
+        # NUM_DIMS 2: the seed's contiguous [rows, hidden] layout (its 3- and 4-D branches are empty)
+        return self.contract.expression(DATA_TYPE=self.dtype.ctype, VEC_SIZE=self.vec_size, HIDDEN_SIZE=self.hidden,
+                                        NUM_DIMS=2, BLOCK_SIZE=self.block)
 
 
 def plan_seed(dtype, hidden: int) -> SeedPlan:
@@ -53,8 +58,8 @@ class Prepared:
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         p = plan_seed(dt, hidden)
-        self.kernel = kernels.get(p.source, p.expression, (p.expression,), _SIGNATURE, device)
-        self.launch = launch.RowLaunch(_SIGNATURE, p.block, (), device)
+        self.kernel = launch.get_kernel(p.source, p.expression, (p.expression,), p.contract.signature, device)
+        self.launch = launch.RowLaunch(p.contract.signature, p.block, (), device)
         self.row_bytes, self.max_rows = hidden * dt.itemsize, check.max_rows(hidden, hidden)
         self.placed = _placement.for_device(device)
 

@@ -1,10 +1,10 @@
-"""seed's numpy references and bit-exact twin (the row core's twin is pyrms.reference)."""
+"""seed's numpy references and bit-exact twin (on the row core's twin, pyrms/ops/_row_twin.py)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ... import dtypes
-from ...reference import F32, _as_2d
+from .._row_twin import F32, _as_2d
 
 
 def seed_rms_norm_cpu(x, weight, epsilon):

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import driver, dtypes, plan
+from pyrms import driver, dtypes
+from pyrms.ops import _row_plan as plan
 from pyrms.tensor import Tensor
 from tests.support.testing import allocate, bits, check_fused_add_rms_norm, phases
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan

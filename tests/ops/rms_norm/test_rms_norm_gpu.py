@@ -29,7 +29,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 @pytest.mark.parametrize("case", [pytest.param(c, id=f"{axis}-{c}") for axis in case_matrix.GPU_AXES
                                   for c in case_matrix.gpu("rms_norm", axis)])
 def test_every_layout_of_the_case_matrix(rng, case):
-    """Each pointer at every misalignment, all misaligned differently, GUIDE.md's hidden sizes, strided
+    """Each pointer at every misalignment, all misaligned differently, the case matrix's hidden sizes, strided
     rows, more than 65535 rows, the options and in place, each kernel for few and for many rows."""
     check_case(rng, case)
 

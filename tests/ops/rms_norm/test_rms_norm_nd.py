@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import dtypes, plan
+from pyrms import dtypes
+from pyrms.ops import _row_plan as plan
 from pyrms.ops import _views
 from pyrms.ops.rms_norm import plan as rms_plan
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyrms import driver, dtypes, plan
+from pyrms import driver, dtypes
 from tests.support import testing
+
+from pyrms.ops import _row_plan as plan
 from pyrms.ops.rms_norm import rms_norm
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin

@@ -1,7 +1,7 @@
-"""pyrms.rms_norm_backward and pyrms.layer_norm_backward without a weight (``weight=None``, issue 13) on
+"""pyrms.rms_norm_backward and pyrms.layer_norm_backward without a weight (``weight=None``) on
 the GPU.
 
-Bitwise equality with the twin (pyrms.bwd_twin.norm_backward_twin with weight None) on every
+Bitwise equality with the twin (pyrms.reference.norm_backward_twin with weight None) on every
 alignment, size and stride, through tests.support.testing's guarded, poisoned operands; grad_input bitwise
 equal to a weighted backward's with a 16-byte aligned weight of ones (the same trees); grad_input and
 LayerNorm's grad_bias bitwise the same for every rows_per_block; nothing taken from the workspace pool
@@ -108,7 +108,7 @@ def test_weightless_is_the_weighted_backward_with_aligned_ones(layer_norm, dtype
     layouts = [({}, {}), ({"input": 1, "grad_output": n - 1, "grad_input": 2 % n}, {}),
                ({"grad_input": 3 % n}, {"input": hidden + 1, "grad_output": hidden + 3})]
     # Many rows (a chunk of rows per block) only up to hidden 769: the twin of 4097 x 65537 takes about
-    # 20 s a call, six calls a case (run 25 stalled the suite on it); test_many_rows has many rows at 5125.
+    # 20 s a call, six calls a case (it once stalled the whole suite); test_many_rows has many rows at 5125.
     for rows in (3, bwd_plan.BACKWARD_FEW_ROWS + 1) if hidden <= 769 else (3,):
         for offsets, strides in layouts:
             got = {}

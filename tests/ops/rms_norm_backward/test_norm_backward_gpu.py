@@ -1,7 +1,7 @@
 """pyrms.rms_norm_backward and pyrms.layer_norm_backward on the GPU.
 
-Bitwise equality with the twin (pyrms.bwd_twin.norm_backward_twin) on every alignment, size and
-stride (GUIDE.md §4: tests.support.case_matrix's GPU axes), through tests.support.testing's guarded, poisoned operands; dweight/dbias bitwise
+Bitwise equality with the twin (pyrms.reference.norm_backward_twin) on every alignment, size and
+stride (tests.support.case_matrix's GPU axes), through tests.support.testing's guarded, poisoned operands; dweight/dbias bitwise
 identical across runs and rows_per_block settings; the pooled (stream-ordered) and caller-owned
 workspaces, also under graph capture; and the
 gradients against PyTorch autograd in float64 on the GPU.

@@ -1,0 +1,99 @@
+"""fused_add_rms_norm's benchmark (pyrms.bench): its problem (in place on x and the residual), its
+implementations (pyrms, PyTorch eager, torch.compile), its float64 reference, its call in the host-time
+section and its example call for tools/profile_launch.py. Imports no PyTorch."""
+from __future__ import annotations
+
+import numpy as np
+
+import pyrms
+
+from ...bench.impls import Context, Impl, pyrms_function
+from ...bench.ops import Bench
+from ...bench.torch_impls import Compiled, need_torch, output_ptr
+from ..rms_norm.twin import rms_norm_ref
+
+
+class PyrmsFusedAdd(Impl):
+    """pyrms.fused_add_rms_norm(input, residual, weight, eps, num_tokens, hidden): in place, on pyrms Tensors
+    (they carry dtype and shape, so a signature mismatch fails with pyrms's own message)."""
+
+    name = "pyrms"
+
+    def __init__(self, ctx: Context, p):
+        super().__init__()
+        self.fn = pyrms_function("fused_add_rms_norm")
+        self.p, self.x, self.r, self.w = p, p.tensors("x"), p.tensors("r"), p.weight_tensor()
+        self.eps, self.stream = ctx.epsilon, ctx.stream
+
+    def launch(self, i):
+        self.fn(self.x[i], self.r[i], self.w, self.eps, self.p.tokens, self.p.hidden, stream=self.stream)
+
+    def results(self, i):
+        return {"y": self.p.ptr("x", i), "r": self.p.ptr("r", i)}
+
+
+class TorchFusedAdd(Impl):
+    """s = x + r; y = F.rms_norm(s): vLLM's fused_add_rms_norm written in PyTorch (out of place)."""
+
+    name = "torch"
+
+    def __init__(self, ctx, p):
+        super().__init__()
+        torch = need_torch(ctx)
+        self.ctx = ctx
+        self.x, self.r, self.w = p.torch_rows(torch, "x"), p.torch_rows(torch, "r"), p.torch_weight(torch)
+        self.ring = [None] * p.sets
+        F, shape, eps = torch.nn.functional, (p.hidden,), ctx.epsilon
+
+        def fused_add(x, r, w):
+            s = x + r
+            return F.rms_norm(s, shape, w, eps), s
+
+        self.fn = self.wrap(fused_add, (self.x[0], self.r[0], self.w))
+
+    def wrap(self, fn, example_args):
+        return fn
+
+    def launch(self, i):
+        self.ring[i] = self.fn(self.x[i], self.r[i], self.w)
+
+    def results(self, i):
+        y, s = self.ring[i]
+        return {"y": output_ptr(y), "r": output_ptr(s)}
+
+    def close(self):
+        self.ring = []
+
+
+class CompiledFusedAdd(Compiled, TorchFusedAdd):
+    """torch.compile of the PyTorch fused add."""
+
+
+def fused_add_ref(x, r, w, epsilon, storage):
+    """vLLM's fused_add_rms_norm: the sum rounded to the storage dtype, then normalized."""
+    s = (np.asarray(x).astype(np.float64) + np.asarray(r).astype(np.float64)).astype(storage)
+    return rms_norm_ref(s, w, epsilon), s.astype(np.float64)
+
+
+def reference(p, epsilon):
+    y, s = fused_add_ref(p.host["x"], p.host["r"], p.host_weight, epsilon, p.dt.numpy)
+    return {"y": y, "r": s}, []
+
+
+def host_call(h):
+    """pyrms.fused_add_rms_norm on raw ints."""
+    x, r, w, epsilon, tokens, hidden, common = h.x, h.r, h.w, h.epsilon, h.tokens, h.hidden, h.common
+    return lambda: pyrms.fused_add_rms_norm(x, r, w, epsilon, tokens, hidden, **common)
+
+
+def example(e):
+    return lambda: pyrms.fused_add_rms_norm(e.a, e.b, e.w, 1e-6, pdl=e.pdl)
+
+
+FUSED_ADD_RMS_NORM = Bench(
+    "fused_add_rms_norm", inplace=("x", "r"), row_terms=4, vector_terms=1, results=("y", "r"),
+    formula="read x, r, γ + write r, x = (4·T·H + H) elements",
+    impls={"pyrms": PyrmsFusedAdd, "torch": TorchFusedAdd, "compile": CompiledFusedAdd},
+    reference=reference, aliases=("fused_add",), host=host_call, example=example)
+
+BENCHES = (FUSED_ADD_RMS_NORM,)

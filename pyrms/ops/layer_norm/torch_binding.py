@@ -1,0 +1,148 @@
+"""layer_norm and layer_norm_backward for PyTorch: the custom ops ``torch.ops.pyrms.layer_norm`` (fake
+implementation, autograd through the backward op) and ``torch.ops.pyrms.layer_norm_backward`` (fake
+implementation), their eager launches on torch tensors, the ``torch.autograd.Function`` that eager autograd goes
+through, and the user function ``pyrms.torch.layer_norm``.
+
+Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``).
+
+    torch.ops.pyrms.layer_norm(x, weight?, bias?, eps) -> Tensor
+    torch.ops.pyrms.layer_norm_backward(grad_out, x, weight?, eps, has_bias) -> (grad_input, grad_weight, grad_bias)
+
+Layouts: rows one stride apart are read in place, others from a contiguous copy; outputs are new tensors whose
+rows lie ``hidden`` apart. The backward op returns an empty tensor for a gradient it does not compute
+(grad_weight without a weight, grad_bias without has_bias), since a custom op's tensor outputs cannot be None;
+autograd then gets None for them. Routing: pyrms/torch/_routing.py. No ``from __future__ import annotations``
+here: torch infers each op's schema from the annotations as objects.
+"""
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ...torch._layout import (check_meta, current_stream, empty_rows_like, operands, parameter_grad_like, ptr,
+                              rows_of)
+from ...torch._routing import dispatch_modes as _dispatch_modes
+from ...torch._routing import records as _records
+from .op import layer_norm as _layer_norm
+from .op import layer_norm_backward as _layer_norm_backward
+
+__all__ = ["layer_norm"]
+
+
+# --- the eager launches ---------------------------------------------------------------------------------
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """LayerNorm of x's rows into a new tensor (see pyrms.torch.layer_norm); weight/bias None: none."""
+    dtype, device = operands(x, {"weight": weight, "bias": bias})
+    x, stride = rows_of(x)
+    out = empty_rows_like(x)
+    numel = x.numel()
+    if numel:
+        hidden = x.shape[-1]
+        _layer_norm(out.data_ptr(), x.data_ptr(), ptr(weight), ptr(bias), eps, numel // hidden, hidden, dtype=dtype,
+                    input_stride=stride, out_stride=hidden, stream=current_stream(device))
+    return out
+
+
+def launch_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
+                    has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad_input, grad_weight, grad_bias) of layer_norm, the sums over rows in a fixed order; grad_weight
+    empty without a weight, grad_bias (the sum of grad_out over rows) empty unless has_bias. Without
+    either, nothing is summed: one launch, no workspace."""
+    dtype, device = operands(x, {"weight": weight}, {"grad_out": grad_out})
+    grad_input = empty_rows_like(x)
+    grad_weight, grad_bias = parameter_grad_like(x, weight is not None), parameter_grad_like(x, has_bias)
+    numel = x.numel()
+    if not numel:
+        return grad_input, grad_weight.zero_(), grad_bias.zero_()
+    hidden = x.shape[-1]
+    (x, x_stride), (grad_out, g_stride) = rows_of(x), rows_of(grad_out)
+    _layer_norm_backward(grad_input.data_ptr(), None if weight is None else grad_weight.data_ptr(),
+                         grad_bias.data_ptr() if has_bias else None, grad_out.data_ptr(), x.data_ptr(), ptr(weight),
+                         eps, numel // hidden, hidden, dtype=dtype, grad_output_stride=g_stride, input_stride=x_stride,
+                         grad_input_stride=hidden, stream=current_stream(device))
+    return grad_input, grad_weight, grad_bias
+
+
+# --- the custom ops -------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("pyrms::layer_norm", mutates_args=())
+def layer_norm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tensor:
+    return launch(x, weight, bias, eps)
+
+
+@layer_norm_op.register_fake
+def _(x, weight, bias, eps):
+    check_meta(x, {"weight": weight, "bias": bias})
+    return empty_rows_like(x)
+
+
+@torch.library.custom_op("pyrms::layer_norm_backward", mutates_args=())
+def layer_norm_backward_op(grad_out: Tensor, x: Tensor, weight: Optional[Tensor], eps: float,
+                           has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
+    return launch_backward(grad_out, x, weight, eps, has_bias)
+
+
+@layer_norm_backward_op.register_fake
+def _(grad_out, x, weight, eps, has_bias):
+    check_meta(x, {"weight": weight}, {"grad_out": grad_out})
+    return (empty_rows_like(x), parameter_grad_like(x, weight is not None), parameter_grad_like(x, has_bias))
+
+
+def _save_layer_norm(ctx, inputs, output):
+    x, weight, bias, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps, ctx.has_bias = eps, bias is not None
+
+
+def _layer_norm_grads(ctx, grad):
+    x, weight = ctx.saved_tensors
+    grad_input, grad_weight, grad_bias = layer_norm_backward_op(grad, x, weight, ctx.eps, ctx.has_bias)
+    return grad_input, None if weight is None else grad_weight, grad_bias if ctx.has_bias else None, None
+
+
+layer_norm_op.register_autograd(_layer_norm_grads, setup_context=_save_layer_norm)
+
+
+# --- eager autograd: the same backward without the custom op's dispatch ------------------------------
+
+
+class LayerNormFunction(torch.autograd.Function):
+    """layer_norm's autograd for eager calls, which costs the host a fraction of a custom op's dispatch."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        _save_layer_norm(ctx, (x, weight, bias, eps), None)
+        return launch(x, weight, bias, eps)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_input, grad_weight, grad_bias = launch_backward(grad, x, weight, ctx.eps, ctx.has_bias)
+        return grad_input, None if weight is None else grad_weight, grad_bias if ctx.has_bias else None, None
+
+
+# --- the user function ----------------------------------------------------------------------------------
+
+_LAYER_NORM = torch.ops.pyrms.layer_norm.default
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None = None,
+               eps: float = 1e-5) -> torch.Tensor:
+    """LayerNorm over the last dimension: ``(x - mean) / sqrt(var + eps) * weight + bias`` (population
+    variance; ``bias=None`` adds nothing, ``weight=None`` multiplies by nothing: with both None,
+    ``torch.nn.LayerNorm(elementwise_affine=False)``), statistics and expression in fp32, rounded once.
+
+    Operands, layouts and errors as in rms_norm; ``bias`` like ``weight``. Differentiable once in x,
+    weight and bias (pyrms's backward kernels, the sums over rows in a fixed order; only the gradients
+    of the tensors given are computed: with neither weight nor bias, dx alone in one launch).
+    """
+    if torch.compiler.is_compiling() or _dispatch_modes():
+        return _LAYER_NORM(x, weight, bias, float(eps))
+    if _records(x, weight, bias):
+        return LayerNormFunction.apply(x, weight, bias, eps)
+    return launch(x, weight, bias, eps)

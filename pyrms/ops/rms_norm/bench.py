@@ -1,0 +1,175 @@
+"""rms_norm's benchmark (pyrms.bench): the headline problem, its implementations (pyrms with and without
+PDL, the seed kernel, PyTorch eager, torch.compile, the Triton kernel of bench_triton.py), its float64
+reference, its calls in the host-time section and its example call for tools/profile_launch.py.
+Imports no PyTorch: the torch implementations get it from the benchmark's context."""
+from __future__ import annotations
+
+import inspect
+
+import pyrms
+
+from ...bench.impls import Context, Impl, Unavailable
+from ...bench.ops import Bench
+from ...bench.torch_impls import Compiled, need_torch, output_ptr, triton_kernel
+from ...tensor import Tensor
+from .twin import rms_norm_ref
+
+
+class PyrmsForward(Impl):
+    name = "pyrms"
+
+    def __init__(self, ctx: Context, p):
+        super().__init__()
+        self.x, self.y = p.ptrs("x"), p.ptrs("y")
+        self.args = (p.weight.ptr, ctx.epsilon, p.tokens, p.hidden)
+        self.dtype, self.stream = p.dt.name, ctx.stream
+
+    def launch(self, i):
+        w, eps, tokens, hidden = self.args
+        pyrms.rms_norm(self.y[i], self.x[i], w, eps, tokens, hidden, dtype=self.dtype, stream=self.stream)
+
+    def results(self, i):
+        return {"y": self.y[i]}
+
+
+class PyrmsForwardNoPdl(PyrmsForward):
+    """pyrms.rms_norm without programmatic dependent launch (pdl=False; the op's default is on):
+    otherwise exactly the plain pyrms call."""
+
+    name = "pyrms_nopdl"
+
+    def __init__(self, ctx: Context, p):
+        if "pdl" not in inspect.signature(pyrms.rms_norm).parameters:
+            raise Unavailable(f"pyrms {pyrms.__version__}: rms_norm has no pdl= keyword")
+        super().__init__(ctx, p)
+
+    def launch(self, i):
+        w, eps, tokens, hidden = self.args
+        pyrms.rms_norm(self.y[i], self.x[i], w, eps, tokens, hidden, dtype=self.dtype, stream=self.stream, pdl=False)
+
+
+class SeedForward(PyrmsForward):
+    name = "seed"
+
+    def __init__(self, ctx: Context, p):
+        from ..seed import plan_seed
+
+        try:
+            plan_seed(p.dt, p.hidden)
+        except ValueError as exc:
+            raise Unavailable(f"seed kernel cannot launch: hidden/VEC > 1024 threads ({p.hidden} {p.dt.name})") from exc
+        super().__init__(ctx, p)
+
+    def launch(self, i):
+        w, eps, tokens, hidden = self.args
+        pyrms.seed_rms_norm(self.y[i], self.x[i], w, eps, tokens, hidden, dtype=self.dtype, stream=self.stream)
+
+
+class TorchForward(Impl):
+    """torch.nn.functional.rms_norm(x, (hidden,), w, eps), eager. F.rms_norm has no ``out=``: the outputs
+    are kept in a ring with one slot per rotation set (see pyrms.bench.torch_impls)."""
+
+    name = "torch"
+
+    def __init__(self, ctx, p):
+        super().__init__()
+        torch = need_torch(ctx)
+        self.ctx = ctx
+        self.x, self.w = p.torch_rows(torch, "x"), p.torch_weight(torch)
+        self.ring = [None] * p.sets
+        F, shape, eps = torch.nn.functional, (p.hidden,), ctx.epsilon
+
+        def forward(x, w):
+            return F.rms_norm(x, shape, w, eps)
+
+        self.fn = self.wrap(forward, (self.x[0], self.w))
+
+    def wrap(self, fn, example_args):
+        return fn
+
+    def launch(self, i):
+        self.ring[i] = self.fn(self.x[i], self.w)
+
+    def results(self, i):
+        return {"y": output_ptr(self.ring[i])}
+
+    def close(self):
+        self.ring = []
+
+
+class CompiledForward(Compiled, TorchForward):
+    """torch.compile of the same F.rms_norm call (inductor generates one Triton kernel)."""
+
+
+class TritonForward(Impl):
+    """The Triton kernel of bench_triton.py, writing into the benchmark's own output sets."""
+
+    name = "triton"
+
+    def __init__(self, ctx, p):
+        super().__init__()
+        torch = need_torch(ctx)
+        kernel = triton_kernel(ctx, f"{__package__}.bench_triton")
+        try:
+            kernel.launch_settings(p.hidden)
+        except ValueError as exc:
+            raise Unavailable(str(exc)) from None
+        self.kernel, self.eps = kernel.rms_norm, ctx.epsilon
+        self.x, self.y, self.w = p.torch_rows(torch, "x"), p.torch_rows(torch, "y"), p.torch_weight(torch)
+        self.y_ptrs = p.ptrs("y")
+
+    def launch(self, i):
+        self.kernel(self.x[i], self.w, self.y[i], self.eps)
+
+    def results(self, i):
+        return {"y": self.y_ptrs[i]}
+
+
+def reference(p, epsilon):
+    return {"y": rms_norm_ref(p.host["x"], p.host_weight, epsilon)}, []
+
+
+def host_call(h):
+    """pyrms.rms_norm on raw ints."""
+    y, x, w, epsilon, tokens, hidden, common = h.y, h.x, h.w, h.epsilon, h.tokens, h.hidden, h.common
+    return lambda: pyrms.rms_norm(y, x, w, epsilon, tokens, hidden, **common)
+
+
+def host_extras(h, ctx):
+    """pyrms.rms_norm on pyrms.Tensor and on torch tensors as they are; pyrms.torch.rms_norm; torch eager
+    F.rms_norm."""
+    variants, notes = {}, {}
+    epsilon, stream, hidden = h.epsilon, h.stream, h.hidden
+    tx, tw, ty = (Tensor(p, shape, h.dt, device=h.device) for p, shape in
+                  ((h.x, (h.tokens, hidden)), (h.w, (hidden,)), (h.y, (h.tokens, hidden))))
+    variants["rms_norm pyrms.Tensor"] = lambda: pyrms.rms_norm(ty, tx, tw, epsilon, stream=stream)
+    if ctx.torch is not None:
+        torch = ctx.torch
+        as_torch = lambda t: torch.as_tensor(t).view(torch.bfloat16)  # noqa: E731 - views, no copy
+        qx, qw, qy = as_torch(tx), as_torch(tw), as_torch(ty)
+        variants["rms_norm torch tensors"] = lambda: pyrms.rms_norm(qy, qx, qw, epsilon, stream=stream)
+        try:
+            import pyrms.torch as pt
+
+            variants["pyrms.torch.rms_norm"] = lambda: pt.rms_norm(qx, qw, epsilon)
+        except ImportError as exc:
+            notes["pyrms_torch_reason"] = str(exc)
+        F = torch.nn.functional
+        variants["torch"] = lambda: F.rms_norm(qx, (hidden,), qw, epsilon)
+    return variants, notes
+
+
+def example(e):
+    return lambda: pyrms.rms_norm(e.c, e.a, e.w, 1e-6, pdl=e.pdl)
+
+
+RMS_NORM = Bench(
+    "rms_norm", inputs=("x",), outputs=("y",), row_terms=2, vector_terms=1, results=("y",),
+    formula="read x + read γ + write y = (2·T·H + H) elements",
+    impls={"pyrms": PyrmsForward, "pyrms_nopdl": PyrmsForwardNoPdl, "seed": SeedForward, "torch": TorchForward,
+           "compile": CompiledForward, "triton": TritonForward},
+    reference=reference, aliases=("forward",), headline=True, host=host_call, host_extras=host_extras,
+    host_labels={"pyrms": "pyrms.rms_norm on raw ints (validation + plan + launch)", "torch": "torch eager F.rms_norm"},
+    example=example)
+
+BENCHES = (RMS_NORM,)

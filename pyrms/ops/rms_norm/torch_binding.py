@@ -1,0 +1,183 @@
+"""rms_norm for PyTorch: the custom op ``torch.ops.pyrms.rms_norm`` (fake implementation, autograd through
+rms_norm_backward's op), its eager launch on torch tensors, the ``torch.autograd.Function`` that eager
+autograd goes through, and the user function ``pyrms.torch.rms_norm``.
+
+Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``).
+
+    torch.ops.pyrms.rms_norm(x, weight?, eps, gemma, round_once) -> Tensor
+
+Layouts: ``x`` is [..., hidden]; its rows are addressed with one row stride when its leading dimensions
+nest (contiguous tensors, row slices such as ``big[..., :hidden]``); other views of up to three leading
+dimensions are read where they lie (pyrms.rms_norm's N-D kernel), any other layout from a contiguous copy.
+The output is a new tensor whose rows lie ``hidden`` apart. Routing: pyrms/torch/_routing.py. No
+``from __future__ import annotations`` here: torch infers the op's schema from the annotations as objects.
+"""
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ... import driver
+from ...torch._layout import DTYPE_NAMES, check_device, check_meta, current_stream, empty_rows_like, row_stride
+from ...torch._routing import dispatch_modes as _dispatch_modes
+from ...torch._routing import records as _records
+from .. import _views
+from ..rms_norm_backward import torch_binding as _backward
+from .op import prepared as _prepared_rms_norm
+from .op import rms_norm as _rms_norm
+
+__all__ = ["rms_norm"]
+
+
+# --- the eager launch ---------------------------------------------------------------------------------
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool, round_once: bool) -> torch.Tensor:
+    """RMSNorm of x's rows into a new tensor (see pyrms.torch.rms_norm); weight None: no weight."""
+    # The hot path: every check reads one torch attribute, and any failure goes to _explain for its message.
+    # get_device() is -1 on the CPU: two equal indices >= 0 mean two tensors on one GPU (and no driver is
+    # asked about a CPU tensor, which _explain refuses by name).
+    try:
+        dtype = DTYPE_NAMES.get(x.dtype)
+        ok = (dtype is not None and (device := x.get_device()) >= 0 and device == driver.selected_device().ordinal)
+        hidden = x.shape[-1]
+        ok = ok and (weight is None or (weight.dtype is x.dtype and device == weight.get_device()
+                                        and weight.shape == (hidden,) and weight.is_contiguous()))
+    except (AttributeError, IndexError):  # not a tensor, or a 0-d one
+        ok = False
+    if not ok:
+        _explain(x, weight)
+    if x.is_contiguous():
+        out, stride = torch.empty_like(x), hidden
+    else:
+        stride = row_stride(x)
+        out = empty_rows_like(x)
+        if stride is None:
+            if _nd_view(x):
+                return _rms_norm_view(out, x, weight, eps, gemma, round_once, device)
+            x, stride = x.contiguous(), hidden
+    numel = x.numel()
+    if numel:
+        weightless = weight is None  # its own kernel (pyrms.rms_norm's weight_dtype "none"), a null weight
+        args = (out.data_ptr(), x.data_ptr(), 0 if weightless else weight.data_ptr(), float(eps), numel // hidden,
+                current_stream(device))
+        prepared = _prepared_rms_norm(dtype, hidden, stride, hidden, gemma, round_once, True,
+                                      "none" if weightless else None)
+        if prepared is None or not prepared(*args):  # the general path says what is wrong
+            _rms_norm(args[0], args[1], None if weightless else args[2], args[3], args[4], hidden, dtype=dtype,
+                      input_stride=stride, out_stride=hidden, stream=args[5], gemma=gemma, round_once=round_once)
+    return out
+
+
+def _nd_view(x: torch.Tensor) -> bool:
+    """Whether pyrms's N-D kernel addresses x's rows where they lie: the hidden dimension contiguous and
+    the leading ones collapsing to at most three (pyrms.ops._views)."""
+    if x.stride(-1) != 1:
+        return False
+    try:
+        _views.joint_lead(tuple(x.shape[:-1]), {"x": x.stride()[:-1]}, False, x.shape[-1])
+    except ValueError:
+        return False
+    return True
+
+
+def _rms_norm_view(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool,
+                   round_once: bool, device: int) -> torch.Tensor:
+    """rms_norm of a view whose leading dimensions no one stride addresses (QK-norm's heads of a fused
+    QKV projection, a transposed [batch, heads, seq, head_dim]): pyrms.rms_norm's N-D kernel reads x
+    where it lies, instead of from a contiguous copy (a second pass over x and an allocation)."""
+    if x.numel():
+        _rms_norm(out, x, weight, float(eps), stream=current_stream(device), gemma=gemma, round_once=round_once)
+    return out
+
+
+def _explain(x, weight) -> None:
+    """Raise the error that names why rms_norm's hot path turned these operands down (it knows only
+    that it did)."""
+    check_meta(x, {"weight": weight})
+    check_device({"x": x, "weight": weight})
+    raise AssertionError("unreachable: the operands passed every check")  # keeps a logic slip from launching
+
+
+# --- the custom op --------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("pyrms::rms_norm", mutates_args=())
+def rms_norm_op(x: Tensor, weight: Optional[Tensor], eps: float, gemma: bool, round_once: bool) -> Tensor:
+    return launch(x, weight, eps, gemma, round_once)
+
+
+@rms_norm_op.register_fake
+def _(x, weight, eps, gemma, round_once):
+    check_meta(x, {"weight": weight})
+    return empty_rows_like(x)
+
+
+def _save_rms_norm(ctx, inputs, output):
+    x, weight, eps, gemma, _ = inputs  # round_once does not apply: the gradient is of the exact function
+    ctx.save_for_backward(x, weight)
+    ctx.eps, ctx.gemma = eps, gemma
+
+
+def _rms_norm_grads(ctx, grad):
+    x, weight = ctx.saved_tensors
+    grad_input, grad_weight = _backward.rms_norm_backward_op(grad, x, weight, ctx.eps, ctx.gemma)
+    return grad_input, None if weight is None else grad_weight, None, None, None
+
+
+rms_norm_op.register_autograd(_rms_norm_grads, setup_context=_save_rms_norm)
+
+
+# --- eager autograd: the same backward without the custom op's dispatch ------------------------------
+
+
+class RmsNormFunction(torch.autograd.Function):
+    """rms_norm's autograd for eager calls, which costs the host a fraction of a custom op's dispatch
+    (about 8 against 40 µs per call, measured on the development machine with the launches stubbed)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, gemma, round_once):
+        _save_rms_norm(ctx, (x, weight, eps, gemma, round_once), None)
+        return launch(x, weight, eps, gemma, round_once)
+
+    @staticmethod
+    @once_differentiable  # pyrms's backward kernels have no backward: a second derivative raises
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_input, grad_weight = _backward.launch(grad, x, weight, ctx.eps, ctx.gemma)
+        return grad_input, None if weight is None else grad_weight, None, None, None
+
+
+# --- the user function ----------------------------------------------------------------------------------
+
+_RMS_NORM = torch.ops.pyrms.rms_norm.default
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *, gemma: bool = False,
+             round_once: bool = False) -> torch.Tensor:
+    """RMSNorm over the last dimension: ``x / sqrt(mean(x**2, -1) + eps) * weight``, fp32 inside.
+
+    ``x``: a CUDA tensor [..., hidden] of bfloat16, float16 or float32; ``weight``: [hidden], contiguous,
+    of x's dtype (an ``nn.Parameter`` is fine), or None for no weight (``round(x * r)``, as
+    ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma). Rows one stride apart (contiguous tensors, slices
+    such as ``big[..., :hidden]``) are read in place, and so are views whose leading dimensions collapse
+    to at most three with the hidden one contiguous (QK-norm's ``qkv[:, :h*d].view(t, h, d)``, a
+    transposed ``[b, h, s, d]``: pyrms's N-D kernel); other layouts from a contiguous copy. Returns a new tensor shaped like x, rows contiguous.
+
+    Rounding: by default ``(T)((T)(x * r) * weight)``, Hugging Face LLaMA's and Qwen's formula;
+    ``round_once=True`` rounds only the fp32 product ``x * r * weight`` (PyTorch's fused kernel);
+    ``gemma=True`` multiplies by ``1 + weight``, the addition in fp32 (Gemma's RMSNorm is
+    ``gemma=True, round_once=True``). Differentiable once in x and weight (pyrms's backward kernels,
+    the gradient of the exact function; dweight summed over rows in a fixed order, bitwise
+    reproducible, in weight's dtype; without a weight the backward computes dx alone, in one launch).
+    With eps = 0 an all-zero row gives NaN, as in PyTorch.
+
+    Raises TypeError for unsupported dtypes or mismatched ones, ValueError for CPU tensors, tensors
+    on another device than pyrms's, or a weight of the wrong shape.
+    """
+    if torch.compiler.is_compiling() or _dispatch_modes():
+        return _RMS_NORM(x, weight, float(eps), gemma, round_once)
+    if _records(x, weight):
+        return RmsNormFunction.apply(x, weight, eps, gemma, round_once)
+    return launch(x, weight, eps, gemma, round_once)

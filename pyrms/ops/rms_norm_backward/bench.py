@@ -1,0 +1,120 @@
+"""rms_norm_backward's benchmark (pyrms.bench): its problem (dx and dγ from dy and x), its implementations
+(pyrms, PyTorch autograd), its float64 reference, its call in the host-time section and its example call
+for tools/profile_launch.py. Imports no PyTorch."""
+from __future__ import annotations
+
+import numpy as np
+
+import pyrms
+
+from ...bench.impls import Context, Impl, pyrms_function
+from ...bench.ops import Bench
+from ...bench.torch_impls import need_torch, output_ptr
+
+DW_FULL_LIMIT = 1 << 27  # dγ sums over all rows: checked where tokens x hidden is at most this
+DW_CHUNK_ROWS = 2048
+
+
+class PyrmsBackward(Impl):
+    """pyrms.rms_norm_backward(grad_input, grad_weight, grad_output, input, weight, eps, num_tokens, hidden)."""
+
+    name = "pyrms"
+
+    def __init__(self, ctx: Context, p):
+        super().__init__()
+        self.fn = pyrms_function("rms_norm_backward")
+        self.p, self.w = p, p.weight_tensor()
+        self.dx, self.dw, self.dy, self.x = p.tensors("dx"), p.tensors("dw"), p.tensors("dy"), p.tensors("x")
+        self.eps, self.stream = ctx.epsilon, ctx.stream
+
+    def launch(self, i):
+        self.fn(self.dx[i], self.dw[i], self.dy[i], self.x[i], self.w, self.eps, self.p.tokens, self.p.hidden,
+                stream=self.stream)
+
+    def results(self, i):
+        return {"dx": self.p.ptr("dx", i), "dw": self.p.ptr("dw", i)}
+
+
+class TorchBackward(Impl):
+    """dx, dγ of F.rms_norm through autograd: one forward per rotation set at setup (not timed), then
+    ``torch.autograd.grad(y, (x, w), dy, retain_graph=True)`` per call runs the backward kernels only."""
+
+    name = "torch"
+
+    def __init__(self, ctx, p):
+        super().__init__()
+        torch = need_torch(ctx)
+        self.torch = torch
+        self.x = [v.detach().requires_grad_(True) for v in p.torch_rows(torch, "x")]
+        self.w = p.torch_weight(torch).detach().requires_grad_(True)
+        self.dy = p.torch_rows(torch, "dy")
+        F, shape, eps = torch.nn.functional, (p.hidden,), ctx.epsilon
+        with torch.enable_grad():
+            self.y = [F.rms_norm(x, shape, self.w, eps) for x in self.x]
+        self.ring = [None] * p.sets
+
+    def launch(self, i):
+        self.ring[i] = self.torch.autograd.grad(self.y[i], (self.x[i], self.w), self.dy[i], retain_graph=True)
+
+    def results(self, i):
+        dx, dw = self.ring[i]
+        return {"dx": output_ptr(dx), "dw": output_ptr(dw)}
+
+    def close(self):
+        self.ring, self.y, self.x = [], [], []
+
+
+def _inv_rms(x64, epsilon):
+    return 1.0 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + float(epsilon))
+
+
+def backward_dx_ref(dy, x, w, epsilon):
+    """dx = r * (w*dy - x̂ * mean(x̂ * w*dy)), x̂ = x*r, r = (mean(x²)+eps)^-1/2 (docs/family.md)."""
+    x64, dy64, w64 = (np.asarray(a).astype(np.float64) for a in (x, dy, w))
+    r = _inv_rms(x64, epsilon)
+    xhat = x64 * r
+    g = dy64 * w64
+    return r * (g - xhat * np.mean(xhat * g, axis=1, keepdims=True))
+
+
+def backward_dw_partial(dy, x, epsilon):
+    """Σ over the given rows of dy * x̂ (add the partials of all rows to get dγ)."""
+    x64, dy64 = np.asarray(x).astype(np.float64), np.asarray(dy).astype(np.float64)
+    return np.sum(dy64 * x64 * _inv_rms(x64, epsilon), axis=0)
+
+
+def reference(p, epsilon):
+    """dx on the validated rows; dγ over every row where tokens x hidden <= DW_FULL_LIMIT."""
+    values, notes = {"dx": backward_dx_ref(p.host["dy"], p.host["x"], p.host_weight, epsilon)}, []
+    if p.tokens * p.hidden <= DW_FULL_LIMIT:
+        dw = np.zeros(p.hidden)
+        for first in range(0, p.tokens, DW_CHUNK_ROWS):
+            rows = range(first, min(p.tokens, first + DW_CHUNK_ROWS))
+            dw += backward_dw_partial(p.download_rows(p.ptr("dy", 0), rows),
+                                      p.download_rows(p.ptr("x", 0), rows), epsilon)
+        values["dw"] = dw
+    else:
+        notes.append(f"dγ not validated: tokens x hidden > {DW_FULL_LIMIT} (the float64 "
+                     "reference sums every row on the host)")
+    return values, notes
+
+
+def host_call(h):
+    """pyrms.rms_norm_backward on raw ints, dγ in fp32."""
+    gx, gw, dy, x, w = h.gx, h.gw, h.dy, h.x, h.w
+    epsilon, tokens, hidden, common = h.epsilon, h.tokens, h.hidden, h.common
+    return lambda: pyrms.rms_norm_backward(gx, gw, dy, x, w, epsilon, tokens, hidden, grad_weight_dtype="float32",
+                                           **common)
+
+
+def example(e):
+    return lambda: pyrms.rms_norm_backward(e.c, e.dw, e.b, e.a, e.w, 1e-6, pdl=e.pdl)
+
+
+RMS_NORM_BACKWARD = Bench(
+    "rms_norm_backward", inputs=("dy", "x"), outputs=("dx",), vector_outputs=("dw",), row_terms=3, vector_terms=2,
+    results=("dx", "dw"), formula="read dy, x, γ + write dx, dγ = (3·T·H + 2·H) elements",
+    impls={"pyrms": PyrmsBackward, "torch": TorchBackward}, reference=reference, aliases=("backward",),
+    host=host_call, example=example)
+
+BENCHES = (RMS_NORM_BACKWARD,)
