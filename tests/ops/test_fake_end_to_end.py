@@ -20,6 +20,7 @@ from pyrms.ops.rms_norm_backward import plan as bwd_plan
 ROWS_ARGS = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")  # rms_norm / fused_add_rms_norm kernels
 BACKWARD_ROWS_ARGS = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32",
                       "i64", "i32", "i32")  # norm_backward.cuh: backward_rows_kernel
+BACKWARD_STAGED_ARGS = BACKWARD_ROWS_ARGS[:14] + ("i32", "i32", "i32")  # norm_backward_staged: fold, dot_fold, stages
 BACKWARD_SUM_ARGS = ("ptr", "ptr", "i32", "i32", "i64", "i32", "i32", "i32")  # norm_backward.cuh: sum_partials_kernel
 HIDDEN = 5120
 EPS = 1e-6
@@ -120,9 +121,12 @@ def test_rms_norm_backward_launches_both_kernels_with_the_planned_arguments_and_
     gi, gw, go, x, w = buffers(2 * rows * HIDDEN, 2 * HIDDEN, 2 * rows * HIDDEN, 2 * rows * HIDDEN, 2 * HIDDEN)
     p = bwd_plan.plan_norm_backward("bfloat16", HIDDEN)
     names = expect_kinds(fake, p, (p.expression,), BACKWARD_ROWS_ARGS)
+    names.update(expect_kinds(fake, p, (p.staged_expression,), BACKWARD_STAGED_ARGS))
     names.update(expect_kinds(fake, p, (p.sum_expression,), BACKWARD_SUM_ARGS))
     pyrms.rms_norm_backward(gi.ptr, gw.ptr, go.ptr, x.ptr, w.ptr, EPS, rows, HIDDEN, stream=stream)
-    rows_per_block = p.rows_per_block(rows)
+    # 16-byte aligned operands of whole-vector strides take the staged kernel (norm_backward_staged)
+    staged = bool(p.stages) and HIDDEN % 8 == 0 and not (gi.ptr | go.ptr | x.ptr | w.ptr) & 15
+    rows_per_block = p.rows_per_block(rows, staged)
     ws_chunk, group = (1, p.chunk_rows) if rows_per_block == 1 else (p.chunk_rows, 1)
     ws_rows = p.workspace_rows(rows, rows_per_block)
     allocated = [args for name, args in fake.calls if name == "cuMemAllocFromPoolAsync"]
@@ -131,11 +135,18 @@ def test_rms_norm_backward_launches_both_kernels_with_the_planned_arguments_and_
     ws = freed[0][0]  # the workspace: borrowed on the call's stream, given back on it after both launches
     assert freed == [(ws, stream.handle)]
     first, second = fake.launches
-    assert first.kernel == names[p.expression]
-    assert (first.grid, first.block, first.shared) == ((-(-rows // rows_per_block), 1, 1), (p.block, 1, 1),
-                                                       p.shared_bytes)
-    assert first.args == (gi.ptr, ws, go.ptr, x.ptr, w.ptr, f32(EPS), rows, HIDDEN, HIDDEN, HIDDEN, HIDDEN, ws_chunk,
-                          rows_per_block, p.ws_stride, 1 if p.shared_bytes else 0, p.stats_fold)
+    if staged:
+        assert first.kernel == names[p.staged_expression]
+        assert (first.grid, first.block, first.shared) == ((-(-rows // rows_per_block), 1, 1), (p.threads, 1, 1),
+                                                           p.staged_shared_bytes(p.staged_slots(rows_per_block)))
+        assert first.args == (gi.ptr, ws, go.ptr, x.ptr, w.ptr, f32(EPS), rows, HIDDEN, HIDDEN, HIDDEN, HIDDEN,
+                              ws_chunk, rows_per_block, p.ws_stride, p.stats_fold, p.block, p.stages)
+    else:
+        assert first.kernel == names[p.expression]
+        assert (first.grid, first.block, first.shared) == ((-(-rows // rows_per_block), 1, 1), (p.block, 1, 1),
+                                                           p.shared_bytes)
+        assert first.args == (gi.ptr, ws, go.ptr, x.ptr, w.ptr, f32(EPS), rows, HIDDEN, HIDDEN, HIDDEN, HIDDEN,
+                              ws_chunk, rows_per_block, p.ws_stride, 1 if p.shared_bytes else 0, p.stats_fold)
     assert second.kernel == names[p.sum_expression]
     assert (second.grid, second.block) == ((-(-HIDDEN // 32), 1, 1), (32, 32, 1))
     weight_phase = w.ptr // 2 % 8

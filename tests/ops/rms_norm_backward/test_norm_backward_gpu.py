@@ -59,6 +59,75 @@ def test_parameter_gradients_bitwise_identical_across_runs_and_rows_per_block(op
             assert np.array_equal(bits(got), bits(results[0][name])), name
 
 
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [8, 64, 1000, 4096, 5120, 8192, 16384])
+def test_staged_kernel_bitwise_at_every_rows_per_block(op, dtype, hidden):
+    """16-byte aligned operands of whole-vector strides take the staged kernel (norm_backward_staged) where
+    it is planned: bitwise the twin, and the parameter gradients bitwise the same, at every rows_per_block
+    (chunks split over blocks, several chunks per block, a partial last chunk and block), with and without
+    a weight, in place, Gemma and fp32 gradients."""
+    layer_norm = OPS[op]
+    rng = np.random.default_rng(11)
+    rows = 150
+    results = []
+    for rows_per_block in (None, 16, 1, 32, 48, 160, 1600):
+        results.append(run_case(np.random.default_rng(5), dtype, rows, hidden, layer_norm=layer_norm,
+                                rows_per_block=rows_per_block))
+    for other in results[1:]:
+        for name, got in other.items():
+            assert np.array_equal(bits(got), bits(results[0][name])), name
+    run_case(rng, dtype, bwd_plan.BACKWARD_STAGED_FEW_ROWS + 333, hidden, layer_norm=layer_norm)  # planned: chunks
+    run_case(rng, dtype, 37, hidden, layer_norm=layer_norm, in_place="grad_output", rows_per_block=16)
+    run_case(rng, dtype, 37, hidden, layer_norm=layer_norm, in_place="input", rows_per_block=16)
+    run_case(rng, dtype, 37, hidden, layer_norm=layer_norm, weight="none", rows_per_block=16)
+    run_case(rng, dtype, 37, hidden, layer_norm=layer_norm, grad_dtype="float32", rows_per_block=32)
+    if layer_norm:
+        run_case(rng, dtype, 37, hidden, layer_norm=True, weight="none", grad_bias=False, rows_per_block=16)
+    else:
+        run_case(rng, dtype, 37, hidden, gemma=True, rows_per_block=16)
+
+
+@pytest.fixture
+def forced_staged(monkeypatch):
+    """force(threads, stages): every backward plan made from now on takes this staged launch
+    shape (where the plan has a staged kernel at all); the prepared launches are forgotten before and after."""
+    import dataclasses
+
+    from pyrms import driver
+    from pyrms.ops.rms_norm_backward import prepared
+
+    original = bwd_plan.plan_norm_backward
+
+    def force(threads, stages):
+        def forced(*args, **kwargs):
+            p = original(*args, **kwargs)
+            return dataclasses.replace(p, threads=threads, stages=stages) if p.stages else p
+        monkeypatch.setattr(bwd_plan, "plan_norm_backward", forced)
+        prepared._prepared.forget(driver.current_device())
+
+    yield force
+    monkeypatch.setattr(bwd_plan, "plan_norm_backward", original)
+    prepared._prepared.forget(driver.current_device())
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("hidden", [64, 1000, 5120])
+@pytest.mark.parametrize("shape", [(64, 2), (128, 3), (512, 2), (96, 4)])
+def test_staged_kernel_bitwise_at_every_launch_shape(forced_staged, op, dtype, hidden, shape):
+    """The staged kernel's threads and stages change no bit: each launch against the twin."""
+    threads, stages = shape
+    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=OPS[op])
+    if p.staged_shared_bytes(stages) > bwd_plan.STAGED_SHARED_LIMIT:
+        pytest.skip("the stages do not fit")
+    forced_staged(threads, stages)
+    rng = np.random.default_rng(3)
+    for rows, rows_per_block in ((150, 16), (150, 48), (37, 1), (bwd_plan.BACKWARD_STAGED_FEW_ROWS + 333, None)):
+        run_case(rng, dtype, rows, hidden, layer_norm=OPS[op], rows_per_block=rows_per_block)
+    run_case(rng, dtype, 37, hidden, layer_norm=OPS[op], weight="none", rows_per_block=32, in_place="input")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("hidden", [7, 769, 5125, 65537])
 def test_layer_norm_without_bias_gives_the_same_grad_input_and_grad_weight(dtype, hidden):
