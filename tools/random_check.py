@@ -25,11 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from pyrms import dtypes
-from pyrms.ops.fused_add_rms_norm import plan as fused_plan
-from pyrms.ops.layer_norm import plan as ln_plan
-from pyrms.ops.rms_norm import plan as rms_plan
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops import registry
 from tests.support.random_cases import Case, draw_case, draw_cases, features
 
 
@@ -70,17 +66,10 @@ def execute(case: Case, streams: Streams) -> None:
 def compile_unit(case: Case) -> tuple[str, tuple[str, ...]]:
     """(source, name expressions compiled together) of the kernels a case launches: the disk cache
     entry its launch will look up (pyrms.launch.get_kernel compiles a plan's whole group)."""
-    dt = dtypes.get(case.dtype)
-    if case.op == "rms_norm":
-        p = rms_plan.plan_rms_norm(dt, case.hidden, gemma=case.gemma, round_once=case.round_once)
-    elif case.op == "fused_add_rms_norm":
-        p = fused_plan.plan_fused_add_rms_norm(dt, case.hidden, gemma=case.gemma, round_once=case.round_once)
-    elif case.op == "layer_norm":
-        p = ln_plan.plan_layer_norm(dt, case.hidden, bias=case.bias)
-    else:
-        p = bwd_plan.plan_norm_backward(dt, case.hidden, layer_norm=case.op == "layer_norm_backward", gemma=case.gemma,
-                                    grad_dtype=case.grad_dtype)
-    return p.source, tuple(p.group)
+    spec = registry.get(case.op)
+    options = {"grad_dtype": case.grad_dtype} if spec.check == "backward" else {}
+    unit = spec.unit_for(case.dtype, case.hidden, **{name: getattr(case, name) for name in spec.flags}, **options)
+    return unit.source, unit.names
 
 
 def _compile(unit: tuple[str, tuple[str, ...]], arch: str) -> str:

@@ -20,13 +20,12 @@ from typing import Iterable, Iterator
 
 from pyrms import dtypes
 from pyrms.ops import _row_plan as plan
+from pyrms.ops import registry
 
-OPS = ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward",
-       "rms_norm_quant", "fused_add_rms_norm_quant", "seed")
-FAMILIES = ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward",
-            "rms_norm_quant", "fused_add_rms_norm_quant", "seed")
-BACKWARD = ("rms_norm_backward", "layer_norm_backward")
-QUANT = ("rms_norm_quant", "fused_add_rms_norm_quant")
+# The ops, from the registry: each case names one, and each is a family the sanitizer sweep reports under.
+OPS = FAMILIES = registry.NAMES
+BACKWARD = registry.with_check("backward")
+QUANT = registry.with_check("quant")
 DTYPES = tuple(d.name for d in dtypes.ALL)
 
 # Every option a case may set, at its default (what the checkers of tests.support.testing take when it is left out).
@@ -38,20 +37,8 @@ DEFAULTS = {"epsilon": 1e-5, "variant": None, "pdl": None, "gemma": False, "roun
             "sum_precision": None, "residual_dtype": None, "out_kind": "same", "norm_out": False}
 # out_kind: the output of a row op beside bf16/fp16 rows (plan.OUT_KINDS: "same", or "float32"; the checkers'
 # out_dtype), apart from out_dtype, the quantizing ops' output dtype.
-_QUANT_OPTIONS = ("epsilon", "pdl", "variant", "out_dtype", "mode", "device_scale", "scale_ub", "round_input", "specials",
-                  "group_size", "ue8m0", "column_major", "norm_out")
-_COMMON = ("epsilon", "pdl", "weight")
-_OPTIONS = {
-    "rms_norm": _COMMON + ("variant", "gemma", "round_once", "in_place", "out_kind"),
-    "rms_norm_nd": _COMMON + ("gemma", "round_once", "in_place", "sizes", "per_row", "as_arrays", "out_kind"),
-    "fused_add_rms_norm": _COMMON + ("variant", "gemma", "round_once", "sum_precision", "residual_dtype", "out_kind"),
-    "layer_norm": _COMMON + ("variant", "in_place", "bias", "out_kind"),
-    "rms_norm_backward": _COMMON + ("in_place", "gemma", "grad_dtype", "rows_per_block", "own_workspace"),
-    "layer_norm_backward": _COMMON + ("in_place", "grad_bias", "grad_dtype", "rows_per_block", "own_workspace"),
-    "rms_norm_quant": _QUANT_OPTIONS,
-    "fused_add_rms_norm_quant": _QUANT_OPTIONS,
-    "seed": ("epsilon",),
-}
+# The options a case of each op may set: its registry entry's case_options.
+_OPTIONS = {name: spec.case_options for name, spec in registry.REGISTRY.items()}
 
 # Sizes. Each list has prefix-only (1, 7), body-only (8, 4096, ...) and prefix+body+tail sizes (9, 769, 5125, 65537).
 SANITIZE_HIDDENS = (1, 7, 9, 769, 5125, 16384, 65537)
@@ -70,21 +57,10 @@ def operands(op: str, *, in_place: str | None = None, bias: bool = True, weight:
     an operand written in place over another is not separate, so it has no offset or stride. ``bias``:
     LayerNorm's bias (forward) or grad_bias (backward); ``weight`` False: weight=None (and no grad_weight);
     ``out``: fused add's fp32 out of its own (out_kind="float32"); ``norm_out``: the quantizing ops'
-    unquantized output beside the quantized one."""
-    if op in ("rms_norm", "rms_norm_nd", "seed"):
-        return ("input",) if in_place else ("input", "out"), ("weight",) * weight
-    if op == "fused_add_rms_norm":
-        return ("input", "residual") + ("out",) * out, ("weight",) * weight
-    if op == "layer_norm":
-        return ("input",) if in_place else ("input", "out"), ("weight",) * weight + ("bias",) * bias
-    if op in QUANT:  # out: the quantized bytes (offsets in bytes); scale (fp32): per-token's, or a device scale
-        rows = ("input", "residual", "out") if op == "fused_add_rms_norm_quant" else ("input", "out")
-        return rows + ("norm_out",) * norm_out, ("weight", "scale", "scale_ub")
-    if op in BACKWARD:
-        params = ("grad_weight",) * weight + ("grad_bias",) * (op == "layer_norm_backward" and bias)
-        rows = ("grad_output", "input") if in_place else ("grad_output", "input", "grad_input")
-        return rows, ("weight",) * weight + params
-    raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    unquantized output beside the quantized one. The op's registry entry says which (its ``operands``)."""
+    if op not in registry.REGISTRY:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    return registry.get(op).operands(in_place=in_place, bias=bias, weight=weight, out=out, norm_out=norm_out)
 
 
 def pointers(op: str, **options) -> tuple[str, ...]:

@@ -22,11 +22,13 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from pyrms.ops import _row_plan as plan
+from pyrms.ops import registry
 from pyrms.ops.rms_norm_backward import plan as bwd_plan
 from tests.support import case_matrix
 from tests.support.case_matrix import operands, vector_elements
 
-OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward")
+# The ops the randomized check draws: the registry's with random=True (in its order).
+OPS = tuple(name for name, spec in registry.REGISTRY.items() if spec.random)
 DTYPES = case_matrix.DTYPES
 STREAMS = ("none", "stream", "handle")  # legacy default stream, a pyrms Stream, its raw handle
 MAX_HIDDEN = 300_000

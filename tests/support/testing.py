@@ -14,6 +14,7 @@ import numpy as np
 
 from pyrms import driver, dtypes
 from pyrms.ops import _row_plan as plan
+from pyrms.ops import registry
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.fused_add_rms_norm import twin as fused_twin
 from pyrms.ops.layer_norm import plan as ln_plan
@@ -177,8 +178,8 @@ def _pdl(pdl) -> dict:
     return {} if pdl is None else {"pdl": pdl}
 
 
-# The ops whose launches choose between the row core's few-row and many-row kernels.
-_ROW_OPS = ("pyrms.ops.rms_norm.op", "pyrms.ops.fused_add_rms_norm.op", "pyrms.ops.layer_norm.op", "pyrms.ops.rms_norm_quant.op")
+# The modules of the ops whose launches choose between the row core's few-row and many-row kernels (_FEW_ROWS).
+_ROW_OPS = tuple(dict.fromkeys(spec.module for spec in registry.REGISTRY.values() if spec.check in ("row", "quant")))
 
 
 @contextlib.contextmanager
