@@ -1,6 +1,6 @@
 """pyrms's own tests, laid out as the package is.
 
-A top-level module's tests are ``tests/test_NAME*.py`` (``pyrms/plan.py``: ``tests/test_plan.py``); a
+A top-level module's tests are ``tests/test_NAME*.py`` (``pyrms/compiler.py``: ``tests/test_compiler.py``); a
 package's are in its folder (``pyrms/driver/``: ``tests/driver/``; ``pyrms/ops/``: ``tests/ops/``, with a
 folder per op family under it; ``pyrms/torch/``, ``pyrms/bench/``; ``tools/``: ``tests/tools/``). A file is
 ``test_TOPIC.py``, or ``test_TOPIC_gpu.py`` when its tests carry the ``gpu`` marker. What the tests and the
