@@ -28,4 +28,18 @@ __global__ void __launch_bounds__(backward_max_threads(V, true), 1) layer_norm_b
                                                     chunk_rows, rows_per_block, ws_stride, sums_in_shared, fold);
 }
 
+// The staged variant of layer_norm_backward_kernel (norm_backward.cuh's norm_backward_staged: 16-byte
+// aligned operands, rows pipelined through shared memory): the same arithmetic, so the same bits.
+template <typename T, typename W = T, bool DBIAS = true>
+__global__ void __launch_bounds__(512) layer_norm_backward_staged_kernel(
+    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
+    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
+    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
+    int stages) {
+    static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
+    norm_backward_staged<T, true, false, W, DBIAS>(grad_input, partials, grad_output, input, weight, epsilon, rows,
+                                                   hidden, grad_input_stride, grad_output_stride, input_stride,
+                                                   chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);
+}
+
 }  // namespace pyrms

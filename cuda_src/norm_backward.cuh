@@ -314,11 +314,33 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const flo
     begin_dependent_grid();
     const int col = blockIdx.x * 32 + threadIdx.x;
     float s = 0.0f;
-    if (col < hidden) {
+    // The loads of up to L terms are issued before their (ordered) additions: a lane's sums are chains of
+    // dependent additions of independent loads, which one at a time would wait a memory latency each.
+    constexpr int L = 8;
+    const float* column = plane + offset + col;
+    if (col < hidden && group == 1) {  // a partial per chunk: ws_rows == chunks
+        int c = threadIdx.y;
+        for (; c + (L - 1) * 32 < chunks; c += L * 32) {
+            float v[L];
+#pragma unroll
+            for (int u = 0; u < L; ++u) v[u] = column[static_cast<long long>(c + u * 32) * ws_stride];
+#pragma unroll
+            for (int u = 0; u < L; ++u) s = __fadd_rn(s, __fadd_rn(0.0f, v[u]));
+        }
+        for (; c < chunks; c += 32) s = __fadd_rn(s, __fadd_rn(0.0f, column[static_cast<long long>(c) * ws_stride]));
+    } else if (col < hidden) {
         for (int c = threadIdx.y; c < chunks; c += 32) {
             const int r0 = c * group, r1 = ws_rows - r0 < group ? ws_rows : r0 + group;
             float chunk = 0.0f;
-            for (int r = r0; r < r1; ++r) chunk = __fadd_rn(chunk, plane[static_cast<long long>(r) * ws_stride + offset + col]);
+            for (int r = r0; r < r1; r += L) {
+                float v[L];
+#pragma unroll
+                for (int u = 0; u < L; ++u) v[u] = r + u < r1 ? column[static_cast<long long>(r + u) * ws_stride] : 0.0f;
+#pragma unroll
+                for (int u = 0; u < L; ++u) {
+                    if (r + u < r1) chunk = __fadd_rn(chunk, v[u]);
+                }
+            }
             s = __fadd_rn(s, chunk);
         }
     }
@@ -330,6 +352,225 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const flo
         for (int y = 0; y < 32; ++y) total = __fadd_rn(total, lane_sums[y][threadIdx.x]);
         out[col] = from_float<OutT>(total);
     }
+}
+
+// ---- The staged backward (aligned operands) -------------------------------------------------------
+//
+// norm_backward_staged: the same arithmetic as norm_backward_rows, bit for bit (the statistics in the
+// forward's tree of fold width `fold`, the row sums of x_hat * g (and g) in the tree of fold width
+// `dot_fold` = the plan's block, which norm_backward_rows takes from blockDim.x; dx and the chunk sums of
+// the parameter-gradient terms, each column's in row order from +0), for operands whose every row is
+// split alike: grad_input, grad_output, input (and the weight) 16-byte aligned, their strides and hidden
+// multiples of the vector (the launcher checks; then every split is all body vectors, phase 0). What
+// changes is only how the rows reach the block: each block pipelines its rows through `stages` buffers
+// of shared memory with cp.async (row r + stages - 1 is loading while row r is reduced), so the bytes in
+// flight per multiprocessor no longer depend on its resident threads, and x and dy are read from DRAM
+// once. The block's threads (any multiple of 32) compute the fold positions of each tree in turn (a fold
+// wider than the block loops, as row_core.cuh's re-reading shape does) and own the columns of the dx
+// pass, vectors threadIdx.x, threadIdx.x + blockDim.x, ..., in every row: so each column's chunk sum
+// (in shared memory) is added to by one thread, in row order, as in norm_backward_rows.
+// Dynamic shared memory: P * hidden floats of sums, then the weight (hidden of T; none without one), then
+// `stages` buffers of x and dy rows (2 * hidden of T each; only min(stages, rows_per_block) are used).
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously (cached at L2 only).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Wait until at most `pending` (0 .. 3) of this thread's newest cp.async groups are still in flight.
+__device__ __forceinline__ void cp_async_wait(int pending) {
+    switch (pending) {
+        case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+        case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+        case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+        default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    }
+}
+
+// The tree of row_core.cuh for a row of `vectors` body vectors and fold width F (a multiple of 32): fold
+// position t's acc(t) = ((0 + P(t)) + P(t + F)) + ..., warp_sum, the warp totals to scratch[t >> 5], one
+// barrier, the butterfly over the F / 32 warp totals. pv(v, q) gives vector v's partial of tree q (Q trees
+// summed at once, each with its own scratch row); returns the totals in `total`.
+template <int Q, typename PV>
+__device__ __forceinline__ void staged_fold(int F, int vectors, float (*scratch)[32], PV pv, float (&total)[Q]) {
+    for (int t = threadIdx.x; t < F; t += blockDim.x) {
+        float acc[Q];
+#pragma unroll
+        for (int q = 0; q < Q; ++q) acc[q] = 0.0f;
+        for (int v = t; v < vectors; v += F) {
+            float p[Q];
+            pv(v, p);
+#pragma unroll
+            for (int q = 0; q < Q; ++q) acc[q] = __fadd_rn(acc[q], p[q]);
+        }
+#pragma unroll
+        for (int q = 0; q < Q; ++q) {
+            acc[q] = warp_sum(acc[q]);
+            if ((threadIdx.x & 31) == 0) scratch[q][t >> 5] = acc[q];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < Q; ++q) total[q] = sum_of_warp_totals(scratch[q], F >> 5);
+}
+
+template <typename T> __device__ __forceinline__ Pack<T> shared_pack(const T* p) {
+    Pack<T> r;
+    *reinterpret_cast<uint4*>(&r) = *reinterpret_cast<const uint4*>(p);
+    return r;
+}
+
+template <typename T, bool CENTERED, bool GEMMA, typename W, bool DBIAS>
+__device__ __forceinline__ void norm_backward_staged(
+    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
+    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
+    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
+    int stages) {
+    static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
+    static_assert(CENTERED || !DBIAS, "dbias is LayerNorm's");
+    constexpr int N = Vec<T>::N;
+    constexpr bool WEIGHTED = !Weightless<W>::value;
+    constexpr int P = int(WEIGHTED) + int(DBIAS);
+    __shared__ float scratch[4][32];
+    extern __shared__ __align__(16) unsigned char staged_shared[];
+    begin_dependent_grid();
+    const int tid = threadIdx.x;
+    const int B = blockDim.x;
+    const int vectors = hidden / N;  // every row is all body vectors (the launcher's promise)
+    float* sums = reinterpret_cast<float*>(staged_shared);                      // P planes of hidden floats
+    T* wsm = reinterpret_cast<T*>(sums + P * hidden);                           // the weight (WEIGHTED)
+    T* buffers = wsm + (WEIGHTED ? hidden : 0);                                 // stage s: x, then dy
+    const long long plane = (static_cast<long long>(rows) + chunk_rows - 1) / chunk_rows * ws_stride;
+
+    const int first = static_cast<int>(min(static_cast<long long>(blockIdx.x) * rows_per_block, static_cast<long long>(rows)));
+    const int end = rows - first < rows_per_block ? rows : first + rows_per_block;
+    const int count = end - first;
+
+    auto issue = [&](int i) {  // row first + i into its stage, if it exists; always one group
+        if (i < count) {
+            const long long r = first + i;
+            T* xs = buffers + static_cast<long long>(i % stages) * 2 * hidden;
+            T* ds = xs + hidden;
+            const T* x = input + r * input_stride;
+            const T* dy = grad_output + r * grad_output_stride;
+            for (int v = tid; v < vectors; v += B) {
+                cp_async16(xs + v * N, x + v * N);
+                cp_async16(ds + v * N, dy + v * N);
+            }
+        }
+        cp_async_commit();
+    };
+    if constexpr (WEIGHTED) {
+        for (int v = tid; v < vectors; v += B) cp_async16(wsm + v * N, weight + v * N);
+    }
+    for (int i = 0; i < stages - 1; ++i) issue(i);  // the weight travels with the first group
+
+    for (int i = 0; i < count; ++i) {
+        const int r = first + i;
+        cp_async_wait(stages - 2);  // row r's group is complete (this thread's copies)
+        __syncthreads();            // everyone's; and every thread is done with row r - 1 and its stage
+        issue(i + stages - 1);      // into row r - 1's stage
+        const T* xs = buffers + static_cast<long long>(i % stages) * 2 * hidden;
+        const T* ds = xs + hidden;
+
+        // (1) statistics, in the forward's tree (fold width `fold`).
+        RowStats st;
+        if constexpr (!CENTERED) {
+            float tot[1];
+            staged_fold<1>(fold, vectors, &scratch[0], [&](int v, float (&p)[1]) {
+                p[0] = vector_sum(shared_pack(xs + v * N), [](float x) { return __fmul_rn(x, x); });
+            }, tot);
+            st = {0.0f, inv_rms(tot[0], hidden, epsilon)};
+        } else {
+            float tot[1];
+            staged_fold<1>(fold, vectors, &scratch[0], [&](int v, float (&p)[1]) {
+                p[0] = vector_sum(shared_pack(xs + v * N), [](float x) { return x; });
+            }, tot);
+            const float mean = __fdiv_rn(tot[0], static_cast<float>(hidden));
+            staged_fold<1>(fold, vectors, &scratch[1], [&](int v, float (&p)[1]) {
+                p[0] = vector_sum(shared_pack(xs + v * N), [mean](float x) {
+                    const float d = __fsub_rn(x, mean);
+                    return __fmul_rn(d, d);
+                });
+            }, tot);
+            st = {mean, inv_rms(tot[0], hidden, epsilon)};
+        }
+
+        // (2) the row sums of x_hat * g (and g), in the tree of fold width dot_fold.
+        constexpr int Q = CENTERED ? 2 : 1;
+        float tot[Q];
+        staged_fold<Q>(dot_fold, vectors, &scratch[2], [&](int v, float (&p)[Q]) {
+            const Pack<T> xv = shared_pack(xs + v * N);
+            const Pack<T> dv = shared_pack(ds + v * N);
+            Pack<T> wv;
+            if constexpr (WEIGHTED) wv = shared_pack(wsm + v * N);
+            float dot_p = 0.0f, g_p = 0.0f;
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                const float g = weighted<GEMMA>(WEIGHTED ? to_float(wv.e[j]) : 1.0f, to_float(dv.e[j]));
+                dot_p = __fadd_rn(dot_p, __fmul_rn(normalized<CENTERED>(to_float(xv.e[j]), st), g));
+                if (CENTERED) g_p = __fadd_rn(g_p, g);
+            }
+            p[0] = dot_p;
+            if constexpr (CENTERED) p[Q - 1] = g_p;
+        }, tot);
+        const float dot_mean = __fdiv_rn(tot[0], static_cast<float>(hidden));
+        const float g_mean = CENTERED ? __fdiv_rn(tot[Q - 1], static_cast<float>(hidden)) : 0.0f;
+
+        // (3) dx, and the running chunk sums of the columns this thread owns.
+        const bool chunk_start = (i % chunk_rows) == 0;
+        const bool chunk_end = (i + 1) % chunk_rows == 0 || i + 1 == count;
+        T* dx = grad_input + static_cast<long long>(r) * grad_input_stride;
+        float* part = partials + static_cast<long long>(r / chunk_rows) * ws_stride;
+        for (int v = tid; v < vectors; v += B) {
+            const int at = v * N;
+            const Pack<T> xv = shared_pack(xs + at);
+            const Pack<T> dv = shared_pack(ds + at);
+            Pack<T> wv;
+            if constexpr (WEIGHTED) wv = shared_pack(wsm + at);
+            Pack<T> out;
+#pragma unroll
+            for (int q = 0; q < N; q += 4) {
+                float terms[P > 0 ? P : 1][4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float dyv = to_float(dv.e[q + j]);
+                    const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]),
+                                                                        WEIGHTED ? to_float(wv.e[q + j]) : 1.0f, dyv, st,
+                                                                        g_mean, dot_mean);
+                    out.e[q + j] = from_float<T>(e.dx);
+                    if constexpr (P > 0) {
+                        terms[0][j] = WEIGHTED ? e.dweight : dyv;
+                        if constexpr (P == 2) terms[1][j] = dyv;
+                    }
+                }
+                if constexpr (P > 0) {
+#pragma unroll
+                    for (int p = 0; p < P; ++p) {
+                        float4* a = reinterpret_cast<float4*>(sums + p * hidden + at + q);
+                        float4 s = chunk_start ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *a;
+                        s.x = __fadd_rn(s.x, terms[p][0]);
+                        s.y = __fadd_rn(s.y, terms[p][1]);
+                        s.z = __fadd_rn(s.z, terms[p][2]);
+                        s.w = __fadd_rn(s.w, terms[p][3]);
+                        if (chunk_end) {
+                            *reinterpret_cast<float4*>(part + p * plane + at + q) = s;
+                        } else {
+                            *a = s;
+                        }
+                    }
+                }
+            }
+            store_aligned(dx + at, out);
+        }
+    }
+    cp_async_wait(0);  // nothing is left in flight (every group past the last row is empty)
 }
 
 }  // namespace pyrms

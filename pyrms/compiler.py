@@ -266,7 +266,7 @@ def _nvrtc_output(program, get_size, get_data) -> bytearray:
     NVRTC writes into the buffer it is given, so that buffer must be mutable and ours: a Python
     ``bytes`` is immutable, and a one-byte ``bytes`` (what an empty log's size of 1 made) is
     CPython's shared single-byte object; writing a NUL into it corrupted every later ``" "`` of
-    the interpreter (docs/reliability.md; tests/test_owned_buffers.py).
+    the interpreter (docs/reliability.md; tests/test_compiler_owned_buffers.py).
     """
     size = check(get_size(program), get_size.__name__)
     buffer = bytearray(size)

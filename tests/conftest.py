@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from small_sources import BAD_CU, SMALL_CU, X_CUH
+from tests.support.small_sources import BAD_CU, SMALL_CU, X_CUH
 
 
 @functools.lru_cache(maxsize=None)
@@ -63,7 +63,7 @@ def small(tmp_path, monkeypatch):
 @pytest.fixture
 def fake(monkeypatch):
     """pyrms's driver layer over a fresh fake_driver.FakeDriver, with nothing cached from before."""
-    from fake_driver import FakeDriver, fresh_driver_state
+    from tests.support.fake_driver import FakeDriver, fresh_driver_state
 
     fake_cu = FakeDriver()
     fresh_driver_state(monkeypatch.setattr, fake_cu)

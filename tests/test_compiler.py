@@ -19,7 +19,7 @@ from pyrms import cache, compiler, dtypes, headers, ptx_inspect
 
 from pyrms.ops import _row_plan as plan
 from pyrms.errors import CompileError, HeaderNotFoundError
-from small_sources import BAD_CU, SMALL_CU, X_CUH
+from tests.support.small_sources import BAD_CU, SMALL_CU, X_CUH
 from pyrms.ops.rms_norm import plan as rms_plan
 
 CUDA_SRC = Path(__file__).resolve().parent.parent / "cuda_src"
@@ -115,7 +115,7 @@ def test_rms_norm_aligned_path_is_16_bytes_wide(rms_program):
 
 def test_every_kernel_waits_for_its_producer_before_touching_memory(rms_program):
     """Programmatic dependent launch (common.cuh): griddepcontrol.wait precedes every global access,
-    and launch_dependents follows it, in every variant (the other families: test_family_cpu)."""
+    and launch_dependents follows it, in every variant (the other families: tests/ops/test_family.py)."""
     functions = {fn.name: fn for fn in ptx_inspect.parse_functions(rms_program.ptx)}
     for lowered in rms_program.lowered_names.values():
         assert functions[lowered].waits_before_memory(), lowered

@@ -1,4 +1,4 @@
-"""Hostile inputs are refused with the exception and message tests/hostile_cases.py names, and none of
+"""Hostile inputs are refused with the exception and message tests/support/hostile_cases.py names, and none of
 them reaches cuLaunchKernel (a sentinel stands in for it) or brings the process down.
 
 Runs without a GPU: inputs that need a device get a fake one (fake_driver.FakeDriver); the gpu-marked
@@ -10,7 +10,7 @@ import gc
 
 import pytest
 
-from hostile_cases import CASES, run_case
+from tests.support.hostile_cases import CASES, run_case
 
 
 def _param(case):
@@ -49,7 +49,7 @@ def test_the_list_covers_the_public_api():
 
 
 def test_environments_leave_the_driver_module_as_they_found_it():
-    from fake_driver import driver_modules
+    from tests.support.fake_driver import driver_modules
     from pyrms import driver, launch
     from pyrms.driver import _process
 

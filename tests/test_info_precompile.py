@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_driver import FakeDriver, fresh_driver_state
+from tests.support.fake_driver import FakeDriver, fresh_driver_state
 from pyrms import cache, compiler, driver, dtypes, errors, info, precompile
 from pyrms.ops import registry
 from pyrms.ops.seed import plan_seed

@@ -74,7 +74,7 @@ def test_only_the_driver_package_imports_the_binding_and_binds_it_as_cu():
     for name, path in MODULES.items():
         aliases = _binding_aliases(ast.parse(path.read_text()))
         if name.startswith("pyrms.driver."):
-            # tests/fake_driver.py swaps its stand-in into every driver module's _cu
+            # tests/support/fake_driver.py swaps its stand-in into every driver module's _cu
             assert aliases <= {"_cu"}, f"{name} binds cuda.bindings.driver as {aliases}, not _cu"
         elif name not in BINDING_IMPORTERS_OUTSIDE_DRIVER:
             assert not aliases, f"{name} imports cuda.bindings.driver: only pyrms.driver may"

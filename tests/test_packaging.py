@@ -1,5 +1,7 @@
-"""The package as a new user meets it: its name, entry points, license, typing marker, changelog, and
-the README's fresh-machine test command being the one CI runs."""
+"""The package as a new user meets it: its name, entry points, license, typing marker, changelog, the
+README's fresh-machine test command being the one CI runs, and a wheel without the tests' or the lab's
+modules."""
+import ast
 import importlib
 import re
 from pathlib import Path
@@ -61,3 +63,38 @@ def test_readme_test_command_is_what_ci_runs():
     assert f"\n{command}\n" in ci, command
     install = re.search(r"# install and run the main job[^\n]*\n(.+)\n", readme).group(1)
     assert install == "python3 -m venv .venv && . .venv/bin/activate && pip install . && python -m pyrms.demo --seed 42"
+
+
+def _wheel_modules():
+    """The modules ``pip wheel .`` packs, as setuptools finds them: every .py file in the folder of each
+    package that [tool.setuptools] lists (its package-dir, else the package's own path)."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = setuptools.get("package-dir", {})
+    for package in setuptools["packages"]:
+        folder = ROOT / folders.get(package, package.replace(".", "/"))
+        for path in sorted(folder.glob("*.py")):
+            yield package if path.stem == "__init__" else f"{package}.{path.stem}"
+
+
+def test_the_wheel_holds_no_test_or_lab_module():
+    """What only pyrms's own tests and the checkout's tools use lives in tests/ and tools/, which are not
+    installed (the checkers, the case matrix, the randomized check, the fake driver, the hostile inputs)."""
+    modules = list(_wheel_modules())
+    assert "pyrms.ops" in modules and "pyrms.reference" in modules and len(modules) > 40
+    outside = [name for name in modules if name.split(".")[0] != "pyrms"]
+    assert not outside, f"the wheel would hold modules outside pyrms: {outside}"
+    lab = re.compile(r"testing|case_matrix|random_\w*|fake_\w*|hostile_\w*|small_sources|validation_calls"
+                     r"|conftest|test_\w*")
+    found = [name for name in modules if lab.fullmatch(name.rpartition(".")[2])]
+    assert not found, f"test or lab modules in the wheel: {found} (they belong in tests/support/ or tools/)"
+
+
+def test_the_package_imports_nothing_from_tests_or_tools():
+    """An installed pyrms has neither folder: no module of it may import them, at the top or inside a function."""
+    for path in sorted((ROOT / "pyrms").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            for name in names:
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                assert name.split(".")[0] not in ("tests", "tools"), f"{where} imports {name}"

@@ -6,8 +6,8 @@ by THREADS threads started together (each with its own pyrms.Stream, created in 
 on one shared stream), once by the main thread alone on one stream, in order. The two sets of output
 buffers must be bytewise equal, whole (rows, gaps and unused slots); every 37th launch is also
 compared with the numpy twin, its slot whole (rows bit for bit, the rest still poison). Operands are
-pyrms.testing's guarded allocations (flat, slots inside), and launch i of thread t is the case
-pyrms.case_matrix.concurrency(op)[(i + 7 t) % N]: its rows, each pointer's offset past a 16-byte
+tests.support.testing's guarded allocations (flat, slots inside), and launch i of thread t is the case
+tests.support.case_matrix.concurrency(op)[(i + 7 t) % N]: its rows, each pointer's offset past a 16-byte
 boundary, its strides and options.
 
   rms_norm           THREADS x LAUNCHES launches, each into its own output slot; every launch at its
@@ -36,8 +36,9 @@ from pathlib import Path
 import numpy as np
 
 import pyrms
-from pyrms import case_matrix, driver, dtypes
-from pyrms.testing import Rows, allocate, bits
+from pyrms import driver, dtypes
+from tests.support import case_matrix
+from tests.support.testing import Rows, allocate, bits
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin
 from pyrms.ops.rms_norm_backward import plan as bwd_plan

@@ -20,7 +20,7 @@ for step in $STEPS; do
         precompile) timeout 300 python3 -m pyrms.precompile --jobs "$(nproc)" ${PRECOMPILE_OPS:+--ops "$PRECOMPILE_OPS"} \
                         > "$OUT/precompile.txt" 2>&1; tail -n 1 "$OUT/precompile.txt" ;;
         suites) procs="${SUITE_PROCS:-4}"; i=0; pids=""
-                for f in $(grep -l "mark.gpu" tests/test_*.py | sort); do eval "group_$((i % procs))+=\" $f\""; i=$((i + 1)); done
+                for f in $(grep -rl --include="test_*.py" "mark.gpu" tests | sort); do eval "group_$((i % procs))+=\" $f\""; i=$((i + 1)); done
                 for ((k = 0; k < procs; k++)); do
                     eval "files=\${group_$k:-}"
                     [ -n "$files" ] || continue
@@ -40,7 +40,7 @@ for step in $STEPS; do
         floor) timeout 300 python3 -m pyrms.bench --shapes 1x4096,1x5120,1x8192 --impls pyrms,pyrms_nopdl --no-host --no-graphs \
                    --out "$OUT" --name floor > "$OUT/floor.stdout" 2>&1
                grep -A16 "^Launch floor" "$OUT/floor.txt" | sed '/^$/q'; grep -A6 "decode shapes against" "$OUT/floor.txt" ;;
-        random) timeout 300 python3 -m pyrms.random_check --seed 2026 --count 5000 --precompile --out "$OUT/random_check.json" > "$OUT/random_check.log" 2>&1 ;;
+        random) timeout 300 python3 -m tools.random_check --seed 2026 --count 5000 --precompile --out "$OUT/random_check.json" > "$OUT/random_check.log" 2>&1 ;;
         readme) timeout 300 python3 -m tools.readme_examples > "$OUT/readme_examples.txt" 2>&1; tail -3 "$OUT/readme_examples.txt" ;;
         bench) timeout 200 python3 -m pyrms.bench --quick --out "$OUT" --name quick > "$OUT/bench_quick.stdout" 2>&1 ;;
     esac

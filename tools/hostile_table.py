@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run every hostile input of tests/hostile_cases.py and write the table docs/hostile_inputs.md.
+"""Run every hostile input of tests/support/hostile_cases.py and write the table docs/hostile_inputs.md.
 
 Each case runs as tests/test_hostile_inputs.py runs it (no GPU needed: a fake device where one is
 needed, a launch sentinel in place of cuLaunchKernel), in this one process, which must survive them
@@ -15,27 +15,13 @@ than its list entry says (as specified, or as its known defect).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import sys
 from pathlib import Path
 
+from tests.support.hostile_cases import CASES, run_case
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _test_module(name: str):
-    """A module of tests/, which is not a package (pytest puts the directory itself on sys.path): loaded
-    from its file and registered under its own name, where the test modules importing it by that name
-    (hostile_cases imports fake_driver) find it."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
-    module = sys.modules[name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_test_module("fake_driver")
-_cases = _test_module("hostile_cases")
-CASES, run_case = _cases.CASES, _cases.run_case
 
 ENVIRONMENTS = {"nothing": "as is", "device": "device", "no-driver": "no driver"}
 
@@ -108,7 +94,7 @@ def main(argv=None) -> int:
     apis = len({case.api for case in CASES})
     text = f"""# Hostile inputs
 
-Every bad input below is one entry of `tests/hostile_cases.py`, tested by `tests/test_hostile_inputs.py`
+Every bad input below is one entry of `tests/support/hostile_cases.py`, tested by `tests/test_hostile_inputs.py`
 and tabulated by `python -m tools.hostile_table` (this file is its output: do not edit by hand). {len(CASES)} inputs across {apis} entry points of the public API; all ran in one Python process,
 which survived them all. "Launched" is whether anything reached `cuLaunchKernel`: each case runs with a
 sentinel in its place, so an input that got past validation shows YES here ({launched_note}).

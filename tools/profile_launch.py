@@ -5,7 +5,7 @@
         python -m tools.profile_launch --op rms_norm --shape 1x5120 --variant few
 
 --op: any op whose benchmark declaration (pyrms/ops/<family>/bench.py) has an example call; --variant
-few|many forces the row core's few-row or many-row kernel (pyrms.testing.forced_row_variant); --pdl
+few|many forces the row core's few-row or many-row kernel (tests.support.testing.forced_row_variant); --pdl
 launches with programmatic dependent launch (ops that launch without it ignore it). Inputs are random bf16
 (or --dtype), weights in [-1, 1]; nothing is checked (the GPU tests do that).
 """
@@ -19,7 +19,7 @@ import numpy as np
 import pyrms
 from pyrms import driver, dtypes
 from pyrms.bench import ops as bench_ops
-from pyrms.testing import forced_row_variant
+from tests.support.testing import forced_row_variant
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The host side of ``python -m pyrms.random_check``, timed on a machine without a GPU.
+"""The host side of ``python -m tools.random_check``, timed on a machine without a GPU.
 
-Runs the same cases through the same pyrms.testing checkers, with device memory replaced by host
+Runs the same cases through the same tests.support.testing checkers, with device memory replaced by host
 memory (allocations, uploads and whole-allocation downloads still move every byte) and the kernel
 launches replaced by nothing; the comparisons run in full and their (expected) differences are
 counted, not raised. What is left is what the GPU run spends on the CPU: drawing operands, the numpy
@@ -20,8 +20,9 @@ from collections import Counter
 
 import numpy as np
 
-from pyrms import random_check, testing
-from pyrms.random_cases import draw_cases
+from tools import random_check
+from tests.support import testing
+from tests.support.random_cases import draw_cases
 
 # The op families' packages, whose functions the checkers import, and their twin modules.
 OP_MODULES = {"pyrms.ops.rms_norm": "rms_norm", "pyrms.ops.fused_add_rms_norm": "fused_add_rms_norm",

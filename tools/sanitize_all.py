@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Every kernel of pyrms, checked launch by launch, small enough to run under compute-sanitizer.
 
-The cases are pyrms.case_matrix.sanitize(family) for each family (pyrms.precompile.OPS): every dtype x
+The cases are tests.support.case_matrix.sanitize(family) for each family (pyrms.precompile.OPS): every dtype x
 every element misalignment of every pointer x hidden sizes 1, 7, 9, 769, 5125, 16384 and 65537 x
 strided rows, in place, the options and weight kinds, the kernels for few and for many rows; rms_norm's
 N-D views and packed short rows; the quantizing ops' output dtypes and modes; the seed kernel on the inputs it accepts (16-byte aligned, contiguous
 rows, hidden / VEC_SIZE <= 1024). Each pyrms launch is compared bit for bit with its numpy twin over
-whole guarded allocations (pyrms.testing.check_case); the seed kernel, which uses rsqrtf, with a
+whole guarded allocations (tests.support.testing.check_case); the seed kernel, which uses rsqrtf, with a
 float64 reference under a tolerance, its guards bit for bit.
 
 --quick keeps every hidden size, dtype, layout and kernel variant but only the misalignments 0, 1 and
@@ -32,9 +32,10 @@ from collections import Counter
 
 import numpy as np
 
-from pyrms import case_matrix, errors
+from pyrms import errors
+from tests.support import case_matrix
 from pyrms import precompile as precompile_mod
-from pyrms.testing import check_case
+from tests.support.testing import check_case
 
 OPS = precompile_mod.OPS
 parse_ops = precompile_mod.parse_ops

@@ -40,8 +40,9 @@ from pathlib import Path
 import numpy as np
 
 import pyrms
-from pyrms import case_matrix, driver, dtypes, errors
-from pyrms.testing import bits
+from pyrms import driver, dtypes, errors
+from tests.support import case_matrix
+from tests.support.testing import bits
 from pyrms.ops.layer_norm import plan as ln_plan
 from pyrms.ops.layer_norm import twin as ln_twin
 from pyrms.ops.rms_norm import plan as rms_plan
@@ -51,7 +52,7 @@ MiB = 1 << 20
 GiB = 1 << 30
 DEVICE_BOUND = 8 * MiB
 RSS_BOUND = 16 * MiB
-# The shapes are pyrms.case_matrix.SOAK's, as the other checks take theirs from the matrix.
+# The shapes are tests.support.case_matrix.SOAK's, as the other checks take theirs from the matrix.
 LAUNCHES, EXHAUSTED, STREAMS = (case_matrix.SOAK[k] for k in ("launches", "exhausted", "streams"))
 DT = dtypes.get(LAUNCHES.dtype)
 ROWS, HIDDEN, EPS = LAUNCHES.rows, LAUNCHES.hidden, LAUNCHES.option("epsilon")

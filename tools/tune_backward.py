@@ -7,7 +7,9 @@ GPU. Used to choose the backward plan's table (backward_block, BACKWARD_FEW_ROWS
 
     python -m tools.tune_backward --shapes 16384x5120,32x5120 --configs planned,128/0/16,128/0/1,160/0/1
 
-A config is `planned` or block/V/rows_per_block (rows_per_block 0: the planned one for the shape);
+A config is `planned`, `legacy` (the plan without its staged kernel), sTxS/rows_per_block (the staged
+kernel with T threads and S row buffers, e.g. s256x2/16) or block/V/rows_per_block (rows_per_block 0: the
+planned one for the shape);
 shapes a plan refuses are reported and skipped. Every configuration computes the statistics in the
 forward's tree (NormBackwardPlan.stats_fold); the sums of x_hat * g follow the block, so dx's bits may
 differ between blocks, never dweight's order.
@@ -15,6 +17,7 @@ differ between blocks, never dweight's order.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import numpy as np
@@ -33,12 +36,18 @@ def main() -> int:
     parser.add_argument("--dtype", type=dtypes.argument, default="bfloat16", help="default bfloat16 (or bf16, fp16, ...)")
     parser.add_argument("--layer-norm", action="store_true", help="layer_norm_backward instead of rms_norm_backward")
     parser.add_argument("--configs", default="planned,128/0/16,128/0/1,160/0/1,256/0/1,160/4/16")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the device-to-device copy ceiling")
     args = parser.parse_args()
     dt, ln = args.dtype, args.layer_norm
     original = bwd_plan.plan_norm_backward
     device = driver.current_device()
     timer = timing.EventTimer(device, 0)  # the op launches on the legacy default stream
     op = "layer_norm_backward" if ln else "rms_norm_backward"
+    ceiling_gbps = None
+    if not args.no_ceiling:
+        from pyrms.bench import ceiling
+        ceiling_gbps = ceiling.measure(timer, device, 1024, 10, "copy").gbps
+        print(f"copy ceiling: {ceiling_gbps:.0f} GB/s", flush=True)
     try:
         for shape in args.shapes.split(","):
             tokens, hidden = map(int, shape.split("x"))
@@ -61,6 +70,20 @@ def main() -> int:
                 rows_per_block = None
                 if config == "planned":
                     bwd_plan.plan_norm_backward = original
+                elif config == "legacy" or config.startswith("s"):
+                    planned = original(dt, hidden, layer_norm=ln)
+                    if config == "legacy":
+                        forced = dataclasses.replace(planned, threads=0, stages=0)
+                    else:
+                        head, rows_per_block = config[1:].split("/")
+                        threads, stages = map(int, head.split("x"))
+                        rows_per_block = int(rows_per_block) or None
+                        forced = dataclasses.replace(planned, threads=threads, stages=stages)
+                        if not planned.stages or forced.staged_shared_bytes(
+                                forced.staged_slots(rows_per_block or planned.chunk_rows)) > bwd_plan.STAGED_SHARED_LIMIT:
+                            print(f"  {config}: skipped: no staged kernel, or its stages do not fit")
+                            continue
+                    bwd_plan.plan_norm_backward = lambda d, h, _forced=forced, **kw: _forced
                 else:
                     block, held, rows_per_block = map(int, config.split("/"))
                     rows_per_block = rows_per_block or None
@@ -85,7 +108,8 @@ def main() -> int:
                 got = dxs[0].to_numpy()[:check].astype(np.float64)
                 err = np.linalg.norm(got - refs[0]) / np.linalg.norm(refs[0])
                 us = timing.median_us(timer, launch, sets, 8, batch=6)
-                print(f"  {config}: {us:.2f} us, {nbytes / us / 1e3:.0f} GB/s, dx rel err {err:.2e}", flush=True)
+                frac = f", {nbytes / us / 1e3 / ceiling_gbps:.2f} of the ceiling" if ceiling_gbps else ""
+                print(f"  {config}: {us:.2f} us, {nbytes / us / 1e3:.0f} GB/s{frac}, dx rel err {err:.2e}", flush=True)
             for buffers in (xs, dys, dxs):
                 for b in buffers:
                     b.close()

@@ -15,7 +15,7 @@ The only package that imports ``cuda.bindings.driver``; one private module per c
   launches, PDL included
 - ``_graph``: stream capture into graphs
 
-Each module that calls the driver binds it as its global ``_cu`` (tests/fake_driver.py swaps a
+Each module that calls the driver binds it as its global ``_cu`` (tests/support/fake_driver.py swaps a
 stand-in into every one). Importing touches no driver: the library is loaded and ``cuInit`` called
 at first use, where a missing driver (or no device) becomes ``errors.NoDriverError``. Every call's
 status goes through ``errors.check``.

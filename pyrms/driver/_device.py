@@ -19,7 +19,7 @@ class Device:
     ``get_device`` or ``current_device``.
 
     The per-device state of every layer lives here, in containers the layers above fill (the driver
-    never looks inside), so that dropping the Device drops it all: tests/fake_driver.py resets the
+    never looks inside), so that dropping the Device drops it all: tests/support/fake_driver.py resets the
     process by replacing _process's table of Devices. ``modules``: sha256 of a CUBIN -> its
     pyrms.launch.Module (kernels, argument packs); ``kernels``: (source, name expression) -> Kernel
     (pyrms.launch.get_kernel); ``prepared``: (op's PreparedCache, static arguments...) -> prepared launch

@@ -1,7 +1,7 @@
 """The process's view of the driver: ``cuInit`` once, the device count, one Device per ordinal, and
 each thread's selected device. All of pyrms's per-process state hangs off the one ``_Process`` object
 here (each Device holds its own device's: modules, kernels, prepared launches, workspace pool), so a
-test that swaps the driver (tests/fake_driver.py) replaces that one object and the calling thread's
+test that swaps the driver (tests/support/fake_driver.py) replaces that one object and the calling thread's
 selection. Beside it only scratch that holds no handle (_launcher's per-thread launch configuration)
 and the compiler's in-memory cache, keyed by arch, not device, which needs no driver.
 

@@ -144,7 +144,7 @@ class RowLaunches:
 
     def __call__(self, few_rows: int, rows: int, stream: int, pointers_or: int, *head) -> None:
         """Launch on `rows` rows: the few-row kernel up to `few_rows` of them (the op's threshold,
-        plan.FEW_ROWS unless pyrms.testing.forced_row_variant says otherwise). `pointers_or`: the
+        plan.FEW_ROWS unless tests.support.testing.forced_row_variant says otherwise). `pointers_or`: the
         bitwise or of the row and vector pointers, for the alignment test."""
         if rows <= few_rows:
             self.launch_few(self.few_kernel(pointers_or), rows, stream, *head)

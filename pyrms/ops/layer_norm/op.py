@@ -10,7 +10,7 @@ from ..._types import DTypeLike, OptionalOperand, Operand, StreamLike, Workspace
 from .._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 from . import plan as ln_plan
 
-# Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
+# Up to this many rows the latency kernel launches (plan.FEW_ROWS; tests.support.testing.forced_row_variant).
 _FEW_ROWS = planner.FEW_ROWS
 
 

@@ -14,7 +14,7 @@ from . import plan as rms_plan
 _NAMES = ("out", "input", "weight")
 _DEFAULT_DTYPE = dtypes.BFLOAT16
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS); read at every call, so that
-# pyrms.testing.forced_row_variant can force either kernel.
+# tests.support.testing.forced_row_variant can force either kernel.
 _FEW_ROWS = planner.FEW_ROWS
 
 

@@ -1,7 +1,7 @@
 """rms_norm_backward's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ... import dtypes
@@ -45,6 +45,19 @@ def backward_block(dtype: dtypes.DType, hidden: int) -> int:
     return min(BACKWARD_MAX_BLOCK, max(32, -(-threads // 32) * 32))
 
 
+# The staged backward (norm_backward.cuh's norm_backward_staged), for 16-byte aligned operands (the
+# launcher checks per call; others take the kernels above): each block pipelines its rows through
+# BACKWARD_STAGES buffers of shared memory (cp.async) with BACKWARD_STAGED_THREADS threads; the same
+# arithmetic, so the same bits (its dot tree is the plan's `block`, passed as an argument). Planned where
+# hidden is a multiple of the vector and its shared memory (sums, weight, stages) fits STAGED_SHARED_LIMIT. Up
+# to BACKWARD_STAGED_FEW_ROWS rows it runs one row per block (a chunk per block was slower at 1024 rows);
+# 128, 256 and 512 threads, and 3 stages, measured in docs/perf_notes.md ("The staged backward").
+BACKWARD_STAGED_THREADS = 256
+BACKWARD_STAGES = 2
+BACKWARD_STAGED_FEW_ROWS = 1024
+STAGED_SHARED_LIMIT = 226 * 1024  # the opt-in maximum (227 KiB) less the kernel's static shared memory
+
+
 # dweight/dbias are summed over chunks of this many rows, then over chunks (norm_backward.cuh).
 # A constant, so the summation order depends on row indices only, never on the launch shape.
 GRAD_CHUNK_ROWS = 16
@@ -66,7 +79,8 @@ def _backward_group(dtype: dtypes.DType, centered: bool, weightless: bool) -> tu
                 for g in ((False,) if centered or weightless else (False, True))
                 for b in ((True, False) if centered and weightless else (True,))]
     sums = _sum_partials(dtype) if any(p.params for p in variants) else {}
-    return tuple(p.expression for p in variants) + tuple(sums)
+    staged = dict.fromkeys(p.staged_expression for p in variants)
+    return tuple(p.expression for p in variants) + tuple(staged) + tuple(sums)
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,8 @@ class NormBackwardPlan:
     chunk_rows: int = GRAD_CHUNK_ROWS
     weightless: bool = False
     grad_bias: bool = True  # LayerNorm without a weight only (see above)
+    threads: int = 0  # the staged kernel's threads per block (0: no staged kernel)
+    stages: int = 0  # the staged kernel's row buffers (0: no staged kernel)
 
     def __post_init__(self):
         if self.vectors and self.stats_fold > self.block:  # row_core.cuh: only re-reading rows fold wider
@@ -127,6 +143,30 @@ class NormBackwardPlan:
         return self.contract.expression(T=self.dtype.ctype, V=self.vectors, GEMMA=self.gemma, **weight)
 
     @property
+    def staged_contract(self) -> Contract:
+        """The staged kernel's (norm_backward_staged: 16-byte aligned operands)."""
+        kernel = "layer_norm_backward_staged_kernel" if self.centered else "rms_norm_backward_staged_kernel"
+        return contract(self.source, kernel)
+
+    @property
+    def staged_expression(self) -> str:
+        """The staged kernel of the same variant."""
+        weight = {"W": "void"} if self.weightless else {}
+        if self.centered:
+            return self.staged_contract.expression(T=self.dtype.ctype, **weight, DBIAS=self.sums_bias)
+        return self.staged_contract.expression(T=self.dtype.ctype, GEMMA=self.gemma, **weight)
+
+    def staged_slots(self, rows_per_block: int) -> int:
+        """Row buffers of the staged kernel's shared memory: its stages, or a block's rows if fewer."""
+        return min(self.stages, rows_per_block)
+
+    def staged_shared_bytes(self, slots: int) -> int:
+        """Dynamic shared memory of the staged kernel with `slots` row slots: the chunk's column sums,
+        the weight, and per slot a row of x and one of dy."""
+        item = self.dtype.itemsize
+        return self.hidden * (4 * self.params + (0 if self.weightless else item) + 2 * item * slots)
+
+    @property
     def sum_expression(self) -> str:
         return self.sum_contract.expression(OutT=self.grad_dtype.ctype)
 
@@ -161,9 +201,10 @@ class NormBackwardPlan:
     def chunks(self, rows: int) -> int:
         return -(-rows // self.chunk_rows)
 
-    def rows_per_block(self, rows: int) -> int:
-        """The planned rows per block of kernel 1: one for few rows, else a chunk."""
-        return 1 if rows <= BACKWARD_FEW_ROWS else self.chunk_rows
+    def rows_per_block(self, rows: int, staged: bool = False) -> int:
+        """The planned rows per block of kernel 1: one for few rows, else a chunk (staged: the staged
+        kernel's threshold)."""
+        return 1 if rows <= (BACKWARD_STAGED_FEW_ROWS if staged else BACKWARD_FEW_ROWS) else self.chunk_rows
 
     def workspace_rows(self, rows: int, rows_per_block: int | None = None) -> int:
         """Rows of each workspace plane: one per chunk, or one per input row with one row per block
@@ -187,5 +228,11 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
     if layer_norm and gemma:
         raise ValueError("gemma applies to RMSNorm only")
     block, vectors = backward_block(dt, hidden), 0
-    return NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt, weightless=not weight,
-                            grad_bias=bool(grad_bias))
+    p = NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt, weightless=not weight,
+                         grad_bias=bool(grad_bias))
+    if hidden % dt.vec_elems == 0:
+        threads = min(BACKWARD_STAGED_THREADS, -(-(hidden // dt.vec_elems) // 32) * 32)
+        for stages in range(BACKWARD_STAGES, 1, -1):  # as many buffers as fit, at least two
+            if p.staged_shared_bytes(stages) <= STAGED_SHARED_LIMIT:
+                return replace(p, threads=threads, stages=stages)
+    return p

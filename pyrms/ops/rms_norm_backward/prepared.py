@@ -43,7 +43,7 @@ class Prepared:
     pointer checks. weightless: no weight (its pointer is 0, never read), no grad_weight; grad_bias:
     LayerNorm's grad_bias is asked for."""
 
-    __slots__ = ("device", "plan", "rows_kernel", "sum_kernel", "hidden", "strides", "rows_per_block", "max_rows", "pointers",
+    __slots__ = ("device", "plan", "rows_kernel", "staged_kernel", "sum_kernel", "hidden", "strides", "rows_per_block", "max_rows", "pointers",
                  "itemsize", "weightless", "pdl", "placed")
 
     def __init__(self, device, layer_norm, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
@@ -71,6 +71,13 @@ class Prepared:
             # the randomized check: fp32, hidden 12280, 49,120 bytes of sums failed with INVALID_VALUE)
             self.rows_kernel.set_max_dynamic_shared(bwd_plan.SHARED_SUMS_LIMIT)
         self.hidden, self.itemsize = hidden, dt.itemsize
+        # The staged kernel, where planned and every row shares the first's alignment (strides of whole
+        # vectors): taken per call when every pointer is 16-byte aligned (norm_backward_staged).
+        self.staged_kernel = None
+        if p.stages and all(s % (16 // dt.itemsize) == 0 for s in self.strides):
+            self.staged_kernel = launch.get_kernel(p.source, p.staged_expression, p.group, p.staged_contract.signature,
+                                                   device)
+            self.staged_kernel.set_max_dynamic_shared(bwd_plan.STAGED_SHARED_LIMIT)
         self.max_rows = check.max_rows(hidden, *self.strides)
         gi, go, x = self.strides
         # grad_input, grad_output, input, the weight (if any), then the parameter gradients: what is
@@ -96,7 +103,8 @@ class Prepared:
         if placed is not None and not placed.ok(pointers, handle):
             return False
         gi_stride, go_stride, x_stride = self.strides
-        rows_per_block = self.rows_per_block or p.rows_per_block(num_tokens)
+        staged = self.staged_kernel is not None and not (grad_input | grad_output | input | weight) & 15
+        rows_per_block = self.rows_per_block or p.rows_per_block(num_tokens, staged)
         # One row per block: kernel 1 writes each row's terms, kernel 2 makes the chunks of them.
         ws_chunk, group = (1, p.chunk_rows) if rows_per_block == 1 else (p.chunk_rows, 1)
         ws_rows = p.workspace_rows(num_tokens, rows_per_block)
@@ -106,10 +114,17 @@ class Prepared:
         borrowed = contextlib.nullcontext(workspace or 0) if workspace or not needed else _workspace.borrowed(
             self.device, handle, needed)
         with borrowed as ws:
-            self.rows_kernel.launch(-(-num_tokens // rows_per_block), p.block,
-                                    (grad_input, ws, grad_output, input, weight, epsilon, num_tokens, hidden, gi_stride,
-                                     go_stride, x_stride, ws_chunk, rows_per_block, p.ws_stride,
-                                     1 if p.shared_bytes else 0, p.stats_fold), handle, p.shared_bytes, pdl=self.pdl)
+            if staged:
+                self.staged_kernel.launch(-(-num_tokens // rows_per_block), p.threads,
+                                          (grad_input, ws, grad_output, input, weight, epsilon, num_tokens, hidden,
+                                           gi_stride, go_stride, x_stride, ws_chunk, rows_per_block, p.ws_stride,
+                                           p.stats_fold, p.block, p.stages), handle,
+                                          p.staged_shared_bytes(p.staged_slots(rows_per_block)), pdl=self.pdl)
+            else:
+                self.rows_kernel.launch(-(-num_tokens // rows_per_block), p.block,
+                                        (grad_input, ws, grad_output, input, weight, epsilon, num_tokens, hidden,
+                                         gi_stride, go_stride, x_stride, ws_chunk, rows_per_block, p.ws_stride,
+                                         1 if p.shared_bytes else 0, p.stats_fold), handle, p.shared_bytes, pdl=self.pdl)
             for k, grad in enumerate(grads):  # dweight, then dbias from the next plane
                 plane = ws + k * ws_rows * p.ws_stride * 4
                 self.sum_kernel.launch(-(-hidden // 32), (32, 32), (grad, plane, hidden, p.chunks(num_tokens), p.ws_stride,

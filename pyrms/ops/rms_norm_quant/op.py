@@ -19,7 +19,7 @@ from . import plan as quant_plan
 # tail (hidden, the row strides, out's and norm_out's last). Per group: out, norm_out, input, [residual,] weight,
 # scales, scale_row_stride, scale_group_stride, epsilon; then group_shift, ue8m0 and the same tail. Without a
 # norm_out, its pointer is 0 and its stride hidden (the kernels without NORM_OUT read neither).
-# Up to this many rows the latency kernel launches (plan.FEW_ROWS; pyrms.testing.forced_row_variant).
+# Up to this many rows the latency kernel launches (plan.FEW_ROWS; tests.support.testing.forced_row_variant).
 _FEW_ROWS = planner.FEW_ROWS
 # The smallest positive float32 (2^-149): a smaller scale would be 0 in the kernel's fp32.
 _FLOAT32_TINY = 1.401298464324817e-45
