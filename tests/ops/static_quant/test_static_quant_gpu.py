@@ -12,7 +12,7 @@ from pyrms import driver, dtypes
 from pyrms.ops.static_quant import plan as sq_plan
 from pyrms.ops.static_quant.twin import static_quant_twin
 from pyrms.tensor import Tensor
-from pyrms.testing import _closing, _guarded, _label, _specials, allocate, run_checked
+from tests.support.testing import _closing, _guarded, _label, _specials, allocate, run_checked
 
 pytestmark = pytest.mark.gpu
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import pyrms
-from hostile_cases import FakeArray
+from tests.support.hostile_cases import FakeArray
 from pyrms import compiler, dtypes, precompile, ptx_inspect
 from pyrms.ops import registry
 from pyrms.ops.rms_norm_quant import twin as quant_twin
