@@ -11,8 +11,7 @@ import pyrms
 from pyrms import driver, dtypes
 from pyrms.ops.static_quant import plan as sq_plan
 from pyrms.ops.static_quant.twin import static_quant_twin
-from pyrms.tensor import Tensor
-from tests.support.testing import _closing, _guarded, _label, _specials, allocate, run_checked
+from tests.support.testing import _closing, _guarded, allocate, check_static_quant, run_checked
 
 pytestmark = pytest.mark.gpu
 
@@ -22,47 +21,16 @@ QUANT = ["float8_e4m3fn", "float8_e5m2", "int8"]
 
 def run_case(rng, dtype, rows, hidden, out_dtype, *, x_off=0, out_off=0, x_stride=None, out_stride=None,
              scale=None, scale_kind="value", scale_off=0, specials=False, stream=None, pdl=None):
-    """One pyrms.static_quant launch on guarded operands, out compared bit for bit with the twin.
-
-    x_off: input elements past a 16-byte boundary; out_off: out's bytes past one; strides in elements (default
-    hidden). scale: the fp32 scale (default: drawn so that the largest inputs saturate and the smallest round to
-    zero or a subnormal); scale_kind: "value" (a float), "pointer" (a device pointer to it, scale_off fp32 elements
-    past a 16-byte boundary) or "array" (a one-element float32 pyrms.Tensor there). specials: NaN, inf and -inf in
-    row 0 and an all-zero last row. Raises AssertionError on any difference in out's rows, its guards and gaps,
-    the input or the device scale."""
-    dt, qt = dtypes.get(dtype), dtypes.quantized(out_dtype)
-    x = allocate(rng, dt, rows, hidden, misalign=x_off, stride=x_stride)
-    # magnitudes over many binades: from far below the scale's resolution to past qmax * scale
-    v = rng.uniform(-1.0, 1.0, (rows, hidden)) * np.exp2(rng.uniform(-14.0, 3.0, (rows, hidden)))
-    if specials:
-        _specials(rng, v)
-    x.set_values(v.astype(dt.numpy))
-    x.upload()
-    if scale is None:
-        scale = float(np.float32(rng.uniform(0.5, 1.5) * 4.0 / float(qt.qmax)))
-    q = static_quant_twin(x.values(), scale, qt).view(np.uint8)
-    poison = next(b for b in (0xFF, 0x80, 0x55, 0xA5, 0x3C) if not np.any(q == b))
-    out = _guarded(np.uint8, rows, hidden, out_off, out_stride, poison)
-    inputs, extra = {"input": x}, []
-    if scale_kind == "value":
-        scale_arg = scale
-    elif scale_kind in ("pointer", "array"):
-        sc = _guarded(np.float32, 1, 1, scale_off, None, np.float32(scale))
-        extra.append(sc)
-        inputs["scale"] = sc
-        scale_arg = sc.ptr if scale_kind == "pointer" else Tensor(sc.ptr, (1,), dtypes.FLOAT32)
-    else:
+    """tests.support.testing.check_static_quant with the offsets and strides by keyword; scale_kind: "value"
+    (a float), "pointer" (a device pointer, scale_off fp32 elements past a 16-byte boundary) or "array" (a
+    one-element float32 pyrms.Tensor there)."""
+    if scale_kind not in ("value", "pointer", "array"):
         raise ValueError(f"scale_kind must be 'value', 'pointer' or 'array', got {scale_kind!r}")
-    kwargs = dict(scale=scale_arg, out_dtype=qt, dtype=dt, input_stride=x.stride, out_stride=out.stride,
-                  stream=stream)
-    if pdl is not None:
-        kwargs["pdl"] = pdl
-    label = _label("static_quant", dt, rows, hidden, {"input": x_off, "out": out_off, "scale": scale_off},
-                   {"input": x.stride, "out": out.stride}, out_dtype=qt.name, scale=scale, scale_kind=scale_kind,
-                   specials=specials, pdl=pdl)
-    with _closing(x, out, *extra):
-        run_checked(label, lambda: pyrms.static_quant(out.ptr, x.ptr, rows, hidden, **kwargs),
-                    outputs={"out": (out, q)}, inputs=inputs)
+    strides = {name: s for name, s in (("input", x_stride), ("out", out_stride)) if s is not None}
+    check_static_quant(rng, dtype, rows, hidden, out_dtype,
+                       offsets={"input": x_off, "out": out_off, "scale": scale_off}, strides=strides, scale=scale,
+                       device_scale=scale_kind == "pointer", scale_array=scale_kind == "array", specials=specials,
+                       stream=stream, pdl=pdl)
 
 
 @pytest.mark.parametrize("out_dtype", QUANT)
