@@ -4,7 +4,8 @@
     pyrms.rms_norm(out, input, weight, 1e-6, num_tokens, hidden_size)   # raw pointers or arrays
 
 and the rest of the family: fused_add_rms_norm, rms_norm_backward, layer_norm, layer_norm_backward, and the
-quantizing rms_norm_quant and fused_add_rms_norm_quant (fp8/int8 outputs).
+quantizing rms_norm_quant and fused_add_rms_norm_quant (fp8/int8 outputs), and static_quant (vLLM's
+static_scaled_fp8_quant: a standalone fp8/int8 quantizer with one scale).
 
 Importing pyrms never touches the GPU; the driver is initialized at first use, and a machine
 without one raises pyrms.NoDriverError then.
@@ -20,11 +21,12 @@ from .ops.rms_norm import rms_norm
 from .ops.rms_norm_backward import backward_workspace_bytes, rms_norm_backward
 from .ops.rms_norm_quant import fused_add_rms_norm_quant, rms_norm_quant
 from .ops.seed import seed_rms_norm
+from .ops.static_quant import static_quant
 from .tensor import Tensor
 
 __all__ = [
     "__version__", "rms_norm", "seed_rms_norm", "fused_add_rms_norm", "rms_norm_backward", "layer_norm",
-    "rms_norm_quant", "fused_add_rms_norm_quant",
+    "rms_norm_quant", "fused_add_rms_norm_quant", "static_quant",
     "layer_norm_backward", "backward_workspace_bytes", "release_workspaces", "Tensor", "Stream", "Event", "DeviceBuffer", "PinnedBuffer",
     "get_device", "synchronize", "BFLOAT16", "FLOAT16", "FLOAT32", "PyrmsError", "CudaError", "NoDriverError",
     "OutOfMemoryError", "CompileError", "HeaderNotFoundError",

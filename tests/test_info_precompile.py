@@ -167,9 +167,10 @@ def test_every_unit_counts():
     # sum, the fp32 sum, an fp32 residual): 3 x 2 x 10 + 6 for fp32, whose sum is never rounded.
     # Mixed dtypes: each 2-byte rms_norm, N-D and fused-add (rounded sum only) unit again with an fp32
     # output (10 per dtype each); LayerNorm's forward with fp32 weight and bias, and with an fp32 output for
-    # each weight kind (4 per dtype).
+    # each weight kind (4 per dtype). static_quant: one per dtype and output dtype (3 x 3).
     assert by_source == {"rms_norm.cu": 92, "fused_add_rms_norm.cu": 86, "layer_norm.cu": 14,
-                         "layer_norm_backward.cu": 6, "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 216}
+                         "layer_norm_backward.cu": 6, "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 216,
+                         "static_quant.cu": 9}
     assert "rms_norm_quant.cu rms_norm_group_quant_kernel bfloat16 float8_e4m3fn per_group" in {u.label for u in units}
     assert precompile.every_unit(["rms_norm", "rms_norm_nd"], [dtypes.FLOAT32]) == \
         [u for u in units if u.label.startswith("rms_norm.cu float32")]

@@ -16,9 +16,10 @@ from .rms_norm import spec as rms_norm
 from .rms_norm_backward import spec as rms_norm_backward
 from .rms_norm_quant import spec as rms_norm_quant
 from .seed import spec as seed
+from .static_quant import spec as static_quant
 
 # The op families, in the order every listing of ops follows.
-_FAMILIES = (rms_norm, fused_add_rms_norm, rms_norm_backward, layer_norm, rms_norm_quant, seed)
+_FAMILIES = (rms_norm, fused_add_rms_norm, rms_norm_backward, layer_norm, rms_norm_quant, static_quant, seed)
 
 REGISTRY: dict[str, OpSpec] = {spec.name: spec for family in _FAMILIES for spec in family.SPECS}
 NAMES: tuple[str, ...] = tuple(REGISTRY)

@@ -26,6 +26,7 @@ from pyrms.ops import registry
 OPS = FAMILIES = registry.NAMES
 BACKWARD = registry.with_check("backward")
 QUANT = registry.with_check("quant")
+STATIC_QUANT = registry.with_check("static_quant")  # standalone quantizers: no norm, no weight
 DTYPES = tuple(d.name for d in dtypes.ALL)
 
 # Every option a case may set, at its default (what the checkers of tests.support.testing take when it is left out).
@@ -509,8 +510,25 @@ def _sanitize_group_quant(op: str, dtype: str, n: int, out_dtype: str) -> Iterat
     yield case(op, dtype, 3, 65536, offsets={"input": 1}, group_size=64, **kind)
 
 
+def _sanitize_static_quant(op: str, dtype: str, n: int) -> Iterator[Case]:
+    """A standalone quantizer: input and out at phases 0, 1 and VEC-1 (out's in bytes, 0..15 sampled), a
+    device scale at a misaligned fp32, strided rows with NaN/inf, every output dtype."""
+    for out_dtype in dtypes.QUANTIZED:
+        kind = dict(out_dtype=out_dtype.name)
+        for hidden in (9, 5125):
+            for off in (0, 1, n - 1):
+                for out_off in (0, 1, 7, 15):
+                    yield case(op, dtype, 3, hidden, offsets={"input": off, "out": out_off}, **kind)
+        yield case(op, dtype, 3, 769, offsets={"scale": 1}, device_scale=True, **kind)
+        yield case(op, dtype, 5, 769, offsets={"input": 1, "out": 3}, strides={"input": 772, "out": 775},
+                   specials=True, **kind)
+
+
 def _sanitize(family: str, dtype: str) -> Iterator[Case]:
     n = dtypes.get(dtype).vec_elems
+    if family in STATIC_QUANT:
+        yield from _sanitize_static_quant(family, dtype, n)
+        return
     if family in QUANT:
         yield from _sanitize_quant(family, dtype, n)
         return

@@ -82,10 +82,10 @@ def test_deterministic_and_counted():
     assert Counter(c.op for c in _all_sanitize()) == {
         "rms_norm": 1054, "rms_norm_nd": 138, "fused_add_rms_norm": 973, "layer_norm": 1295,
         "rms_norm_backward": 763, "layer_norm_backward": 882, "rms_norm_quant": 603,
-        "fused_add_rms_norm_quant": 747, "seed": 6}
+        "fused_add_rms_norm_quant": 747, "seed": 6, "static_quant": 234}
     # the quantizing ops' offsets are all 1 or VEC-1 (108 of their cases with a norm_out), and so are the 224
-    # mixed-dtype cases' (an fp32 out at 7)
-    assert len(_all_sanitize(quick=True)) == 2355 + 1350 + 224
+    # mixed-dtype cases' (an fp32 out at 7); static_quant's quick cases: its offsets 0, 1 and VEC-1 (156)
+    assert len(_all_sanitize(quick=True)) == 2355 + 1350 + 224 + 156
     assert sum(c.option("out_kind") == "float32" or (c.op == "layer_norm" and c.option("weight") == "float32")
                for c in _all_sanitize()) == 224
 
@@ -149,7 +149,7 @@ def test_each_case_compares_exactly_its_operands(host_device, rng):
     # Not the quantizing ops: their checker allocates the byte output and fp32 scales itself (testing._raw),
     # which the host-memory stand-in does not replace.
     small = [c for c in _all_sanitize() if c.rows * c.hidden <= 4096
-             and c.op not in ("seed", "rms_norm_nd", *case_matrix.QUANT)]
+             and c.op not in ("seed", "rms_norm_nd", *case_matrix.QUANT, *case_matrix.STATIC_QUANT)]
     for c in small[::37]:
         differences.clear()
         compared.clear()

@@ -605,6 +605,49 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
                         launch, outputs=outputs, inputs=inputs)
 
 
+def check_static_quant(rng, dtype, rows, hidden, out_dtype, *, offsets=None, strides=None, scale=None,
+                       device_scale=False, scale_array=False, specials=False, stream=None, pdl=None):
+    """One pyrms.static_quant launch on guarded operands, out compared bit for bit with static_quant_twin.
+
+    offsets: 'input' (elements past a 16-byte boundary), 'out' (bytes), 'scale' (fp32 elements, a device
+    scale's); strides: 'input', 'out' (elements; default hidden). scale: the fp32 scale (default: drawn so that
+    the largest inputs saturate and the smallest round to zero or a subnormal). device_scale: read from a
+    device pointer (scale_array: a one-element float32 pyrms.Tensor there). specials: NaN, inf and -inf in row
+    0 and an all-zero last row. The output is poisoned with a byte the expected output does not hold; its guards
+    and gaps, the input and the device scale must stay untouched."""
+    from pyrms.ops.static_quant import static_quant
+    from pyrms.ops.static_quant.twin import static_quant_twin
+    from pyrms.tensor import Tensor
+
+    dt, qt = dtypes.get(dtype), dtypes.quantized(out_dtype)
+    offsets, strides = dict(offsets or {}), dict(strides or {})
+    x = allocate(rng, dt, rows, hidden, misalign=offsets.get("input", 0), stride=strides.get("input"))
+    # magnitudes over many binades: from far below the scale's resolution to past qmax * scale
+    v = rng.uniform(-1.0, 1.0, (rows, hidden)) * np.exp2(rng.uniform(-14.0, 3.0, (rows, hidden)))
+    if specials:
+        _specials(rng, v)
+    x.set_values(v.astype(dt.numpy))
+    x.upload()
+    if scale is None:
+        scale = float(np.float32(rng.uniform(0.5, 1.5) * 4.0 / float(qt.qmax)))
+    q = static_quant_twin(x.values(), scale, qt).view(np.uint8)
+    poison = next(b for b in (0xFF, 0x80, 0x55, 0xA5, 0x3C) if not np.any(q == b))
+    out = _guarded(np.uint8, rows, hidden, offsets.get("out", 0), strides.get("out"), poison)
+    inputs, extra, scale_arg = {"input": x}, [], scale
+    if device_scale or scale_array:
+        sc = _guarded(np.float32, 1, 1, offsets.get("scale", 0), None, np.float32(scale))
+        extra.append(sc)
+        inputs["scale"] = sc
+        scale_arg = Tensor(sc.ptr, (1,), dtypes.FLOAT32) if scale_array else sc.ptr
+    kwargs = dict(scale=scale_arg, out_dtype=qt, dtype=dt, input_stride=x.stride, out_stride=out.stride,
+                  stream=stream, **_pdl(pdl))
+    label = _label("static_quant", dt, rows, hidden, offsets, strides, out_dtype=qt.name, scale=scale,
+                   device_scale=device_scale, scale_array=scale_array, specials=specials, pdl=pdl)
+    with _closing(x, out, *extra):
+        run_checked(label, lambda: static_quant(out.ptr, x.ptr, rows, hidden, **kwargs),
+                    outputs={"out": (out, q)}, inputs=inputs)
+
+
 SEED_TOLERANCE = {"bfloat16": (1.6e-2, 1e-3), "float16": (2e-3, 1e-4), "float32": (1e-5, 1e-6)}  # (rtol, atol)
 
 
@@ -639,6 +682,11 @@ def checker_call(case) -> tuple:
     common = dict(dtype=case.dtype, hidden=case.hidden, epsilon=opt("epsilon"))
     if case.op == "seed":
         return check_seed, dict(common, rows=case.rows)
+    if registry.get(case.op).check == "static_quant":
+        return check_static_quant, dict(dtype=case.dtype, hidden=case.hidden, rows=case.rows,
+                                        out_dtype=opt("out_dtype"), offsets=dict(case.offsets),
+                                        strides=dict(case.strides), device_scale=opt("device_scale"),
+                                        specials=opt("specials"), pdl=opt("pdl"))
     offsets, strides = dict(case.offsets), dict(case.strides)
     shared = dict(common, pdl=opt("pdl"), weight=opt("weight"))
     if case.op in ("rms_norm", "rms_norm_nd", "fused_add_rms_norm", "layer_norm"):  # the mixed-dtype output

@@ -1,0 +1,156 @@
+"""``pyrms.static_quant``: a standalone static fp8/int8 quantizer, vLLM's ``static_scaled_fp8_quant`` (and
+its int8 counterpart) on rows (kernel: cuda_src/static_quant.cu; the twin: pyrms.ops.static_quant.twin.static_quant_twin)."""
+from __future__ import annotations
+
+import math
+import numbers
+
+from ... import driver, dtypes, launch
+from .. import _adapter, _operands as check
+from .. import _placement
+from ..._types import DTypeLike, Operand, StreamLike
+from .._prepared import Pointers, PreparedCache, use_pdl
+from ..rms_norm_quant import arrays as _quant_arrays
+from . import plan as static_plan
+
+# The smallest positive float32 (2^-149): a smaller scale would be 0 in the kernel's fp32.
+_FLOAT32_TINY = 1.401298464324817e-45
+_OUT_DTYPE = dtypes.FLOAT8_E4M3FN  # where out_dtype is None and out is a raw pointer
+
+# Launch arguments: out, input, scale_ptr, scale (the call's), then the packed tail hidden, input_stride,
+# out_stride (the prepared launch's).
+
+
+class Prepared:
+    """One (device, dtype, output dtype, hidden, strides, whether the scale is a device pointer, pdl) of
+    static_quant, resolved once. A call checks the pointers, the rows and the scale value; False launches
+    nothing and the general path names what is wrong."""
+
+    __slots__ = ("kernel", "launch", "pointers", "max_rows", "placed", "on_device")
+
+    def __init__(self, device, dtype, out_dtype, hidden, input_stride, out_stride, on_device, pdl):
+        hidden = check.size("hidden_size", hidden)
+        dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+        p = static_plan.plan_static_quant(dt, hidden, out_dtype)
+        x_stride = check.stride_arg("input_stride", input_stride, hidden)
+        o_stride = check.stride_arg("out_stride", out_stride, hidden)
+        self.on_device = check.flag("on_device", on_device)
+        self.kernel = launch.get_kernel(p.source, p.expression, p.group, p.signature, device)
+        self.launch = launch.RowLaunch(p.signature, p.block, (hidden, x_stride, o_stride), device,
+                                       pdl=use_pdl(device, pdl))
+        self.max_rows = check.max_rows(hidden, x_stride, o_stride)
+        # out (written), input, [the device scale]: out disjoint from each; input and the scale may share memory
+        operands = [(1, o_stride), (dt.itemsize, x_stride)] + ([(4, 0, 1)] if self.on_device else [])
+        self.pointers = Pointers(hidden, operands, [(0, j, False) for j in range(1, len(operands))])
+        self.placed = _placement.for_device(device)
+
+    def __call__(self, pointers: tuple, scale: float, num_tokens, stream) -> bool:
+        """pointers: (out, input[, scale pointer]); scale: the value (1.0 beside a scale pointer)."""
+        if not (type(num_tokens) is int and 0 < num_tokens <= self.max_rows and type(scale) is float
+                and _FLOAT32_TINY <= scale <= check.FLOAT32_MAX and self.pointers.ok(pointers, num_tokens)):
+            return False
+        handle, placed = check.stream(stream), self.placed
+        if placed is not None and not placed.ok(pointers, handle):
+            return False
+        self.launch(self.kernel, num_tokens, handle, pointers[0], pointers[1],
+                    pointers[2] if self.on_device else 0, scale)
+        return True
+
+
+_prepared = PreparedCache(Prepared)
+
+
+def static_quant(out: Operand, input: Operand, num_tokens: int | None = None, hidden_size: int | None = None, *,
+                 scale, out_dtype: DTypeLike | None = None, dtype: DTypeLike | None = None,
+                 input_stride: int | None = None, out_stride: int | None = None, stream: StreamLike = None,
+                 pdl: bool = True) -> None:
+    """Quantize each row of ``input`` into ``out`` with one fp32 scale: vLLM's ``static_scaled_fp8_quant``
+    (``out_dtype`` float8) and ``static_scaled_int8_quant`` without an azp (int8), bit for bit
+    ``pyrms.ops.static_quant.twin.static_quant_twin``:
+
+    - float8_e4m3fn / float8_e5m2: ``q = saturate(x * (1/scale))``, the reciprocal and the product each one
+      correctly rounded fp32 operation (vLLM multiplies by its inverted scale), then round to nearest even;
+      ±inf and finite overflow become ±qmax (448, 57344), NaN the one positive NaN (0x7F, 0x7E).
+    - int8: ``q = saturate(rint(x / scale))``, the division correctly rounded in fp32, to [-128, 127]; NaN 0.
+
+    ``scale``: a Python float (finite, > 0, within float32), or one fp32 the kernel reads (its value not
+    checked, as in vLLM): a device pointer (int) or a float32 array of one element (shape () or (1,)), as
+    ``pyrms.rms_norm_quant``'s static mode takes it.
+
+    ``input``: a device pointer (int) to ``num_tokens`` rows of ``input_stride`` (default hidden_size)
+    elements of ``dtype`` (bfloat16, the default, float16 or float32), or an array of [..., hidden_size]
+    rows (leading dimensions that collapse to one row stride, contiguous along the hidden dimension;
+    num_tokens, hidden_size and input_stride default to its). ``out``: a device pointer (int) to rows of
+    ``out_stride`` (default hidden_size) 1-byte elements, or an 8-bit array as ``pyrms.rms_norm_quant``'s
+    ``out`` (its dtype names out_dtype, which must agree with one given; 1-byte storage that names none
+    needs out_dtype). ``out_dtype``: 'float8_e4m3fn' (the default for a raw pointer), 'float8_e5m2' or
+    'int8', or their numpy or torch dtypes. Every pointer at any element alignment; ``out`` must not overlap
+    ``input`` or a device scale. ``stream``, ``pdl``: as in ``pyrms.rms_norm``. Everything is validated
+    before the launch; the launch is asynchronous on ``stream``.
+    """
+    if type(input) is not int:
+        dtype, num_tokens, hidden_size, found = check.arrays(
+            dtype, num_tokens, hidden_size, rows=[("input", input, input_stride, "input_stride", False)], vectors=[])
+        if num_tokens == 0:
+            return
+        input, input_stride = found["input"]
+    if type(out) is not int:
+        out, out_stride, out_dtype, num_tokens, hidden_size = _quant_arrays.quantized_out(
+            out, out_stride, out_dtype, num_tokens, hidden_size)
+        if num_tokens == 0:
+            return
+    if _adapter.is_array(scale):
+        scale = _quant_arrays.scalar_array("scale", scale)
+    if out_dtype is None:
+        out_dtype = _OUT_DTYPE
+    if type(scale) is int:
+        value, pointers = 1.0, (out, input, scale)
+    else:
+        value = float(scale) if isinstance(scale, numbers.Real) and not isinstance(scale, bool) else scale
+        pointers = (out, input)
+    static = (dtype, out_dtype, hidden_size, input_stride, out_stride, len(pointers) == 3, pdl)
+    prepared = _prepared.get(*static)
+    if prepared is not None and all(type(p) is int for p in pointers) and prepared(pointers, value, num_tokens,
+                                                                                     stream):
+        return
+    _explain(pointers, value, num_tokens, hidden_size, dtype, out_dtype, input_stride, out_stride, stream, pdl)
+    launched = _prepared.require(*static)(pointers, value, int(num_tokens), stream)
+    assert launched, "the checks above accept what the prepared launch declines"
+
+
+def _explain(pointers, value, num_tokens, hidden_size, dtype, out_dtype, input_stride, out_stride, stream,
+             pdl) -> None:
+    """Raise the error that names what the prepared launch declined."""
+    check.flag("pdl", pdl)
+    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
+    dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+    dtypes.quantized(out_dtype)
+    names = ("out", "input", "scale")
+    for name, ptr in zip(names, pointers):
+        if type(ptr) is not int:
+            raise TypeError(f"{name} must be a device pointer (int), got {type(ptr).__name__}")
+    if type(value) is not float:
+        raise TypeError(f"scale must be a float, a device pointer (int) or a float32 array of one element, got "
+                        f"{type(value).__name__} {value!r}")
+    if not (math.isfinite(value) and _FLOAT32_TINY <= value <= check.FLOAT32_MAX):
+        raise ValueError(f"scale must be finite and > 0 in float32 (between 2^-149 and {check.FLOAT32_MAX:.7g}), "
+                         f"got {value!r}")
+    x_stride = check.stride_arg("input_stride", input_stride, hidden)
+    o_stride = check.stride_arg("out_stride", out_stride, hidden)
+    shapes = {"out": (1, o_stride, hidden), "input": (dt.itemsize, x_stride, hidden), "scale": (4, 0, 1)}
+    spans = {}
+    for name, ptr in zip(names, pointers):
+        itemsize, stride, length = shapes[name]
+        if ptr <= 0:
+            raise ValueError(f"{name} must be a non-null device pointer, got {ptr}")
+        if ptr % itemsize:
+            raise ValueError(f"{name} pointer {ptr:#x} is not aligned to {itemsize} bytes, as its "
+                             f"{'float32' if name == 'scale' else dt.name} elements must be")
+        if stride:
+            check.extent(name, num_tokens, stride, length)
+        spans[name] = (check.Operand(name, ptr), check.span(ptr, num_tokens if stride else 1, stride, length,
+                                                            itemsize))
+    for name in names[1:len(pointers)]:
+        check.no_partial_overlap(*spans["out"], *spans[name], may_alias=False)
+    check.stream(stream)
+    _placement.check(driver.selected_device(), dict(zip(names, pointers)), stream)
