@@ -43,7 +43,7 @@ class Prepared:
     pointer checks. weightless: no weight (its pointer is 0, never read), no grad_weight; grad_bias:
     LayerNorm's grad_bias is asked for."""
 
-    __slots__ = ("device", "plan", "rows_kernel", "staged_kernel", "sum_kernel", "hidden", "strides", "rows_per_block", "max_rows", "pointers",
+    __slots__ = ("device", "plan", "rows_kernel", "staged_kernel", "staged_shared", "sum_kernel", "hidden", "strides", "rows_per_block", "max_rows", "pointers",
                  "itemsize", "weightless", "pdl", "placed")
 
     def __init__(self, device, layer_norm, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
@@ -74,6 +74,8 @@ class Prepared:
         # The staged kernel, where planned and every row shares the first's alignment (strides of whole
         # vectors): taken per call when every pointer is 16-byte aligned (norm_backward_staged).
         self.staged_kernel = None
+        # The staged kernel's dynamic shared memory by rows per block, resolved at the first call of each.
+        self.staged_shared: dict[int, int] = {}
         if p.stages and all(s % (16 // dt.itemsize) == 0 for s in self.strides):
             self.staged_kernel = launch.get_kernel(p.source, p.staged_expression, p.group, p.staged_contract.signature,
                                                    device)
@@ -115,11 +117,14 @@ class Prepared:
             self.device, handle, needed)
         with borrowed as ws:
             if staged:
+                shared = self.staged_shared.get(rows_per_block)
+                if shared is None:
+                    shared = self.staged_shared[rows_per_block] = p.staged_shared_bytes(p.staged_slots(rows_per_block))
                 self.staged_kernel.launch(-(-num_tokens // rows_per_block), p.threads,
                                           (grad_input, ws, grad_output, input, weight, epsilon, num_tokens, hidden,
                                            gi_stride, go_stride, x_stride, ws_chunk, rows_per_block, p.ws_stride,
                                            p.stats_fold, p.block, p.stages), handle,
-                                          p.staged_shared_bytes(p.staged_slots(rows_per_block)), pdl=self.pdl)
+                                          shared, pdl=self.pdl)
             else:
                 self.rows_kernel.launch(-(-num_tokens // rows_per_block), p.block,
                                         (grad_input, ws, grad_output, input, weight, epsilon, num_tokens, hidden,
