@@ -180,6 +180,30 @@ def no_partial_overlap(a: Operand, a_span, b: Operand, b_span, *, may_alias: boo
     raise ValueError(f"{a.name} and {b.name} overlap; they must be disjoint{allowed}")
 
 
+def pointer_table(pointers: dict[str, int], shapes: dict[str, tuple[int, int, int]], num_tokens: int,
+                  element: dict[str, str], written: set[str] | frozenset[str]) -> None:
+    """The checks of an op's raw pointers, by name, in the order given: each non-null and aligned to its element,
+    each row operand's extent, and nothing written overlapping anything else. ``shapes``: name -> (itemsize, row
+    stride in elements or 0 for a vector, elements per row); ``element``: name -> its element's name for the
+    message (a dtype's name, "float32")."""
+    spans = {}
+    for name, ptr in pointers.items():
+        itemsize, stride, length = shapes[name]
+        if ptr <= 0:
+            raise ValueError(f"{name} must be a non-null device pointer, got {ptr}")
+        if ptr % itemsize:
+            raise ValueError(f"{name} pointer {ptr:#x} is not aligned to {itemsize} bytes, as its {element[name]} "
+                             "elements must be")
+        if stride:
+            extent(name, num_tokens, stride, length)
+        spans[name] = (Operand(name, ptr), span(ptr, num_tokens if stride else 1, stride, length, itemsize))
+    names = list(pointers)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if a in written or b in written:
+                no_partial_overlap(*spans[a], *spans[b], may_alias=False)
+
+
 def same_device(ops: list[Operand], device_ordinal: int) -> None:
     """Arrays must live on the device the launch runs on."""
     for op in ops:

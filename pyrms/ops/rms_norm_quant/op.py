@@ -369,21 +369,8 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
     shapes = {"out": (1, o_stride, hidden), "input": (dt.itemsize, x_stride, hidden),
               "residual": (dt.itemsize, r_stride, hidden), "weight": (dt.itemsize, 0, hidden),
               "scale": scale_shape, "scale_ub": (4, 0, 1), "norm_out": (dt.itemsize, n_stride, hidden)}
-    spans = {}
-    for name, ptr in zip(names, pointers):
-        itemsize, stride, length = shapes[name]
-        if ptr <= 0 or ptr % itemsize:
-            if ptr <= 0:
-                raise ValueError(f"{name} must be a non-null device pointer, got {ptr}")
-            raise ValueError(f"{name} pointer {ptr:#x} is not aligned to {itemsize} bytes, as its "
-                             f"{'float32' if itemsize == 4 and name.startswith('scale') else dt.name} elements must be")
-        if stride:
-            check.extent(name, num_tokens, stride, length)
-        spans[name] = (check.Operand(name, ptr), check.span(ptr, num_tokens if stride else 1, stride, length, itemsize))
-    written = {"out", "residual", "norm_out"} | ({"scale"} if mode != "static" else set())
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            if a in written or b in written:
-                check.no_partial_overlap(*spans[a], *spans[b], may_alias=False)
+    element = {name: "float32" if shapes[name][0] == 4 and name.startswith("scale") else dt.name for name in names}
+    check.pointer_table(dict(zip(names, pointers)), shapes, num_tokens, element,
+                        {"out", "residual", "norm_out"} | ({"scale"} if mode != "static" else set()))
     check.stream(stream)
     _placement.check(driver.selected_device(), dict(zip(names, pointers)), stream)

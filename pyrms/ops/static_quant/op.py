@@ -138,19 +138,7 @@ def _explain(pointers, value, num_tokens, hidden_size, dtype, out_dtype, input_s
     x_stride = check.stride_arg("input_stride", input_stride, hidden)
     o_stride = check.stride_arg("out_stride", out_stride, hidden)
     shapes = {"out": (1, o_stride, hidden), "input": (dt.itemsize, x_stride, hidden), "scale": (4, 0, 1)}
-    spans = {}
-    for name, ptr in zip(names, pointers):
-        itemsize, stride, length = shapes[name]
-        if ptr <= 0:
-            raise ValueError(f"{name} must be a non-null device pointer, got {ptr}")
-        if ptr % itemsize:
-            raise ValueError(f"{name} pointer {ptr:#x} is not aligned to {itemsize} bytes, as its "
-                             f"{'float32' if name == 'scale' else dt.name} elements must be")
-        if stride:
-            check.extent(name, num_tokens, stride, length)
-        spans[name] = (check.Operand(name, ptr), check.span(ptr, num_tokens if stride else 1, stride, length,
-                                                            itemsize))
-    for name in names[1:len(pointers)]:
-        check.no_partial_overlap(*spans["out"], *spans[name], may_alias=False)
+    check.pointer_table(dict(zip(names, pointers)), shapes, num_tokens,
+                        {name: "float32" if name == "scale" else dt.name for name in names}, {"out"})
     check.stream(stream)
     _placement.check(driver.selected_device(), dict(zip(names, pointers)), stream)
