@@ -2,7 +2,7 @@
 //
 // AddedRow, the rounded sum (vLLM's fused_add_rms_norm; the default): pass 1 reads input + residual,
 // rounds each sum to T once (__fadd_rn in fp32, then one rounding) and stores it into the residual as it
-// is made; pass 2 re-reads the sums from the residual. Used by fused_add_rms_norm.cu and rms_norm_quant.cu.
+// is made; pass 2 re-reads the sums from the residual. Used by the residual-add kernels, plain and quantizing.
 //
 // SummedRow, the fp32 sum (FlashInfer's and SGLang's fused_add_rmsnorm; with an fp32 residual R = float,
 // QuACK's and Transformer Engine's residual stream): s = input + residual in fp32 (__fadd_rn) is what is

@@ -87,10 +87,10 @@ template <typename T> __device__ __forceinline__ void store_aligned(T* p, const 
 }
 
 // 16-byte load and store with the cache-streaming hint (ld/st.global.cs, evict first), for data that
-// passes through once. Measured on the H200 for rms_norm.cu's held vectors and output stores
+// passes through once. Measured on the H200 for the plain RMSNorm kernel's held vectors and output stores
 // (docs/perf_notes.md, "Versions"): 4096x5120 0.780 -> 0.815 of the copy ceiling,
 // 4096x8192 0.837 -> 0.864, 16384x5120 0.936 -> 0.942, no change at 32768x8192 and 4096x16384; either
-// hint alone was slower. The same hints made fused_add_rms_norm.cu 11% slower.
+// hint alone was slower. The same hints made the residual-add kernel 11% slower.
 template <typename T> __device__ __forceinline__ Pack<T> load_streaming(const T* p) {
     Pack<T> r;
     *reinterpret_cast<uint4*>(&r) = __ldcs(reinterpret_cast<const uint4*>(p));

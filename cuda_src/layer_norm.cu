@@ -10,7 +10,7 @@
 // layer_norm_twin (pyrms/ops/layer_norm/twin.py) reproduces the kernel bit for bit.
 //
 // layer_norm_kernel<T, CACHE, SPREAD, BIAS, EARLY_WEIGHTS, ALIGNED>: one block per row on the row core
-// (row_core.cuh), with rms_norm.cu's variants. Pass 1 (row_stats) splits the row at the input's 16-byte
+// (row_core.cuh), with the row core's variants. Pass 1 (row_stats) splits the row at the input's 16-byte
 // boundaries and keeps the held body vectors in registers for both statistics passes; pass 2
 // (write_row) splits at the output's boundaries, so every body store is 16 bytes wide, and loads input,
 // weight and bias at the widest width their alignment relative to the output allows. In place

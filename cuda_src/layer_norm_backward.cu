@@ -1,5 +1,5 @@
 // LayerNorm backward, with nothing saved by the forward: the row statistics are recomputed in
-// layer_norm.cu's order (pyrms::row_stats with the forward's fold width), so they are the forward's bit for bit.
+// the forward's order (pyrms::row_stats with the forward's fold width), so they are the forward's bit for bit.
 //
 //   x_hat = (x - mean) * inv,  g = w * dy
 //   dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))

@@ -1,4 +1,4 @@
-// The backward pass of RMSNorm and LayerNorm, shared by rms_norm_backward.cu and layer_norm.cu.
+// The backward pass of RMSNorm and LayerNorm, shared by both backwards' kernel sources.
 //
 // With x_hat = (x - mean) * inv (mean = 0 for RMSNorm), g = w * dy (w = 1 + weight for Gemma):
 //   RMSNorm:   dx = inv * (g - x_hat * mean(x_hat * g))

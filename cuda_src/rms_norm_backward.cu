@@ -10,7 +10,7 @@
 // W = void: no weight (w = 1, g = dy, as torch.nn.RMSNorm(elementwise_affine=False)): dx only, no
 // partials, no kernel 2; dx is bitwise what W = T computes with a 16-byte aligned all-ones weight.
 //
-// inv is recomputed per row by pyrms::row_stats, in rms_norm.cu's order: with the forward's block size
+// inv is recomputed per row by pyrms::row_stats, in the forward's order: with the forward's block size
 // (the planner uses it) it is bit for bit the forward's. V = how many 16-byte vectors per thread stay in
 // registers (x, dy and their dw sums); 0 = re-read them, with the running sums in the workspace.
 // The planner picks blockDim.x and V from the hidden size only.

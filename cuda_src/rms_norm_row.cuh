@@ -1,6 +1,6 @@
 // The RMSNorm of one row on the row core (row_core.cuh): its output step (rms_scale) and the two
-// passes, shared by rms_norm.cu and fused_add_rms_norm.cu, which differ only in how pass 1 reads the
-// row (a Source) and in their cache hints, and by the quantizing kernels (rms_norm_quant.cu), which
+// passes, shared by the plain and the residual-add kernels, which differ only in how pass 1 reads the
+// row (a Source) and in their cache hints, and by the quantizing kernels (quant.cuh), which
 // differ in the output hook. Formulas and rounding: rms_norm.cu.
 #pragma once
 #include "row_core.cuh"
@@ -26,7 +26,7 @@ __device__ __forceinline__ float square(float x) { return __fmul_rn(x, x); }
 // Pass 1 of the RMSNorm of one row: loads the thread's held vectors of the row from `src` (a row core
 // Source) into `held` (Pack<T>, or the Source's own pack: row_core.cuh) and returns inv_rms; with EARLY_WEIGHTS, also their weights at out_row's split into
 // held_w (out_row: of any element type O, as write_row then walks it). The output step is the caller's:
-// rms_norm_row's store below, or a quantizing one (rms_norm_quant.cu).
+// rms_norm_row's store below, or a quantizing one (quant.cuh).
 // W: the weight's type (T, float, or void: no weight; row_core.cuh's WeightVec). LANES: packed rows (RowShape).
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool EARLY_WEIGHTS, int LANES, typename O,
           typename Src, typename H>

@@ -1,6 +1,6 @@
 // The forward row core: one row of `n` elements per block, in two passes, written once for every
-// kernel that normalizes rows (rms_norm.cu, fused_add_rms_norm.cu, layer_norm.cu, and the statistics
-// the backward recomputes in norm_backward.cuh).
+// kernel that normalizes rows (the RMSNorm kernels, plain, after the residual add or quantizing, LayerNorm's,
+// and the statistics the backward recomputes in norm_backward.cuh).
 //
 //   pass 1: load the row (a Source hook: plain or streaming loads, or fused add's sums), and reduce
 //           it in THE reduction tree below (row_sum, row_stats);

@@ -7,7 +7,7 @@
 //
 // Only two changes from the seed: <cub/cub.cuh> (rejected by NVRTC) became
 // <cub/block/block_reduce.cuh>, and the host code (main, the CPU reference, printing)
-// lives in Python (pyrms/seed.py, pyrms/demo.py).
+// lives in Python (pyrms/ops/seed/, pyrms/demo.py).
 //
 // Known defects, deliberately NOT fixed here (docs/numerics.md; rms_norm.cu fixes them all):
 //  - the write-back loop reinterprets input, weight and output as 16-byte vectors without

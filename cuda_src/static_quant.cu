@@ -18,7 +18,7 @@
 // body; each body vector is one store (store_out, 8 or 4 bytes) and 16 bytes of input, read as one 16-byte
 // load where input and out share their phase (same element offset in their vectors) and in the widest
 // pieces their relative phase allows otherwise (load_pack). Cache hints: streaming on both sides (each
-// byte passes once), as rms_norm.cu; not measured for this kernel.
+// byte passes once; common.cuh's streaming hints), not measured for this kernel.
 #include "common.cuh"
 #include "quant.cuh"
 

@@ -7,11 +7,11 @@ Needs no GPU when the arch is given (``--arch sm_90`` or ``PYRMS_ARCH``); otherw
 GPU for its arch.
 
     python -m pyrms.precompile --arch sm_90            # every kernel, for an H100/H200
-    python -m pyrms.precompile --ops rms_norm --dtypes bf16
+    python -m pyrms.precompile --ops OP --dtypes bf16  # one op (--help names them), one dtype
     python -m pyrms.precompile --list                  # what would be compiled
 
 A compile unit is what ``pyrms.launch.get_kernel`` compiles in one NVRTC run: one source and every name
-expression compiled with it (for rms_norm, all launch shapes of one dtype and option set), so
+expression compiled with it (for an op on the row core, all launch shapes of one dtype and option set), so
 hidden sizes share units. ``unit`` maps one call to its unit; ``every_unit`` enumerates them, and
 tools/sanitize_all.py uses both for its own selection.
 """

@@ -2,7 +2,7 @@
 
 RMSNorm is memory-bound, so the first thing to check about a kernel is that its body moves
 16 bytes per instruction (``ld.global.v4.u32``, ``ld.global.nc.v4.u32``, ``st.global.v4.u32``, or
-with a cache hint such as rms_norm.cu's streaming ``ld.global.cs.v4.u32`` / ``st.global.cs.v4.u32``),
+with a cache hint such as the streaming ``ld.global.cs.v4.u32`` / ``st.global.cs.v4.u32``),
 and the second that ptxas fitted it in registers without spilling. Both are visible without a
 GPU: the first in the PTX, the second in the log of ``--ptxas-options=-v``.
 

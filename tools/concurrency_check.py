@@ -74,13 +74,14 @@ class Work:
         self.hidden = h = case_matrix.CONCURRENCY_HIDDEN[op]
         span = max(c.rows * (max((s for _, s in c.strides), default=h)) for c in self.cases)
         self.block = _round_up(span + BLOCK)  # one launch's rows, at any offset
-        self.row_inputs = ("input",) if op == "rms_norm" else ("grad_output", "input")
-        self.row_outputs = ("out",) if op == "rms_norm" else ("grad_input",)
+        self.backward = op in case_matrix.BACKWARD  # the other workload: the forward's rows
+        self.row_inputs = ("grad_output", "input") if self.backward else ("input",)
+        self.row_outputs = ("grad_input",) if self.backward else ("out",)
         self.inputs = {name: allocate(rng, DT, 1, self.SOURCES * self.block, low=-1.0 if name != "input" else -2.0,
                                       high=1.0 if name != "input" else 2.0) for name in self.row_inputs}
         self.inputs["weight"] = allocate(rng, DT, 1, h + BLOCK, low=-1.0, high=1.0)
         self.slots = {name: self.block for name in self.row_outputs}
-        if op != "rms_norm":
+        if self.backward:
             self.slots["grad_weight"] = _round_up(h + BLOCK)
             self.plan = bwd_plan.plan_norm_backward(DT, h)
 
@@ -101,15 +102,15 @@ class Work:
     def launch(self, i: int, outputs: dict[str, Rows], stream) -> None:
         c, h = self.case(i), self.hidden
         ptr = {name: at(op, self._start(name, i)) for name, op in {**self.inputs, **outputs}.items()}
-        if self.op == "rms_norm":
-            pyrms.rms_norm(ptr["out"], ptr["input"], ptr["weight"], c.option("epsilon"), c.rows, h, dtype=DT,
-                           input_stride=c.stride("input"), out_stride=c.stride("out"), gemma=c.option("gemma"),
-                           round_once=c.option("round_once"), stream=stream)
-        else:
+        if self.backward:
             pyrms.rms_norm_backward(ptr["grad_input"], ptr["grad_weight"], ptr["grad_output"], ptr["input"],
                                     ptr["weight"], c.option("epsilon"), c.rows, h, dtype=DT,
                                     grad_output_stride=c.stride("grad_output"), input_stride=c.stride("input"),
                                     grad_input_stride=c.stride("grad_input"), stream=stream)
+        else:
+            pyrms.rms_norm(ptr["out"], ptr["input"], ptr["weight"], c.option("epsilon"), c.rows, h, dtype=DT,
+                           input_stride=c.stride("input"), out_stride=c.stride("out"), gemma=c.option("gemma"),
+                           round_once=c.option("round_once"), stream=stream)
 
     def _rows(self, name: str, i: int) -> tuple[np.ndarray, list[int]]:
         """Launch i's [rows, hidden] values of input `name`, and each row's phase in its vector."""
@@ -123,17 +124,17 @@ class Work:
         c, h = self.case(i), self.hidden
         w, (w_phase,) = self._rows("weight", i)
         x, x_phases = self._rows("input", i)
-        if self.op == "rms_norm":
-            block = rms_plan.plan_rms_norm(DT, h, gemma=c.option("gemma"), round_once=c.option("round_once")).block
-            rows = {"out": rms_twin.rms_norm_twin(x, w[0], c.option("epsilon"), block=block, row_phases=x_phases,
-                                                   gemma=c.option("gemma"), round_once=c.option("round_once"))}
-        else:
+        if self.backward:
             p = self.plan
             dy, _ = self._rows("grad_output", i)
             dx, dw = bwd_twin.norm_backward_twin(dy, x, w[0], c.option("epsilon"), block=p.block, fold=p.stats_fold,
                                                   x_phases=x_phases, weight_phase=w_phase, chunk_rows=p.chunk_rows,
                                                   grad_dtype=p.grad_dtype)
             rows = {"grad_input": dx, "grad_weight": dw[None]}
+        else:
+            block = rms_plan.plan_rms_norm(DT, h, gemma=c.option("gemma"), round_once=c.option("round_once")).block
+            rows = {"out": rms_twin.rms_norm_twin(x, w[0], c.option("epsilon"), block=block, row_phases=x_phases,
+                                                   gemma=c.option("gemma"), round_once=c.option("round_once"))}
         slots = []
         for name, values in rows.items():
             slot = np.full(self.slots[name] * DT.itemsize, 0xFF, np.uint8).view(DT.numpy)
@@ -280,10 +281,12 @@ def main(argv=None) -> int:
     device = driver.current_device()
     start = time.time()
     # Compile and load every kernel first: the phases time launches, not NVRTC.
-    warm = [phase("warm-up", "rms_norm", 1, 2, False, 0), phase("warm-up", "rms_norm_backward", 1, 2, False, 0)]
-    results = [phase("rms_norm", "rms_norm", args.threads, launches, False, 1),
-               phase("rms_norm_backward", "rms_norm_backward", args.threads, launches, False, 2),
-               phase("shared stream", "rms_norm_backward", args.threads, launches, True, 3)]
+    # The ops are the case matrix's (CONCURRENCY_HIDDEN): each on its own streams, then the backward on one.
+    ops = tuple(case_matrix.CONCURRENCY_HIDDEN)
+    warm = [phase("warm-up", op, 1, 2, False, 0) for op in ops]
+    results = [phase(op, op, args.threads, launches, False, seed) for seed, op in enumerate(ops, 1)]
+    results += [phase("shared stream", op, args.threads, launches, True, len(ops) + 1)
+                for op in ops if op in case_matrix.BACKWARD]
     ok = all(r["ok"] for r in warm + results)
     summary = dict(tool="tools/concurrency_check.py", argv=sys.argv[1:], device=device.name, pyrms=pyrms.__version__,
                    seconds=round(time.time() - start, 2), phases=results, ok=ok)

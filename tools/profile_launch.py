@@ -2,12 +2,13 @@
 """Launch one pyrms op a few times on one shape, for a profiler to catch (needs a GPU):
 
     ncu --set full -k regex:rms_norm_kernel --launch-skip 2 --launch-count 1 \\
-        python -m tools.profile_launch --op rms_norm --shape 1x5120 --variant few
+        python -m tools.profile_launch --shape 1x5120 --variant few
 
---op: any op whose benchmark declaration (pyrms/ops/<family>/bench.py) has an example call; --variant
-few|many forces the row core's few-row or many-row kernel (tests.support.testing.forced_row_variant); --pdl
-launches with programmatic dependent launch (ops that launch without it ignore it). Inputs are random bf16
-(or --dtype), weights in [-1, 1]; nothing is checked (the GPU tests do that).
+--op (default: the benchmark's headline op): any op whose benchmark declaration
+(pyrms/ops/<family>/bench.py) has an example call; --variant few|many forces the row core's few-row or
+many-row kernel (tests.support.testing.forced_row_variant); --pdl launches with programmatic dependent
+launch (ops that launch without it ignore it). Inputs are random bf16 (or --dtype), weights in [-1, 1];
+nothing is checked (the GPU tests do that).
 """
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ def _quant_mode(text: str | None) -> str:
 
 
 def _quant_family(spec: OpSpec) -> "Family":
-    """rms_norm_quant.cu's kernels: the row family's variants plus round_input, norm_out (the unquantized output
+    """The quantizing kernels: the row family's variants plus round_input, norm_out (the unquantized output
     beside), the output dtype and the mode (per_group: the group kernels; the group size is a run-time argument)."""
     planner = spec.inspect.planner
     row = _row_family(planner, spec.source, "", {name: False for name in spec.flags}, out=False)
@@ -176,12 +176,15 @@ class Family:
     variant_keys: dict[str, Callable[[str | None], object]] = field(default_factory=dict)
 
 
-# Every op's kernels (the registry's), and the backward's second kernel, the fixed-order sum over row chunks.
+# Every op's kernels (the registry's), and the backward's second kernel, the fixed-order sum over row chunks,
+# as the first backward instantiates it.
 FAMILIES = {spec.name: _registry_family(spec) for spec in registry.REGISTRY.values() if spec.inspect is not None}
+_SUMS = next(spec for spec in registry.REGISTRY.values() if spec.inspect is not None and spec.inspect.kind == "backward")
 FAMILIES["sum_partials"] = Family(
-    "rms_norm_backward.cu", "pyrms::sum_partials_kernel<grad dtype>, the fixed-order sum over row chunks",
-    lambda dt, hidden, v: _backward_plan(bwd_plan.plan_norm_backward, dt, hidden, v).sum_expression,
+    _SUMS.source, "pyrms::sum_partials_kernel<grad dtype>, the fixed-order sum over row chunks",
+    lambda dt, hidden, v: _backward_plan(_SUMS.inspect.planner, dt, hidden, v).sum_expression,
     lambda dt, hidden: {"grad": dt.name}, {"grad": _grad_dtype})
+DEFAULT_KERNEL = next(iter(FAMILIES))  # the registry's first op
 
 
 def resolve_variant(family: Family, text: str | None, dt: dtypes.DType, hidden: int) -> dict:
@@ -204,7 +207,7 @@ def resolve_variant(family: Family, text: str | None, dt: dtypes.DType, hidden: 
 
 
 def output_stem(kernel: str, dt: dtypes.DType, hidden: int, arch: str, variant: dict) -> str:
-    """'rms_norm-bfloat16-h5120-sm_90-cache1-gemma': switches appear only when on, the weight and the
+    """'<kernel>-bfloat16-h5120-sm_90-cache1-gemma': switches appear only when on, the weight and the
     output only when they are not the dtype's ('weightfloat32', 'outfloat32')."""
     parts = [kernel, dt.name, f"h{hidden}", arch]
     parts += [key if value is True else f"{key}{value}" for key, value in variant.items()
@@ -301,8 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     variants = "; ".join(f"{name}: {', '.join(f.variant_keys) or 'none'}" for name, f in FAMILIES.items())
     kernels = "; ".join(f"{name} = {f.about}" for name, f in FAMILIES.items())
     parser = _Parser(prog="ptx_dump.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernel", choices=list(FAMILIES), default="rms_norm",
-                        help=f"kernel family, default rms_norm: {kernels}")
+    parser.add_argument("--kernel", choices=list(FAMILIES), default=DEFAULT_KERNEL,
+                        help=f"kernel family, default {DEFAULT_KERNEL}: {kernels}")
     parser.add_argument("--dtype", type=dtypes.argument, default="bfloat16",
                         help="storage dtype: bfloat16 (default), float16 or float32, or an alias: bf16, fp16, half, "
                              "fp32, float")

@@ -2,7 +2,7 @@
 checkers, which compare whole guarded, poisoned allocations bit for bit with the numpy twin.
 
     python -m tools.random_check --seed 2026 --count 5000 --precompile --out random_check.json
-    python -m tools.random_check --case 'seed=2026 index=17 op=rms_norm ...'   # one failure's repro line
+    python -m tools.random_check --case 'seed=2026 index=17 op=OP ...'   # one failure's repro line
 
 Keeps going after a failure (a CUDA error stops the run: the context is unusable after one), prints
 progress every --progress cases and a summary, and exits with status 1 if any case failed (2: no GPU).

@@ -20,16 +20,27 @@ from collections import Counter
 
 import numpy as np
 
+from pyrms.ops import registry
 from tools import random_check
 from tests.support import testing
 from tests.support.random_cases import draw_cases
 
-# The op families' packages, whose functions the checkers import, and their twin modules.
-OP_MODULES = {"pyrms.ops.rms_norm": "rms_norm", "pyrms.ops.fused_add_rms_norm": "fused_add_rms_norm",
-              "pyrms.ops.layer_norm": ("layer_norm", "layer_norm_backward"),
-              "pyrms.ops.rms_norm_backward": "rms_norm_backward"}
-TWINS = {"pyrms.ops.rms_norm.twin": "rms_norm_twin", "pyrms.ops.fused_add_rms_norm.twin": "fused_add_rms_norm_twin",
-         "pyrms.ops.layer_norm.twin": "layer_norm_twin", "pyrms.ops.rms_norm_backward.twin": "norm_backward_twin"}
+
+def _families() -> dict[str, list[str]]:
+    """The packages of the op families that the randomized check draws (the registry's ``random`` entries),
+    whose functions the checkers import from there, with those functions' names."""
+    families: dict[str, list[str]] = {}
+    for name, spec in registry.REGISTRY.items():
+        if spec.random:
+            families.setdefault(spec.module.rpartition(".")[0], []).append(name)
+    return families
+
+
+def _twins(package: str) -> list[str]:
+    """The twins a family's ``twin`` module defines (functions named ``*_twin``; not those it imports)."""
+    module = importlib.import_module(package + ".twin")
+    return [name for name, value in vars(module).items()
+            if name.endswith("_twin") and callable(value) and getattr(value, "__module__", None) == module.__name__]
 
 
 class HostBuffer:
@@ -63,12 +74,12 @@ def install(twin_seconds: Counter, differences: Counter, patch=setattr, compared
                                                    synchronize=lambda: None))
     import pyrms.ops  # noqa: F401  (the op modules, so that their functions can be replaced)
 
-    for module, names in OP_MODULES.items():
-        for name in (names,) if isinstance(names, str) else names:
-            patch(sys.modules[module], name, lambda *args, **kwargs: None)
-    for module, name in TWINS.items():
-        twins = importlib.import_module(module)
-        patch(twins, name, _timed(getattr(twins, name), name, twin_seconds))
+    for package, names in _families().items():
+        for name in names:
+            patch(sys.modules[package], name, lambda *args, **kwargs: None)
+        twins = importlib.import_module(package + ".twin")
+        for name in _twins(package):
+            patch(twins, name, _timed(getattr(twins, name), name, twin_seconds))
     compare = testing._compare
 
     def counting_compare(label, name, operand, want, **kwargs):
@@ -82,13 +93,20 @@ def install(twin_seconds: Counter, differences: Counter, patch=setattr, compared
     patch(testing, "_compare", counting_compare)
 
 
+_timing = [False]  # whether a timed twin is running: a twin that another calls is that one's time, not its own
+
+
 def _timed(function, name, seconds: Counter):
     def timed(*args, **kwargs):
+        if _timing[0]:
+            return function(*args, **kwargs)
+        _timing[0] = True
         t0 = time.perf_counter()
         try:
             return function(*args, **kwargs)
         finally:
             seconds[name] += time.perf_counter() - t0
+            _timing[0] = False
     return timed
 
 

@@ -3,8 +3,8 @@
 
 The cases are tests.support.case_matrix.sanitize(family) for each family (pyrms.precompile.OPS): every dtype x
 every element misalignment of every pointer x hidden sizes 1, 7, 9, 769, 5125, 16384 and 65537 x
-strided rows, in place, the options and weight kinds, the kernels for few and for many rows; rms_norm's
-N-D views and packed short rows; the quantizing ops' output dtypes and modes; the seed kernel on the inputs it accepts (16-byte aligned, contiguous
+strided rows, in place, the options and weight kinds, the kernels for few and for many rows; the N-D
+entry point's views and packed short rows; the quantizing ops' output dtypes and modes; the seed kernel on the inputs it accepts (16-byte aligned, contiguous
 rows, hidden / VEC_SIZE <= 1024). Each pyrms launch is compared bit for bit with its numpy twin over
 whole guarded allocations (tests.support.testing.check_case); the seed kernel, which uses rsqrtf, with a
 float64 reference under a tolerance, its guards bit for bit.
@@ -43,11 +43,10 @@ parse_ops = precompile_mod.parse_ops
 
 def kernels_per_call(c: case_matrix.Case) -> int:
     """Kernel launches behind one checked op call: the backward passes are a rows kernel, then one
-    column-sum kernel per parameter gradient written (dweight unless weight="none"; LayerNorm's dbias
-    unless grad_bias=False)."""
+    column-sum kernel per parameter gradient written (the case's operands say which: dweight unless
+    weight="none", dbias where the op has one and grad_bias is not False)."""
     if c.op in case_matrix.BACKWARD:
-        weighted = c.option("weight") != "none"
-        return 1 + int(weighted) + int(c.op == "layer_norm_backward" and c.option("grad_bias"))
+        return 1 + sum(name in ("grad_weight", "grad_bias") for name in case_matrix.pointers(c.op, **dict(c.options)))
     return 1
 
 

@@ -57,7 +57,7 @@ class _Selected(threading.local):
 
 
 # One object for the life of the process: the package re-exports it for the hot path
-# (``driver._selected.device`` in ops/rms_norm.py), so it is reset per thread, never replaced.
+# (``driver._selected.device`` in the ops' prepared launches), so it is reset per thread, never replaced.
 _selected = _Selected()
 
 

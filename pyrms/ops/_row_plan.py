@@ -211,7 +211,7 @@ class _RowPlan:
 
 class _WeightAndOutKinds:
     """The kernel type arguments, alignment and output dtype of a row plan with a weight kind and an output kind
-    (its `weight`, WEIGHT_KINDS, and `out`, OUT_KINDS): rms_norm's, fused add's and LayerNorm's."""
+    (its `weight`, WEIGHT_KINDS, and `out`, OUT_KINDS): the plain, residual-add and LayerNorm row plans."""
 
     def _type_params(self) -> dict:
         return _type_params(self.dtype, self.weight, self.out)

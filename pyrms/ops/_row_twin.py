@@ -71,7 +71,7 @@ def inv_rms_twin(sum_sq, hidden, epsilon):
 
 
 def scale_twin(xf, inv, weight, dtype, *, gemma=False, round_once=False, out_dtype=None):
-    """rms_scale in rms_norm.cu: the output in storage dtype from fp32 x, per-row inv and weight (of
+    """rms_scale in rms_norm_row.cuh: the output in storage dtype from fp32 x, per-row inv and weight (of
     the storage dtype or float32: its fp32 value either way; None: no weight, every w = 1).
     out_dtype float32 (bf16/fp16 rows): the final product unrounded; the default rounding's
     intermediate round_T(x * inv) is the storage dtype's all the same (docs/numerics.md). A NaN output (a NaN

@@ -44,7 +44,7 @@ class OpSpec:
     """What every consumer needs to know about one op.
 
     ``name``: the public function (``pyrms.<name>``) or, for an entry point of another op's function, its
-    own kernels' name (``rms_norm_nd``: rms_norm on N-D views). ``module``: the module holding the call
+    own kernels' name (an N-D entry point's ``<op>_nd``). ``module``: the module holding the call
     (and the few-row threshold ``_FEW_ROWS`` that the tests can force). ``source``: its kernel file in
     ``cuda_src/``; ``plan``: its plan class. ``own_flags``: the bool options that are kernel template flags
     (``unit`` takes them by name), where they are not the plan's FLAGS. ``option_sets(dtype)``: every option set that changes what compiles; ``unit(dtype, hidden,

@@ -1,5 +1,5 @@
-"""N-D row layouts, pure: the leading dimensions of [..., hidden] operands that rms_norm_nd_kernel
-addresses (cuda_src/rms_norm.cu), collapsed jointly, and the checks on them.
+"""N-D row layouts, pure: the leading dimensions of [..., hidden] operands that the N-D kernel
+(rms_norm_nd_kernel) addresses, collapsed jointly, and the checks on them.
 
 A layout is (sizes, strides): up to three leading sizes, outermost first, and for each operand its
 element strides along them (the hidden dimension is contiguous). The kernel takes exactly three, so

@@ -8,7 +8,7 @@ from ..rms_norm_backward.plan import NormBackwardPlan, plan_norm_backward
 from ..rms_norm_backward.spec import backward_operands, backward_option_sets, backward_unit
 from .plan import LayerNormPlan, plan_layer_norm
 
-_ABOUT = ("pyrms::layer_norm_kernel (forward), planned like rms_norm; weightless = no weight; fp32_params = fp32 "
+_ABOUT = ("pyrms::layer_norm_kernel (forward), planned on the row core; weightless = no weight; fp32_params = fp32 "
           "weight and bias; out=float32")
 
 
@@ -43,7 +43,7 @@ LAYER_NORM_BACKWARD = OpSpec(
     name="layer_norm_backward", module="pyrms.ops.layer_norm.op", source="layer_norm_backward.cu", plan=NormBackwardPlan,
     torch="pyrms.ops.layer_norm.torch_binding",
     own_flags=(),
-    option_sets=backward_option_sets(True), unit=backward_unit(True),
+    option_sets=backward_option_sets(True), unit=backward_unit("layer_norm_backward", True),
     inspect=Inspect("backward", "pyrms::layer_norm_backward_kernel (dx and the per-chunk dweight, dbias sums); "
                     "weightless = no weight (dx, and dbias unless grad_bias=false)", partial(plan_norm_backward, layer_norm=True),
                     {"grad_bias": True}),

@@ -22,7 +22,7 @@ def layer_norm_twin(x, weight, bias, epsilon, *, block, row_phases=0, out_dtype=
     """Bit-exact twin of layer_norm_kernel: fp32 two-pass statistics, one rounding at the end (none for an
     fp32 out_dtype beside bf16/fp16 rows). bias None: no bias term (no addition of 0, which would turn -0
     into +0); weight None: no weight (the kernel's product by 1, exact). weight and bias: of the storage
-    dtype or float32, their fp32 values either way. A NaN output is the GPU's one NaN (_one_nan), as rms_norm's."""
+    dtype or float32, their fp32 values either way. A NaN output is the GPU's one NaN (_one_nan), as every row op's."""
     x = _as_2d(x)
     dt = dtypes.get(x.dtype)
     xf = x.astype(F32)

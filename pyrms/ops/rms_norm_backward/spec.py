@@ -18,9 +18,9 @@ def backward_option_sets(layer_norm: bool):
     return option_sets
 
 
-def backward_unit(layer_norm: bool):
-    """The unit of a backward call: one per dtype (every option, both gradient dtypes) and one without a weight."""
-    name = "layer_norm_backward" if layer_norm else "rms_norm_backward"
+def backward_unit(name: str, layer_norm: bool):
+    """The unit of a backward call: one per dtype (every option, both gradient dtypes) and one without a weight;
+    ``name``: the op's, for its errors."""
 
     def unit(dt, hidden, *, grad_dtype=None, weight_dtype=None, **flags) -> Unit:
         if weight_dtype not in (None, "none"):
@@ -44,7 +44,8 @@ def backward_operands(layer_norm: bool):
 RMS_NORM_BACKWARD = OpSpec(
     name="rms_norm_backward", module="pyrms.ops.rms_norm_backward.op", source="rms_norm_backward.cu",
     torch="pyrms.ops.rms_norm_backward.torch_binding",
-    plan=NormBackwardPlan, own_flags=("gemma",), option_sets=backward_option_sets(False), unit=backward_unit(False),
+    plan=NormBackwardPlan, own_flags=("gemma",), option_sets=backward_option_sets(False),
+    unit=backward_unit("rms_norm_backward", False),
     inspect=Inspect("backward", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums); "
                     "weightless = no weight (dx only)", partial(plan_norm_backward, layer_norm=False), {"gemma": False}),
     check="backward", operands=backward_operands(False),
