@@ -47,11 +47,12 @@ class OpSpec:
     own kernels' name (an N-D entry point's ``<op>_nd``). ``module``: the module holding the call
     (and the few-row threshold ``_FEW_ROWS`` that the tests can force). ``source``: its kernel file in
     ``cuda_src/``; ``plan``: its plan class. ``own_flags``: the bool options that are kernel template flags
-    (``unit`` takes them by name), where they are not the plan's FLAGS. ``option_sets(dtype)``: every option set that changes what compiles; ``unit(dtype, hidden,
-    **options)``: the compile unit of one (ValueError where that shape cannot launch). ``hiddens``: the
+    (``unit`` takes them by name), where they are not the plan's FLAGS. ``option_sets(dtype)``: every option
+    set that changes what compiles; ``unit(dtype, hidden, **options)``: the compile unit of one (ValueError
+    where that shape cannot launch). ``hiddens``: the
     hidden sizes to enumerate units over (None: any, the precompile's list). ``inspect``: how
     tools/ptx_dump.py names its kernels (None: it has none of its own there). ``check``: which kind of
-    checker runs its cases ("row", "backward", "quant", "seed"); ``operands(**layout)``: the case matrix's
+    checker runs its cases ("row", "backward", "quant", "static_quant", "seed"); ``operands(**layout)``: the case matrix's
     (row operands, vector operands) of a case; ``case_options``: the options a case may set.
     ``random``: whether the randomized check draws it. ``torch``: the module (in the op's folder) that binds it
     for PyTorch, imported by pyrms.torch only; ``bench``: the module that declares its benchmark problems

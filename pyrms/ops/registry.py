@@ -34,5 +34,5 @@ def get(name: str) -> OpSpec:
 
 
 def with_check(kind: str) -> tuple[str, ...]:
-    """The ops whose cases a checker of ``kind`` runs ("row", "backward", "quant", "seed")."""
+    """The ops whose cases a checker of ``kind`` runs (OpSpec.check: "row", "backward", "quant", ...)."""
     return tuple(name for name, spec in REGISTRY.items() if spec.check == kind)

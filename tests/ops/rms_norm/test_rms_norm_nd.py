@@ -1,4 +1,4 @@
-"""The N-D layouts of rms_norm (pyrms/ops/_views.py, rms_norm_nd.py) and the packed plan, on the CPU:
+"""The N-D layouts of rms_norm (pyrms/ops/_views.py, pyrms/ops/rms_norm/nd.py) and the packed plan, on the CPU:
 collapsing, overlap and extent checks, the kernel's padded dimensions, the refusals of bad arguments."""
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ static_scaled_fp8_quant / static_scaled_int8_quant) over every element misalignm
 rows, hidden sizes with prefixes and tails, one and many rows, every input and output dtype, NaN/inf inputs,
 a scale given as a value, a device pointer or a one-element array; the output poisoned with a byte the
 expected output does not hold, its guard bands and gaps between rows, the input and the device scale checked
-untouched (pyrms.testing's guarded operands and run_checked: whole allocations compared bit for bit)."""
+untouched (tests.support.testing's guarded operands and run_checked: whole allocations compared bit for bit)."""
 import numpy as np
 import pytest
 
