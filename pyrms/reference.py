@@ -1,7 +1,8 @@
 """The numpy references and bit-exact twins of every kernel, in one namespace (no GPU, no CUDA import).
 
 Each op family keeps its own in its folder (``pyrms/ops/<family>/twin.py``, on the row core's twin in
-``pyrms/ops/_row_twin.py``); this module gathers the ones users call:
+``pyrms/ops/_row_twin.py``), and its registry entry names it (``OpSpec.twin``); this module gathers what each
+lists in ``__all__``:
 
 - ``*_ref``: float64, the mathematical definition; for tolerances.
 - ``*_twin``: the kernel's arithmetic reproduced bit for bit: the same per-thread accumulation order (by
@@ -11,19 +12,21 @@ Each op family keeps its own in its folder (``pyrms/ops/<family>/twin.py``, on t
 - ``seed_rms_norm_cpu``: the seed program's own CPU loop (``rms_norm_cpu`` in its C++ source).
 - ``quantize_static``, ``quantize_per_token``, ``quantize_per_group``: the fp8/int8 output step on fp32
   normalized rows (docs/numerics.md, "Quantized outputs").
+- The row core's shared steps: ``block_sum_twin``, ``sum_squares_twin``, ``inv_rms_twin``, ``row_stats_twin``,
+  ``scale_twin``.
 """
-from .ops._row_twin import block_sum_twin, inv_rms_twin, row_stats_twin, scale_twin, sum_squares_twin
-from .ops.fused_add_rms_norm.twin import fused_add_rms_norm_ref, fused_add_rms_norm_twin, rounded_sum
-from .ops.layer_norm.twin import layer_norm_ref, layer_norm_twin
-from .ops.rms_norm.twin import rms_norm_ref, rms_norm_twin
-from .ops.rms_norm_backward.twin import (chunk_sums_twin, layer_norm_backward_ref, norm_backward_twin,
-                                         rms_norm_backward_ref, sum_partials_twin)
-from .ops.rms_norm_quant.twin import (fused_add_rms_norm_quant_twin, normalized_twin, quantize_per_group,
-                                      quantize_per_token, quantize_static, rms_norm_quant_twin)
-from .ops.seed.twin import seed_rms_norm_cpu
+import importlib
 
-__all__ = ["rms_norm_ref", "rms_norm_twin", "seed_rms_norm_cpu", "fused_add_rms_norm_ref", "fused_add_rms_norm_twin",
-           "rounded_sum", "layer_norm_ref", "layer_norm_twin", "rms_norm_backward_ref", "layer_norm_backward_ref",
-           "norm_backward_twin", "chunk_sums_twin", "sum_partials_twin", "quantize_static", "quantize_per_token",
-           "quantize_per_group", "normalized_twin", "rms_norm_quant_twin", "fused_add_rms_norm_quant_twin",
-           "block_sum_twin", "sum_squares_twin", "inv_rms_twin", "row_stats_twin", "scale_twin"]
+from .ops import registry
+from .ops._row_twin import block_sum_twin, inv_rms_twin, row_stats_twin, scale_twin, sum_squares_twin
+
+__all__ = ["block_sum_twin", "sum_squares_twin", "inv_rms_twin", "row_stats_twin", "scale_twin"]
+
+for _module in dict.fromkeys(spec.twin for spec in registry.REGISTRY.values() if spec.twin):
+    _twins = importlib.import_module(_module)
+    for _name in _twins.__all__:
+        if _name in globals():
+            raise ImportError(f"{_module} and another twin module both export {_name}")
+        globals()[_name] = getattr(_twins, _name)
+        __all__.append(_name)
+del _module, _twins, _name

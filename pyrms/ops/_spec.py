@@ -56,7 +56,8 @@ class OpSpec:
     (row operands, vector operands) of a case; ``case_options``: the options a case may set.
     ``random``: whether the randomized check draws it. ``torch``: the module (in the op's folder) that binds it
     for PyTorch, imported by pyrms.torch only; ``bench``: the module that declares its benchmark problems
-    (None: the op has none of its own)."""
+    (None: the op has none of its own); ``twin``: the module of its float64 reference and bit-exact twin, whose
+    ``__all__`` pyrms.reference gathers."""
 
     name: str
     module: str
@@ -73,6 +74,7 @@ class OpSpec:
     own_flags: tuple[str, ...] | None = None
     torch: str | None = None
     bench: str | None = None
+    twin: str | None = None
 
     @property
     def flags(self) -> tuple[str, ...]:

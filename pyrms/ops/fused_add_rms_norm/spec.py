@@ -40,6 +40,7 @@ FUSED_ADD_RMS_NORM = OpSpec(
     torch="pyrms.ops.fused_add_rms_norm.torch_binding",
     plan=FusedAddRmsNormPlan, option_sets=_option_sets, unit=_unit,
     inspect=Inspect("row", _ABOUT, plan_fused_add_rms_norm, {"fp32_sum": False, "fp32_residual": False}, weight=True),
+    twin="pyrms.ops.fused_add_rms_norm.twin",
     check="row", operands=_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "sum_precision", "residual_dtype", "out_kind"),
     random=True, bench="pyrms.ops.fused_add_rms_norm.bench")

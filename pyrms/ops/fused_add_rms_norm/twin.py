@@ -7,6 +7,8 @@ from ... import dtypes
 from .._row_twin import F32, _as_2d, _one_nan, _out, row_stats_twin, scale_twin
 from ..rms_norm.twin import rms_norm_ref, rms_norm_twin
 
+__all__ = ["fused_add_rms_norm_ref", "rounded_sum", "fused_add_rms_norm_twin"]  # what pyrms.reference gathers
+
 
 def fused_add_rms_norm_ref(x, residual, weight, epsilon, *, gemma=False):
     """float64: (rms_norm(x + residual), x + residual), the sum not rounded."""

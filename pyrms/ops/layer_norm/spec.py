@@ -36,6 +36,7 @@ LAYER_NORM = OpSpec(
     torch="pyrms.ops.layer_norm.torch_binding",
     option_sets=_option_sets, unit=_unit,
     inspect=Inspect("row", _ABOUT, plan_layer_norm, {"bias": True, "weightless": False, "fp32_params": False}),
+    twin="pyrms.ops.layer_norm.twin",
     check="row", operands=_operands, case_options=COMMON_CASE_OPTIONS + ("variant", "in_place", "bias", "out_kind"),
     random=True, bench="pyrms.ops.layer_norm.bench")
 
@@ -47,6 +48,7 @@ LAYER_NORM_BACKWARD = OpSpec(
     inspect=Inspect("backward", "pyrms::layer_norm_backward_kernel (dx and the per-chunk dweight, dbias sums); "
                     "weightless = no weight (dx, and dbias unless grad_bias=false)", partial(plan_norm_backward, layer_norm=True),
                     {"grad_bias": True}),
+    twin="pyrms.ops.rms_norm_backward.twin",
     check="backward", operands=backward_operands(True),
     case_options=COMMON_CASE_OPTIONS + ("in_place", "grad_bias", "grad_dtype", "rows_per_block", "own_workspace"),
     random=True)

@@ -6,6 +6,8 @@ import numpy as np
 from ... import dtypes
 from .._row_twin import F32, _as_2d, _one_nan, _out, row_stats_twin
 
+__all__ = ["layer_norm_ref", "layer_norm_twin"]  # what pyrms.reference gathers
+
 
 def layer_norm_ref(x, weight, bias, epsilon):
     """float64 LayerNorm of the rows of x: (x - mean) / sqrt(var + eps) * w + b (population variance;

@@ -29,6 +29,7 @@ RMS_NORM = OpSpec(
     name="rms_norm", module="pyrms.ops.rms_norm.op", source=RmsNormPlan.source, plan=RmsNormPlan,
     torch="pyrms.ops.rms_norm.torch_binding",
     option_sets=_option_sets, unit=_unit, inspect=Inspect("row", _ABOUT, plan_rms_norm, weight=True),
+    twin="pyrms.ops.rms_norm.twin",
     check="row", operands=row_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "in_place", "out_kind"), random=True,
     bench="pyrms.ops.rms_norm.bench")
@@ -40,6 +41,7 @@ RMS_NORM_ND = OpSpec(
     torch="pyrms.ops.rms_norm.torch_binding",
     option_sets=_option_sets, unit=_nd_unit,
     inspect=None,
+    twin="pyrms.ops.rms_norm.twin",
     check="row", operands=row_operands,
     case_options=COMMON_CASE_OPTIONS + ("gemma", "round_once", "in_place", "sizes", "per_row", "as_arrays", "out_kind"))
 

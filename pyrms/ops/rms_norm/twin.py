@@ -6,6 +6,8 @@ import numpy as np
 from ... import dtypes
 from .._row_twin import F32, _as_2d, row_stats_twin, scale_twin
 
+__all__ = ["rms_norm_ref", "rms_norm_twin"]  # what pyrms.reference gathers
+
 
 def rms_norm_ref(x, weight, epsilon, *, gemma=False):
     """float64 RMSNorm of the rows of x: x / sqrt(mean(x^2) + eps) * w (w = 1 + weight for Gemma; 1

@@ -48,6 +48,7 @@ RMS_NORM_BACKWARD = OpSpec(
     unit=backward_unit("rms_norm_backward", False),
     inspect=Inspect("backward", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums); "
                     "weightless = no weight (dx only)", partial(plan_norm_backward, layer_norm=False), {"gemma": False}),
+    twin="pyrms.ops.rms_norm_backward.twin",
     check="backward", operands=backward_operands(False),
     case_options=COMMON_CASE_OPTIONS + ("in_place", "gemma", "grad_dtype", "rows_per_block", "own_workspace"),
     random=True, bench="pyrms.ops.rms_norm_backward.bench")

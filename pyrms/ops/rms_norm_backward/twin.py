@@ -6,6 +6,8 @@ import numpy as np
 from ... import dtypes
 from .._row_twin import F32, _as_2d, row_stats_twin, thread_sums_twin
 
+__all__ = ["rms_norm_backward_ref", "layer_norm_backward_ref", "chunk_sums_twin", "sum_partials_twin", "norm_backward_twin"]  # what pyrms.reference gathers
+
 
 def _weight64(weight, gemma=False):
     """A weight as float64 (1 + weight for Gemma), or 1 for None (no weight)."""

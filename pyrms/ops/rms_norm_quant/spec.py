@@ -38,6 +38,7 @@ def _spec(residual: bool) -> OpSpec:
                         "out_dtype=float8_e4m3fn|float8_e5m2|int8, mode=static|per_token|per_group",
                         lambda dt, hidden: plan_rms_norm_quant(dt, hidden, dtypes.FLOAT8_E4M3FN, residual=residual),
                         out=False),
+        twin="pyrms.ops.rms_norm_quant.twin",
         check="quant", operands=operands, case_options=_CASE_OPTIONS)
     return spec
 

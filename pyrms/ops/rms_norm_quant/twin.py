@@ -8,6 +8,8 @@ from .._row_twin import F32, _as_2d, row_stats_twin, scale_twin
 from .plan import QUANT_GROUPS
 from ..fused_add_rms_norm.twin import rounded_sum
 
+__all__ = ["quantize_static", "quantize_per_token", "quantize_per_group", "normalized_twin", "rms_norm_quant_twin", "fused_add_rms_norm_quant_twin"]  # what pyrms.reference gathers
+
 # The output step a quantizing kernel applies to the fp32 normalized values y (after the RMSNorm's
 # fp32 arithmetic, before any storage rounding). docs/numerics.md, "Quantized outputs", gives the
 # formulas and the vLLM sources each one matches.

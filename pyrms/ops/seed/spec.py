@@ -22,6 +22,7 @@ SEED = OpSpec(
     option_sets=lambda dt: [{}], unit=_unit,
     inspect=Inspect("seed", "transformer::rms_norm_kernel with VEC = gcd(16 / itemsize, hidden), BLOCK = hidden / VEC",
                     lambda dt, hidden: plan_seed(dt, hidden)),
+    twin="pyrms.ops.seed.twin",
     check="seed", operands=_operands, case_options=("epsilon",), hiddens=SEED_HIDDENS,
     bench="pyrms.ops.seed.bench")
 

@@ -6,6 +6,8 @@ import numpy as np
 from ... import dtypes
 from .._row_twin import F32, _as_2d
 
+__all__ = ["seed_rms_norm_cpu"]  # what pyrms.reference gathers
+
 
 def seed_rms_norm_cpu(x, weight, epsilon):
     """The seed C++ program's CPU reference (``rms_norm_cpu``), reproduced bit for bit.

@@ -26,6 +26,7 @@ STATIC_QUANT = OpSpec(
     # the "seed" grammar: the planned kernel, no variants to pick (the float8_e4m3fn output's)
     inspect=Inspect("seed", "pyrms::static_quant_kernel<T, Q>, one block per row; the float8_e4m3fn output's",
                     lambda dt, hidden: plan_static_quant(dt, hidden, dtypes.FLOAT8_E4M3FN)),
+    twin="pyrms.ops.static_quant.twin",
     check="static_quant", operands=_operands, case_options=("out_dtype", "device_scale", "specials", "pdl"))
 
 SPECS = (STATIC_QUANT,)

@@ -8,6 +8,8 @@ from ... import dtypes
 from .._row_twin import F32, _as_2d
 from ..rms_norm_quant.twin import quantize_static
 
+__all__ = ["static_quant_twin"]  # what pyrms.reference gathers
+
 
 def static_quant_twin(x, scale, out_dtype) -> np.ndarray:
     """Bit-exact twin of static_quant_kernel: ``quantize_static(float32(x), scale, out_dtype)``.
