@@ -69,6 +69,21 @@ class Contract:
         return f"{self.namespace}::{self.name}<{', '.join(args)}>"
 
 
+class KernelPlan:
+    """What a plan of one kernel derives from its contract: a plan class names its kernel's ``source`` and
+    ``kernel`` (attributes or properties), and gets the contract and the launch signature from them."""
+
+    @property
+    def contract(self) -> Contract:
+        """The kernel's template and launch parameters, as its .cu declares them."""
+        return contract(self.source, self.kernel)
+
+    @property
+    def signature(self) -> tuple[str, ...]:
+        """The launch argument kinds of the kernel."""
+        return self.contract.signature
+
+
 def _spell(p: TemplateParam, value) -> str:
     if p.kind == "bool":
         if type(value) is not bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .. import dtypes
-from ..contract import Contract, contract
+from ..contract import KernelPlan
 
 MAX_BLOCK = 1024
 # Up to this many rows, launches use the latency shape (row_core.cuh's SPREAD > 1, with the weights
@@ -121,7 +121,7 @@ def _type_params(dtype: dtypes.DType, weight: str, out: str) -> dict:
 
 
 @dataclass(frozen=True)
-class _RowPlan:
+class _RowPlan(KernelPlan):
     """A kernel on the row core (row_core.cuh): `block` is the fold width F, which with the dtype, the
     hidden size and the row's alignment defines the reduction tree; many rows launch blocks of F
     threads (SPREAD = 1), few rows blocks of spread * F threads (the latency shape). Same bits."""
@@ -145,16 +145,6 @@ class _RowPlan:
     def _type_params(self) -> dict:
         """The kernel's template parameters beyond the row core's (type parameters, a mode): by name."""
         return {}
-
-    @property
-    def contract(self) -> Contract:
-        """The kernel's template and launch parameters, as its .cu declares them."""
-        return contract(self.source, self.kernel)
-
-    @property
-    def signature(self) -> tuple[str, ...]:
-        """The launch argument kinds of the kernel (every variant of the plan has the same)."""
-        return self.contract.signature
 
     @property
     def align_mask(self) -> int:

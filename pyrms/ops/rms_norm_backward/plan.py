@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ... import dtypes
-from ...contract import Contract, contract
+from ...contract import Contract, KernelPlan, contract
 from .._row_plan import block_and_cache
 
 
@@ -84,7 +84,7 @@ def _backward_group(dtype: dtypes.DType, centered: bool, weightless: bool) -> tu
 
 
 @dataclass(frozen=True)
-class NormBackwardPlan:
+class NormBackwardPlan(KernelPlan):
     """The backward of RMSNorm (centered=False) or LayerNorm (centered=True): cuda_src/norm_backward.cuh.
 
     weightless: no weight (every weight 1, the kernels' W = void): dx only, no dweight; its columns
@@ -126,9 +126,9 @@ class NormBackwardPlan:
         return "layer_norm_backward.cu" if self.centered else "rms_norm_backward.cu"
 
     @property
-    def contract(self) -> Contract:
-        """Kernel 1's template and launch parameters."""
-        return contract(self.source, "layer_norm_backward_kernel" if self.centered else "rms_norm_backward_kernel")
+    def kernel(self) -> str:
+        """Kernel 1 (KernelPlan gives its contract and signature)."""
+        return "layer_norm_backward_kernel" if self.centered else "rms_norm_backward_kernel"
 
     @property
     def sum_contract(self) -> Contract:

@@ -63,7 +63,7 @@ class Prepared:
         p = self.plan = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
                                                    weight=not weightless, grad_bias=grad_bias)
         self.rows_per_block = rows_per_block_arg(rows_per_block, p.chunk_rows)  # None: planned per call
-        self.rows_kernel = launch.get_kernel(p.source, p.expression, p.group, p.contract.signature, device)
+        self.rows_kernel = launch.get_kernel(p.source, p.expression, p.group, p.signature, device)
         params = int(not weightless) + int(grad_bias)  # the parameter gradients written, in plane order
         self.sum_kernel = launch.get_kernel(p.source, p.sum_expression, p.group, p.sum_contract.signature, device) if params else None
         if p.shared_bytes:  # opt in whenever dynamic shared memory is used: the kernel's static shared memory

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from ... import driver, dtypes, launch
-from ...contract import Contract, contract
+from ...contract import KernelPlan
 from .. import _operands as check
 from .. import _placement
 from .._prepared import PreparedCache, scalars_ok
@@ -19,17 +19,14 @@ from ..._types import DTypeLike, Operand, StreamLike
 
 
 @dataclass(frozen=True)
-class SeedPlan:
+class SeedPlan(KernelPlan):
     dtype: dtypes.DType
     hidden: int
     vec_size: int  # std::gcd(16 / sizeof(T), HIDDEN_SIZE), as the seed computes it
     block: int  # HIDDEN_SIZE / VEC_SIZE
 
     source = "seed_rms_norm.cu"
-
-    @property
-    def contract(self) -> Contract:
-        return contract(self.source, "rms_norm_kernel")
+    kernel = "rms_norm_kernel"
 
     @property
     def expression(self) -> str:
@@ -58,8 +55,8 @@ class Prepared:
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         p = plan_seed(dt, hidden)
-        self.kernel = launch.get_kernel(p.source, p.expression, (p.expression,), p.contract.signature, device)
-        self.launch = launch.RowLaunch(p.contract.signature, p.block, (), device)
+        self.kernel = launch.get_kernel(p.source, p.expression, (p.expression,), p.signature, device)
+        self.launch = launch.RowLaunch(p.signature, p.block, (), device)
         self.row_bytes, self.max_rows = hidden * dt.itemsize, check.max_rows(hidden, hidden)
         self.placed = _placement.for_device(device)
 

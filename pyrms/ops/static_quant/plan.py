@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import dtypes
-from ...contract import Contract, contract
+from ...contract import KernelPlan
 
 # static_quant.cu's STATIC_QUANT_MAX_THREADS (its launch bounds).
 MAX_BLOCK = 512
 
 
 @dataclass(frozen=True)
-class StaticQuantPlan:
+class StaticQuantPlan(KernelPlan):
     """static_quant.cu's kernel for rows of ``dtype`` quantized to ``out_dtype``: ``block`` threads per row."""
 
     dtype: dtypes.DType
@@ -23,15 +23,6 @@ class StaticQuantPlan:
     source = "static_quant.cu"
     kernel = "static_quant_kernel"
     FLAGS: tuple[str, ...] = ()  # no bool template flags
-
-    @property
-    def contract(self) -> Contract:
-        """The kernel's template and launch parameters, as its .cu declares them."""
-        return contract(self.source, self.kernel)
-
-    @property
-    def signature(self) -> tuple[str, ...]:
-        return self.contract.signature
 
     @property
     def expression(self) -> str:
