@@ -7,37 +7,38 @@
 // Every step is one explicitly rounded fp32 operation (__fsub_rn, __fmul_rn, ...: no FMA), so
 // norm_backward_twin (pyrms/ops/rms_norm_backward/twin.py) reproduces the kernels bit for bit.
 //
-// layer_norm_backward_kernel<T, V, W, DBIAS> + sum_partials_kernel<OutT>: see norm_backward.cuh (dw and
-// db are two planes of the workspace, summed by two launches of sum_partials_kernel). W = void: no
+// layer_norm_backward_kernel<T, V, W, DBIAS, G> + sum_partials_kernel<OutT>: see norm_backward.cuh (dw and
+// db are two planes of the workspace, summed by two launches of sum_partials_kernel). W = float: fp32
+// gamma beside bf16/fp16 rows (dw, db in fp32); G = float: an fp32 dy. W = void: no
 // weight (g = dy, no dw); DBIAS = false (without a weight only) sums nothing: no workspace, no kernel 2.
 #include "norm_backward.cuh"
 
 namespace pyrms {
 
-// W: T, or void (no weight; weight not read). DBIAS: sum dbias (always with a weight: one variant, whose
+// W: T, float, or void (no weight; weight not read). G: dy's type, T or float. DBIAS: sum dbias (always with a weight: one variant, whose
 // dbias plane the launcher sums only when asked); partials are not read when nothing is summed.
-template <typename T, int V, typename W = T, bool DBIAS = true>
+template <typename T, int V, typename W = T, bool DBIAS = true, typename G = T>
 __global__ void __launch_bounds__(backward_max_threads(V, true), 1) layer_norm_backward_kernel(
-    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
+    T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
     int fold) {
     static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
-    norm_backward_rows<T, V, true, false, W, DBIAS>(grad_input, partials, grad_output, input, weight, epsilon, rows,
+    norm_backward_rows<T, V, true, false, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, epsilon, rows,
                                                     hidden, grad_input_stride, grad_output_stride, input_stride,
                                                     chunk_rows, rows_per_block, ws_stride, sums_in_shared, fold);
 }
 
 // The staged variant of layer_norm_backward_kernel (norm_backward.cuh's norm_backward_staged: 16-byte
 // aligned operands, rows pipelined through shared memory): the same arithmetic, so the same bits.
-template <typename T, typename W = T, bool DBIAS = true>
+template <typename T, typename W = T, bool DBIAS = true, typename G = T>
 __global__ void __launch_bounds__(512) layer_norm_backward_staged_kernel(
-    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
+    T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
     int stages) {
     static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
-    norm_backward_staged<T, true, false, W, DBIAS>(grad_input, partials, grad_output, input, weight, epsilon, rows,
+    norm_backward_staged<T, true, false, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, epsilon, rows,
                                                    hidden, grad_input_stride, grad_output_stride, input_stride,
                                                    chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);
 }

@@ -4,7 +4,10 @@
 //   RMSNorm:   dx = inv * (g - x_hat * mean(x_hat * g))
 //   LayerNorm: dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
 //   dweight = sum over rows of dy * x_hat;  dbias (LayerNorm) = sum over rows of dy.
-// W, the weight's type: T, or void (no weight: every w = 1, so g = dy, and no dweight). DBIAS: LayerNorm
+// W, the weight's type: T, float beside bf16/fp16 rows (fp32 master weights), or void (no weight: every
+// w = 1, so g = dy, and no dweight). G, dy's type: T, or float (the gradient of a forward whose output
+// is fp32, as a Hugging Face norm's with an fp32 weight is). Both are read exactly as fp32, so the
+// arithmetic is the same whatever their storage: an fp32 weight or dy only skips a rounding. DBIAS: LayerNorm
 // sums dbias (always beside a weight; without one only when asked, so that a backward without weight
 // and bias sums nothing over rows: no workspace, no kernel 2).
 // Nothing is saved by the forward: each row's statistics are recomputed by the row core's row_stats
@@ -116,7 +119,8 @@ __device__ __forceinline__ void copy_columns(float* dst, long long dst_plane, co
     }
 }
 
-// The columns of a row as the backward splits them: at the weight's 16-byte boundaries, or without a
+// The columns of a row as the backward splits them: at the weight's vector boundaries (vectors of
+// Vec<T>::N columns: 16 bytes of a weight of T, 32 of an fp32 weight beside 2-byte rows), or without a
 // weight at an aligned weight's (no prefix), the split every weighted backward with a freshly allocated
 // weight computes.
 template <typename T, typename W> __device__ __forceinline__ RowSplit column_split(const W* weight, int hidden) {
@@ -124,15 +128,25 @@ template <typename T, typename W> __device__ __forceinline__ RowSplit column_spl
         const int vectors = hidden / Vec<T>::N;
         return {0, vectors, vectors * Vec<T>::N};
     } else {
-        return split_row(weight, hidden);
+        return split_row<W, Vec<T>::N>(weight, hidden);
     }
 }
 
-template <typename W> __device__ __forceinline__ int column_phase(const W* weight) {
+// The weight's phase in that split, in columns (0 .. Vec<T>::N - 1).
+template <typename T, typename W> __device__ __forceinline__ int column_phase(const W* weight) {
     if constexpr (Weightless<W>::value) {
         return 0;
     } else {
-        return vec_phase(weight);
+        return vec_phase<W, Vec<T>::N>(weight);
+    }
+}
+
+// Bytes per element of a weight (0: none).
+template <typename W> __host__ __device__ constexpr int weight_bytes() {
+    if constexpr (Weightless<W>::value) {
+        return 0;
+    } else {
+        return static_cast<int>(sizeof(W));
     }
 }
 
@@ -154,9 +168,9 @@ __device__ __forceinline__ void for_owned_columns(const RowSplit& ws, int hidden
     if (ws.tail + t < hidden) f(ws.tail + t, 1);
 }
 
-template <typename T, int V, bool CENTERED, bool GEMMA, typename W, bool DBIAS>
+template <typename T, int V, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G>
 __device__ __forceinline__ void norm_backward_rows(
-    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
+    T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
     int fold) {
@@ -173,12 +187,13 @@ __device__ __forceinline__ void norm_backward_rows(
     const int t = threadIdx.x;
     const int B = blockDim.x;
     const RowSplit ws = column_split<T>(weight, hidden);  // the columns thread t owns, in every row
-    const int w_phase = column_phase(weight);
+    const int w_phase = column_phase<T>(weight);
     const long long plane = (static_cast<long long>(rows) + chunk_rows - 1) / chunk_rows * ws_stride;
 
     using Shape = RowShape<V, 1>;
     const Shape sh(fold);
-    Pack<T> xc[VC], dyc[VC];
+    Pack<T> xc[VC];
+    WeightVec<T, G> dyc[VC];  // dy's N columns (WeightVec: N columns of any storage type, read as fp32)
     // Row indices fit in int (rows <= 2^31 - 1); nothing below computes past `rows`.
     const int first = static_cast<int>(min(static_cast<long long>(blockIdx.x) * rows_per_block, static_cast<long long>(rows)));
     const int end = rows - first < rows_per_block ? rows : first + rows_per_block;
@@ -193,7 +208,7 @@ __device__ __forceinline__ void norm_backward_rows(
         }
         for (int r = c0; r < c1; ++r) {
             const T* x = input + static_cast<long long>(r) * input_stride;
-            const T* dy = grad_output + static_cast<long long>(r) * grad_output_stride;
+            const G* dy = grad_output + static_cast<long long>(r) * grad_output_stride;
             T* dx = grad_input + static_cast<long long>(r) * grad_input_stride;
 
             // (1) statistics; xc holds the thread's body vectors of x's own split.
@@ -206,7 +221,7 @@ __device__ __forceinline__ void norm_backward_rows(
             // (2) sum of x_hat * g (and of g), over the weight's split.
             const int rel_x = (vec_phase(x) - w_phase) & (N - 1);
             const int x_width = load_width<T>(rel_x);
-            const int dy_width = load_width<T>((vec_phase(dy) - w_phase) & (N - 1));
+            const int dy_width = load_width<G>((vec_phase<G, N>(dy) - w_phase) & (N - 1));
             // The row core's tree: each body vector's terms summed into a partial, added to the thread's sum.
             float dot = 0.0f, g_sum = 0.0f;
             auto add = [&](float& dot_acc, float& g_acc, float xv, float wv, float dyv) {
@@ -214,10 +229,10 @@ __device__ __forceinline__ void norm_backward_rows(
                 dot_acc = __fadd_rn(dot_acc, __fmul_rn(normalized<CENTERED>(xv, st), g));
                 if (CENTERED) g_acc = __fadd_rn(g_acc, g);
             };
-            auto add_vector = [&](const Pack<T>& xv, const WeightVec<T, W>& w, const Pack<T>& dv) {
+            auto add_vector = [&](const Pack<T>& xv, const WeightVec<T, W>& w, const WeightVec<T, G>& dv) {
                 float dot_p = 0.0f, g_p = 0.0f;
 #pragma unroll
-                for (int j = 0; j < N; ++j) add(dot_p, g_p, to_float(xv.e[j]), w.at(j), to_float(dv.e[j]));
+                for (int j = 0; j < N; ++j) add(dot_p, g_p, to_float(xv.e[j]), w.at(j), dv.at(j));
                 dot = __fadd_rn(dot, dot_p);
                 if (CENTERED) g_sum = __fadd_rn(g_sum, g_p);
             };
@@ -229,13 +244,13 @@ __device__ __forceinline__ void norm_backward_rows(
                     const int at = ws.pre + i * N;
                     // xc[k] is already this vector where x shares the weight's phase and the block is the fold
                     if (rel_x != 0 || fold != B) xc[k] = load_pack(x + at, x_width);
-                    dyc[k] = load_pack(dy + at, dy_width);
+                    dyc[k] = load_weights<T>(dy, at, dy_width);
                     add_vector(xc[k], load_weights<T>(weight, at, 16), dyc[k]);
                 }
             }
             for (int i = t + V * B; i < ws.vectors; i += B) {
                 const int at = ws.pre + i * N;
-                add_vector(load_pack(x + at, x_width), load_weights<T>(weight, at, 16), load_pack(dy + at, dy_width));
+                add_vector(load_pack(x + at, x_width), load_weights<T>(weight, at, 16), load_weights<T>(dy, at, dy_width));
             }
             if (ws.tail + t < hidden) {
                 const int at = ws.tail + t;
@@ -260,7 +275,7 @@ __device__ __forceinline__ void norm_backward_rows(
                     sums.add(at, terms);
                 }
             };
-            auto vector = [&](int at, const Pack<T>& xv, const Pack<T>& dv) {
+            auto vector = [&](int at, const Pack<T>& xv, const WeightVec<T, G>& dv) {
                 const WeightVec<T, W> w = load_weights<T>(weight, at, 16);
                 Pack<T> out;
 #pragma unroll
@@ -268,7 +283,7 @@ __device__ __forceinline__ void norm_backward_rows(
                     float terms[PS][4];
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
-                        const float dyv = to_float(dv.e[q + j]);
+                        const float dyv = dv.at(q + j);
                         const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), w.at(q + j), dyv, st,
                                                                             g_mean, dot_mean);
                         out.e[q + j] = from_float<T>(e.dx);
@@ -288,7 +303,7 @@ __device__ __forceinline__ void norm_backward_rows(
             }
             for (int i = t + V * B; i < ws.vectors; i += B) {
                 const int at = ws.pre + i * N;
-                vector(at, load_pack(x + at, x_width), load_pack(dy + at, dy_width));
+                vector(at, load_pack(x + at, x_width), load_weights<T>(dy, at, dy_width));
             }
             if (ws.tail + t < hidden) scalar(ws.tail + t);
         }
@@ -369,8 +384,9 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const flo
 // wider than the block loops, as row_core.cuh's re-reading shape does) and own the columns of the dx
 // pass, vectors threadIdx.x, threadIdx.x + blockDim.x, ..., in every row: so each column's chunk sum
 // (in shared memory) is added to by one thread, in row order, as in norm_backward_rows.
-// Dynamic shared memory: P * hidden floats of sums, then the weight (hidden of T; none without one), then
-// `stages` buffers of x and dy rows (2 * hidden of T each; only min(stages, rows_per_block) are used).
+// Dynamic shared memory: P * hidden floats of sums, then the weight (hidden of W; none without one), then
+// `stages` buffers of an x row (hidden of T) and a dy row (hidden of G); only min(stages, rows_per_block)
+// are used.
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -426,9 +442,25 @@ template <typename T> __device__ __forceinline__ Pack<T> shared_pack(const T* p)
     return r;
 }
 
-template <typename T, bool CENTERED, bool GEMMA, typename W, bool DBIAS>
+// The N = Vec<T>::N columns of E at p (shared memory, 16-byte aligned) as a WeightVec; none for E = void.
+template <typename T, typename E> __device__ __forceinline__ WeightVec<T, E> shared_columns(const E* p) {
+    WeightVec<T, E> r;
+    if constexpr (!Weightless<E>::value) {
+#pragma unroll
+        for (int q = 0; q < Vec<T>::N; q += Vec<E>::N) *reinterpret_cast<Pack<E>*>(&r.e[q]) = shared_pack(p + q);
+    }
+    return r;
+}
+
+// n elements of E (a multiple of 16 bytes, both ends 16-byte aligned) from global src to shared dst, the
+// block's threads 16 bytes each, asynchronously.
+template <typename E> __device__ __forceinline__ void copy_row_async(E* dst, const E* src, int n) {
+    for (int c = threadIdx.x; c < n / Vec<E>::N; c += blockDim.x) cp_async16(dst + c * Vec<E>::N, src + c * Vec<E>::N);
+}
+
+template <typename T, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G>
 __device__ __forceinline__ void norm_backward_staged(
-    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
+    T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
     int stages) {
@@ -444,8 +476,10 @@ __device__ __forceinline__ void norm_backward_staged(
     const int B = blockDim.x;
     const int vectors = hidden / N;  // every row is all body vectors (the launcher's promise)
     float* sums = reinterpret_cast<float*>(staged_shared);                      // P planes of hidden floats
-    T* wsm = reinterpret_cast<T*>(sums + P * hidden);                           // the weight (WEIGHTED)
-    T* buffers = wsm + (WEIGHTED ? hidden : 0);                                 // stage s: x, then dy
+    unsigned char* after_sums = staged_shared + 4ll * P * hidden;
+    W* wsm = reinterpret_cast<W*>(after_sums);                                  // the weight (WEIGHTED)
+    unsigned char* buffers = after_sums + static_cast<long long>(weight_bytes<W>()) * hidden;  // stage s: x, dy
+    const long long stage_bytes = static_cast<long long>(sizeof(T) + sizeof(G)) * hidden;
     const long long plane = (static_cast<long long>(rows) + chunk_rows - 1) / chunk_rows * ws_stride;
 
     const int first = static_cast<int>(min(static_cast<long long>(blockIdx.x) * rows_per_block, static_cast<long long>(rows)));
@@ -455,20 +489,13 @@ __device__ __forceinline__ void norm_backward_staged(
     auto issue = [&](int i) {  // row first + i into its stage, if it exists; always one group
         if (i < count) {
             const long long r = first + i;
-            T* xs = buffers + static_cast<long long>(i % stages) * 2 * hidden;
-            T* ds = xs + hidden;
-            const T* x = input + r * input_stride;
-            const T* dy = grad_output + r * grad_output_stride;
-            for (int v = tid; v < vectors; v += B) {
-                cp_async16(xs + v * N, x + v * N);
-                cp_async16(ds + v * N, dy + v * N);
-            }
+            T* xs = reinterpret_cast<T*>(buffers + (i % stages) * stage_bytes);
+            copy_row_async(xs, input + r * input_stride, hidden);
+            copy_row_async(reinterpret_cast<G*>(xs + hidden), grad_output + r * grad_output_stride, hidden);
         }
         cp_async_commit();
     };
-    if constexpr (WEIGHTED) {
-        for (int v = tid; v < vectors; v += B) cp_async16(wsm + v * N, weight + v * N);
-    }
+    if constexpr (WEIGHTED) copy_row_async(wsm, weight, hidden);
     for (int i = 0; i < stages - 1; ++i) issue(i);  // the weight travels with the first group
 
     for (int i = 0; i < count; ++i) {
@@ -476,8 +503,8 @@ __device__ __forceinline__ void norm_backward_staged(
         cp_async_wait(stages - 2);  // row r's group is complete (this thread's copies)
         __syncthreads();            // everyone's; and every thread is done with row r - 1 and its stage
         issue(i + stages - 1);      // into row r - 1's stage
-        const T* xs = buffers + static_cast<long long>(i % stages) * 2 * hidden;
-        const T* ds = xs + hidden;
+        const T* xs = reinterpret_cast<const T*>(buffers + (i % stages) * stage_bytes);
+        const G* ds = reinterpret_cast<const G*>(xs + hidden);
 
         // (1) statistics, in the forward's tree (fold width `fold`).
         RowStats st;
@@ -507,13 +534,12 @@ __device__ __forceinline__ void norm_backward_staged(
         float tot[Q];
         staged_fold<Q>(dot_fold, vectors, &scratch[2], [&](int v, float (&p)[Q]) {
             const Pack<T> xv = shared_pack(xs + v * N);
-            const Pack<T> dv = shared_pack(ds + v * N);
-            Pack<T> wv;
-            if constexpr (WEIGHTED) wv = shared_pack(wsm + v * N);
+            const WeightVec<T, G> dv = shared_columns<T>(ds + v * N);
+            const WeightVec<T, W> wv = shared_columns<T>(weight_row(wsm, static_cast<long long>(v) * N));
             float dot_p = 0.0f, g_p = 0.0f;
 #pragma unroll
             for (int j = 0; j < N; ++j) {
-                const float g = weighted<GEMMA>(WEIGHTED ? to_float(wv.e[j]) : 1.0f, to_float(dv.e[j]));
+                const float g = weighted<GEMMA>(wv.at(j), dv.at(j));
                 dot_p = __fadd_rn(dot_p, __fmul_rn(normalized<CENTERED>(to_float(xv.e[j]), st), g));
                 if (CENTERED) g_p = __fadd_rn(g_p, g);
             }
@@ -531,18 +557,16 @@ __device__ __forceinline__ void norm_backward_staged(
         for (int v = tid; v < vectors; v += B) {
             const int at = v * N;
             const Pack<T> xv = shared_pack(xs + at);
-            const Pack<T> dv = shared_pack(ds + at);
-            Pack<T> wv;
-            if constexpr (WEIGHTED) wv = shared_pack(wsm + at);
+            const WeightVec<T, G> dv = shared_columns<T>(ds + at);
+            const WeightVec<T, W> wv = shared_columns<T>(weight_row(wsm, at));
             Pack<T> out;
 #pragma unroll
             for (int q = 0; q < N; q += 4) {
                 float terms[P > 0 ? P : 1][4];
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    const float dyv = to_float(dv.e[q + j]);
-                    const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]),
-                                                                        WEIGHTED ? to_float(wv.e[q + j]) : 1.0f, dyv, st,
+                    const float dyv = dv.at(q + j);
+                    const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), wv.at(q + j), dyv, st,
                                                                         g_mean, dot_mean);
                     out.e[q + j] = from_float<T>(e.dx);
                     if constexpr (P > 0) {

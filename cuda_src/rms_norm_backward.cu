@@ -4,11 +4,13 @@
 //   dx  = inv * (g - x_hat * mean(x_hat * g))               rounded once to T
 //   dw  = sum over all rows of dy * x_hat                  fp32, in a fixed order, then T or fp32
 //
-// Kernel 1, rms_norm_backward_kernel<T, V, GEMMA, W>, writes dx and per-chunk fp32 partial sums of dw;
+// Kernel 1, rms_norm_backward_kernel<T, V, GEMMA, W, G>, writes dx and per-chunk fp32 partial sums of dw;
 // kernel 2, sum_partials_kernel<OutT> (OutT = T, or float for an fp32 dw), sums the partials. Both,
 // the alignment handling and the fixed dw order are described in norm_backward.cuh.
 // W = void: no weight (w = 1, g = dy, as torch.nn.RMSNorm(elementwise_affine=False)): dx only, no
 // partials, no kernel 2; dx is bitwise what W = T computes with a 16-byte aligned all-ones weight.
+// W = float: an fp32 weight beside bf16/fp16 rows (mixed-precision training's master weights), dw in fp32;
+// G = float: an fp32 dy (the gradient of the fp32 output such a weight gives). Both read exactly.
 //
 // inv is recomputed per row by pyrms::row_stats, in the forward's order: with the forward's block size
 // (the planner uses it) it is bit for bit the forward's. V = how many 16-byte vectors per thread stay in
@@ -19,13 +21,13 @@
 namespace pyrms {
 
 // partials and weight are not read without a weight (W = void; they may be null).
-template <typename T, int V, bool GEMMA, typename W = T>
+template <typename T, int V, bool GEMMA, typename W = T, typename G = T>
 __global__ void __launch_bounds__(backward_max_threads(V, false), 1) rms_norm_backward_kernel(
-    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
+    T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
     int fold) {
-    norm_backward_rows<T, V, false, GEMMA, W, false>(grad_input, partials, grad_output, input, weight, epsilon, rows, hidden,
+    norm_backward_rows<T, V, false, GEMMA, W, false, G>(grad_input, partials, grad_output, input, weight, epsilon, rows, hidden,
                                                     grad_input_stride, grad_output_stride, input_stride, chunk_rows,
                                                     rows_per_block, ws_stride, sums_in_shared, fold);
 }
@@ -33,13 +35,13 @@ __global__ void __launch_bounds__(backward_max_threads(V, false), 1) rms_norm_ba
 // The staged variant (norm_backward.cuh's norm_backward_staged: 16-byte aligned operands, rows pipelined
 // through shared memory): the same arithmetic, so the same bits. dot_fold: the plan's block (the tree of the
 // row sums that rms_norm_backward_kernel takes from its blockDim.x); stages: row buffers in flight.
-template <typename T, bool GEMMA, typename W = T>
+template <typename T, bool GEMMA, typename W = T, typename G = T>
 __global__ void __launch_bounds__(512) rms_norm_backward_staged_kernel(
-    T* grad_input, float* partials, const T* grad_output, const T* input, const W* __restrict__ weight,
+    T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
     int stages) {
-    norm_backward_staged<T, false, GEMMA, W, false>(grad_input, partials, grad_output, input, weight, epsilon, rows,
+    norm_backward_staged<T, false, GEMMA, W, false, G>(grad_input, partials, grad_output, input, weight, epsilon, rows,
                                                     hidden, grad_input_stride, grad_output_stride, input_stride,
                                                     chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);
 }

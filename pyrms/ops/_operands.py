@@ -584,29 +584,33 @@ def weight_operand(found, weight_dtype) -> tuple[int | None, object]:
     if found is None:
         return None, no_weight(weight_dtype)
     ptr, _, array_dtype = found
-    if array_dtype is None:
-        return ptr, weight_dtype
-    if weight_dtype is not None and dtypes.get(weight_dtype) is not array_dtype:
-        raise ValueError(f"weight has dtype {array_dtype.name}, but weight_dtype is {dtypes.get(weight_dtype).name}")
-    return ptr, array_dtype
+    return ptr, dtype_operand("weight", array_dtype, weight_dtype)
 
 
 def out_dtype_operand(array_dtype, out_dtype, resolve=dtypes.get):
     """The out_dtype of the raw-pointer call from a `mixed_out` entry's dtype (None: a raw pointer, whose
     dtype out_dtype gives); an array's dtype must agree with an out_dtype given (read by `resolve`:
     dtypes.quantized for the quantizing ops' out)."""
+    return dtype_operand("out", array_dtype, out_dtype, resolve)
+
+
+def dtype_operand(name: str, array_dtype, given, resolve=dtypes.get):
+    """The `<name>_dtype` argument of the raw-pointer call from a `mixed` entry's dtype (None: a raw pointer,
+    whose dtype the argument gives); an array's dtype must agree with one given."""
     if array_dtype is None:
-        return out_dtype
-    if out_dtype is not None and resolve(out_dtype) is not array_dtype:
-        raise ValueError(f"out has dtype {array_dtype.name}, but out_dtype is {resolve(out_dtype).name}")
+        return given
+    if given is not None and resolve(given) is not array_dtype:
+        raise ValueError(f"{name} has dtype {array_dtype.name}, but {name}_dtype is {resolve(given).name}")
     return array_dtype
 
 
-def in_place_dtypes(out: int, input: int, out_dtype: dtypes.DType, dtype: dtypes.DType, input_name: str = "input") -> None:
+def in_place_dtypes(out: int, input: int, out_dtype: dtypes.DType, dtype: dtypes.DType, input_name: str = "input",
+                    out_name: str = "out") -> None:
     """In place (out is the input) needs one dtype: an output of another dtype cannot overwrite the rows it reads."""
     if out == input and out_dtype is not dtype:
-        raise ValueError(f"out is {input_name} (in place), but out's dtype {out_dtype.name} is not {input_name}'s "
-                         f"{dtype.name}: in place needs one dtype; give out an allocation of its own")
+        raise ValueError(f"{out_name} is {input_name} (in place), but {out_name}'s dtype {out_dtype.name} is not "
+                         f"{input_name}'s {dtype.name}: in place needs one dtype; give {out_name} an allocation of "
+                         "its own")
 
 
 def flag(name: str, value) -> bool:

@@ -35,9 +35,11 @@ DEFAULTS = {"epsilon": 1e-5, "variant": None, "pdl": None, "gemma": False, "roun
             "own_workspace": False, "sizes": None, "per_row": False, "as_arrays": False,
             "out_dtype": "float8_e4m3fn", "mode": "static", "device_scale": False, "scale_ub": None,
             "round_input": False, "specials": False, "group_size": None, "ue8m0": False, "column_major": False,
-            "sum_precision": None, "residual_dtype": None, "out_kind": "same", "norm_out": False}
+            "sum_precision": None, "residual_dtype": None, "out_kind": "same", "norm_out": False,
+            "grad_output_kind": "same"}
 # out_kind: the output of a row op beside bf16/fp16 rows (plan.OUT_KINDS: "same", or "float32"; the checkers'
-# out_dtype), apart from out_dtype, the quantizing ops' output dtype.
+# out_dtype), apart from out_dtype, the quantizing ops' output dtype. grad_output_kind: a backward's
+# grad_output, "same" or "float32" (beside an fp32 weight).
 # The options a case of each op may set: its registry entry's case_options.
 _OPTIONS = {name: spec.case_options for name, spec in registry.REGISTRY.items()}
 
@@ -82,12 +84,14 @@ def _operands_of(op: str, options: dict) -> tuple[tuple[str, ...], tuple[str, ..
 
 
 def vector_elements(dtype, operand: str, *, weight: str = "same", grad_dtype: str | None = None,
-                    out_kind: str = "same") -> int:
+                    out_kind: str = "same", grad_output_kind: str = "same", backward: bool = False) -> int:
     """Elements of a 16-byte vector in ``operand``'s own dtype (an fp32 weight, LayerNorm's fp32 bias beside
     it, or fp32 parameter gradients beside 2-byte rows count 4): its offsets 0 .. this - 1 are every
     misalignment it can have. An fp32 output beside 2-byte rows (out_kind="float32") counts 8: its vector
-    of the rows' 8 elements is 32 bytes (plan.align_mask)."""
-    if operand == "out" and out_kind != "same":
+    of the rows' 8 elements is 32 bytes (plan.align_mask); so do a backward's fp32 weight (its columns
+    split in vectors of the rows' 8) and fp32 grad_output."""
+    if ((operand == "out" and out_kind != "same") or (operand == "grad_output" and grad_output_kind != "same")
+            or (backward and operand == "weight" and weight == "float32")):
         return dtypes.get(dtype).vec_elems
     fp32 = (operand in ("weight", "bias") and weight == "float32") or (operand in ("grad_weight", "grad_bias")
                                                                         and grad_dtype == "float32")
@@ -201,7 +205,8 @@ def misaligned(op, dtype, rows, hiddens, variants=(None,), **options) -> Iterato
     for hidden in hiddens:
         for name in pointers(op, **options):
             n = vector_elements(dtype, name, weight=options.get("weight", "same"), grad_dtype=options.get("grad_dtype"),
-                                out_kind=options.get("out_kind", "same"))
+                                out_kind=options.get("out_kind", "same"),
+                                grad_output_kind=options.get("grad_output_kind", "same"), backward=op in BACKWARD)
             for off in range(n):
                 for variant in variants:
                     yield case(op, dtype, rows, hidden, offsets={name: off}, variant=variant, **options)
@@ -299,18 +304,34 @@ def _gpu_forward(family: str, dtype: str, axis: str) -> Iterator[Case]:
         yield from in_place(family, dtype, 3)
 
 
+# Mixed precision beside bf16/fp16 rows: an fp32 weight with the rows' grad_output, and with an fp32 one.
+FP32_WEIGHT = ({"weight": "float32"}, {"weight": "float32", "grad_output_kind": "float32"})
+
+
 def _gpu_backward(op: str, dtype: str, axis: str) -> Iterator[Case]:
     layer_norm = op == "layer_norm_backward"
+    fp32 = FP32_WEIGHT if dtype != "float32" else ()
     if axis == "misaligned":
         yield from misaligned(op, dtype, 18, MISALIGNED_HIDDENS)  # two chunks of rows
+        for options in fp32:
+            yield from misaligned(op, dtype, 18, (769,), **options)
     elif axis == "mixed":
         yield from mixed(op, dtype)
+        for options in fp32:
+            yield from mixed(op, dtype, **options)
     elif axis == "sizes":
         yield from sizes(op, dtype, GPU_HIDDENS)
+        for options in fp32:
+            yield from sizes(op, dtype, (1, 9, 4096, 5125, 65537), **options)
     elif axis == "strided":
         yield from strided(op, dtype, (37,))
+        for options in fp32:
+            yield from strided(op, dtype, (37,), **options)
     elif axis == "many_rows":
         yield case(op, dtype, 70001, 9, offsets={"input": 1}, strides={"input": 11, "grad_output": 10})
+        for options in fp32:  # the staged kernel over chunks of rows (an aligned weight), and the other one
+            yield case(op, dtype, 3000, 4096, **options)
+            yield case(op, dtype, 3000, 4096, offsets={"weight": 4}, **options)
     elif axis == "in_place":
         for over in ("grad_output", "input"):
             yield from in_place(op, dtype, 17, over)
@@ -322,6 +343,8 @@ def _gpu_backward(op: str, dtype: str, axis: str) -> Iterator[Case]:
             yield case(op, dtype, 20, hidden, gemma=True)
             yield case(op, dtype, 20, hidden, offsets={"grad_weight": 1}, grad_dtype="float32")
             yield case(op, dtype, 20, hidden, offsets={"input": 1, "weight": 2}, gemma=True, grad_dtype="float32")
+            for options in fp32:
+                yield case(op, dtype, 20, hidden, offsets={"weight": 5, "grad_output": 3}, gemma=True, **options)
 
 
 GPU_AXES = ("misaligned", "mixed", "sizes", "strided", "many_rows", "options", "in_place")

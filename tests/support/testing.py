@@ -421,30 +421,36 @@ def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in
 
 def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=None, strides=None, in_place=None,
                         gemma=False, grad_dtype=None, rows_per_block=None, own_workspace=False, grad_bias=True,
-                        epsilon=1e-5, stream=None, pdl=None, weight="same") -> dict[str, np.ndarray]:
+                        epsilon=1e-5, stream=None, pdl=None, weight="same",
+                        grad_output_kind="same") -> dict[str, np.ndarray]:
     """One pyrms.rms_norm_backward (or layer_norm_backward) launch on guarded operands ('grad_output',
     'input', 'weight', 'grad_input', 'grad_weight', 'grad_bias'), every output compared bit for bit with
     the twin. in_place: 'grad_output' or 'input', the operand grad_input overwrites. own_workspace:
     pass a guarded workspace (its guards are checked) instead of the pooled one. grad_bias=False: a
     LayerNorm without bias (grad_bias=None). weight: "same" (random, of the dtype), "ones" (the dtype's,
-    every element 1) or "none" (weight=None, grad_weight=None: dx and LayerNorm's grad_bias only).
+    every element 1), "float32" (an fp32 weight beside bf16/fp16 rows: fp32 parameter gradients) or
+    "none" (weight=None, grad_weight=None: dx and LayerNorm's grad_bias only). grad_output_kind: "same",
+    or "float32" (an fp32 grad_output, beside an fp32 weight).
     Returns the outputs as computed, by name (grad_input as [rows, hidden]), for comparisons between
     launches."""
     from pyrms.ops.layer_norm import layer_norm_backward
     from pyrms.ops.rms_norm_backward import rms_norm_backward
 
-    if weight not in ("same", "ones", "none"):
-        raise ValueError(f"weight must be 'same', 'ones' or 'none' for the backward, got {weight!r}")
+    if weight not in ("same", "ones", "float32", "none"):
+        raise ValueError(f"weight must be 'same', 'ones', 'float32' or 'none' for the backward, got {weight!r}")
     dt = dtypes.get(dtype)
     weighted = weight != "none"
+    own_dtypes = {name: "float32" for name, kind in (("weight", weight), ("grad_output", grad_output_kind))
+                  if kind == "float32"}
     p = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype=grad_dtype, weight=weighted,
-                                grad_bias=grad_bias)
+                                    grad_bias=grad_bias, weight_dtype=own_dtypes.get("weight"),
+                                    grad_output_dtype=own_dtypes.get("grad_output"))
     # The twin's parameter gradients, in its order, and those this launch writes.
     sums = ("grad_weight",) * weighted + ("grad_bias",) * layer_norm
     params = tuple(name for name in sums if name != "grad_bias" or grad_bias)
     names = ("grad_output", "input") if in_place else ("grad_output", "input", "grad_input")
     ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=("weight",) * weighted + params,
-                    outputs=("grad_input", *params), out_dtype=p.grad_dtype)
+                    outputs=("grad_input", *params), out_dtype=p.grad_dtype, dtypes_of=own_dtypes)
     dy, x, w = ops["grad_output"], ops["input"], ops.get("weight")
     if weight == "ones":
         w.set_values(np.ones((1, hidden), dtype=dt.numpy))
@@ -454,13 +460,16 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
     with _closing(*ops.values(), *([ws] if ws else [])):
         want = bwd_twin.norm_backward_twin(dy.values(), x.values(), w.values()[0] if w else None, epsilon,
                                             block=p.block, fold=p.stats_fold, x_phases=phases(x),
-                                            weight_phase=int(phases(w)[0]) if w else 0, chunk_rows=p.chunk_rows,
+                                            # in the column split's vectors of the rows' vec_elems columns
+                                            weight_phase=w.index(0).start % dt.vec_elems if w else 0,
+                                            chunk_rows=p.chunk_rows,
                                             layer_norm=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype)
         wanted = dict(zip(sums, want[1:]))
         grads = {"grad_weight": None, "grad_bias": None, **{name: ops[name].ptr for name in params}}
         common = dict(dtype=dt, grad_output_stride=dy.stride, input_stride=x.stride, grad_input_stride=dx.stride,
                       grad_weight_dtype=p.grad_dtype if params else None, workspace=ws.ptr if ws else None,
-                      rows_per_block=rows_per_block, stream=stream, **_pdl(pdl))
+                      rows_per_block=rows_per_block, stream=stream, weight_dtype=own_dtypes.get("weight"),
+                      grad_output_dtype=own_dtypes.get("grad_output"), **_pdl(pdl))
         w_ptr = w.ptr if w else None
         if layer_norm:
             launch = lambda: layer_norm_backward(dx.ptr, grads["grad_weight"], grads["grad_bias"], dy.ptr, x.ptr, w_ptr,
@@ -473,7 +482,8 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
                            strides, in_place=in_place, gemma=gemma, grad_dtype=grad_dtype,
                            rows_per_block=rows_per_block, own_workspace=own_workspace,
                            no_grad_bias=layer_norm and not grad_bias, pdl=pdl,
-                           weight=None if weight == "same" else weight),
+                           weight=None if weight == "same" else weight,
+                           grad_output=None if grad_output_kind == "same" else grad_output_kind),
                     launch, outputs={"grad_input": (dx, want[0]), **{name: (ops[name], wanted[name][None]) for name in params}},
                     inputs=inputs, scratch={"workspace": ws} if ws else None)
         return {"grad_input": dx.device_values(), **{name: ops[name].download()[ops[name].index(0)] for name in params}}
@@ -725,7 +735,7 @@ def checker_call(case) -> tuple:
     return check_norm_backward, dict(
         shared, layer_norm=layer_norm, offsets=offsets, strides=strides, in_place=opt("in_place"),
         gemma=opt("gemma"), grad_dtype=opt("grad_dtype"), rows_per_block=opt("rows_per_block"),
-        own_workspace=opt("own_workspace"), grad_bias=opt("grad_bias"))
+        own_workspace=opt("own_workspace"), grad_bias=opt("grad_bias"), grad_output_kind=opt("grad_output_kind"))
 
 
 def check_case(rng, case, *, stream=None):

@@ -162,7 +162,8 @@ def layer_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_
                         dtype: DTypeLike | None = None, grad_output_stride: int | None = None,
                         input_stride: int | None = None, grad_input_stride: int | None = None,
                         grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
-                        rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = True) -> None:
+                        rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = True,
+                        weight_dtype: DTypeLike | None = None, grad_output_dtype: DTypeLike | None = None) -> None:
     """The gradients of ``y = layer_norm(input, weight, bias)`` for the upstream gradient ``grad_output``:
 
         x_hat = (x - mean) * r,  g = weight * dy
@@ -177,8 +178,10 @@ def layer_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_
 
     mean and r recomputed per row exactly as ``layer_norm`` computes them. grad_weight and grad_bias
     are summed in fp32 in a fixed order (bitwise reproducible for every ``rows_per_block``), written in
-    the dtype or, with ``grad_weight_dtype='float32'`` (or float32 arrays), in fp32; both get the same
-    dtype. Arguments, in-place rules, the workspace and ``pdl`` as in ``pyrms.rms_norm_backward``, with
+    the weight's dtype or, with ``grad_weight_dtype='float32'`` (or float32 arrays), in fp32; both get the
+    same dtype. Mixed precision as in ``pyrms.rms_norm_backward``: a float32 weight beside bf16/fp16 rows
+    (``weight_dtype='float32'`` for a raw pointer; ``layer_norm``'s fp32 gamma and beta), both gradients then
+    float32, and optionally a float32 ``grad_output`` (``grad_output_dtype='float32'``). Arguments, in-place rules, the workspace and ``pdl`` as in ``pyrms.rms_norm_backward``, with
     ``pyrms.backward_workspace_bytes(num_tokens, hidden_size, layer_norm=True)`` bytes of workspace
     (``weight=False`` and ``grad_bias=`` for a backward without weight).
     """
@@ -187,4 +190,4 @@ def layer_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_
                   hidden_size=hidden_size, dtype=dtype, grad_output_stride=grad_output_stride,
                   input_stride=input_stride, grad_input_stride=grad_input_stride, gemma=False,
                   grad_weight_dtype=grad_weight_dtype, workspace=workspace, rows_per_block=rows_per_block,
-                  stream=stream, pdl=pdl)
+                  stream=stream, pdl=pdl, weight_dtype=weight_dtype, grad_output_dtype=grad_output_dtype)

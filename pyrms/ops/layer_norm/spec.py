@@ -50,7 +50,8 @@ LAYER_NORM_BACKWARD = OpSpec(
                     {"grad_bias": True}),
     twin="pyrms.ops.rms_norm_backward.twin",
     check="backward", operands=backward_operands(True),
-    case_options=COMMON_CASE_OPTIONS + ("in_place", "grad_bias", "grad_dtype", "rows_per_block", "own_workspace"),
+    case_options=COMMON_CASE_OPTIONS + ("in_place", "grad_bias", "grad_dtype", "rows_per_block", "own_workspace",
+                                      "grad_output_kind"),
     random=True)
 
 SPECS = (LAYER_NORM, LAYER_NORM_BACKWARD)

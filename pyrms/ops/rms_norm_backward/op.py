@@ -12,7 +12,8 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
                       grad_output_stride: int | None = None, input_stride: int | None = None,
                       grad_input_stride: int | None = None, gemma: bool = False,
                       grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
-                      rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = True) -> None:
+                      rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = True,
+                      weight_dtype: DTypeLike | None = None, grad_output_dtype: DTypeLike | None = None) -> None:
     """The gradients of ``y = rms_norm(input, weight)`` for the upstream gradient ``grad_output``:
 
         r = 1 / sqrt(mean(x^2) + epsilon),  x_hat = x * r,  g = weight * dy   (1 + weight with gemma)
@@ -34,8 +35,15 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
     dimension, each with its own row stride (``*_stride``, default: the array's, or hidden_size);
     weight, grad_weight: [hidden_size]. Any element alignment of any pointer. grad_input may be
     grad_output or input (in place); everything else must be disjoint. grad_weight is written in the
-    dtype, or in float32 with ``grad_weight_dtype='float32'`` (or a float32 array). ``dtype``,
+    weight's dtype, or in float32 with ``grad_weight_dtype='float32'`` (or a float32 array). ``dtype``,
     ``stream``, ``epsilon``, ``pdl``: as in ``pyrms.rms_norm`` (``pdl`` applies to both launches).
+
+    Mixed precision (bfloat16 or float16 rows): ``weight`` float32 (fp32 master weights: a float32 array,
+    or ``weight_dtype='float32'`` for a raw pointer), grad_weight then float32; and ``grad_output`` float32
+    too if wished (a float32 array, or ``grad_output_dtype='float32'``: the gradient of the float32 output
+    that ``rms_norm`` writes with such a weight and ``out_dtype='float32'``). Both are read exactly, so the
+    arithmetic is the one above; grad_input stays in the rows' dtype (not in place over a float32
+    grad_output).
 
     Workspace: ``pyrms.backward_workspace_bytes(num_tokens, hidden_size)`` bytes of fp32 scratch (pass
     it ``rows_per_block=`` too when you pass one here; none without a weight). By
@@ -54,4 +62,4 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
                   hidden_size=hidden_size, dtype=dtype, grad_output_stride=grad_output_stride,
                   input_stride=input_stride, grad_input_stride=grad_input_stride, gemma=gemma,
                   grad_weight_dtype=grad_weight_dtype, workspace=workspace, rows_per_block=rows_per_block,
-                  stream=stream, pdl=pdl)
+                  stream=stream, pdl=pdl, weight_dtype=weight_dtype, grad_output_dtype=grad_output_dtype)

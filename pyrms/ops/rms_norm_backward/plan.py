@@ -71,13 +71,24 @@ def _sum_partials(dtype: dtypes.DType) -> dict[str, None]:
     return dict.fromkeys(f"pyrms::sum_partials_kernel<{d.ctype}>" for d in (dtype, dtypes.FLOAT32))
 
 
-def _backward_group(dtype: dtypes.DType, centered: bool, weightless: bool) -> tuple[str, ...]:
-    """The backward kernels of one dtype and weight kind: every V, gemma (RMSNorm with a weight) and
-    dbias (LayerNorm without a weight) variant, and the sums over rows where any variant has them."""
-    variants = [NormBackwardPlan(dtype, 0, 32, v, centered, g, dtype, weightless=weightless, grad_bias=b)
-                for v in (0, *BACKWARD_VECTORS)
+# The weight kinds of a backward (a compile unit each): of the rows' dtype, float32 beside bf16/fp16 rows
+# (with an fp32 or a rows'-dtype grad_output), none.
+WEIGHT_KINDS = ("same", "float32", "none")
+
+
+def _backward_group(dtype: dtypes.DType, centered: bool, weight: str) -> tuple[str, ...]:
+    """The backward kernels of one dtype and weight kind: every V, gemma (RMSNorm with a weight), dbias
+    (LayerNorm without a weight) and grad_output dtype (fp32 weights) variant, and the sums over rows
+    where any variant has them. The register-cached V > 0 variants (tuning candidates) are compiled for
+    weights of the rows' dtype only."""
+    weightless, fp32 = weight == "none", weight == "float32"
+    grad_dtype = dtypes.FLOAT32 if fp32 else dtype
+    variants = [NormBackwardPlan(dtype, 0, 32, v, centered, g, grad_dtype, weightless=weightless, grad_bias=b,
+                                 fp32_weight=fp32, fp32_grad_output=d)
+                for v in ((0,) if fp32 else (0, *BACKWARD_VECTORS))
                 for g in ((False,) if centered or weightless else (False, True))
-                for b in ((True, False) if centered and weightless else (True,))]
+                for b in ((True, False) if centered and weightless else (True,))
+                for d in ((False, True) if fp32 else (False,))]
     sums = _sum_partials(dtype) if any(p.params for p in variants) else {}
     staged = dict.fromkeys(p.staged_expression for p in variants)
     return tuple(p.expression for p in variants) + tuple(staged) + tuple(sums)
@@ -89,7 +100,9 @@ class NormBackwardPlan(KernelPlan):
 
     weightless: no weight (every weight 1, the kernels' W = void): dx only, no dweight; its columns
     split as a 16-byte aligned weight's, so dx is bitwise a weighted backward's with such a weight of
-    ones. grad_bias: whether a LayerNorm without weight sums grad_bias (with a weight the kernel always
+    ones. fp32_weight: a float32 weight beside bf16/fp16 rows (W = float; the parameter gradients in
+    float32); fp32_grad_output: grad_output in float32 (G = float, the gradient of the float32 output such
+    a weight gives), with fp32_weight only. Both are read exactly, so neither changes the arithmetic. grad_bias: whether a LayerNorm without weight sums grad_bias (with a weight the kernel always
     does: one variant, the launch sums the plane only when asked). Nothing summed (RMSNorm without a
     weight, LayerNorm without weight and grad_bias): no workspace and no second kernel."""
 
@@ -105,8 +118,19 @@ class NormBackwardPlan(KernelPlan):
     grad_bias: bool = True  # LayerNorm without a weight only (see above)
     threads: int = 0  # the staged kernel's threads per block (0: no staged kernel)
     stages: int = 0  # the staged kernel's row buffers (0: no staged kernel)
+    fp32_weight: bool = False
+    fp32_grad_output: bool = False
 
     def __post_init__(self):
+        if self.fp32_weight and (self.weightless or self.dtype.itemsize != 2 or self.grad_dtype is not dtypes.FLOAT32):
+            raise ValueError(f"a float32 weight goes beside bfloat16 or float16 rows, with float32 parameter gradients; "
+                             f"got {self.dtype.name} rows, grad_dtype {self.grad_dtype.name}"
+                             + (", no weight" if self.weightless else ""))
+        if self.fp32_grad_output and not self.fp32_weight:
+            raise ValueError("a float32 grad_output goes with a float32 weight beside bfloat16 or float16 rows (the "
+                             "float32 output such a weight gives)")
+        if self.fp32_weight and self.vectors:
+            raise ValueError("the register-cached backward (vectors > 0) is compiled for weights of the rows' dtype only")
         if self.vectors and self.stats_fold > self.block:  # row_core.cuh: only re-reading rows fold wider
             raise ValueError(f"a backward that keeps {self.vectors} vectors per thread needs at least the fold's "
                              f"{self.stats_fold} threads, got {self.block}")
@@ -136,11 +160,16 @@ class NormBackwardPlan(KernelPlan):
         return contract("norm_backward.cuh", "sum_partials_kernel")
 
     @property
+    def _type_args(self) -> dict[str, str]:
+        """The weight's (W) and grad_output's (G) template arguments, where they are not the rows' dtype."""
+        args = {"W": "void"} if self.weightless else {"W": "float"} if self.fp32_weight else {}
+        return {**args, "G": "float"} if self.fp32_grad_output else args
+
+    @property
     def expression(self) -> str:
-        weight = {"W": "void"} if self.weightless else {}
         if self.centered:  # DBIAS: without a weight, whether dbias is summed (always with one)
-            return self.contract.expression(T=self.dtype.ctype, V=self.vectors, **weight, DBIAS=self.sums_bias)
-        return self.contract.expression(T=self.dtype.ctype, V=self.vectors, GEMMA=self.gemma, **weight)
+            return self.contract.expression(T=self.dtype.ctype, V=self.vectors, DBIAS=self.sums_bias, **self._type_args)
+        return self.contract.expression(T=self.dtype.ctype, V=self.vectors, GEMMA=self.gemma, **self._type_args)
 
     @property
     def staged_contract(self) -> Contract:
@@ -151,20 +180,28 @@ class NormBackwardPlan(KernelPlan):
     @property
     def staged_expression(self) -> str:
         """The staged kernel of the same variant."""
-        weight = {"W": "void"} if self.weightless else {}
         if self.centered:
-            return self.staged_contract.expression(T=self.dtype.ctype, **weight, DBIAS=self.sums_bias)
-        return self.staged_contract.expression(T=self.dtype.ctype, GEMMA=self.gemma, **weight)
+            return self.staged_contract.expression(T=self.dtype.ctype, DBIAS=self.sums_bias, **self._type_args)
+        return self.staged_contract.expression(T=self.dtype.ctype, GEMMA=self.gemma, **self._type_args)
 
     def staged_slots(self, rows_per_block: int) -> int:
         """Row buffers of the staged kernel's shared memory: its stages, or a block's rows if fewer."""
         return min(self.stages, rows_per_block)
 
+    @property
+    def weight_itemsize(self) -> int:
+        """Bytes per weight element (0: no weight)."""
+        return 0 if self.weightless else 4 if self.fp32_weight else self.dtype.itemsize
+
+    @property
+    def grad_output_itemsize(self) -> int:
+        return 4 if self.fp32_grad_output else self.dtype.itemsize
+
     def staged_shared_bytes(self, slots: int) -> int:
         """Dynamic shared memory of the staged kernel with `slots` row slots: the chunk's column sums,
         the weight, and per slot a row of x and one of dy."""
-        item = self.dtype.itemsize
-        return self.hidden * (4 * self.params + (0 if self.weightless else item) + 2 * item * slots)
+        row = self.dtype.itemsize + self.grad_output_itemsize
+        return self.hidden * (4 * self.params + self.weight_itemsize + row * slots)
 
     @property
     def sum_expression(self) -> str:
@@ -173,7 +210,12 @@ class NormBackwardPlan(KernelPlan):
     @property
     def group(self) -> tuple[str, ...]:
         """The compile unit: every backward variant of the dtype and weight kind, and the sums over rows."""
-        return _backward_group(self.dtype, self.centered, self.weightless)
+        return _backward_group(self.dtype, self.centered, self.weight_kind)
+
+    @property
+    def weight_kind(self) -> str:
+        """WEIGHT_KINDS: the compile unit's weight."""
+        return "none" if self.weightless else "float32" if self.fp32_weight else "same"
 
     @cached_property
     def sums_bias(self) -> bool:
@@ -218,18 +260,31 @@ class NormBackwardPlan(KernelPlan):
 
 
 def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: bool = False,
-                       grad_dtype=None, weight: bool = True, grad_bias: bool = True) -> NormBackwardPlan:
+                       grad_dtype=None, weight: bool = True, grad_bias: bool = True, weight_dtype=None,
+                       grad_output_dtype=None) -> NormBackwardPlan:
     """weight=False: no weight (weight=None); grad_bias=False: LayerNorm without a weight sums no
-    grad_bias either (NormBackwardPlan says what each sums)."""
+    grad_bias either (NormBackwardPlan says what each sums). weight_dtype: None or the dtype (the
+    default), or float32 beside bf16/fp16 rows (then grad_dtype, by default the weight's, must be
+    float32); grad_output_dtype: None or the dtype, or float32 beside a float32 weight."""
     dt = dtypes.get(dtype)
-    gdt = dt if grad_dtype is None else dtypes.get(grad_dtype)
-    if gdt not in (dt, dtypes.FLOAT32):
-        raise ValueError(f"grad_dtype must be {dt.name} or float32, got {gdt.name}")
+    wdt = dt if weight_dtype is None else dtypes.get(weight_dtype)
+    if wdt not in (dt, dtypes.FLOAT32) or (wdt is not dt and dt.itemsize != 2):
+        raise ValueError(f"weight_dtype must be {dt.name}" + (" or float32" if dt.itemsize == 2 else "")
+                         + f", got {wdt.name}")
+    fp32_weight = weight and wdt is not dt
+    gdt = (dtypes.FLOAT32 if fp32_weight else dt) if grad_dtype is None else dtypes.get(grad_dtype)
+    if gdt not in (wdt, dtypes.FLOAT32):
+        raise ValueError(f"grad_dtype must be {wdt.name}" + ("" if wdt is dtypes.FLOAT32 else " or float32")
+                         + f", got {gdt.name}")
+    odt = dt if grad_output_dtype is None else dtypes.get(grad_output_dtype)
+    if odt is not dt and not (fp32_weight and odt is dtypes.FLOAT32):
+        raise ValueError(f"grad_output_dtype must be {dt.name}" + (" or float32 (beside a float32 weight)" if fp32_weight
+                                                                   else "") + f", got {odt.name}")
     if layer_norm and gemma:
         raise ValueError("gemma applies to RMSNorm only")
     block, vectors = backward_block(dt, hidden), 0
     p = NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt, weightless=not weight,
-                         grad_bias=bool(grad_bias))
+                         grad_bias=bool(grad_bias), fp32_weight=fp32_weight, fp32_grad_output=odt is not dt)
     if hidden % dt.vec_elems == 0:
         threads = min(BACKWARD_STAGED_THREADS, -(-(hidden // dt.vec_elems) // 32) * 32)
         for stages in range(BACKWARD_STAGES, 1, -1):  # as many buffers as fit, at least two

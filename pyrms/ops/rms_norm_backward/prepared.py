@@ -41,27 +41,28 @@ class Prepared:
     """One (device, op, dtypes, hidden, strides, options) of a backward pass, resolved once: the plan,
     both kernels (kernel 1 alone where nothing is summed over rows), the shared-memory opt-in and the
     pointer checks. weightless: no weight (its pointer is 0, never read), no grad_weight; grad_bias:
-    LayerNorm's grad_bias is asked for."""
+    LayerNorm's grad_bias is asked for; weight_dtype, grad_output_dtype: None for the rows' dtype."""
 
-    __slots__ = ("device", "plan", "rows_kernel", "staged_kernel", "staged_shared", "sum_kernel", "hidden", "strides", "rows_per_block", "max_rows", "pointers",
-                 "itemsize", "weightless", "pdl", "placed")
+    __slots__ = ("device", "plan", "rows_kernel", "staged_kernel", "staged_shared", "sum_kernel", "hidden", "strides",
+                 "rows_per_block", "max_rows", "pointers", "weight_item", "staged_masks", "weightless", "pdl", "placed")
 
     def __init__(self, device, layer_norm, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
-                 input_stride, gemma, rows_per_block, weightless, grad_bias, pdl):
+                 input_stride, gemma, rows_per_block, weightless, grad_bias, pdl, weight_dtype=None,
+                 grad_output_dtype=None):
         self.device = device
         self.pdl = use_pdl(device, pdl)
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-        pdt = dt if grad_weight_dtype is None else dtypes.get(grad_weight_dtype)
-        if pdt not in (dt, dtypes.FLOAT32):
-            raise ValueError(f"grad_weight dtype must be {dt.name} (the dtype) or float32, got {pdt.name}")
         self.strides = tuple(check.stride_arg(name, value, hidden) for name, value in (
             ("grad_input_stride", grad_input_stride), ("grad_output_stride", grad_output_stride),
             ("input_stride", input_stride)))
         grad_bias = bool(layer_norm and grad_bias)
         self.weightless = weightless = bool(weightless)
-        p = self.plan = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
-                                                   weight=not weightless, grad_bias=grad_bias)
+        p = self.plan = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma),
+                                                   grad_dtype=grad_weight_dtype, weight=not weightless,
+                                                   grad_bias=grad_bias, weight_dtype=weight_dtype,
+                                                   grad_output_dtype=grad_output_dtype)
+        pdt, go_item = p.grad_dtype, p.grad_output_itemsize
         self.rows_per_block = rows_per_block_arg(rows_per_block, p.chunk_rows)  # None: planned per call
         self.rows_kernel = launch.get_kernel(p.source, p.expression, p.group, p.signature, device)
         params = int(not weightless) + int(grad_bias)  # the parameter gradients written, in plane order
@@ -70,13 +71,16 @@ class Prepared:
             # counts against the 48 KiB default too, so 48 KiB of sums alone may already not fit (found by
             # the randomized check: fp32, hidden 12280, 49,120 bytes of sums failed with INVALID_VALUE)
             self.rows_kernel.set_max_dynamic_shared(bwd_plan.SHARED_SUMS_LIMIT)
-        self.hidden, self.itemsize = hidden, dt.itemsize
+        self.hidden, self.weight_item = hidden, p.weight_itemsize or dt.itemsize
         # The staged kernel, where planned and every row shares the first's alignment (strides of whole
-        # vectors): taken per call when every pointer is 16-byte aligned (norm_backward_staged).
+        # 16-byte vectors): taken per call when grad_input, grad_output and input are 16-byte aligned and
+        # the weight starts a vector of the column split (16 bytes of a weight of the dtype, 32 of an fp32
+        # one: norm_backward_staged splits at phase 0).
         self.staged_kernel = None
+        self.staged_masks = (15, 15, 15, self.weight_item * dt.vec_elems - 1)
         # The staged kernel's dynamic shared memory by rows per block, resolved at the first call of each.
         self.staged_shared: dict[int, int] = {}
-        if p.stages and all(s % (16 // dt.itemsize) == 0 for s in self.strides):
+        if p.stages and all(s * item % 16 == 0 for s, item in zip(self.strides, (dt.itemsize, go_item, dt.itemsize))):
             self.staged_kernel = launch.get_kernel(p.source, p.staged_expression, p.group, p.staged_contract.signature,
                                                    device)
             self.staged_kernel.set_max_dynamic_shared(bwd_plan.STAGED_SHARED_LIMIT)
@@ -85,8 +89,8 @@ class Prepared:
         # grad_input, grad_output, input, the weight (if any), then the parameter gradients: what is
         # written (grad_input and the parameter gradients) is disjoint from everything else, but
         # grad_input may be exactly grad_output or input.
-        vectors = [(dt.itemsize, 0)] * (not weightless) + [(pdt.itemsize, 0)] * params
-        operands = [(dt.itemsize, gi), (dt.itemsize, go), (dt.itemsize, x), *vectors]
+        vectors = [(self.weight_item, 0)] * (not weightless) + [(pdt.itemsize, 0)] * params
+        operands = [(dt.itemsize, gi), (go_item, go), (dt.itemsize, x), *vectors]
         first_param = len(operands) - params
         written = [0, *range(first_param, len(operands))]
         pairs = [(i, j, (i, j) in ((0, 1), (0, 2))) for i in written for j in range(len(operands))
@@ -105,13 +109,15 @@ class Prepared:
         if placed is not None and not placed.ok(pointers, handle):
             return False
         gi_stride, go_stride, x_stride = self.strides
-        staged = self.staged_kernel is not None and not (grad_input | grad_output | input | weight) & 15
+        m_gi, m_go, m_x, m_w = self.staged_masks
+        staged = self.staged_kernel is not None and not (grad_input & m_gi or grad_output & m_go or input & m_x
+                                                         or weight & m_w)
         rows_per_block = self.rows_per_block or p.rows_per_block(num_tokens, staged)
         # One row per block: kernel 1 writes each row's terms, kernel 2 makes the chunks of them.
         ws_chunk, group = (1, p.chunk_rows) if rows_per_block == 1 else (p.chunk_rows, 1)
         ws_rows = p.workspace_rows(num_tokens, rows_per_block)
-        # Where column 0 sits in a workspace row: the weight's phase (0 without one, as the kernel splits then).
-        weight_phase = weight // self.itemsize % (16 // self.itemsize)
+        # Where column 0 sits in a workspace row: the weight's phase in the column split (0 without one).
+        weight_phase = weight // self.weight_item % p.dtype.vec_elems
         needed = p.workspace_bytes(num_tokens, rows_per_block)  # 0 where nothing is summed: none borrowed
         borrowed = contextlib.nullcontext(workspace or 0) if workspace or not needed else _workspace.borrowed(
             self.device, handle, needed)
@@ -158,13 +164,14 @@ def parameter_gradients(layer_norm: bool, weight, grad_weight, grad_bias, grad_w
 
 def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon,
                   num_tokens, hidden_size, dtype, grad_output_stride, input_stride, grad_input_stride, gemma,
-                  grad_weight_dtype, workspace, rows_per_block, stream, pdl):
+                  grad_weight_dtype, workspace, rows_per_block, stream, pdl, weight_dtype=None, grad_output_dtype=None):
     params = parameter_gradients(layer_norm, weight, grad_weight, grad_bias, grad_weight_dtype)
     grads = tuple(params.values())
     if (type(grad_input) is int and type(grad_output) is int and type(input) is int
             and (weight is None or type(weight) is int) and all(type(g) is int for g in grads) and workspace is None):
         static = (layer_norm, dtype, grad_weight_dtype, hidden_size, grad_input_stride, grad_output_stride,
-                  input_stride, gemma, rows_per_block, weight is None, "grad_bias" in params, pdl)
+                  input_stride, gemma, rows_per_block, weight is None, "grad_bias" in params, pdl, weight_dtype,
+                  grad_output_dtype)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(grad_input, grad_output, input, weight or 0, grads, epsilon, num_tokens,
                                              stream, None):
@@ -176,37 +183,57 @@ def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output
             rows=[("grad_output", grad_output, grad_output_stride, "grad_output_stride", False),
                   ("input", input, input_stride, "input_stride", False),
                   ("grad_input", grad_input, grad_input_stride, "grad_input_stride", True)],
-            vectors=[] if weight is None else [("weight", weight)])
+            vectors=[] if weight is None else [("weight", weight)], mixed=("weight", "grad_output"))
         if not num_tokens:
             return
-        (grad_output, grad_output_stride), (input, input_stride), (grad_input, grad_input_stride) = (
+        (grad_output, grad_output_stride, go_dtype), (input, input_stride), (grad_input, grad_input_stride) = (
             found[name] for name in ("grad_output", "input", "grad_input"))
-        weight = None if weight is None else found["weight"][0]
+        grad_output_dtype = check.dtype_operand("grad_output", go_dtype, grad_output_dtype)
+        if weight is not None:
+            weight, _, w_dtype = found["weight"]
+            weight_dtype = check.dtype_operand("weight", w_dtype, weight_dtype)
         dtype = dt
     _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
-             stream, pdl)
+             stream, pdl, weight_dtype, grad_output_dtype)
 
 
 def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
-             stream, pdl):
+             stream, pdl, weight_dtype, grad_output_dtype):
     """Every check with its message (the rows and the weight are raw pointers by now; the parameter
     gradients, by name, may still be arrays), then the prepared launch on the pointers."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
     eps = check.epsilon(epsilon)
     weightless = weight is None
-    dt, pdt, r = check.layout(num_tokens, hidden, dtype,
-                              rows={"grad_input": (grad_input, grad_input_stride, "grad_input_stride"),
-                                    "grad_output": (grad_output, grad_output_stride, "grad_output_stride"),
-                                    "input": (input, input_stride, "input_stride")},
-                              vectors={} if weightless else {"weight": weight}, params=params,
-                              params_dtype=grad_weight_dtype)
+    if weightless:
+        check.no_weight(weight_dtype)
+    dt0 = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+    # The plan names what may be float32 beside the rows (the weight, then grad_output) before any pointer is read.
+    p0 = bwd_plan.plan_norm_backward(dt0, 1, layer_norm=layer_norm, weight=not weightless, grad_bias="grad_bias" in params,
+                                    weight_dtype=None if weightless else weight_dtype, grad_output_dtype=grad_output_dtype)
+    if p0.fp32_weight and grad_weight_dtype is not None and dtypes.get(grad_weight_dtype) is not dtypes.FLOAT32:
+        raise ValueError(f"grad_weight_dtype must be float32 beside a float32 weight (the parameter gradients take "
+                         f"the weight's dtype), got {dtypes.get(grad_weight_dtype).name}")
+    rows = {"grad_input": (grad_input, grad_input_stride, "grad_input_stride"),
+            "input": (input, input_stride, "input_stride")}
+    own_dy = {"grad_output": (grad_output, grad_output_stride, "grad_output_stride")}
+    if not p0.fp32_grad_output:
+        rows.update(own_dy)
+    # An fp32 weight is a [hidden] vector of the parameter gradients' float32, read beside them.
+    vectors = {} if weightless else {"weight": weight}
+    dt, pdt, r = check.layout(num_tokens, hidden, dtype, rows=rows, vectors={} if p0.fp32_weight else vectors,
+                              params={**vectors, **params} if p0.fp32_weight else params,
+                              params_dtype=dtypes.FLOAT32 if p0.fp32_weight else grad_weight_dtype)
+    if p0.fp32_grad_output:
+        check.in_place_dtypes(grad_input, grad_output, dt, dtypes.FLOAT32, "grad_output", "grad_input")
+        r.update(check.layout(num_tokens, hidden, dtypes.FLOAT32, rows=own_dy, vectors={})[2])
     strides = (r["grad_input"].stride, r["grad_output"].stride, r["input"].stride)
     grad_bias = "grad_bias" in params
     p = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
-                                   weight=not weightless, grad_bias=grad_bias)
+                                   weight=not weightless, grad_bias=grad_bias, weight_dtype=_float32(p0.fp32_weight),
+                                   grad_output_dtype=_float32(p0.fp32_grad_output))
     per_call = rows_per_block_arg(rows_per_block, p.chunk_rows)
     own = None if workspace is None else check.workspace(workspace, p.workspace_bytes(num_tokens, per_call))
     check.disjoint([r["grad_input"], *(r[name] for name in params)],
@@ -217,7 +244,12 @@ def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon
     pointers = {name: region.ptr for name, region in r.items()}
     _placement.check(device, {**pointers, "workspace": own.ptr} if own else pointers, stream)
     prepared = _prepared.require(layer_norm, dt, pdt, hidden, *strides, gemma, rows_per_block, weightless, grad_bias,
-                                 pdl)
+                                 pdl, _float32(p.fp32_weight), _float32(p.fp32_grad_output))
     launched = prepared(r["grad_input"].ptr, r["grad_output"].ptr, r["input"].ptr, 0 if weightless else r["weight"].ptr,
                         tuple(r[name].ptr for name in params), eps, num_tokens, stream, own.ptr if own else None)
     assert launched, "the checks above accept what the prepared launch declines"
+
+
+def _float32(flag: bool) -> str | None:
+    """A plan's fp32 flag as the dtype argument that asks for it (None: the rows' dtype)."""
+    return "float32" if flag else None

@@ -69,7 +69,9 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
     """Bit-exact twin of rms_norm_backward.cu / layer_norm_backward_kernel and sum_partials_kernel.
 
     Returns (dx, dweight) for RMSNorm, (dx, dweight, dbias) for LayerNorm; dx in the storage dtype,
-    the parameter gradients in grad_dtype (default: the storage dtype). block: the launch's threads per
+    the parameter gradients in grad_dtype (default: the weight's dtype, or the storage dtype without one).
+    The weight may be float32 beside bf16/fp16 rows and dy float32 (both read exactly: the same arithmetic);
+    weight_phase is then the weight's phase in vectors of the rows' vec_elems columns (32 bytes). block: the launch's threads per
     block (the tree of the row sums of x_hat * g and g); fold: the statistics' fold width (the forward's
     block, NormBackwardPlan.stats_fold); x_phases: each input row's phase (the statistics' order);
     weight_phase: the weight's (the order of the row sums of x_hat * g and g); chunk_rows: the plan's.
@@ -98,5 +100,5 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
             g = g - thread_sums_twin(g, block, weight_phase, dt.vec_elems)[:, None] / F32(hidden)
         dx = (inv[:, None] * (g - x_hat * dot_mean[:, None])).astype(dt.numpy)
         terms = ([] if weight is None else [dyf * x_hat]) + ([dyf] if layer_norm else [])
-    out = dtypes.get(grad_dtype).numpy if grad_dtype is not None else dt.numpy
+    out = dtypes.get(grad_dtype if grad_dtype is not None else dt if weight is None else np.asarray(weight).dtype).numpy
     return (dx, *(sum_partials_twin(chunk_sums_twin(t, chunk_rows)).astype(out) for t in terms))

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 import pyrms
-from tests.support.hostile_cases import environment
-from pyrms import dtypes, launch
+from pyrms import dtypes
 from pyrms.tensor import Tensor
 from tests.support.testing import bits
 from tests.support.validation_calls import A, B, D, E, backward
@@ -164,31 +163,6 @@ def test_validation_of_what_has_no_meaning_without_a_weight():
 
 
 # --- launches over the fake driver ----------------------------------------------------------------------
-
-@pytest.fixture
-def recorded(monkeypatch):
-    """A fake device whose launches are recorded as (kernel expression, grid, block, shared bytes, args)
-    instead of run; yields (that list, the fake driver)."""
-    from pyrms import driver
-
-    calls = []
-    with environment("device"):
-        real_get = launch.get_kernel  # the environment's: a Kernel of handle 0xF00D, whatever the expression
-        expressions = {}
-
-        def get(source, expression, group, signature, device=None):
-            kernel = real_get(source, expression, group, signature, device)
-            expressions[id(kernel)] = expression
-            return kernel
-
-        def launch_kernel(self, grid, block, args, stream=None, shared_bytes=0, pdl=False):
-            calls.append((expressions[id(self)], grid, block, shared_bytes, tuple(args)))
-
-        monkeypatch.setattr(launch, "get_kernel", get)
-        monkeypatch.setattr(launch.Kernel, "launch", launch_kernel)
-        yield calls, driver._memory._cu  # the fake, as every driver module holds it (tests/support/fake_driver.py)
-        monkeypatch.undo()
-
 
 def _pool_allocations(fake) -> list[int]:
     return [args[0] for name, args in fake.calls if name == "cuMemAllocFromPoolAsync"]

@@ -1,0 +1,30 @@
+"""Fixtures of the backward's CPU tests."""
+import pytest
+
+from pyrms import launch
+from tests.support.hostile_cases import environment
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """A fake device whose launches are recorded as (kernel expression, grid, block, shared bytes, args)
+    instead of run; yields (that list, the fake driver)."""
+    from pyrms import driver
+
+    calls = []
+    with environment("device"):
+        real_get = launch.get_kernel  # the environment's: a Kernel of handle 0xF00D, whatever the expression
+        expressions = {}
+
+        def get(source, expression, group, signature, device=None):
+            kernel = real_get(source, expression, group, signature, device)
+            expressions[id(kernel)] = expression
+            return kernel
+
+        def launch_kernel(self, grid, block, args, stream=None, shared_bytes=0, pdl=False):
+            calls.append((expressions[id(self)], grid, block, shared_bytes, tuple(args)))
+
+        monkeypatch.setattr(launch, "get_kernel", get)
+        monkeypatch.setattr(launch.Kernel, "launch", launch_kernel)
+        yield calls, driver._memory._cu  # the fake, as every driver module holds it (tests/support/fake_driver.py)
+        monkeypatch.undo()
