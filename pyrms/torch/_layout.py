@@ -31,12 +31,14 @@ def dtype_name(dtype: torch.dtype, name: str = "x") -> str:
     return found
 
 
-def check_meta(x: torch.Tensor, vectors: dict, rows: dict | None = None, float32_rows: tuple = ()) -> str:
+def check_meta(x: torch.Tensor, vectors: dict, rows: dict | None = None, float32_rows: tuple = (),
+               mixed_vectors: tuple = ()) -> str:
     """The checks that need no data and no device, made by the fake (meta) implementations too:
     ``x`` is a tensor of a supported dtype with at least one dimension; each of ``rows`` (name ->
     tensor) has x's shape and dtype (or float32, for those named in ``float32_rows``: an fp32
-    residual); each of ``vectors`` (name -> tensor or None) is a contiguous [hidden] tensor of x's
-    dtype. Returns x's pyrms dtype name."""
+    residual, the gradient of an fp32 output); each of ``vectors`` (name -> tensor or None) is a
+    contiguous [hidden] tensor of x's dtype (of any supported dtype for those named in ``mixed_vectors``:
+    fp32 master weights beside bf16 activations). Returns x's pyrms dtype name."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     name = dtype_name(x.dtype)
@@ -56,7 +58,9 @@ def check_meta(x: torch.Tensor, vectors: dict, rows: dict | None = None, float32
             continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{other} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != x.dtype:
+        if other in mixed_vectors:
+            dtype_name(t.dtype, other)
+        elif t.dtype != x.dtype:
             raise TypeError(f"{other} has dtype {t.dtype}, but x has {x.dtype}: pyrms computes in one dtype, "
                             f"so convert it ({other}.to({x.dtype}))")
         if t.dim() != 1 or t.shape[0] != hidden:
@@ -151,7 +155,19 @@ def empty_rows_like(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.
     return torch.empty_like(x, dtype=dtype, memory_format=torch.contiguous_format)
 
 
-def parameter_grad_like(x: torch.Tensor, wanted: bool) -> torch.Tensor:
-    """A parameter gradient's output: [hidden] of x's dtype, or empty where it is not computed. The
-    fake implementations call this too, so that fake and real outputs agree."""
-    return x.new_empty(x.shape[-1] if wanted else 0)
+def parameter_grad_like(x: torch.Tensor, wanted: bool, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A parameter gradient's output: [hidden] of x's dtype (or ``dtype``: the parameter's), or empty where it
+    is not computed. The fake implementations call this too, so that fake and real outputs agree."""
+    return x.new_empty(x.shape[-1] if wanted else 0, dtype=dtype)
+
+
+def mixed(x: torch.Tensor, weight: torch.Tensor | None) -> bool:
+    """Whether a weight (parameter) has another dtype than x: fp32 master weights beside bf16 or fp16
+    activations under autocast, or any other pair of the supported dtypes. The ops then compute with the
+    weight as float32 (bf16 and fp16 convert exactly)."""
+    return weight is not None and weight.dtype != x.dtype
+
+
+def as_float32(t: torch.Tensor | None) -> torch.Tensor | None:
+    """t as float32 (itself where it is; bf16 and fp16 convert exactly)."""
+    return t if t is None or t.dtype == torch.float32 else t.float()

@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ...torch._layout import (check_meta, current_stream, empty_rows_like, operands, parameter_grad_like, ptr,
-                              rows_of)
+from ...torch._layout import (as_float32, check_device, check_meta, current_stream, empty_rows_like, mixed,
+                              parameter_grad_like, ptr, rows_of)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
 from .op import layer_norm as _layer_norm
@@ -33,16 +33,34 @@ __all__ = ["layer_norm"]
 # --- the eager launches ---------------------------------------------------------------------------------
 
 
+def _check(x, weight, bias) -> tuple[str, bool]:
+    """check_meta of the forward's operands, and whether the parameters are of another dtype than x (mixed:
+    weight and bias then share one dtype, read as float32; a bias alone must be of x's dtype)."""
+    dtype = check_meta(x, {"weight": weight, "bias": bias}, mixed_vectors=("weight", "bias"))
+    mix = mixed(x, weight) or mixed(x, bias)
+    if mix and (weight is None or (bias is not None and bias.dtype != weight.dtype)):
+        raise TypeError(f"weight has dtype {None if weight is None else weight.dtype} and bias {bias.dtype}, x "
+                        f"{x.dtype}: the weight and bias share one dtype, x's or another (read as float32); without a "
+                        "weight the bias is of x's dtype")
+    return dtype, mix
+
+
 def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """LayerNorm of x's rows into a new tensor (see pyrms.torch.layer_norm); weight/bias None: none."""
-    dtype, device = operands(x, {"weight": weight, "bias": bias})
+    """LayerNorm of x's rows into a new tensor (see pyrms.torch.layer_norm); weight/bias None: none. Parameters
+    of another dtype than x are read as float32 and the output is float32."""
+    dtype, mix = _check(x, weight, bias)
+    device = check_device({"x": x, "weight": weight, "bias": bias})
     x, stride = rows_of(x)
-    out = empty_rows_like(x)
+    out = empty_rows_like(x, torch.float32 if mix else None)
     numel = x.numel()
     if numel:
         hidden = x.shape[-1]
+        kind = "float32" if mix and dtype != "float32" else None  # fp32 rows: one dtype all through
+        if mix:
+            weight, bias = as_float32(weight), as_float32(bias)
         _layer_norm(out.data_ptr(), x.data_ptr(), ptr(weight), ptr(bias), eps, numel // hidden, hidden, dtype=dtype,
-                    input_stride=stride, out_stride=hidden, stream=current_stream(device))
+                    input_stride=stride, out_stride=hidden, stream=current_stream(device), weight_dtype=kind,
+                    out_dtype=kind)
     return out
 
 
@@ -50,20 +68,36 @@ def launch_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
                     has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_input, grad_weight, grad_bias) of layer_norm, the sums over rows in a fixed order; grad_weight
     empty without a weight, grad_bias (the sum of grad_out over rows) empty unless has_bias. Without
-    either, nothing is summed: one launch, no workspace."""
-    dtype, device = operands(x, {"weight": weight}, {"grad_out": grad_out})
+    either, nothing is summed: one launch, no workspace. A weight of another dtype than x (the bias's too)
+    is read as float32, both gradients summed and written in float32, then converted to its dtype."""
+    dtype = _check_backward(grad_out, x, weight)
+    device = check_device({"x": x, "grad_out": grad_out, "weight": weight})
+    mix = mixed(x, weight)
+    grads = (parameter_grad_like(x, weight is not None, torch.float32 if mix else None),
+             parameter_grad_like(x, has_bias, torch.float32 if mix else None))
     grad_input = empty_rows_like(x)
-    grad_weight, grad_bias = parameter_grad_like(x, weight is not None), parameter_grad_like(x, has_bias)
     numel = x.numel()
-    if not numel:
-        return grad_input, grad_weight.zero_(), grad_bias.zero_()
-    hidden = x.shape[-1]
-    (x, x_stride), (grad_out, g_stride) = rows_of(x), rows_of(grad_out)
-    _layer_norm_backward(grad_input.data_ptr(), None if weight is None else grad_weight.data_ptr(),
-                         grad_bias.data_ptr() if has_bias else None, grad_out.data_ptr(), x.data_ptr(), ptr(weight),
-                         eps, numel // hidden, hidden, dtype=dtype, grad_output_stride=g_stride, input_stride=x_stride,
-                         grad_input_stride=hidden, stream=current_stream(device))
-    return grad_input, grad_weight, grad_bias
+    if numel:
+        hidden = x.shape[-1]
+        (x, x_stride), (grad_out, g_stride) = rows_of(x), rows_of(grad_out)
+        two_byte = mix and dtype != "float32"  # fp32 rows: the weight, grad_out and gradients all fp32 too
+        _layer_norm_backward(grad_input.data_ptr(), None if weight is None else grads[0].data_ptr(),
+                             grads[1].data_ptr() if has_bias else None, grad_out.data_ptr(), x.data_ptr(),
+                             ptr(as_float32(weight) if mix else weight), eps, numel // hidden, hidden, dtype=dtype,
+                             grad_output_stride=g_stride, input_stride=x_stride, grad_input_stride=hidden,
+                             stream=current_stream(device), weight_dtype="float32" if two_byte else None,
+                             grad_output_dtype="float32" if two_byte and grad_out.dtype == torch.float32 else None)
+    else:
+        for g in grads:
+            g.zero_()
+    return (grad_input, *(g.to(weight.dtype) if mix else g for g in grads))
+
+
+def _check_backward(grad_out, x, weight) -> str:
+    """check_meta of the backward's operands: a weight of another dtype than x (mixed) is read as float32,
+    and grad_out may then be float32 (the gradient of the float32 output such a weight gives)."""
+    fp32 = ("grad_out",) if mixed(x, weight) else ()
+    return check_meta(x, {"weight": weight}, {"grad_out": grad_out}, float32_rows=fp32, mixed_vectors=("weight",))
 
 
 # --- the custom ops -------------------------------------------------------------------------------------
@@ -76,8 +110,8 @@ def layer_norm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], e
 
 @layer_norm_op.register_fake
 def _(x, weight, bias, eps):
-    check_meta(x, {"weight": weight, "bias": bias})
-    return empty_rows_like(x)
+    _, mix = _check(x, weight, bias)
+    return empty_rows_like(x, torch.float32 if mix else None)
 
 
 @torch.library.custom_op("pyrms::layer_norm_backward", mutates_args=())
@@ -88,8 +122,9 @@ def layer_norm_backward_op(grad_out: Tensor, x: Tensor, weight: Optional[Tensor]
 
 @layer_norm_backward_op.register_fake
 def _(grad_out, x, weight, eps, has_bias):
-    check_meta(x, {"weight": weight}, {"grad_out": grad_out})
-    return (empty_rows_like(x), parameter_grad_like(x, weight is not None), parameter_grad_like(x, has_bias))
+    _check_backward(grad_out, x, weight)
+    param = None if weight is None else weight.dtype
+    return (empty_rows_like(x), parameter_grad_like(x, weight is not None, param), parameter_grad_like(x, has_bias, param))
 
 
 def _save_layer_norm(ctx, inputs, output):
@@ -137,7 +172,10 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     variance; ``bias=None`` adds nothing, ``weight=None`` multiplies by nothing: with both None,
     ``torch.nn.LayerNorm(elementwise_affine=False)``), statistics and expression in fp32, rounded once.
 
-    Operands, layouts and errors as in rms_norm; ``bias`` like ``weight``. Differentiable once in x,
+    Operands, layouts and errors as in rms_norm; ``bias`` like ``weight``, of the weight's dtype. Parameters of
+    another dtype than x (fp32 master weights beside bf16 activations) are read as float32 and the output is
+    float32, the dtypes' promotion (as ``torch.nn.LayerNorm`` gives under autocast, which runs it in fp32);
+    their gradients are summed in float32. Differentiable once in x,
     weight and bias (pyrms's backward kernels, the sums over rows in a fixed order; only the gradients
     of the tensors given are computed: with neither weight nor bias, dx alone in one launch).
     """

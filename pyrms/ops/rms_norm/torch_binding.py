@@ -19,7 +19,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ... import driver
-from ...torch._layout import DTYPE_NAMES, check_device, check_meta, current_stream, empty_rows_like, row_stride
+from ...torch._layout import (DTYPE_NAMES, as_float32, check_device, check_meta, current_stream, empty_rows_like, mixed,
+                              row_stride, rows_of)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
 from .. import _views
@@ -47,6 +48,8 @@ def launch(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool
     except (AttributeError, IndexError):  # not a tensor, or a 0-d one
         ok = False
     if not ok:
+        if weight is not None and isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and mixed(x, weight):
+            return _launch_mixed(x, weight, eps, gemma, round_once)
         _explain(x, weight)
     if x.is_contiguous():
         out, stride = torch.empty_like(x), hidden
@@ -92,6 +95,32 @@ def _rms_norm_view(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | No
     return out
 
 
+def _out_dtype(x: torch.Tensor, weight: torch.Tensor | None, round_once: bool) -> torch.dtype:
+    """The output's dtype: x's, or float32 for a weight of another dtype with the default rounding (pyrms.torch.
+    rms_norm says why)."""
+    return torch.float32 if mixed(x, weight) and not round_once else x.dtype
+
+
+def _launch_mixed(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool, round_once: bool) -> torch.Tensor:
+    """rms_norm with a weight of another dtype than x (fp32 master weights beside bf16 activations under
+    autocast): the weight read as float32, the output in _out_dtype."""
+    check_meta(x, {"weight": weight}, mixed_vectors=("weight",))
+    device = check_device({"x": x, "weight": weight})
+    w, out = as_float32(weight), empty_rows_like(x, _out_dtype(x, weight, round_once))
+    if x.numel():
+        x, stride = rows_of(x)
+        hidden, dtype = x.shape[-1], DTYPE_NAMES[x.dtype]
+        two_byte = x.dtype != torch.float32  # fp32 rows: one dtype all through
+        w_kind = "float32" if two_byte else None
+        out_kind = "float32" if two_byte and out.dtype == torch.float32 else None
+        args = (out.data_ptr(), x.data_ptr(), w.data_ptr(), float(eps), x.numel() // hidden, current_stream(device))
+        prepared = _prepared_rms_norm(dtype, hidden, stride, hidden, gemma, round_once, True, w_kind, None, out_kind)
+        if prepared is None or not prepared(*args):
+            _rms_norm(*args[:5], hidden, dtype=dtype, input_stride=stride, out_stride=hidden, stream=args[5],
+                      gemma=gemma, round_once=round_once, weight_dtype=w_kind, out_dtype=out_kind)
+    return out
+
+
 def _explain(x, weight) -> None:
     """Raise the error that names why rms_norm's hot path turned these operands down (it knows only
     that it did)."""
@@ -110,8 +139,8 @@ def rms_norm_op(x: Tensor, weight: Optional[Tensor], eps: float, gemma: bool, ro
 
 @rms_norm_op.register_fake
 def _(x, weight, eps, gemma, round_once):
-    check_meta(x, {"weight": weight})
-    return empty_rows_like(x)
+    check_meta(x, {"weight": weight}, mixed_vectors=("weight",))
+    return empty_rows_like(x, _out_dtype(x, weight, round_once))
 
 
 def _save_rms_norm(ctx, inputs, output):
@@ -158,9 +187,16 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
              round_once: bool = False) -> torch.Tensor:
     """RMSNorm over the last dimension: ``x / sqrt(mean(x**2, -1) + eps) * weight``, fp32 inside.
 
-    ``x``: a CUDA tensor [..., hidden] of bfloat16, float16 or float32; ``weight``: [hidden], contiguous,
-    of x's dtype (an ``nn.Parameter`` is fine), or None for no weight (``round(x * r)``, as
-    ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma). Rows one stride apart (contiguous tensors, slices
+    ``x``: a CUDA tensor [..., hidden] of bfloat16, float16 or float32; ``weight``: [hidden], contiguous
+    (an ``nn.Parameter`` is fine), or None for no weight (``round(x * r)``, as
+    ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma). A weight of x's dtype gives an output of
+    x's dtype. A weight of another dtype (fp32 master weights beside bf16 activations under
+    ``torch.autocast``, the mixed-precision set-up of HF Trainer and Megatron) is read as float32 (bf16 and
+    fp16 convert exactly), and the output's dtype is the formula's: with the default rounding, float32,
+    the fp32 product of the rounded ``x_hat`` and the weight, unrounded (the dtypes' promotion in Hugging
+    Face LLaMA's and Qwen's ``weight * x_hat.to(x.dtype)``); with ``round_once``, x's dtype (Gemma's
+    ``(... * (1 + weight.float())).to(x.dtype)``). The weight's gradient is summed in float32 and returned in
+    its dtype. Rows one stride apart (contiguous tensors, slices
     such as ``big[..., :hidden]``) are read in place, and so are views whose leading dimensions collapse
     to at most three with the hidden one contiguous (QK-norm's ``qkv[:, :h*d].view(t, h, d)``, a
     transposed ``[b, h, s, d]``: pyrms's N-D kernel); other layouts from a contiguous copy. Returns a new tensor shaped like x, rows contiguous.
@@ -173,7 +209,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
     reproducible, in weight's dtype; without a weight the backward computes dx alone, in one launch).
     With eps = 0 an all-zero row gives NaN, as in PyTorch.
 
-    Raises TypeError for unsupported dtypes or mismatched ones, ValueError for CPU tensors, tensors
+    Raises TypeError for unsupported dtypes, ValueError for CPU tensors, tensors
     on another device than pyrms's, or a weight of the wrong shape.
     """
     if torch.compiler.is_compiling() or _dispatch_modes():

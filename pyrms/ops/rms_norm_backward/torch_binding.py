@@ -16,29 +16,45 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ...torch._layout import (check_meta, current_stream, empty_rows_like, operands, parameter_grad_like, ptr,
-                              rows_of)
+from ...torch._layout import (as_float32, check_device, check_meta, current_stream, empty_rows_like, mixed,
+                              parameter_grad_like, ptr, rows_of)
 from .op import rms_norm_backward as _rms_norm_backward
 
 __all__ = []
 
 
+def _check(grad_out, x, weight) -> str:
+    """check_meta of the backward's operands: a weight of another dtype than x (mixed) is read as float32,
+    and grad_out may then be float32 (the gradient of the float32 output such a weight gives)."""
+    fp32 = ("grad_out",) if mixed(x, weight) else ()
+    return check_meta(x, {"weight": weight}, {"grad_out": grad_out}, float32_rows=fp32, mixed_vectors=("weight",))
+
+
 def launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
            gemma: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad_input, grad_weight) of rms_norm; grad_weight summed over all rows in a fixed order, in
-    weight's dtype; empty without a weight (nothing summed then: one launch, no workspace)."""
-    dtype, device = operands(x, {"weight": weight}, {"grad_out": grad_out})
-    grad_input, grad_weight = empty_rows_like(x), parameter_grad_like(x, weight is not None)
+    weight's dtype; empty without a weight (nothing summed then: one launch, no workspace). A weight of
+    another dtype than x is read as float32 and its gradient summed and written in float32 (then
+    converted to the weight's dtype where that is not float32)."""
+    dtype = _check(grad_out, x, weight)
+    device = check_device({"x": x, "grad_out": grad_out, "weight": weight})
+    mix = mixed(x, weight)
+    grad_input = empty_rows_like(x)
+    grad_weight = parameter_grad_like(x, weight is not None, torch.float32 if mix else None)
     numel = x.numel()
-    if not numel:
-        return grad_input, grad_weight.zero_()
-    hidden = x.shape[-1]
-    (x, x_stride), (grad_out, g_stride) = rows_of(x), rows_of(grad_out)  # autograd's grads may be broadcast views
-    _rms_norm_backward(grad_input.data_ptr(), None if weight is None else grad_weight.data_ptr(), grad_out.data_ptr(),
-                       x.data_ptr(), ptr(weight), eps, numel // hidden, hidden, dtype=dtype,
-                       grad_output_stride=g_stride, input_stride=x_stride, grad_input_stride=hidden, gemma=gemma,
-                       stream=current_stream(device))
-    return grad_input, grad_weight
+    if numel:
+        hidden = x.shape[-1]
+        (x, x_stride), (grad_out, g_stride) = rows_of(x), rows_of(grad_out)  # autograd's grads may be broadcast views
+        w = as_float32(weight) if mix else weight
+        two_byte = mix and dtype != "float32"  # fp32 rows: the weight, grad_out and gradients all fp32 too
+        _rms_norm_backward(grad_input.data_ptr(), None if weight is None else grad_weight.data_ptr(),
+                           grad_out.data_ptr(), x.data_ptr(), ptr(w), eps, numel // hidden, hidden, dtype=dtype,
+                           grad_output_stride=g_stride, input_stride=x_stride, grad_input_stride=hidden, gemma=gemma,
+                           stream=current_stream(device), weight_dtype="float32" if two_byte else None,
+                           grad_output_dtype="float32" if two_byte and grad_out.dtype == torch.float32 else None)
+    else:
+        grad_weight.zero_()
+    return grad_input, grad_weight if not mix else grad_weight.to(weight.dtype)
 
 
 @torch.library.custom_op("pyrms::rms_norm_backward", mutates_args=())
@@ -49,5 +65,5 @@ def rms_norm_backward_op(grad_out: Tensor, x: Tensor, weight: Optional[Tensor], 
 
 @rms_norm_backward_op.register_fake
 def _(grad_out, x, weight, eps, gemma):
-    check_meta(x, {"weight": weight}, {"grad_out": grad_out})
-    return empty_rows_like(x), parameter_grad_like(x, weight is not None)
+    _check(grad_out, x, weight)
+    return empty_rows_like(x), parameter_grad_like(x, weight is not None, None if weight is None else weight.dtype)
