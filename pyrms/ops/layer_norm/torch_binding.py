@@ -137,7 +137,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     variance; ``bias=None`` adds nothing, ``weight=None`` multiplies by nothing: with both None,
     ``torch.nn.LayerNorm(elementwise_affine=False)``), statistics and expression in fp32, rounded once.
 
-    Operands, layouts and errors as in rms_norm; ``bias`` like ``weight``. Differentiable once in x,
+    Operands, layouts and errors as in every pyrms.torch norm; ``bias`` like ``weight``. Differentiable once in x,
     weight and bias (pyrms's backward kernels, the sums over rows in a fixed order; only the gradients
     of the tensors given are computed: with neither weight nor bias, dx alone in one launch).
     """
