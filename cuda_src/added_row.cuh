@@ -1,6 +1,6 @@
 // The residual add as a row core Source (row_core.cuh), in the two semantics peers differ on:
 //
-// AddedRow, the rounded sum (vLLM's fused_add_rms_norm; the default): pass 1 reads input + residual,
+// AddedRow, the rounded sum (vLLM's fused residual add; the default): pass 1 reads input + residual,
 // rounds each sum to T once (__fadd_rn in fp32, then one rounding) and stores it into the residual as it
 // is made; pass 2 re-reads the sums from the residual. Used by the residual-add kernels, plain and quantizing.
 //

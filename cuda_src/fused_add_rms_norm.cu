@@ -1,14 +1,14 @@
 // Fused residual add + RMSNorm, in place. fused_add_rms_norm_kernel: vLLM's semantics (fused_add_rms_norm; the default),
 //
 //   residual[r, i] <- s[r, i] = round_T(input[r, i] + residual[r, i])      (__fadd_rn, then one rounding)
-//   input[r, i]    <- rms_scale(s[r, i], w_i, inv_rms[r])                   (rms_norm.cu's scaling)
+//   input[r, i]    <- rms_scale(s[r, i], w_i, inv_rms[r])                   (rms_norm_row.cuh's scaling)
 //   inv_rms[r] = 1 / sqrt(sum_i float(s[r, i])^2 / hidden + eps)            (the ROUNDED sum is normalized)
 //
-// so `input` ends up equal to rms_norm(residual) of the updated residual, bit for bit: both run
+// so `input` ends up equal to the plain kernel's RMSNorm of the updated residual, bit for bit: both run
 // pyrms::rms_norm_row (rms_norm_row.cuh) on the row core; only pass 1's Source differs (added_row.cuh).
-// Planned as rms_norm.cu is (pyrms.plan.block_and_cache), with the same variants: T, CACHE, SPREAD,
-// GEMMA, ROUND_ONCE, EARLY_WEIGHTS, ALIGNED, and the weight's type W (rms_norm.cu). Rows are addressed with 64-bit strides; input and residual each
-// have their own row stride. No cache hints: the streaming hints that help rms_norm.cu made this
+// Planned as the plain kernel is (pyrms/ops/_row_plan.py, block_and_cache), with the same variants: T, CACHE, SPREAD,
+// GEMMA, ROUND_ONCE, EARLY_WEIGHTS, ALIGNED, and the weight's type W (rms_norm_row.cuh). Rows are addressed with 64-bit strides; input and residual each
+// have their own row stride. No cache hints: the streaming hints that help the plain kernel made this
 // kernel 11% slower on the H200 (docs/perf_notes.md, "Versions").
 //
 // Alignment: pass 1 splits the row at the RESIDUAL's 16-byte boundaries, so that residual loads and
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) fused_add_rms_
 }
 
 // The same with the normalized row written to `out` instead of over input (which is then only read): for an
-// output type O other than T (float beside bf16/fp16 rows: rms_norm.cu's O). The residual is updated as above,
+// output type O other than T (float beside bf16/fp16 rows, as the plain kernel's O). The residual is updated as above,
 // in T; pass 2 splits at OUT's boundaries. out must be disjoint from input, residual and weight.
 template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED, typename W,
           typename O>

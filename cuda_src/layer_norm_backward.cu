@@ -5,7 +5,7 @@
 //   dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
 //   dw = sum over rows of dy * x_hat,  db = sum over rows of dy   (fp32, fixed order)
 // Every step is one explicitly rounded fp32 operation (__fsub_rn, __fmul_rn, ...: no FMA), so
-// norm_backward_twin (pyrms/ops/rms_norm_backward/twin.py) reproduces the kernels bit for bit.
+// norm_backward_twin (the backward family's twin, in pyrms.reference) reproduces the kernels bit for bit.
 //
 // layer_norm_backward_kernel<T, V, W, DBIAS, G> + sum_partials_kernel<OutT>: see norm_backward.cuh (dw and
 // db are two planes of the workspace, summed by two launches of sum_partials_kernel). W = float: fp32

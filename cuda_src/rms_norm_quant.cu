@@ -1,10 +1,10 @@
 // RMSNorm with a quantized output (fp8 e4m3fn / e5m2, int8), and the same after vLLM's residual add: the
 // RMSNorm of rms_norm_row.cuh (the row core's two passes and reduction tree) with a quantizing output
-// hook (quant.cuh) instead of rms_norm's store.
+// hook (quant.cuh) instead of the plain kernel's store.
 //
 //   y[r, i] = (x[r, i] * inv_rms[r]) * w_i                        in fp32 (default: one rounding, the last)
 //   y[r, i] = float(round_T(round_T(x[r, i] * inv_rms[r]) * w_i)) ROUND_INPUT: what vLLM's kernels quantize
-//                                                                 (rms_norm's default output, as fp32)
+//                                                                 (the plain kernel's default output, as fp32)
 //   STATIC:    q[r, i] = quantize(y[r, i], s), s one fp32 scale (an argument, or read from a pointer)
 //   PER_TOKEN: s[r] = dynamic_scale(fminf(max_i |y[r, i]|, ub)) written to scales[r] (ub = +inf: none),
 //              q[r, i] = quantize(y[r, i], s[r])
@@ -12,11 +12,11 @@
 //              pow2_ceil of it) written at scales + r * scale_row_stride + g * scale_group_stride (row-
 //              or column-major), q[r, i] = quantize(y[r, i], s[r, i / G])
 //   (fused add) residual[r, i] <- round_T(input[r, i] + residual[r, i]), x = that rounded sum
-//   (fused_add_rms_norm.cu's semantics: the rounded sum is normalized; input is only read).
-//   NORM_OUT:  norm_out[r, i] = round_T(y[r, i]) beside q (rows of norm_out_stride): rms_norm's output bit
+//   (the unquantized fused add's semantics: the rounded sum is normalized; input is only read).
+//   NORM_OUT:  norm_out[r, i] = round_T(y[r, i]) beside q (rows of norm_out_stride): the plain kernel's output bit
 //              for bit, its default rounding with ROUND_INPUT (y is that value), ROUND_ONCE's without.
 //
-// inv_rms, the reduction tree and the planner are rms_norm's, so y's RMS is rms_norm's bit for bit.
+// inv_rms, the reduction tree and the planner are the plain kernel's, so y's RMS is its bit for bit.
 // Per token and per group, y is computed once for each element of the held vectors, right after inv_rms
 // (held_y: kept in registers as fp32), and both the maximum and the quantizing store read it; the
 // vectors not held, the prefix and the tail recompute y from x where each needs it (y is a function of
@@ -33,8 +33,8 @@
 // others' arguments, and so their PTX, do without).
 // Variants: T in {float, __half, __nv_bfloat16}; Q in {__nv_fp8_e4m3, __nv_fp8_e5m2, signed char (int8)}; MODE;
 // ROUND_INPUT; NORM_OUT (a template flag, so that kernels without it keep their code and registers); CACHE,
-// SPREAD, EARLY_WEIGHTS, ALIGNED as in rms_norm.cu. The weight is of T. Cache hints as the unquantized kernels
-// (rms_norm.cu: streaming; fused add: none), not measured here.
+// SPREAD, EARLY_WEIGHTS, ALIGNED as in the plain kernel. The weight is of T. Cache hints as the unquantized kernels
+// (the plain kernel: streaming; fused add: none), not measured here.
 #include "added_row.cuh"
 #include "quant.cuh"
 #include "rms_norm_row.cuh"
@@ -294,7 +294,7 @@ __device__ __forceinline__ void rms_norm_quant_row(Q* out_row, T* norm_row, cons
             sh, out_row, x_row, weight, nullptr, hidden, held, held_w,
             [&](T x, float w, T) { return quantize(normalized<T, ROUND_INPUT>(x, w, inv)); });
         if constexpr (NORM_OUT) {
-            // rms_norm's store (round_T(y) is rms_scale's value for either rounding). The early weights were
+            // The plain kernel's store (round_T(y) is rms_scale's value for either rounding). The early weights were
             // loaded at out_row's split, which is norm_row's only where every pointer is aligned.
             write_row<T, T, CACHE, SPREAD, ALIGNED, false, STREAMING, EARLY_WEIGHTS && ALIGNED>(
                 sh, norm_row, x_row, weight, nullptr, hidden, held, held_w,

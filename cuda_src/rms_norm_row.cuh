@@ -1,7 +1,8 @@
 // The RMSNorm of one row on the row core (row_core.cuh): its output step (rms_scale) and the two
 // passes, shared by the plain and the residual-add kernels, which differ only in how pass 1 reads the
 // row (a Source) and in their cache hints, and by the quantizing kernels (quant.cuh), which
-// differ in the output hook. Formulas and rounding: rms_norm.cu.
+// differ in the output hook. Formulas and rounding: docs/numerics.md, and the
+// plain kernel's opening comment.
 #pragma once
 #include "row_core.cuh"
 

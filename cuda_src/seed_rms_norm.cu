@@ -1,6 +1,6 @@
 // The seed kernel: vLLM's RMSNorm as written in ../shared/seeds/000_a564d65ec8370cc8.txt,
 // ported for NVRTC and kept FAITHFUL on purpose. It is the reference point the demo and the
-// benchmarks compare against; pyrms's own kernel is cuda_src/rms_norm.cu.
+// benchmarks compare against; pyrms's own plain RMSNorm kernel is on the row core (rms_norm_row.cuh).
 //
 // Computes, per row of HIDDEN_SIZE elements: y = (T)(x * rsqrtf(mean(x^2) + eps)) * w,
 // the product in T's own arithmetic (rounded twice), the sum in fp32 through cub::BlockReduce.
@@ -9,7 +9,7 @@
 // <cub/block/block_reduce.cuh>, and the host code (main, the CPU reference, printing)
 // lives in Python (pyrms/ops/seed/, pyrms/demo.py).
 //
-// Known defects, deliberately NOT fixed here (docs/numerics.md; rms_norm.cu fixes them all):
+// Known defects, deliberately NOT fixed here (docs/numerics.md; pyrms's row kernels fix them all):
 //  - the write-back loop reinterprets input, weight and output as 16-byte vectors without
 //    checking alignment: a misaligned row faults or writes garbage;
 //  - BLOCK_SIZE = HIDDEN_SIZE / VEC_SIZE threads: above 8192 bf16 elements it exceeds 1024

@@ -3,7 +3,7 @@
 //
 //   out[r, i] = quantize(float(input[r, i]), s)     rows of input_stride / out_stride elements
 //
-// with exactly rms_norm_quant.cu's static step (quant.cuh's Scaled<Q, divide_for<Q, STATIC>>): float8
+// with exactly the quantizing norms' static step (quant.cuh's Scaled<Q, divide_for<Q, STATIC>>): float8
 // multiplies by the reciprocal, x * __fdiv_rn(1, s) (vLLM's scaled_fp8_conversion with its inverted scale),
 // int8 divides, __fdiv_rn(x, s) (vLLM's static_scaled_int8_quant_kernel); then float8: cvt.rn.satfinite
 // (±inf and finite overflow to ±qmax), NaN written as the one positive NaN pattern (0x7F e4m3fn, 0x7E e5m2);

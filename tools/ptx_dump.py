@@ -29,7 +29,6 @@ from pyrms.errors import CompileError, PyrmsError
 from pyrms.ops import registry
 from pyrms.ops._spec import OpSpec
 from pyrms.ops.rms_norm_backward import plan as bwd_plan
-from pyrms.ops.rms_norm_quant import plan as quant_plan
 
 PTXAS_VERBOSE = "--ptxas-options=-v"
 _SASS_ARGS = {"cuobjdump": ["--dump-sass"], "nvdisasm": []}  # in order of preference
@@ -134,10 +133,13 @@ def _quant_dtype(text: str | None) -> str:
     return dtypes.quantized(text).name
 
 
-def _quant_mode(text: str | None) -> str:
-    if text not in quant_plan.QUANT_MODES:
-        raise ValueError(f"expected mode={'|'.join(quant_plan.QUANT_MODES)}, got {'no value' if text is None else repr(text)}")
-    return text
+def _quant_mode(modes: tuple[str, ...]) -> Callable:
+    """The parser of mode=, one of ``modes``."""
+    def parse(text: str | None) -> str:
+        if text not in modes:
+            raise ValueError(f"expected mode={'|'.join(modes)}, got {'no value' if text is None else repr(text)}")
+        return text
+    return parse
 
 
 def _quant_family(spec: OpSpec) -> "Family":
@@ -145,11 +147,12 @@ def _quant_family(spec: OpSpec) -> "Family":
     beside), the output dtype and the mode (per_group: the group kernels; the group size is a run-time argument)."""
     planner = spec.inspect.planner
     row = _row_family(planner, spec.source, "", {name: False for name in spec.flags}, out=False)
+    modes = tuple(dict.fromkeys(options["mode"] for options in spec.option_sets(dtypes.BFLOAT16)))  # what compiles
     return Family(
         spec.source, spec.inspect.about,
         lambda dt, hidden, v: _row_expression(planner, dt, hidden, {**v, "out_dtype": dtypes.quantized(v["out_dtype"])}),
         lambda dt, hidden: {**row.defaults(dt, hidden), "out_dtype": "float8_e4m3fn", "mode": "static"},
-        {**row.variant_keys, "out_dtype": _quant_dtype, "mode": _quant_mode})
+        {**row.variant_keys, "out_dtype": _quant_dtype, "mode": _quant_mode(modes)})
 
 
 def _seed_family(spec: OpSpec) -> "Family":

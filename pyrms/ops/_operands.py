@@ -262,7 +262,7 @@ def _lead_stride(shape: tuple[int, ...], strides: tuple[int, ...]) -> int | None
 def _needs_nd(rows: list, views: dict, weight_name: str | None) -> bool:
     """Whether arrays() takes the N-D form: some row operand is an array, and a row array's leading dimensions
     do not collapse to one row stride (collapse's test; one or two dimensions always do) or the weight is a
-    [rows' first dimension, hidden] array. One loop, no generators: every array call of rms_norm asks."""
+    [rows' first dimension, hidden] array. One loop, no generators: every array call of an N-D op asks."""
     weight = views.get(weight_name) if weight_name else None
     per_row_weight = weight is not None and len(weight.shape) == 2
     for name, *_ in rows:
@@ -356,7 +356,7 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
     may be mixed too (an fp32 residual): their entries are then (pointer, row stride, dtype).
     `mixed_out`: the row operand (the output) that may be float32 beside rows of another dtype; its entry is
     (pointer, row stride, dtype), the dtype None for a raw pointer (out_dtype_operand reads it).
-    `nd`: the op takes N-D layouts (rms_norm): where a row array's leading dimensions do not collapse to
+    `nd`: the op takes N-D layouts (OpSpec entries with an ``_nd`` entry point): where a row array's leading dimensions do not collapse to
     one stride, or the first `mixed` vector is a [rows' first dimension, hidden] weight per outer row,
     rows is a tuple of leading sizes, each row operand's stride a tuple (_nd_arrays), and the weight's
     entry (pointer, hidden, dtype, weight_stride); rows is 0 for an empty batch.

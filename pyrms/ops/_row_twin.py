@@ -122,3 +122,26 @@ def _one_nan(a: np.ndarray) -> np.ndarray:
 
 
 
+
+
+def rms_ref(x, weight, epsilon, *, gemma=False):
+    """float64 RMSNorm of the rows of x: x / sqrt(mean(x^2) + eps) * w (w = 1 + weight for Gemma; 1 for weight
+    None): the reference of every op whose rows end in the RMSNorm row (rms_norm_row.cuh)."""
+    x64 = _as_2d(x).astype(np.float64)
+    w64 = np.float64(1.0) if weight is None else np.asarray(weight).astype(np.float64)
+    if gemma:
+        w64 = 1.0 + w64
+    inv = 1.0 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + float(epsilon))
+    return x64 * inv * w64
+
+
+def rms_row_twin(x, weight, epsilon, *, block, row_phases=0, gemma=False, round_once=False, out_dtype=None):
+    """Bit-exact twin of the RMSNorm row (rms_norm_row.cuh: the row statistics, then rms_scale) over the rows
+    of x in their storage dtype; block: the launch's threads per block; row_phases: each row's position inside
+    its 16-byte vector, in elements (an int for all rows, or one per row); out_dtype: float32 for the fp32
+    output beside bf16/fp16 rows (scale_twin), None for the rows' dtype."""
+    x = _as_2d(x)
+    dt = dtypes.get(x.dtype)
+    xf = x.astype(F32)
+    _, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems)
+    return scale_twin(xf, inv, weight, dt, gemma=gemma, round_once=round_once, out_dtype=out_dtype)

@@ -10,7 +10,7 @@ import pyrms
 from ...bench.impls import Context, Impl, pyrms_function
 from ...bench.ops import Bench
 from ...bench.torch_impls import Compiled, need_torch, output_ptr
-from ..rms_norm.twin import rms_norm_ref
+from .._row_twin import rms_ref
 
 
 class PyrmsFusedAdd(Impl):
@@ -72,7 +72,7 @@ class CompiledFusedAdd(Compiled, TorchFusedAdd):
 def fused_add_ref(x, r, w, epsilon, storage):
     """vLLM's fused_add_rms_norm: the sum rounded to the storage dtype, then normalized."""
     s = (np.asarray(x).astype(np.float64) + np.asarray(r).astype(np.float64)).astype(storage)
-    return rms_norm_ref(s, w, epsilon), s.astype(np.float64)
+    return rms_ref(s, w, epsilon), s.astype(np.float64)
 
 
 def reference(p, epsilon):

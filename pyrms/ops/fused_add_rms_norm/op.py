@@ -79,8 +79,8 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperan
                        out_dtype: DTypeLike | None = None, out_stride: int | None = None) -> OptionalOperand:
     """vLLM's fused_add_rms_norm, in place on ``num_tokens`` rows of ``hidden_size`` elements:
     ``residual <- input + residual`` (added in fp32, rounded once to the dtype), then
-    ``input <- rms_norm(residual, weight)`` of that rounded sum, bit for bit what ``pyrms.rms_norm``
-    would compute from the new residual (same ``gemma`` and ``round_once`` options).
+    ``input <- RMSNorm(residual, weight)`` of that rounded sum, bit for bit what pyrms's plain RMSNorm
+    forward would compute from the new residual (same ``gemma`` and ``round_once`` options).
 
     ``sum_precision``: what is normalized. ``"rounded"`` (the default), as above: vLLM's.
     ``"fp32"``: the fp32 sum ``s = input + residual``, never rounded before it is normalized, while the
@@ -90,16 +90,16 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperan
     which stores ``s`` exactly; its sum precision is "fp32" (None picks it; "rounded" is an error).
     With float32 rows both precisions are the same computation. docs/numerics.md has the formulas.
 
-    ``input``, ``residual``, ``weight``: raw device pointers (int) or arrays as in ``pyrms.rms_norm``
+    ``input``, ``residual``, ``weight``: raw device pointers (int) or arrays, as every pyrms op takes them
     ([..., hidden_size], weight [hidden_size]; sizes then inferred), any element alignment of each
     pointer. ``input`` and ``residual`` must be disjoint, each with its own row stride
     (``input_stride``/``residual_stride``, >= hidden_size; default: the array's, or hidden_size).
     ``dtype``, ``stream``, ``epsilon``, ``pdl``, ``weight=None`` (no weight) and an fp32 weight
-    (``weight_dtype``): as in ``pyrms.rms_norm``.
+    (``weight_dtype``): as in the plain RMSNorm forward.
 
     ``out_dtype='float32'`` (bfloat16 or float16 rows): the normalized rows are written to ``out``, an fp32
     [..., hidden_size] of its own (row stride ``out_stride``), not over ``input``, which is then only read;
-    the residual is updated in its dtype as above. ``out`` holds what rms_norm's fp32 output would (its
+    the residual is updated in its dtype as above. ``out`` holds what the plain forward's fp32 output would (its
     rounding to the rows' dtype is the in-place result, bit for bit). Returns ``out`` (a new pyrms.Tensor
     for arrays given ``out=None``), or None in place. ``out`` must be disjoint from every other operand.
     An fp32 out is offered with the rounded sum only: ``sum_precision='fp32'`` (or a float32 residual) with

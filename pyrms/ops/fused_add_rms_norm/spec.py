@@ -5,7 +5,7 @@ from ... import dtypes
 from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, out_options, row_labels, Unit, weight_options
 from .plan import FusedAddRmsNormPlan, plan_fused_add_rms_norm
 
-_ABOUT = ("pyrms::fused_add_rms_norm_kernel, planned like rms_norm; fp32_sum = the fp32-sum kernel "
+_ABOUT = ("pyrms::fused_add_rms_norm_kernel, planned as the plain RMSNorm row; fp32_sum = the fp32-sum kernel "
           "(fused_add_rms_norm_fp32_sum_kernel), fp32_residual = it with an fp32 residual; out=float32: "
           "fused_add_rms_norm_out_kernel (the rounded sum only)")
 

@@ -29,7 +29,7 @@ FLOAT32_ROWS = ("residual",)
 
 def launch(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool,
            round_once: bool, sum_precision: str | None = None) -> None:
-    """In place: residual <- x + residual, then x <- rms_norm(residual) (see pyrms.torch.fused_add_rms_norm)."""
+    """In place: residual <- x + residual, then x <- RMSNorm(residual) (see pyrms.torch.fused_add_rms_norm)."""
     dtype, device = operands(x, {"weight": weight}, {"residual": residual}, FLOAT32_ROWS)
     x_stride, residual_stride = in_place_stride("x", x), in_place_stride("residual", residual)
     numel = x.numel()
@@ -58,11 +58,11 @@ _FUSED_ADD_RMS_NORM = torch.ops.pyrms.fused_add_rms_norm.default
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
                        gemma: bool = False, round_once: bool = False, sum_precision: str | None = None) -> None:
     """vLLM's fused_add_rms_norm, in place: ``residual <- x + residual`` (added in fp32, rounded to the
-    dtype), then ``x <- rms_norm(residual, weight, eps)`` of that rounded sum. Returns None.
+    dtype), then ``x <- RMSNorm(residual, weight, eps)`` of that rounded sum. Returns None.
 
     ``x`` and ``residual``: CUDA tensors of one shape [..., hidden] and dtype, disjoint, each with its
     rows one stride apart (ValueError otherwise: an in-place op cannot work on a copy). ``weight``,
-    ``eps``, ``gemma``, ``round_once``: as in rms_norm. ``sum_precision="fp32"`` normalizes the fp32 sum
+    ``eps``, ``gemma``, ``round_once``: as in the plain RMSNorm (pyrms.torch's). ``sum_precision="fp32"`` normalizes the fp32 sum
     instead (FlashInfer's, SGLang's), and a torch.float32 ``residual`` beside bf16 or fp16 ``x`` is an
     fp32 residual stream that stores the sum exactly (QuACK's, Transformer Engine's): as in
     ``pyrms.fused_add_rms_norm``. No autograd: call it under ``torch.no_grad()``
@@ -73,7 +73,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
         return
     if _records(x, weight, residual):
         raise RuntimeError("fused_add_rms_norm works in place and has no backward; call it under torch.no_grad() "
-                           "or torch.inference_mode(), or use rms_norm(x + residual, weight, eps) to train")
+                           "or torch.inference_mode(), or use pyrms.torch's plain RMSNorm of x + residual to train")
     launch(x, residual, weight, eps, gemma, round_once, sum_precision)
     # Written through raw pointers: tell autograd both changed, as torch's own in-place ops do.
     _increment_version(x)

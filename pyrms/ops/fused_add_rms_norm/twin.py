@@ -4,16 +4,15 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
-from .._row_twin import F32, _as_2d, _one_nan, _out, row_stats_twin, scale_twin
-from ..rms_norm.twin import rms_norm_ref, rms_norm_twin
+from .._row_twin import F32, _as_2d, _one_nan, _out, rms_ref, rms_row_twin, row_stats_twin, scale_twin
 
 __all__ = ["fused_add_rms_norm_ref", "rounded_sum", "fused_add_rms_norm_twin"]  # what pyrms.reference gathers
 
 
 def fused_add_rms_norm_ref(x, residual, weight, epsilon, *, gemma=False):
-    """float64: (rms_norm(x + residual), x + residual), the sum not rounded."""
+    """float64: (RMSNorm(x + residual), x + residual), the sum not rounded."""
     total = _as_2d(x).astype(np.float64) + _as_2d(residual).astype(np.float64)
-    return rms_norm_ref(total, weight, epsilon, gemma=gemma), total
+    return rms_ref(total, weight, epsilon, gemma=gemma), total
 
 
 def _fp32_sum(x, residual) -> np.ndarray:
@@ -39,7 +38,7 @@ def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_pha
     normalized, split at the input's phases, and stored in the residual's dtype (rounded, or exactly).
     A float32 x has one semantics: both are the first. A NaN sum is the GPU's one NaN (_one_nan).
     out_dtype float32 (the rounded sum only, as plan_fused_add_rms_norm): the normalized rows as the
-    out-of-place kernel's fp32 out (rms_norm_twin's)."""
+    out-of-place kernel's fp32 out (the RMSNorm row's, rms_row_twin)."""
     x, residual = _as_2d(x), _as_2d(residual)
     if sum_precision not in ("rounded", "fp32"):
         raise ValueError(f"sum_precision must be 'rounded' or 'fp32', got {sum_precision!r}")
@@ -48,8 +47,8 @@ def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_pha
             raise ValueError("a residual of another dtype than x's (float32) takes sum_precision='fp32'")
     elif sum_precision == "rounded" or x.dtype == F32:
         total = rounded_sum(x, residual)
-        out = rms_norm_twin(total, weight, epsilon, block=block, row_phases=residual_phases, gemma=gemma,
-                            round_once=round_once, out_dtype=out_dtype)
+        out = rms_row_twin(total, weight, epsilon, block=block, row_phases=residual_phases, gemma=gemma,
+                           round_once=round_once, out_dtype=out_dtype)
         return out, total
     if _out(dtypes.get(x.dtype), out_dtype) != dtypes.get(x.dtype):
         raise ValueError("an fp32 out_dtype takes sum_precision='rounded' (the fp32 sum is written over the input)")

@@ -78,9 +78,9 @@ def layer_norm(out: OptionalOperand, input: Operand, weight: Operand | None, bia
     its rounding to the rows' dtype is their output bit for bit. Not in place when out's dtype differs.
 
     ``out``, ``input``: [..., hidden_size]; ``weight``, ``bias``: [hidden_size]; raw device pointers
-    (int) or arrays as in ``pyrms.rms_norm`` (sizes then inferred), contiguous along the hidden
+    (int) or arrays, as every pyrms op takes them (sizes then inferred), contiguous along the hidden
     dimension, any element alignment. ``out`` may be ``input`` (in place). ``dtype``, strides,
-    ``stream``, ``epsilon``, ``pdl``: as in ``pyrms.rms_norm``. Everything is validated before the launch,
+    ``stream``, ``epsilon``, ``pdl``: as every pyrms op takes them. Everything is validated before the launch,
     which is asynchronous on ``stream``.
     """
     if type(out) is int and type(input) is int and (weight is None or type(weight) is int) and (

@@ -172,7 +172,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     variance; ``bias=None`` adds nothing, ``weight=None`` multiplies by nothing: with both None,
     ``torch.nn.LayerNorm(elementwise_affine=False)``), statistics and expression in fp32, rounded once.
 
-    Operands, layouts and errors as in rms_norm; ``bias`` like ``weight``, of the weight's dtype. Parameters of
+    Operands, layouts and errors as in every pyrms.torch norm; ``bias`` like ``weight``, of the weight's dtype. Parameters of
     another dtype than x (fp32 master weights beside bf16 activations) are read as float32 and the output is
     float32, the dtypes' promotion (as ``torch.nn.LayerNorm`` gives under autocast, which runs it in fp32);
     their gradients are summed in float32. Differentiable once in x,

@@ -1,10 +1,7 @@
 """rms_norm's numpy references and bit-exact twin (on the row core's twin, pyrms/ops/_row_twin.py)."""
 from __future__ import annotations
 
-import numpy as np
-
-from ... import dtypes
-from .._row_twin import F32, _as_2d, row_stats_twin, scale_twin
+from .._row_twin import rms_ref, rms_row_twin
 
 __all__ = ["rms_norm_ref", "rms_norm_twin"]  # what pyrms.reference gathers
 
@@ -12,12 +9,7 @@ __all__ = ["rms_norm_ref", "rms_norm_twin"]  # what pyrms.reference gathers
 def rms_norm_ref(x, weight, epsilon, *, gemma=False):
     """float64 RMSNorm of the rows of x: x / sqrt(mean(x^2) + eps) * w (w = 1 + weight for Gemma; 1
     for weight None)."""
-    x64 = _as_2d(x).astype(np.float64)
-    w64 = np.float64(1.0) if weight is None else np.asarray(weight).astype(np.float64)
-    if gemma:
-        w64 = 1.0 + w64
-    inv = 1.0 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + float(epsilon))
-    return x64 * inv * w64
+    return rms_ref(x, weight, epsilon, gemma=gemma)
 
 
 def rms_norm_twin(x, weight, epsilon, *, block, row_phases=0, gemma=False, round_once=False, out_dtype=None):
@@ -28,8 +20,5 @@ def rms_norm_twin(x, weight, epsilon, *, block, row_phases=0, gemma=False, round
     16-byte vector, in elements (an int for all rows, or one per row); out_dtype: float32 for the fp32
     output of bf16/fp16 rows (scale_twin), None for the rows' dtype. Out's alignment changes no arithmetic.
     """
-    x = _as_2d(x)
-    dt = dtypes.get(x.dtype)
-    xf = x.astype(F32)
-    _, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems)
-    return scale_twin(xf, inv, weight, dt, gemma=gemma, round_once=round_once, out_dtype=out_dtype)
+    return rms_row_twin(x, weight, epsilon, block=block, row_phases=row_phases, gemma=gemma, round_once=round_once,
+                        out_dtype=out_dtype)

@@ -14,13 +14,13 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
                       grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
                       rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = True,
                       weight_dtype: DTypeLike | None = None, grad_output_dtype: DTypeLike | None = None) -> None:
-    """The gradients of ``y = rms_norm(input, weight)`` for the upstream gradient ``grad_output``:
+    """The gradients of the RMSNorm forward ``y = input * r * weight`` for the upstream gradient ``grad_output``:
 
         r = 1 / sqrt(mean(x^2) + epsilon),  x_hat = x * r,  g = weight * dy   (1 + weight with gemma)
         grad_input  = r * (g - x_hat * mean(x_hat * g))        per row, fp32, rounded once to the dtype
         grad_weight = sum over all rows of dy * x_hat          fp32, in a fixed order, rounded once
 
-    ``weight=None`` (with ``grad_weight=None``): the backward of an RMSNorm without weight (``pyrms.rms_norm``'s
+    ``weight=None`` (with ``grad_weight=None``): the backward of an RMSNorm without weight (the forward's
     ``weight=None``, ``torch.nn.RMSNorm(elementwise_affine=False)``): g = dy, grad_input only, bitwise what a
     16-byte aligned weight of ones would give; one launch, no sum over rows and no workspace.
 
@@ -30,13 +30,13 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
     multiple of 16; by default 1 up to 256 rows, else 16; only the launch shape, for tuning and
     tests). The rounding options of the forward do not apply: this is the gradient of the exact function.
 
-    Memory arguments: raw device pointers (int) or arrays as in ``pyrms.rms_norm`` (sizes then
+    Memory arguments: raw device pointers (int) or arrays as the forward takes them (sizes then
     inferred). grad_input, grad_output, input: [num_tokens, hidden_size] (or [..., hidden_size]), contiguous along the hidden
     dimension, each with its own row stride (``*_stride``, default: the array's, or hidden_size);
     weight, grad_weight: [hidden_size]. Any element alignment of any pointer. grad_input may be
     grad_output or input (in place); everything else must be disjoint. grad_weight is written in the
     weight's dtype, or in float32 with ``grad_weight_dtype='float32'`` (or a float32 array). ``dtype``,
-    ``stream``, ``epsilon``, ``pdl``: as in ``pyrms.rms_norm`` (``pdl`` applies to both launches).
+    ``stream``, ``epsilon``, ``pdl``: as in the forward (``pdl`` applies to both launches).
 
     Mixed precision (bfloat16 or float16 rows): ``weight`` float32 (fp32 master weights: a float32 array,
     or ``weight_dtype='float32'`` for a raw pointer), grad_weight then float32; and ``grad_output`` float32

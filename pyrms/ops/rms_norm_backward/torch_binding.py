@@ -1,8 +1,8 @@
 """rms_norm_backward for PyTorch: the custom op ``torch.ops.pyrms.rms_norm_backward`` (fake implementation) and
-its eager launch on torch tensors. rms_norm's autograd (pyrms/ops/rms_norm/torch_binding.py) calls them: the
+its eager launch on torch tensors. The forward's autograd (its binding) calls them: the
 custom op under torch.compile and tracing, the launch eagerly. No user function of its own in pyrms.torch.
 
-Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``), and rms_norm's
+Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``), and the forward's
 binding.
 
     torch.ops.pyrms.rms_norm_backward(grad_out, x, weight?, eps, gemma) -> (grad_input, grad_weight)
@@ -32,8 +32,8 @@ def _check(grad_out, x, weight) -> str:
 
 def launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
            gemma: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(grad_input, grad_weight) of rms_norm; grad_weight summed over all rows in a fixed order, in
-    weight's dtype; empty without a weight (nothing summed then: one launch, no workspace). A weight of
+    """(grad_input, grad_weight) of the RMSNorm forward; grad_weight summed over all rows in a fixed order,
+    in weight's dtype; empty without a weight (nothing summed then: one launch, no workspace). A weight of
     another dtype than x is read as float32 and its gradient summed and written in float32 (then
     converted to the weight's dtype where that is not float32)."""
     dtype = _check(grad_out, x, weight)

@@ -161,7 +161,7 @@ def rms_norm_quant(out: Operand, input: Operand, weight: Operand, epsilon: float
     'float8_e5m2' or 'int8', or their numpy or torch dtypes; None, the default: out's own dtype where out is an
     array that names one, else 'float8_e4m3fn'; docs/numerics.md gives every formula).
 
-    ``y = (x * inv_rms) * weight`` in fp32 (``round_input=True``: rms_norm's output rounded to the input
+    ``y = (x * inv_rms) * weight`` in fp32 (``round_input=True``: the plain RMSNorm's output rounded to the input
     dtype, what vLLM's kernels quantize), then ``mode``:
 
     - ``'static'``: ``q = saturate(round(y / scale))``; ``scale`` a Python float (finite, > 0, within
@@ -184,7 +184,7 @@ def rms_norm_quant(out: Operand, input: Operand, weight: Operand, epsilon: float
       the strides: ``column_major_scales`` says which is meant, and other strides are refused.
 
     ``norm_out`` (optional): the unquantized output beside the quantized one, rows of ``norm_out_stride``
-    (default hidden_size) elements of the input's dtype: ``y`` rounded to it, bit for bit ``pyrms.rms_norm``'s
+    (default hidden_size) elements of the input's dtype: ``y`` rounded to it, bit for bit the plain RMSNorm's
     output (its default rounding with ``round_input=True``, ``round_once=True``'s without), for a caller whose
     next GEMM reads ``out`` and another consumer the unquantized rows. A raw pointer or an array.
 
@@ -195,10 +195,10 @@ def rms_norm_quant(out: Operand, input: Operand, weight: Operand, epsilon: float
     ``__cuda_array_interface__`` typestr '|i1' (int8). Its dtype and an out_dtype given must agree (an int8
     array is int8). 1-byte storage that names no quantized dtype (torch.uint8, typestr '|u1', '<V1' or '<f1',
     DLPack uint8: torch's own interface cannot export fp8) holds what ``out_dtype`` names, which must then be
-    given. ``input`` and ``weight``: raw pointers or arrays as in ``pyrms.rms_norm`` (the weight of the
+    given. ``input`` and ``weight``: raw pointers or arrays, as every pyrms op takes them (the weight of the
     input's dtype); raw pointers and arrays mix freely. What is written (``out``, ``norm_out``,
     per-token or per-group scales) must not overlap anything else.
-    ``epsilon``, ``dtype``, ``stream``, ``pdl``: as in ``pyrms.rms_norm``. Everything is validated before
+    ``epsilon``, ``dtype``, ``stream``, ``pdl``: as every pyrms op takes them. Everything is validated before
     the launch; the launch is asynchronous on ``stream``.
     """
     _run(False, out, input, None, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
@@ -216,7 +216,7 @@ def fused_add_rms_norm_quant(out: Operand, input: Operand, residual: Operand, we
                              norm_out_stride: int | None = None, stream: StreamLike = None, round_input: bool = False,
                              pdl: bool = True) -> None:
     """vLLM's residual add, then ``rms_norm_quant`` of the rounded sum: ``residual <- round(input +
-    residual)`` in place (as ``pyrms.fused_add_rms_norm``; ``input`` is only read), and ``out`` the
+    residual)`` in place (as the unquantized fused add; ``input`` is only read), and ``out`` the
     quantized RMSNorm of the new residual, bit for bit ``rms_norm_quant(out, residual, ...)`` on it. The
     arguments as in ``rms_norm_quant`` (``out`` and ``scale`` arrays too); ``residual`` with its own
     ``residual_stride``, disjoint from the rest; ``norm_out`` the new residual's RMSNorm, unquantized.

@@ -23,8 +23,8 @@ MAX_GROUPS = 1024
 
 @dataclass(frozen=True)
 class RmsNormQuantPlan(_RowPlan):
-    """For rms_norm_quant.cu: rms_norm's row (its fold width, cache and launch shapes) with a quantizing
-    output step; the weight is of the rows' dtype. round_input: quantize rms_norm's output rounded to
+    """For rms_norm_quant.cu: the plain RMSNorm row (its fold width, cache and launch shapes) with a quantizing
+    output step; the weight is of the rows' dtype. round_input: quantize the plain forward's output rounded to
     the rows' dtype (vLLM's kernels) instead of the fp32 value. norm_out: also store the unquantized value
     rounded to the rows' dtype (the kernels' NORM_OUT; their own compile unit, so the others keep their code)."""
 
@@ -58,7 +58,7 @@ class RmsNormQuantPlan(_RowPlan):
 
 @dataclass(frozen=True)
 class FusedAddRmsNormQuantPlan(RmsNormQuantPlan):
-    """rms_norm_quant.cu's kernel after fused_add_rms_norm's residual add (added_row.cuh)."""
+    """rms_norm_quant.cu's kernel after the fused residual add (added_row.cuh)."""
 
     kernel = "fused_add_rms_norm_quant_kernel"
     group_kernel = "fused_add_rms_norm_group_quant_kernel"

@@ -34,7 +34,7 @@ def _spec(residual: bool) -> OpSpec:
         torch="pyrms.ops.rms_norm_quant.torch_binding",
         plan=FusedAddRmsNormQuantPlan if residual else RmsNormQuantPlan,
         option_sets=option_sets, unit=unit,
-        inspect=Inspect("quant", f"pyrms::{kernel} (mode=per_group: the group kernel), planned like rms_norm; "
+        inspect=Inspect("quant", f"pyrms::{kernel} (mode=per_group: the group kernel), planned as the plain RMSNorm row; "
                         "out_dtype=float8_e4m3fn|float8_e5m2|int8, mode=static|per_token|per_group",
                         lambda dt, hidden: plan_rms_norm_quant(dt, hidden, dtypes.FLOAT8_E4M3FN, residual=residual),
                         out=False),

@@ -21,7 +21,7 @@ scale_ub_tensor), at most one of each pair given; ``quant_mode`` is the function
 a ``mode`` of its own). No autograd formula (quantized outputs are not differentiable): where autograd would
 record rms_norm_quant it goes through its custom op, which torch records as any custom op without one (a
 backward through its outputs raises torch's RuntimeError); fused_add_rms_norm_quant, in place, refuses then,
-as fused_add_rms_norm does. The functions return q, then the scales unless static, then norm_out if asked for.
+as the unquantized fused add does. The functions return q, then the scales unless static, then norm_out if asked for.
 
 Scales, fp32: per token ``x.shape[:-1] + (1,)``, contiguous; per group ``x.shape[:-1] + (groups,)``,
 row-major, or with ``column_major_scales`` that logical shape over memory (groups, rows): the rows of all
@@ -241,7 +241,7 @@ def rms_norm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     """RMSNorm of x's rows quantized to ``out_dtype`` (torch.float8_e4m3fn, torch.float8_e5m2 or torch.int8):
     pyrms.rms_norm_quant on torch tensors, into new ones (every formula: docs/numerics.md, "Quantized outputs").
 
-    ``y = (x * inv_rms) * weight`` in fp32 (``round_input=True``: rms_norm's output rounded to x's dtype, what
+    ``y = (x * inv_rms) * weight`` in fp32 (``round_input=True``: the plain RMSNorm's output rounded to x's dtype, what
     vLLM's kernels quantize), then by ``mode``; the return:
 
     - ``'static'``: ``q``. ``scale``: a float (finite, > 0 in fp32) or a one-element torch.float32 CUDA tensor,
@@ -258,7 +258,7 @@ def rms_norm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
       ``tma_aligned_scales`` pads rows to a multiple of 4, strides ``(1, padded rows)``, as vLLM's
       ``tma_aligned_scales`` for DeepGEMM (the padding is not written).
 
-    ``norm_out=True`` appends the unquantized output, ``y`` rounded to x's dtype (bit for bit rms_norm's:
+    ``norm_out=True`` appends the unquantized output, ``y`` rounded to x's dtype (bit for bit the plain RMSNorm's:
     its default rounding with ``round_input=True``, ``round_once=True``'s without): ``(q, y)`` for static,
     ``(q, scales, y)`` otherwise. ``q`` and ``y`` are new tensors shaped like x, rows contiguous.
 
@@ -268,7 +268,7 @@ def rms_norm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
 
     Not differentiable. Under autograd (grad mode on, x or weight requiring grad, as an nn.Parameter does)
     the call goes through the custom op, as torch records any custom op: the floating outputs then require
-    grad and a backward through them raises RuntimeError (no autograd formula). rms_norm is differentiable.
+    grad and a backward through them raises RuntimeError (no autograd formula). The plain RMSNorm is differentiable.
 
     Raises TypeError for unsupported dtypes (x's, weight's, out_dtype) and scale types, ValueError for a bad
     mode, group size or option, CPU tensors or a weight of the wrong shape; a scale out of range is refused
@@ -291,13 +291,13 @@ def fused_add_rms_norm_quant(x: torch.Tensor, residual: torch.Tensor, weight: to
                              round_input: bool = False,
                              norm_out: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """vLLM's residual add, then rms_norm_quant of the rounded sum: ``residual <- x + residual`` in place
-    (added in fp32, rounded to the dtype, as fused_add_rms_norm; x is only read), then the return of
+    (added in fp32, rounded to the dtype, as the unquantized fused add; x is only read), then the return of
     ``rms_norm_quant(residual, weight, eps, ...)`` on the new residual, bit for bit, with the same arguments.
 
     ``residual``: x's shape and dtype, its rows one stride apart (ValueError otherwise: an in-place op cannot
     work on a copy); x's rows may lie anywhere (read from a copy where no one stride addresses them). No
     autograd: call it under ``torch.no_grad()`` or ``torch.inference_mode()`` (RuntimeError when autograd
-    would have to record it), as fused_add_rms_norm.
+    would have to record it), as the unquantized fused add.
     """
     options = (out_dtype, mode, *_scale_pair("scale", scale), *_scale_pair("scale_ub", scale_ub), group_size, ue8m0,
                column_major_scales, tma_aligned_scales, round_input, norm_out)

@@ -127,8 +127,8 @@ def quantize_per_group(y, out_dtype, group, ue8m0=False, column_major=False) -> 
 
 def normalized_twin(x, weight, epsilon, *, block, row_phases=0, round_input=False) -> np.ndarray:
     """The fp32 values rms_norm_quant.cu quantizes (its `normalized`): (x * inv_rms) * w in fp32, or with
-    round_input rms_norm's output (the seed's rounding: round(round(x * inv_rms) * w)) as fp32 (vLLM's).
-    x: (rows, hidden) in the storage dtype; weight of that dtype; block and row_phases as rms_norm_twin."""
+    round_input the plain forward's output (the seed's rounding: round(round(x * inv_rms) * w)) as fp32 (vLLM's).
+    x: (rows, hidden) in the storage dtype; weight of that dtype; block and row_phases as the row core's twin (_row_twin.row_stats_twin)."""
     x = _as_2d(x)
     dt = dtypes.get(x.dtype)
     xf = x.astype(F32)

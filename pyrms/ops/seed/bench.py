@@ -1,5 +1,5 @@
 """The seed kernel's benchmark declaration: its example call for tools/profile_launch.py (it runs in the
-sweep as rms_norm's "seed" implementation, declared there). Launches without PDL."""
+sweep as the headline op's "seed" implementation, declared in that op's bench module). Launches without PDL."""
 from __future__ import annotations
 
 from ...bench.ops import Bench

@@ -1,4 +1,4 @@
-"""The seed kernel (cuda_src/seed_rms_norm.cu) launched as the seed's C++ ``rms_norm`` does.
+"""The seed kernel (cuda_src/seed_rms_norm.cu) launched as the seed's C++ program does.
 
 Kept for the demo and the benchmarks as the point of comparison; it inherits the seed's limits,
 which are checked here so that they fail as errors instead of faults: 16-byte aligned pointers,
@@ -42,7 +42,7 @@ def plan_seed(dtype, hidden: int) -> SeedPlan:
     block = hidden // vec
     if block > 1024:
         raise ValueError(f"the seed kernel launches hidden_size / VEC_SIZE = {hidden} / {vec} = {block} threads, "
-                         f"more than the 1024 a block allows (a seed defect); pyrms.rms_norm has no such limit")
+                         f"more than the 1024 a block allows (a seed defect); pyrms's own kernel has no such limit")
     return SeedPlan(dt, hidden, vec, block)
 
 
@@ -79,7 +79,7 @@ _prepared = PreparedCache(Prepared)
 
 def seed_rms_norm(out: Operand, input: Operand, weight: Operand, epsilon: float, num_tokens: int, hidden_size: int, *,
                   dtype: DTypeLike | None = None, stream: StreamLike = None) -> None:
-    """The seed kernel on contiguous [num_tokens, hidden_size] rows; same arguments as pyrms.rms_norm."""
+    """The seed kernel on contiguous [num_tokens, hidden_size] rows; the arguments of pyrms's plain RMSNorm forward."""
     if type(out) is int and type(input) is int and type(weight) is int:
         prepared = _prepared.get(dtype, hidden_size)
         if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream):

@@ -85,7 +85,7 @@ def static_quant(out: Operand, input: Operand, num_tokens: int | None = None, hi
     ``out`` (its dtype names out_dtype, which must agree with one given; 1-byte storage that names none
     needs out_dtype). ``out_dtype``: 'float8_e4m3fn' (the default for a raw pointer), 'float8_e5m2' or
     'int8', or their numpy or torch dtypes. Every pointer at any element alignment; ``out`` must not overlap
-    ``input`` or a device scale. ``stream``, ``pdl``: as in ``pyrms.rms_norm``. Everything is validated
+    ``input`` or a device scale. ``stream``, ``pdl``: as every pyrms op takes them. Everything is validated
     before the launch; the launch is asynchronous on ``stream``.
     """
     if type(input) is not int:
