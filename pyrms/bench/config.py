@@ -13,13 +13,13 @@ HIDDEN = (4096, 5120, 8192, 16384)
 QUICK_TOKENS = (1, 128, 4096, 16384)
 QUICK_HIDDEN = (5120, 8192)
 
-IMPLS = ("pyrms", "pyrms_nopdl", "seed", "torch", "compile", "triton")
+IMPLS = ("pyrms", "pyrms_nopdl", "seed", "torch", "compile", "triton", "liger")
 PYRMS_IMPLS = ("pyrms", "pyrms_nopdl")  # pyrms's own outputs: a failed validation fails the run
-OTHER_IMPLS = ("torch", "compile", "triton")  # "best other": the fastest of these
-IMPL_ALIASES = {"eager": "torch", "torch.compile": "compile", "torch_compile": "compile", "inductor": "compile",
+OTHER_IMPLS = ("torch", "compile", "triton", "liger")  # "best other": the fastest of these
+IMPL_ALIASES = {"eager": "torch", "liger-kernel": "liger", "liger_kernel": "liger", "torch.compile": "compile", "torch_compile": "compile", "inductor": "compile",
                 "nopdl": "pyrms_nopdl", "pyrms-nopdl": "pyrms_nopdl", "no-pdl": "pyrms_nopdl"}
 IMPL_LABELS = {"pyrms": "pyrms", "pyrms_nopdl": "pyrms (no pdl)", "seed": "seed", "torch": "torch eager",
-               "compile": "torch.compile", "triton": "Triton"}
+               "compile": "torch.compile", "triton": "Triton", "liger": "Liger"}
 DECODE_MAX_TOKENS = 128  # shapes up to this many tokens are latency-bound: judged against the launch floor
 FLOOR_HIDDEN = (4096, 5120, 8192)  # the launch floor's one-row copy, at these and every decode hidden of a run
 DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}

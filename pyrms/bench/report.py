@@ -15,7 +15,7 @@ from .results import FAILED, OK, SKIPPED, best_of, find
 
 DASH = "-"
 SHORT_LABELS = {"pyrms": "pyrms", "pyrms_nopdl": "nopdl", "seed": "seed", "torch": "eager", "compile": "compile",
-                "triton": "triton"}
+                "triton": "triton", "liger": "liger"}
 
 
 def _mib(nbytes: int) -> str:
@@ -335,7 +335,7 @@ def write_plot(path: Path, records, ceiling_gbps: float, title: str) -> str | No
     groups = list(panels)
     cols = max(len(h) for h in panels.values())
     fig, axes = plt.subplots(len(groups), cols, figsize=(4.2 * cols, 3.4 * len(groups)), squeeze=False, sharey="row")
-    markers = {"pyrms": "o", "pyrms_nopdl": "P", "seed": "s", "torch": "^", "compile": "v", "triton": "D"}
+    markers = {"pyrms": "o", "pyrms_nopdl": "P", "seed": "s", "torch": "^", "compile": "v", "triton": "D", "liger": "X"}
     legend: dict = {}
     for row, (op, dtype) in enumerate(groups):
         hiddens = sorted(panels[(op, dtype)])

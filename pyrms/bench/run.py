@@ -21,7 +21,7 @@ from .impls import Context
 from .results import FAILED
 from .torch_impls import load_torch, load_triton
 
-TORCH_IMPLS = ("torch", "compile", "triton")
+TORCH_IMPLS = ("torch", "compile", "triton", "liger")
 
 
 def _progress(message: str) -> None:

@@ -1,4 +1,4 @@
-"""What the benchmark's PyTorch eager, torch.compile and Triton implementations share; each op's own are
+"""What the benchmark's PyTorch eager, torch.compile, Triton and Liger implementations share; each op's own are
 declared in its family's bench module (pyrms/ops/<family>/bench.py), built on these.
 
 All launch on PyTorch's current stream, which the benchmark also uses for everything else (see
@@ -58,6 +58,17 @@ def triton_kernel(ctx, module: str):
         return importlib.import_module(module)
     except Exception as exc:
         raise Unavailable(f"Triton is not importable: {_one_line(exc)}") from None
+
+
+def liger_rms_norm(ctx):
+    """Liger-Kernel's ``LigerRMSNormFunction`` (an optional extra: ``pip install liger-kernel``), or Unavailable
+    saying why not."""
+    need_torch(ctx)
+    try:
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    except Exception as exc:
+        raise Unavailable(f"Liger-Kernel is not importable: {_one_line(exc)}") from None
+    return LigerRMSNormFunction
 
 
 def need_torch(ctx):

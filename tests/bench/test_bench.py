@@ -449,7 +449,7 @@ def test_decode_targets_against_the_fastest_other():
     assert len(found) == 12 and set(found) == {f"{t}x{h}" for t in (1, 5, 32, 128) for h in (4096, 5120, 8192)}
     assert found["1x4096"].status == targets.PASS and found["1x4096"].detail == \
         "pyrms 2.00 us / torch.compile 2.60 us = 0.769"
-    assert "0.8 x the fastest of torch eager, torch.compile and Triton" in found["1x4096"].text
+    assert "0.8 x the fastest of torch eager, torch.compile, Triton and Liger" in found["1x4096"].text
     assert found["5x4096"].status == targets.FAIL                                       # 2.2 / 2.6 = 0.846
     assert found["32x4096"].status == targets.NA and found["32x4096"].detail == "no other implementation timed"
     assert found["1x5120"].status == targets.NA and found["1x5120"].detail == "pyrms not timed at 1x5120"

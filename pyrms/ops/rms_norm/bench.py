@@ -10,7 +10,7 @@ import pyrms
 
 from ...bench.impls import Context, Impl, Unavailable
 from ...bench.ops import Bench
-from ...bench.torch_impls import Compiled, need_torch, output_ptr, triton_kernel
+from ...bench.torch_impls import Compiled, liger_rms_norm, need_torch, output_ptr, triton_kernel
 from ...tensor import Tensor
 from .twin import rms_norm_ref
 
@@ -101,6 +101,17 @@ class CompiledForward(Compiled, TorchForward):
     """torch.compile of the same F.rms_norm call (inductor generates one Triton kernel)."""
 
 
+class LigerForward(TorchForward):
+    """Liger-Kernel's LigerRMSNormFunction (casting mode "llama": Hugging Face's formula, pyrms's default
+    rounding), forward only (no autograd graph is recorded: the inputs need no gradient)."""
+
+    name = "liger"
+
+    def wrap(self, fn, example_args):
+        function, eps = liger_rms_norm(self.ctx), self.ctx.epsilon
+        return lambda x, w: function.apply(x, w, eps, 0.0, "llama", False)
+
+
 class TritonForward(Impl):
     """The Triton kernel of bench_triton.py, writing into the benchmark's own output sets."""
 
@@ -167,7 +178,7 @@ RMS_NORM = Bench(
     "rms_norm", inputs=("x",), outputs=("y",), row_terms=2, vector_terms=1, results=("y",),
     formula="read x + read γ + write y = (2·T·H + H) elements",
     impls={"pyrms": PyrmsForward, "pyrms_nopdl": PyrmsForwardNoPdl, "seed": SeedForward, "torch": TorchForward,
-           "compile": CompiledForward, "triton": TritonForward},
+           "compile": CompiledForward, "triton": TritonForward, "liger": LigerForward},
     reference=reference, aliases=("forward",), headline=True, host=host_call, host_extras=host_extras,
     host_labels={"pyrms": "pyrms.rms_norm on raw ints (validation + plan + launch)", "torch": "torch eager F.rms_norm"},
     example=example)

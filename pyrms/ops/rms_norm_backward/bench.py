@@ -1,5 +1,6 @@
 """rms_norm_backward's benchmark (pyrms.bench): its problem (dx and dγ from dy and x), its implementations
-(pyrms, PyTorch autograd), its float64 reference, its call in the host-time section and its example call
+(pyrms; through autograd: PyTorch's F.rms_norm, torch.compile of Hugging Face's formula, Liger-Kernel's
+function), its float64 reference, its call in the host-time section and its example call
 for tools/profile_launch.py. Imports no PyTorch."""
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pyrms
 
 from ...bench.impls import Context, Impl, pyrms_function
 from ...bench.ops import Bench
-from ...bench.torch_impls import need_torch, output_ptr
+from ...bench.torch_impls import compile_function, liger_rms_norm, need_torch, output_ptr, release_compile
 
 DW_FULL_LIMIT = 1 << 27  # dγ sums over all rows: checked where tokens x hidden is at most this
 DW_CHUNK_ROWS = 2048
@@ -44,14 +45,19 @@ class TorchBackward(Impl):
     def __init__(self, ctx, p):
         super().__init__()
         torch = need_torch(ctx)
-        self.torch = torch
+        self.torch, self.ctx = torch, ctx
         self.x = [v.detach().requires_grad_(True) for v in p.torch_rows(torch, "x")]
         self.w = p.torch_weight(torch).detach().requires_grad_(True)
         self.dy = p.torch_rows(torch, "dy")
-        F, shape, eps = torch.nn.functional, (p.hidden,), ctx.epsilon
+        forward = self.forward(torch, p.hidden, ctx.epsilon)
         with torch.enable_grad():
-            self.y = [F.rms_norm(x, shape, self.w, eps) for x in self.x]
+            self.y = [forward(x, self.w) for x in self.x]
         self.ring = [None] * p.sets
+
+    def forward(self, torch, hidden, eps):
+        """The forward whose graph the timed calls differentiate."""
+        F = torch.nn.functional
+        return lambda x, w: F.rms_norm(x, (hidden,), w, eps)
 
     def launch(self, i):
         self.ring[i] = self.torch.autograd.grad(self.y[i], (self.x[i], self.w), self.dy[i], retain_graph=True)
@@ -62,6 +68,36 @@ class TorchBackward(Impl):
 
     def close(self):
         self.ring, self.y, self.x = [], [], []
+
+
+class CompiledBackward(TorchBackward):
+    """dx, dγ of torch.compile(fullgraph=True) of Hugging Face LLaMA's RMSNorm formula (pyrms's default
+    rounding): inductor's backward kernel, timed as the eager one (the backward graph compiles at the warm-up
+    calls, not timed)."""
+
+    name = "compile"
+
+    def forward(self, torch, hidden, eps):
+        def hf(x, w):
+            h = x.float()
+            return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+        with torch.enable_grad():
+            return compile_function(self.ctx, hf, (self.x[0], self.w), self.notes)
+
+    def close(self):
+        super().close()
+        release_compile(self.ctx)
+
+
+class LigerBackward(TorchBackward):
+    """dx, dγ of Liger-Kernel's LigerRMSNormFunction (casting mode "llama": Hugging Face's formula; dx not
+    written over dy), timed as the eager one; its forward saves the rows' rstd, which its backward reads."""
+
+    name = "liger"
+
+    def forward(self, torch, hidden, eps):
+        function = liger_rms_norm(self.ctx)
+        return lambda x, w: function.apply(x, w, eps, 0.0, "llama", False)
 
 
 def _inv_rms(x64, epsilon):
@@ -114,7 +150,8 @@ def example(e):
 RMS_NORM_BACKWARD = Bench(
     "rms_norm_backward", inputs=("dy", "x"), outputs=("dx",), vector_outputs=("dw",), row_terms=3, vector_terms=2,
     results=("dx", "dw"), formula="read dy, x, γ + write dx, dγ = (3·T·H + 2·H) elements",
-    impls={"pyrms": PyrmsBackward, "torch": TorchBackward}, reference=reference, aliases=("backward",),
+    impls={"pyrms": PyrmsBackward, "torch": TorchBackward, "compile": CompiledBackward, "liger": LigerBackward},
+    reference=reference, aliases=("backward",),
     host=host_call, example=example)
 
 BENCHES = (RMS_NORM_BACKWARD,)
