@@ -503,7 +503,7 @@ def test_defaults_and_quick():
     assert explicit.shapes_for("rms_norm_backward") == (config.Shape(1024, 4096),)
     assert explicit.dtypes == ("bfloat16", "float16", "float32")
     assert explicit.impls == ("pyrms", "torch", "compile")
-    assert explicit.impls_for("rms_norm_backward") == ("pyrms", "torch")
+    assert explicit.impls_for("rms_norm_backward") == ("pyrms", "torch", "compile")  # those it has, of those asked
     assert full.floor and full.sweep and not parse("--no-floor").floor
     grid = parse("--tokens", "32,1", "--hidden", "4096", "--out", "/tmp/x", "--name", "n")
     assert grid.shapes == (config.Shape(1, 4096), config.Shape(32, 4096)) and str(grid.json_path) == "/tmp/x/n.json"
