@@ -141,12 +141,14 @@ template <typename T, typename W> __device__ __forceinline__ int column_phase(co
     }
 }
 
-// Bytes per element of a weight (0: none).
-template <typename W> __host__ __device__ constexpr int weight_bytes() {
+// Bytes per element of the weight that the staged kernel keeps in shared memory: a weight of T's width; none
+// for no weight, and none for an fp32 weight beside 2-byte rows, which it reads from global memory instead
+// (L1-resident after the first rows): its hidden * 4 bytes in shared memory would cost a block per multiprocessor.
+template <typename T, typename W> __host__ __device__ constexpr int staged_weight_bytes() {
     if constexpr (Weightless<W>::value) {
         return 0;
     } else {
-        return static_cast<int>(sizeof(W));
+        return sizeof(W) == sizeof(T) ? static_cast<int>(sizeof(W)) : 0;
     }
 }
 
@@ -384,7 +386,7 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const flo
 // wider than the block loops, as row_core.cuh's re-reading shape does) and own the columns of the dx
 // pass, vectors threadIdx.x, threadIdx.x + blockDim.x, ..., in every row: so each column's chunk sum
 // (in shared memory) is added to by one thread, in row order, as in norm_backward_rows.
-// Dynamic shared memory: P * hidden floats of sums, then the weight (hidden of W; none without one), then
+// Dynamic shared memory: P * hidden floats of sums, then the weight (hidden of W: staged_weight_bytes), then
 // `stages` buffers of an x row (hidden of T) and a dy row (hidden of G); only min(stages, rows_per_block)
 // are used.
 
@@ -477,8 +479,9 @@ __device__ __forceinline__ void norm_backward_staged(
     const int vectors = hidden / N;  // every row is all body vectors (the launcher's promise)
     float* sums = reinterpret_cast<float*>(staged_shared);                      // P planes of hidden floats
     unsigned char* after_sums = staged_shared + 4ll * P * hidden;
-    W* wsm = reinterpret_cast<W*>(after_sums);                                  // the weight (WEIGHTED)
-    unsigned char* buffers = after_sums + static_cast<long long>(weight_bytes<W>()) * hidden;  // stage s: x, dy
+    constexpr bool W_SHARED = staged_weight_bytes<T, W>() > 0;
+    W* wsm = reinterpret_cast<W*>(after_sums);                                  // the weight (W_SHARED)
+    unsigned char* buffers = after_sums + static_cast<long long>(staged_weight_bytes<T, W>()) * hidden;  // x, dy
     const long long stage_bytes = static_cast<long long>(sizeof(T) + sizeof(G)) * hidden;
     const long long plane = (static_cast<long long>(rows) + chunk_rows - 1) / chunk_rows * ws_stride;
 
@@ -495,7 +498,15 @@ __device__ __forceinline__ void norm_backward_staged(
         }
         cp_async_commit();
     };
-    if constexpr (WEIGHTED) copy_row_async(wsm, weight, hidden);
+    if constexpr (W_SHARED) copy_row_async(wsm, weight, hidden);
+    // The weight's columns at `at` (a multiple of N; the launcher has the weight start a vector of the split).
+    auto weights_at = [&](int at) {
+        if constexpr (W_SHARED) {
+            return shared_columns<T>(wsm + at);
+        } else {
+            return load_weights<T>(weight, at, 16);
+        }
+    };
     for (int i = 0; i < stages - 1; ++i) issue(i);  // the weight travels with the first group
 
     for (int i = 0; i < count; ++i) {
@@ -535,7 +546,7 @@ __device__ __forceinline__ void norm_backward_staged(
         staged_fold<Q>(dot_fold, vectors, &scratch[2], [&](int v, float (&p)[Q]) {
             const Pack<T> xv = shared_pack(xs + v * N);
             const WeightVec<T, G> dv = shared_columns<T>(ds + v * N);
-            const WeightVec<T, W> wv = shared_columns<T>(weight_row(wsm, static_cast<long long>(v) * N));
+            const WeightVec<T, W> wv = weights_at(v * N);
             float dot_p = 0.0f, g_p = 0.0f;
 #pragma unroll
             for (int j = 0; j < N; ++j) {
@@ -558,7 +569,7 @@ __device__ __forceinline__ void norm_backward_staged(
             const int at = v * N;
             const Pack<T> xv = shared_pack(xs + at);
             const WeightVec<T, G> dv = shared_columns<T>(ds + at);
-            const WeightVec<T, W> wv = shared_columns<T>(weight_row(wsm, at));
+            const WeightVec<T, W> wv = weights_at(at);
             Pack<T> out;
 #pragma unroll
             for (int q = 0; q < N; q += 4) {

@@ -201,7 +201,9 @@ class NormBackwardPlan(KernelPlan):
         """Dynamic shared memory of the staged kernel with `slots` row slots: the chunk's column sums,
         the weight, and per slot a row of x and one of dy."""
         row = self.dtype.itemsize + self.grad_output_itemsize
-        return self.hidden * (4 * self.params + self.weight_itemsize + row * slots)
+        # an fp32 weight beside 2-byte rows is read from global memory (norm_backward.cuh: staged_weight_bytes)
+        weight = 0 if self.fp32_weight else self.weight_itemsize
+        return self.hidden * (4 * self.params + weight + row * slots)
 
     @property
     def sum_expression(self) -> str:

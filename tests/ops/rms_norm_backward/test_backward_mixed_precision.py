@@ -40,8 +40,8 @@ def test_plans_with_an_fp32_weight(dtype, layer_norm):
     assert fp32.group == dy32.group and {e for e in set(fp32.group) & set(same.group) if "sum_partials" not in e} == set()
     assert {fp32.expression, dy32.expression, fp32.staged_expression, dy32.staged_expression} <= set(fp32.group)
     assert "pyrms::sum_partials_kernel<float>" in fp32.group
-    # the staged kernel's shared memory: the weight's 4 bytes, and dy's 4 per slot where fp32
-    assert fp32.staged_shared_bytes(2) - same.staged_shared_bytes(2) == 5120 * 2
+    # the staged kernel's shared memory: no fp32 weight (read from global memory), and dy's 4 bytes per slot where fp32
+    assert same.staged_shared_bytes(2) - fp32.staged_shared_bytes(2) == 5120 * 2
     assert dy32.staged_shared_bytes(2) - fp32.staged_shared_bytes(2) == 5120 * 2 * 2
 
 
