@@ -61,8 +61,8 @@ def test_cpu_tensors_are_refused(requires_grad):
 def test_bad_operands_are_named():
     x = cpu(3, 8)
     cases = [
-        ((x, cpu(8, dtype=torch.float32)), TypeError,
-         r"weight has dtype torch.float32, but x has torch.bfloat16: pyrms computes in one dtype, so convert it"),
+        ((x, cpu(8, dtype=torch.float64)), TypeError,  # a weight of another dtype is fine, if pyrms supports it
+         r"weight has dtype torch.float64; pyrms.torch supports torch.bfloat16, torch.float16 or torch.float32"),
         ((x, cpu(7)), ValueError, r"weight has shape \(7,\), expected \(8,\): the size of x's last dimension"),
         ((x, cpu(8, 2)[:, 0]), ValueError, "weight must be contiguous"),
         ((x, cpu(1, 8)), ValueError, r"weight has shape \(1, 8\), expected \(8,\)"),
@@ -75,8 +75,11 @@ def test_bad_operands_are_named():
             pt.rms_norm(*args)
     with torch.no_grad(), pytest.raises(ValueError, match=r"residual has shape \(3, 9\), but x has \(3, 8\)"):
         pt.fused_add_rms_norm(x, cpu(3, 9), cpu(8))
-    with pytest.raises(TypeError, match="bias has dtype torch.float16, but x has torch.bfloat16"):
+    with pytest.raises(TypeError, match=r"weight has dtype torch.bfloat16 and bias torch.float16, x torch.bfloat16: "
+                                        r"the weight and bias share one dtype"):
         pt.layer_norm(x, cpu(8), cpu(8, dtype=torch.float16))
+    with pytest.raises(TypeError, match="without a weight the bias is of x's dtype"):
+        pt.layer_norm(x, None, cpu(8, dtype=torch.float32))
 
 
 def test_fused_add_under_autograd_is_refused():
@@ -124,6 +127,33 @@ def test_fake_checks_dtypes_and_shapes():
             torch.ops.pyrms.rms_norm(x, torch.empty(16, dtype=torch.float64, device="cuda"), 1e-6, False, False)
         with pytest.raises(ValueError, match=r"weight has shape \(8,\), expected \(16,\)"):
             torch.ops.pyrms.layer_norm(x.to(BF16), torch.empty(8, dtype=BF16, device="cuda"), None, 1e-5)
+
+
+def test_fake_outputs_with_a_weight_of_another_dtype():
+    """fp32 master weights beside bf16 activations: the output's dtype is the formula's (fp32 for the default
+    rounding and LayerNorm, x's with round_once), each gradient in its tensor's dtype; a bias alone of another
+    dtype, or a weight and bias of two dtypes, is refused by the fake too."""
+    with FakeTensorMode():
+        x = torch.empty(2, 3, 16, dtype=BF16, device="cuda")
+        w32, w16 = (torch.empty(16, dtype=d, device="cuda") for d in (torch.float32, torch.float16))
+        ops = torch.ops.pyrms
+        assert ops.rms_norm(x, w32, 1e-6, False, False).dtype == torch.float32
+        assert ops.rms_norm(x, w32, 1e-6, True, True).dtype == BF16
+        assert ops.rms_norm(x, w16, 1e-6, False, False).dtype == torch.float32
+        assert ops.rms_norm(x.float(), w16, 1e-6, False, True).dtype == torch.float32
+        dx, dw = ops.rms_norm_backward(x.float(), x, w32, 1e-6, False)  # the fp32 output's gradient
+        assert (dx.dtype, dw.dtype) == (BF16, torch.float32)
+        dx, dw = ops.rms_norm_backward(x, x, w16, 1e-6, False)
+        assert (dx.dtype, dw.dtype) == (BF16, torch.float16)
+        assert ops.layer_norm(x, w32, w32, 1e-5).dtype == torch.float32
+        dx, dw, db = ops.layer_norm_backward(x.float(), x, w32, 1e-5, True)
+        assert (dx.dtype, dw.dtype, db.dtype) == (BF16, torch.float32, torch.float32)
+        with pytest.raises(TypeError, match="share one dtype"):
+            ops.layer_norm(x, w32, w16, 1e-5)
+        with pytest.raises(TypeError, match="without a weight the bias is of x's dtype"):
+            ops.layer_norm(x, None, w32, 1e-5)
+        with pytest.raises(TypeError, match=r"grad_out has dtype torch.float32, but x has torch.bfloat16"):
+            ops.rms_norm_backward(x.float(), x, w16.to(BF16), 1e-6, False)  # one dtype: no fp32 gradient
 
 
 # --- tracing ---------------------------------------------------------------------------------------
