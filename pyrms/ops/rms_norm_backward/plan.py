@@ -280,8 +280,8 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
                          + f", got {gdt.name}")
     odt = dt if grad_output_dtype is None else dtypes.get(grad_output_dtype)
     if odt is not dt and not (fp32_weight and odt is dtypes.FLOAT32):
-        raise ValueError(f"grad_output_dtype must be {dt.name}" + (" or float32 (beside a float32 weight)" if fp32_weight
-                                                                   else "") + f", got {odt.name}")
+        also = " or float32" if fp32_weight else " (float32 only beside a float32 weight)" if dt.itemsize == 2 else ""
+        raise ValueError(f"grad_output_dtype must be {dt.name}{also}, got {odt.name}")
     if layer_norm and gemma:
         raise ValueError("gemma applies to RMSNorm only")
     block, vectors = backward_block(dt, hidden), 0

@@ -52,7 +52,7 @@ def test_plan_refusals_name_the_argument():
         bwd_plan.plan_norm_backward("bfloat16", 64, weight_dtype="float16")
     with pytest.raises(ValueError, match="grad_dtype must be float32, got bfloat16"):
         bwd_plan.plan_norm_backward("bfloat16", 64, weight_dtype="float32", grad_dtype="bfloat16")
-    with pytest.raises(ValueError, match=r"grad_output_dtype must be bfloat16, got float32"):
+    with pytest.raises(ValueError, match=r"grad_output_dtype must be bfloat16 \(float32 only beside a float32 weight\), got float32"):
         bwd_plan.plan_norm_backward("bfloat16", 64, grad_output_dtype="float32")
     with pytest.raises(ValueError, match="register-cached backward"):
         bwd_plan.NormBackwardPlan(dtypes.BFLOAT16, 64, 64, 1, False, False, dtypes.FLOAT32, fp32_weight=True)
@@ -103,7 +103,7 @@ def test_validation_of_mixed_precision_arguments():
         backward(dtype="float32", weight_dtype="bfloat16")
     with pytest.raises(ValueError, match="grad_weight_dtype must be float32 beside a float32 weight"):
         backward(weight_dtype="float32", grad_weight_dtype="bfloat16")
-    with pytest.raises(ValueError, match=r"grad_output_dtype must be bfloat16, got float32"):
+    with pytest.raises(ValueError, match=r"grad_output_dtype must be bfloat16 \(float32 only beside a float32 weight\), got float32"):
         backward(grad_output_dtype="float32")
     with pytest.raises(ValueError, match="weight_dtype='float32' was given for weight=None"):
         backward(weightless=True, weight_dtype="float32")
