@@ -195,3 +195,18 @@ def test_norms_under_autocast_follow_torchs_own(gen):
     for name, a, c in zip(("y", "dw", "dgamma", "dW1"), *grads):
         assert a.dtype == c.dtype, name
         close(a, c.double(), 2**-6, name)
+
+
+@pytest.mark.parametrize("x_dtype", [BF16, FP16])
+def test_fused_add_with_an_fp32_weight_is_the_raw_op_bit_for_bit(gen, x_dtype):
+    """Inference under autocast hands the fused add fp32 weights: read exactly, x and the residual keep their dtype."""
+    import pyrms
+
+    x, residual, w = randn(gen, 5, 769, dtype=x_dtype), randn(gen, 5, 769, dtype=x_dtype), randn(gen, 769, dtype=FP32)
+    raw_x, raw_residual, other_x = x.clone(), residual.clone(), x.clone()
+    pyrms.fused_add_rms_norm(raw_x, raw_residual, w, 1e-6, stream=torch.cuda.current_stream())
+    with torch.no_grad():
+        pt.fused_add_rms_norm(other_x, residual.clone(), w.to(x_dtype), 1e-6)  # the weight rounded first
+        pt.fused_add_rms_norm(x, residual, w, 1e-6)
+    assert x.dtype == x_dtype and torch.equal(x, raw_x) and torch.equal(residual, raw_residual)
+    assert not torch.equal(other_x, x)  # so the weight was read as fp32

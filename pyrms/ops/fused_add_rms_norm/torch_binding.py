@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ...torch._layout import DTYPE_NAMES, check_meta, current_stream, in_place_stride, operands
+from ...torch._layout import DTYPE_NAMES, as_float32, check_device, check_meta, current_stream, in_place_stride, mixed
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import increment_version as _increment_version
 from ...torch._routing import records as _records
@@ -30,15 +30,19 @@ FLOAT32_ROWS = ("residual",)
 def launch(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool,
            round_once: bool, sum_precision: str | None = None) -> None:
     """In place: residual <- x + residual, then x <- RMSNorm(residual) (see pyrms.torch.fused_add_rms_norm)."""
-    dtype, device = operands(x, {"weight": weight}, {"residual": residual}, FLOAT32_ROWS)
+    dtype = check_meta(x, {"weight": weight}, {"residual": residual}, FLOAT32_ROWS, mixed_vectors=("weight",))
+    device = check_device({"x": x, "residual": residual, "weight": weight})
     x_stride, residual_stride = in_place_stride("x", x), in_place_stride("residual", residual)
     numel = x.numel()
     if numel:
         hidden = x.shape[-1]
-        _fused_add_rms_norm(x.data_ptr(), residual.data_ptr(), weight.data_ptr(), eps, numel // hidden, hidden,
+        mix = mixed(x, weight)  # read as float32: the kernel's fp32 weight beside 2-byte rows
+        w = as_float32(weight) if mix else weight
+        _fused_add_rms_norm(x.data_ptr(), residual.data_ptr(), w.data_ptr(), eps, numel // hidden, hidden,
                             dtype=dtype, input_stride=x_stride, residual_stride=residual_stride,
                             stream=current_stream(device), gemma=gemma, round_once=round_once,
-                            sum_precision=sum_precision, residual_dtype=DTYPE_NAMES[residual.dtype])
+                            sum_precision=sum_precision, residual_dtype=DTYPE_NAMES[residual.dtype],
+                            weight_dtype="float32" if mix and dtype != "float32" else None)
 
 
 @torch.library.custom_op("pyrms::fused_add_rms_norm", mutates_args=("input", "residual"))
@@ -49,7 +53,7 @@ def fused_add_rms_norm_op(input: Tensor, residual: Tensor, weight: Tensor, eps: 
 
 @fused_add_rms_norm_op.register_fake
 def _(input, residual, weight, eps, gemma, round_once, sum_precision=None):
-    check_meta(input, {"weight": weight}, {"residual": residual}, FLOAT32_ROWS)
+    check_meta(input, {"weight": weight}, {"residual": residual}, FLOAT32_ROWS, mixed_vectors=("weight",))
 
 
 _FUSED_ADD_RMS_NORM = torch.ops.pyrms.fused_add_rms_norm.default
@@ -62,7 +66,8 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
 
     ``x`` and ``residual``: CUDA tensors of one shape [..., hidden] and dtype, disjoint, each with its
     rows one stride apart (ValueError otherwise: an in-place op cannot work on a copy). ``weight``,
-    ``eps``, ``gemma``, ``round_once``: as in the plain RMSNorm (pyrms.torch's). ``sum_precision="fp32"`` normalizes the fp32 sum
+    ``eps``, ``gemma``, ``round_once``: as in the plain RMSNorm (pyrms.torch's); a weight of another dtype
+    than x (fp32 weights under autocast) is read as float32, and x keeps its dtype (in place). ``sum_precision="fp32"`` normalizes the fp32 sum
     instead (FlashInfer's, SGLang's), and a torch.float32 ``residual`` beside bf16 or fp16 ``x`` is an
     fp32 residual stream that stores the sum exactly (QuACK's, Transformer Engine's): as in
     ``pyrms.fused_add_rms_norm``. No autograd: call it under ``torch.no_grad()``
