@@ -141,8 +141,13 @@ def test_units_are_what_the_ops_compile():
     w = precompile.unit("rms_norm_backward", "bf16", 5120, weight_dtype="none")
     assert w.names == bwd_plan.plan_norm_backward("bf16", 5120, weight=False).group and str(w) == \
         "rms_norm_backward.cu bfloat16 weight=none"
-    with pytest.raises(ValueError, match="rms_norm_backward's weight is of the dtype or none, got weight_dtype='float32'"):
-        precompile.unit("rms_norm_backward", "bf16", 8, weight_dtype="float32")
+    fp32 = precompile.unit("rms_norm_backward", "bf16", 5120, weight_dtype="float32")  # fp32 master weights
+    assert fp32.names == bwd_plan.plan_norm_backward("bf16", 5120, weight_dtype="float32").group and str(fp32) == \
+        "rms_norm_backward.cu bfloat16 weight=float32"
+    assert fp32 == precompile.unit("rms_norm_backward", "bf16", 8, weight_dtype="float32", grad_output_dtype="float32")
+    with pytest.raises(ValueError, match="rms_norm_backward's weight is of the dtype, float32 or none, got "
+                                         "weight_dtype='float16'"):
+        precompile.unit("rms_norm_backward", "bf16", 8, weight_dtype="float16")
     s = plan_seed(dtypes.BFLOAT16, 5120)
     assert precompile.unit("seed", "bf16", 5120).names == (s.expression,)
     with pytest.raises(ValueError, match="1024 a block allows"):
@@ -160,7 +165,8 @@ def test_every_unit_counts():
     # rms_norm and fused add: per dtype, gemma x round_once with the dtype's weight and with an fp32 one
     # (bf16 and fp16 only), and round_once without a weight: 4 + 4 + 2 for 2-byte dtypes, 4 + 2 for
     # fp32. LayerNorm's forward: one per dtype, and one per dtype without a weight; its backward and the
-    # RMSNorm backward: the same; the seed at 5120 in bf16 and fp16 (fp32 would need 1280 threads).
+    # RMSNorm backward: the same, and one with an fp32 weight per 2-byte dtype; the seed at 5120 in bf16 and
+    # fp16 (fp32 would need 1280 threads).
     # rms_norm.cu twice over: its plain rows and its N-D kernel (rms_norm_nd), one unit each. The
     # quantizing ops: per op, dtype, output dtype (3), mode (3: per_group's one unit for both group sizes)
     # and rounding (2): 2 x 3 x 3 x 3 x 2. Fused add's bf16 and fp16 units three times over (the rounded
@@ -169,7 +175,7 @@ def test_every_unit_counts():
     # output (10 per dtype each); LayerNorm's forward with fp32 weight and bias, and with an fp32 output for
     # each weight kind (4 per dtype). static_quant: one per dtype and output dtype (3 x 3).
     assert by_source == {"rms_norm.cu": 92, "fused_add_rms_norm.cu": 86, "layer_norm.cu": 14,
-                         "layer_norm_backward.cu": 6, "rms_norm_backward.cu": 6, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 216,
+                         "layer_norm_backward.cu": 8, "rms_norm_backward.cu": 8, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 216,
                          "static_quant.cu": 9}
     assert "rms_norm_quant.cu rms_norm_group_quant_kernel bfloat16 float8_e4m3fn per_group" in {u.label for u in units}
     assert precompile.every_unit(["rms_norm", "rms_norm_nd"], [dtypes.FLOAT32]) == \
