@@ -1,6 +1,6 @@
 """Shared test setup: the ``gpu`` marker skips, with the reason, where no CUDA driver or device exists;
-the ``rng`` fixture (reproducible per test), the ``small`` source directory, the ``fake`` driver and
-the ``host_device`` harness."""
+tests marked ``slow`` are left out unless ``-m`` is given; the ``rng`` fixture (reproducible per test),
+the ``small`` source directory, the ``fake`` driver and the ``host_device`` harness."""
 import functools
 import gc
 import importlib.util
@@ -21,7 +21,22 @@ def _no_gpu_reason():
     return driver.unavailable_reason()
 
 
+_slow_left_out = pytest.StashKey[int]()
+
+
 def pytest_collection_modifyitems(config, items):
+    # The plain command is the one a newcomer runs first, on a machine without a GPU: it leaves out what
+    # only a thorough run needs (every kernel variant through NVRTC and ptxas, exhaustive sweeps) and
+    # says so in the summary. Any -m expression (-m gpu, -m slow) chooses for itself, and a test named
+    # by its node id runs.
+    if not config.option.markexpr:
+        named = tuple(arg for arg in config.args if "::" in arg)
+        slow = [item for item in items if item.get_closest_marker("slow") and not item.nodeid.startswith(named)]
+        if slow:
+            left_out = set(map(id, slow))
+            items[:] = [item for item in items if id(item) not in left_out]
+            config.hook.pytest_deselected(items=slow)
+            config.stash[_slow_left_out] = len(slow)
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
@@ -31,6 +46,20 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=f"no usable CUDA GPU: {reason}")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = config.stash.get(_slow_left_out, 0)
+    if count:
+        terminalreporter.write_line(f"{count} deselected: marked slow (every kernel variant compiled, exhaustive "
+                                    "sweeps); -m slow runs them, as .ci/run does")
+
+
+def pytest_collection_finish(session):
+    # The fake fixture's gc.collect() after each test walks every object alive, and after collection that
+    # is thousands of test items with their marks and parameters: about 0.1 s a test. Frozen, they are out
+    # of the collector's sight; what a test leaves behind is made later and is still collected.
+    gc.freeze()
 
 
 @pytest.fixture

@@ -104,6 +104,7 @@ def test_info_command_runs_here(tmp_path):
 # --- pyrms.precompile: the units ------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about a million plans (1.5 min on 2 cores)
 def test_every_unit_covers_every_hidden_size_and_option():
     """Whatever hidden size a call has, the unit it compiles is one every_unit lists (so that
     precompiling really covers every pyrms kernel)."""

@@ -8,6 +8,8 @@
 #   suites      the whole GPU suite as SUITE_PROCS [4] pytest processes over the test files, round robin,
 #               into gpu_suite_K.txt (about 100 s on the H200 machine; their own times add up to about 230 s)
 #   sanitizers  tools/run_sanitizers.sh into $OUT/san, every tool --quick over SANITIZE_OPS [all ops]
+#   slow        the CPU tests marked slow (the plain pytest run leaves them out; -m gpu has every GPU test,
+#               slow or not) with this machine's NVRTC, into slow_tests.txt
 set -u
 OUT="${1:?output directory}"; STEPS="${2:-suite demo host}"
 mkdir -p "$OUT"
@@ -30,6 +32,8 @@ for step in $STEPS; do
                 failed=0; for pid in $pids; do wait "$pid" || failed=1; done
                 for ((k = 0; k < procs; k++)); do tail -n 1 "$OUT/gpu_suite_$k.txt" 2>/dev/null; done
                 grep -h "^FAILED\|^ERROR" "$OUT"/gpu_suite_*.txt | head -20; (exit $failed) ;;
+        slow) timeout 400 python3 -m pytest -q -p no:cacheprovider -m "slow and not gpu" > "$OUT/slow_tests.txt" 2>&1
+              rc=$?; tail -n 1 "$OUT/slow_tests.txt"; (exit $rc) ;;
         sanitizers) QUICK_TOOLS="memcheck racecheck initcheck synccheck" OPS="${SANITIZE_OPS:-}" TIMEOUT=150 \
                         timeout 200 tools/run_sanitizers.sh "$OUT/san" > "$OUT/sanitizers.txt" 2>&1
                     rc=$?; tail -n 5 "$OUT/sanitizers.txt" | cut -c1-300; (exit $rc) ;;

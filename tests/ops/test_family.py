@@ -327,6 +327,7 @@ def program(request, tmp_path_factory):
     return prog
 
 
+@pytest.mark.slow  # NVRTC and ptxas over 550 kernels (1.5 min on 2 cores)
 def test_every_variant_compiles_without_spills_and_aligned_paths_are_16_bytes_wide(program):
     resources = ptx_inspect.parse_ptxas_log(program.log)
     functions = {fn.name: fn for fn in ptx_inspect.parse_functions(program.ptx)}

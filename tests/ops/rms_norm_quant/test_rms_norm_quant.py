@@ -180,6 +180,7 @@ def _launches(fake):
     return [args for name, args in fake.calls if name in ("cuLaunchKernel", "cuLaunchKernelEx")]
 
 
+@pytest.mark.slow  # each launch compiles its own unit of 14 kernels (5 to 10 s a test)
 def test_launch_arguments(qfake):
     fake = qfake
     fake.param_kinds = ("ptr",) * 6 + ("f32", "f32", "i32", "i64", "i64", "i64")
@@ -200,6 +201,7 @@ def test_launch_arguments(qfake):
     assert fused[6] == (O, 0, X, R, W, S + 4, W + 4096, 1.0, pytest.approx(1e-6), 769, 769, 771, 769, 769)
 
 
+@pytest.mark.slow  # each launch compiles its own unit of 14 kernels (5 to 10 s a test)
 def test_norm_out_launch_arguments(qfake):
     """norm_out is the kernels' second pointer and its stride their last argument, whatever comes between:
     a device scale, per-token's scale_ub, per group's layout; its kernels are the NORM_OUT ones."""
@@ -227,6 +229,7 @@ def test_norm_out_plans_name_their_own_kernels():
     assert set(p.group).isdisjoint(plain.group) and len(p.group) == len(plain.group)
 
 
+@pytest.mark.slow  # each launch compiles its own unit of 14 kernels (5 to 10 s a test)
 def test_per_group_launch_arguments(qfake):
     """The group kernels' arguments: scales, their row and group strides (row-major: groups and 1; column-major:
     1 and num_tokens, or scale_stride), epsilon; the tail group_shift, ue8m0, hidden and the row strides."""
@@ -350,6 +353,7 @@ def test_bad_fused_arguments_are_refused(overrides, message):
         call(fused=True, **overrides)
 
 
+@pytest.mark.slow  # each launch compiles its own unit of 14 kernels (5 to 10 s a test)
 def test_valid_arguments_reach_the_driver(qfake):
     """What the refusals above change, undone, launches (each case differs from a valid call in one way)."""
     fake = qfake
