@@ -457,6 +457,10 @@ def _sanitize_backward(op: str, dtype: str, n: int, hidden: int) -> Iterator[Cas
                    weight="none", grad_bias=grad_bias)
     yield case(op, dtype, 17, hidden, offsets={"grad_output": 1}, weight="none", in_place="grad_output",
                own_workspace=True)
+    if dtype != "float32":  # fp32 master weights: aligned (the staged kernel where hidden allows), and misaligned
+        for options in FP32_WEIGHT:
+            yield case(op, dtype, 18, hidden, **options)
+            yield case(op, dtype, 33, hidden, offsets={"weight": n - 1, "grad_output": 1, "input": n - 1}, **options)
 
 
 def _sanitize_nd(dtype: str, n: int) -> Iterator[Case]:
