@@ -121,9 +121,6 @@ def _one_nan(a: np.ndarray) -> np.ndarray:
     return a
 
 
-
-
-
 def rms_ref(x, weight, epsilon, *, gemma=False):
     """float64 RMSNorm of the rows of x: x / sqrt(mean(x^2) + eps) * w (w = 1 + weight for Gemma; 1 for weight
     None): the reference of every op whose rows end in the RMSNorm row (rms_norm_row.cuh)."""
