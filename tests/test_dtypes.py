@@ -2,7 +2,6 @@
 and the command lines that parse dtypes through it (the demo, the benchmark, the tools)."""
 import argparse
 import importlib.util
-import sys
 from pathlib import Path
 
 import ml_dtypes

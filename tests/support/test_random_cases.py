@@ -8,7 +8,6 @@ the same cases is tests/tools/test_random_check_gpu.py.
 import inspect
 import json
 import math
-import sys
 from collections import Counter
 
 import numpy as np

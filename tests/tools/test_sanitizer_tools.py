@@ -1,7 +1,6 @@
 """tools/sanitizer_summary.py and the CPU side of tools/sanitize_all.py: how a run directory is read
 (passed, failed, stopped part-way), and the matrix's selection and sharding. No GPU needed."""
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
