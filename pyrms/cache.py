@@ -9,12 +9,17 @@ magic, truncated, checksum mismatch, bad JSON) counts as a miss.
 
 ``PYRMS_CACHE_DIR`` picks the directory (default ``$XDG_CACHE_HOME/pyrms`` or
 ``~/.cache/pyrms``); ``PYRMS_DISABLE_CACHE=1`` (or true, yes, on) turns the disk cache off.
+
+``python -m pyrms.info`` reports what the cache holds (entries by kernel source and arch, bytes: ``report``);
+``python -m pyrms.info --clear-cache`` removes pyrms's entries (``clear``: only files named and marked as
+pyrms's entries, and leftover temporaries).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -103,3 +108,64 @@ def _sweep_stale_temporaries(folder: Path) -> None:
                 tmp.unlink()
         except OSError:  # another process swept it first, or it is not ours to remove
             pass
+
+
+# An entry's file name: its key, a SHA-256 in hex (compiler.py), then .cubin.
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.cubin")
+
+
+def entries(folder: Path | None = None) -> list[tuple[Path, dict | None]]:
+    """pyrms's entries in the cache directory (or ``folder``): (path, its metadata, or None where the entry is
+    unreadable but named and marked as pyrms's), sorted by name. Files of any other name or content are not
+    pyrms's and are left out."""
+    folder = directory() if folder is None else folder
+    found = []
+    for path in sorted(folder.glob("*.cubin")) if folder.is_dir() else ():
+        if not _ENTRY_NAME.fullmatch(path.name):
+            continue
+        try:
+            with path.open("rb") as f:
+                head = f.read(len(_MAGIC) + 8)
+                if not head.startswith(_MAGIC):
+                    continue
+                header = f.read(int.from_bytes(head[len(_MAGIC):], "little"))
+            meta = json.loads(header.decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            meta = None
+        found.append((path, meta if isinstance(meta, dict) else None))
+    return found
+
+
+def report(folder: Path | None = None) -> dict:
+    """What the cache holds: its directory, whether it is enabled, its entries' count and bytes, and both
+    by (kernel source, arch)."""
+    folder = directory() if folder is None else folder
+    groups: dict[str, dict[str, int]] = {}
+    total = 0
+    held = entries(folder)
+    for path, meta in held:
+        size = path.stat().st_size
+        total += size
+        name = f"{meta.get('source_name', '?')} {meta.get('arch', '?')}" if meta else "(unreadable)"
+        group = groups.setdefault(name, {"entries": 0, "bytes": 0})
+        group["entries"] += 1
+        group["bytes"] += size
+    return {"directory": str(folder), "enabled": enabled(), "entries": len(held), "bytes": total,
+            "by_source": dict(sorted(groups.items()))}
+
+
+def clear(folder: Path | None = None) -> tuple[int, int]:
+    """Remove pyrms's entries and leftover temporaries from the cache directory; (files removed, bytes freed).
+    Files that are not pyrms's stay."""
+    folder = directory() if folder is None else folder
+    removed = freed = 0
+    targets = [path for path, _ in entries(folder)] + (list(folder.glob(".*.tmp")) if folder.is_dir() else [])
+    for path in targets:
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except OSError:  # another process removed it first
+            continue
+        removed, freed = removed + 1, freed + size
+    return removed, freed
+

@@ -87,10 +87,7 @@ def _cache() -> dict[str, Any]:
     from . import cache, compiler
 
     folder = cache.directory()
-    entries = sorted(folder.glob("*.cubin")) if folder.is_dir() else []
-    return {"directory": str(folder), "enabled": cache.enabled(), "exists": folder.is_dir(),
-            "entries": len(entries), "bytes": sum(p.stat().st_size for p in entries),
-            "sources": str(compiler.source_dir())}
+    return {**cache.report(folder), "exists": folder.is_dir(), "sources": str(compiler.source_dir())}
 
 
 def _arch() -> str:
@@ -160,8 +157,11 @@ def format_report(report: dict[str, Any]) -> str:
     else:
         state = "enabled" if c["enabled"] else "disabled (PYRMS_DISABLE_CACHE)"
         held = f"{c['entries']} entries, {c['bytes'] / 2**20:.1f} MiB" if c["exists"] else "not created yet"
-        lines += [f"  {'directory:':<21} {c['directory']}", f"  {'state:':<21} {state}, {held}",
-                  f"  {'kernel sources:':<21} {c['sources']}"]
+        lines += [f"  {'directory:':<21} {c['directory']}", f"  {'state:':<21} {state}, {held}"]
+        lines += [f"  {'by source and arch:' if k == 0 else '':<21} {name}: {g['entries']} entries, "
+                  f"{g['bytes'] / 2**20:.1f} MiB" for k, (name, g) in enumerate(c["by_source"].items())]
+        lines += [f"  {'kernel sources:':<21} {c['sources']}",
+                  f"  {'':<21} (python -m pyrms.info --clear-cache removes the entries)"]
     lines += ["", "Environment"]
     for name, value in report["environment"].items():
         shown = "(unset)" if value is None else repr(value)
@@ -174,7 +174,16 @@ def format_report(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pyrms.info", description=(__doc__ or "").split(": ", 1)[1].splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    parser.add_argument("--clear-cache", action="store_true",
+                        help="remove pyrms's compiled kernels from the cache directory (and nothing else there)")
     args = parser.parse_args(argv)
+    if args.clear_cache:
+        from . import cache
+
+        removed, freed = cache.clear()
+        print(f"pyrms.info: removed {removed} cached kernel file{'s' if removed != 1 else ''} "
+              f"({freed / 2**20:.1f} MiB) from {cache.directory()}")
+        return 0
     report = collect()
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0

@@ -107,15 +107,19 @@ def _compile_one(source: str, names: tuple[str, ...], arch: str) -> tuple[str, f
 def compile_units(units: Sequence[Unit], arch: str, jobs: int = 1,
                   progress: Callable[[str], None] | None = print) -> list[Result]:
     """Compile ``units`` for ``arch`` into the disk cache, ``jobs`` NVRTC processes at a time (one:
-    in this process), calling ``progress`` with one line per unit as it finishes."""
+    in this process), calling ``progress`` with one line per unit as it finishes, with an estimate of the
+    time left once a unit has compiled."""
     results: list[Result] = []
     width = len(str(len(units)))
+    start = time.perf_counter()
 
     def done(u: Unit, outcome: str, seconds: float, error: str) -> None:
         results.append(Result(u, outcome, seconds, error))
         if progress is not None:
             what = {"compiled": f"compiled in {seconds:.1f} s", "cached": "already cached"}.get(outcome, "FAILED")
-            progress(f"  [{len(results):>{width}}/{len(units)}] {u}: {what}" + (f"\n    {error}" if error else ""))
+            left = time_left(results, len(units), time.perf_counter() - start)
+            progress(f"  [{len(results):>{width}}/{len(units)}] {u}: {what}" + (f"; {left}" if left else "")
+                     + (f"\n    {error}" if error else ""))
 
     if jobs <= 1 or len(units) <= 1:
         for u in units:
@@ -132,6 +136,17 @@ def compile_units(units: Sequence[Unit], arch: str, jobs: int = 1,
                 answer = ("failed", 0.0, f"{type(exc).__name__}: {exc}")
             done(futures[future], *answer)
     return results
+
+
+def time_left(results: Sequence[Result], total: int, elapsed: float) -> str:
+    """An estimate of the time the remaining units take ("about 3 min left"), from the wall time so far per
+    unit done, which counts the parallel processes; "" before any unit compiled (hits of the cache take no
+    time and tell nothing) and after the last."""
+    remaining = total - len(results)
+    if not remaining or not any(r.outcome == "compiled" for r in results):
+        return ""
+    seconds = elapsed / len(results) * remaining
+    return f"about {seconds / 60:.0f} min left" if seconds >= 90 else f"about {seconds:.0f} s left"
 
 
 def summary(results: Sequence[Result], arch: str, seconds: float, jobs: int) -> str:

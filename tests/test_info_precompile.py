@@ -3,6 +3,7 @@
 explicit arch into the cache that launches read."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -207,7 +208,7 @@ def test_compile_units_reports_each_and_caches(small, capsys):
     lines = []
     results = precompile.compile_units(units, "sm_90", jobs=1, progress=lines.append)
     assert [r.outcome for r in results] == ["compiled", "failed"]
-    assert lines[0].startswith("  [1/2] small.cu ones: compiled in ") and lines[0].endswith(" s")
+    assert re.fullmatch(r"  \[1/2\] small.cu ones: compiled in [0-9.]+ s; about [0-9]+ s left", lines[0]), lines[0]
     assert lines[1].startswith("  [2/2] bad.cu (0 kernels): FAILED\n    CompileError: ") and "undefined_name" in lines[1]
     assert capsys.readouterr().err == ""  # the compiler's own slow-compile line is left out
     compiler.clear_memory_cache()
@@ -219,6 +220,15 @@ def test_compile_units_reports_each_and_caches(small, capsys):
     text = precompile.summary(results, "sm_90", 1.25, 1)
     assert text == (f"precompile: 2 compile units for sm_90 (1 compiled, 0 already cached, 1 failed) in 1.2 s "
                     f"with 1 processes; cache {cache.directory()}")
+
+
+def test_time_left_counts_the_wall_time_per_unit_done():
+    unit = precompile.Unit("x.cu", ("k",))
+    compiled, cached = precompile.Result(unit, "compiled", 5.0, ""), precompile.Result(unit, "cached", 0.0, "")
+    assert precompile.time_left([cached, cached], 10, 0.1) == ""  # only hits so far: nothing to go by
+    assert precompile.time_left([compiled, cached], 10, 8.0) == "about 32 s left"  # 4 s a unit, 8 to go
+    assert precompile.time_left([compiled] * 4, 400, 20.0) == "about 33 min left"
+    assert precompile.time_left([compiled] * 3, 3, 9.0) == ""  # the last one
 
 
 def test_without_an_arch_or_a_gpu_it_says_what_to_pass(monkeypatch, capsys):
