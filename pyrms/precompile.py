@@ -1,6 +1,6 @@
 """``python -m pyrms.precompile``: compile every kernel into the disk cache ahead of time.
 
-A cub kernel takes NVRTC about two seconds, so the first call of each op, dtype and option set
+A compile unit takes NVRTC 1 to 25 seconds on one core, so the first call of each op, dtype and option set
 pays for a compile. This compiles all of them at once, in parallel processes, into the cache that
 calls then read (``PYRMS_CACHE_DIR``, default ``$XDG_CACHE_HOME/pyrms`` or ``~/.cache/pyrms``).
 Needs no GPU when the arch is given (``--arch sm_90`` or ``PYRMS_ARCH``); otherwise it asks the
