@@ -85,7 +85,7 @@ def train(model, precision: str, run: str, data, steps: int, lr: float) -> tuple
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses, times
 
 
