@@ -5,7 +5,6 @@ dtype is the formula's (the default rounding: float32, the promotion in Hugging 
 and the gradients match float64 autograd of the exact formula, each in its parameter's dtype; opcheck,
 torch.compile(fullgraph=True) and a small model under autocast.
 """
-import zlib
 
 import pytest
 
@@ -21,11 +20,6 @@ PAIRS = [(BF16, FP32), (FP16, FP32), (FP32, BF16), (FP16, BF16)]
 # Tolerance as a fraction of the largest reference value: two units in the last place of x's dtype (the
 # dx kernels round once, from fp32), fp32 sums for the parameters' gradients.
 TOL = {FP32: 2e-5, FP16: 2**-9, BF16: 2**-7}
-
-
-@pytest.fixture
-def gen(request):
-    return torch.Generator(device="cuda").manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
 def randn(gen, *shape, dtype=BF16, scale=1.0, mean=0.0):
@@ -139,13 +133,6 @@ def opcheck_cases(gen):
 def test_opcheck(gen, case):
     op, args = opcheck_cases(gen)[case]
     torch.library.opcheck(op, args)
-
-
-@pytest.fixture
-def dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def test_compile_fullgraph_under_autocast_matches_eager(gen, dynamo):

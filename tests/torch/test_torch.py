@@ -159,13 +159,6 @@ def test_fake_outputs_with_a_weight_of_another_dtype():
 # --- tracing ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def dynamo():
-    torch._dynamo.reset()
-    yield torch._dynamo
-    torch._dynamo.reset()
-
-
 def test_dynamo_fullgraph_traces_the_functions_and_modules_into_pyrms_ops(dynamo):
     graphs = []
 

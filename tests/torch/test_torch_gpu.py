@@ -18,7 +18,6 @@ What is compared with what, and why:
   raw-pointer op run on the same rows (tests/ops/rms_norm_quant/test_rms_norm_quant_gpu.py compares that with the twin).
 """
 import copy
-import zlib
 
 import ml_dtypes
 import numpy as np
@@ -45,12 +44,6 @@ INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 # Gradient tolerance, as a fraction of the largest reference value: two units in the last place of the
 # dtype at that magnitude (the kernels round once, from fp32), ample for fp32 sums over the rows.
 GRAD_TOL = {torch.float32: 2e-5, torch.float16: 2**-9, torch.bfloat16: 2**-7}
-
-
-@pytest.fixture
-def gen(request):
-    """A CUDA generator seeded per test id, so a failure reproduces."""
-    return torch.Generator(device="cuda").manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
 def randn(gen, *shape, dtype=BF16, scale=1.0, mean=0.0):
@@ -310,13 +303,6 @@ def opcheck_cases(gen):
 def test_opcheck(gen, case):
     op, args = opcheck_cases(gen)[case]
     torch.library.opcheck(op, args)
-
-
-@pytest.fixture
-def dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def test_compile_fullgraph_matches_eager(gen, dynamo):
