@@ -20,6 +20,8 @@ from . import _adapter, _views
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 FLOAT32_MAX = 3.4028234663852886e38
+# The smallest positive float32 (2^-149): a smaller scale would be 0 in a kernel's fp32.
+FLOAT32_TINY = 1.401298464324817e-45
 
 
 @dataclass(frozen=True)
@@ -611,6 +613,17 @@ def in_place_dtypes(out: int, input: int, out_dtype: dtypes.DType, dtype: dtypes
         raise ValueError(f"{out_name} is {input_name} (in place), but {out_name}'s dtype {out_dtype.name} is not "
                          f"{input_name}'s {dtype.name}: in place needs one dtype; give {out_name} an allocation of "
                          "its own")
+
+
+def scale_value(what: str, value, *, inf_ok: bool = False) -> None:
+    """A quantization scale (or scale bound) given as a value: a float, finite and positive in float32 (``inf_ok``:
+    or +inf, an absent bound); TypeError or ValueError naming ``what`` otherwise."""
+    if type(value) is not float:
+        raise TypeError(f"{what} must be a float, a device pointer (int) or a float32 array of one element, got "
+                        f"{type(value).__name__} {value!r}")
+    if not (inf_ok and value == math.inf) and not (math.isfinite(value) and FLOAT32_TINY <= value <= FLOAT32_MAX):
+        raise ValueError(f"{what} must be finite and > 0 in float32 (between 2^-149 and {FLOAT32_MAX:.7g}), "
+                         f"got {value!r}")
 
 
 def flag(name: str, value) -> bool:

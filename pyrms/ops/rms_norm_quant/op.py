@@ -21,8 +21,6 @@ from . import plan as quant_plan
 # norm_out, its pointer is 0 and its stride hidden (the kernels without NORM_OUT read neither).
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS; tests.support.testing.forced_row_variant).
 _FEW_ROWS = planner.FEW_ROWS
-# The smallest positive float32 (2^-149): a smaller scale would be 0 in the kernel's fp32.
-_FLOAT32_TINY = 1.401298464324817e-45
 _OUT_DTYPE = dtypes.FLOAT8_E4M3FN  # where out_dtype is None and out is a raw pointer
 _PLAIN = (int, float, type(None))  # scale and scale_ub kinds the raw-pointer path reads itself (else: _arrays)
 
@@ -126,7 +124,7 @@ class Prepared:
             if given != math.inf or (column_major and group_stride < num_tokens):
                 return False
         elif not ((given == math.inf and self.per_token)
-                  or (self.value_allowed and _FLOAT32_TINY <= given <= check.FLOAT32_MAX)):
+                  or (self.value_allowed and check.FLOAT32_TINY <= given <= check.FLOAT32_MAX)):
             return False
         handle, placed = check.stream(stream), self.placed
         if placed is not None and not placed.ok(pointers, handle):
@@ -346,15 +344,7 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
                 kind += (" to num_tokens float32, or a float32 array of them" if mode == "per_token"
                          else " to the per-group float32 scales, or a float32 (num_tokens, groups) array")
             raise TypeError(f"{name} must be {kind}, got {type(ptr).__name__}")
-    if type(given) is not float:
-        what = "scale" if mode == "static" else "scale_ub"
-        raise TypeError(f"{what} must be a float, a device pointer (int) or a float32 array of one element, got "
-                        f"{type(given).__name__} {given!r}")
-    if not (given == math.inf and mode != "static") and not (math.isfinite(given) and _FLOAT32_TINY <= given
-                                                                <= check.FLOAT32_MAX):
-        what = "scale" if mode == "static" else "scale_ub"
-        raise ValueError(f"{what} must be finite and > 0 in float32 (between 2^-149 and {check.FLOAT32_MAX:.7g}), "
-                         f"got {given!r}")
+    check.scale_value("scale" if mode == "static" else "scale_ub", given, inf_ok=mode != "static")
     x_stride = check.stride_arg("input_stride", input_stride, hidden)
     o_stride = check.stride_arg("out_stride", out_stride, hidden)
     r_stride = check.stride_arg("residual_stride", residual_stride, hidden)

@@ -2,7 +2,6 @@
 its int8 counterpart) on rows (kernel: cuda_src/static_quant.cu; the twin: pyrms.ops.static_quant.twin.static_quant_twin)."""
 from __future__ import annotations
 
-import math
 import numbers
 
 from ... import driver, dtypes, launch
@@ -13,8 +12,6 @@ from .._prepared import Pointers, PreparedCache, use_pdl
 from ..rms_norm_quant import arrays as _quant_arrays
 from . import plan as static_plan
 
-# The smallest positive float32 (2^-149): a smaller scale would be 0 in the kernel's fp32.
-_FLOAT32_TINY = 1.401298464324817e-45
 _OUT_DTYPE = dtypes.FLOAT8_E4M3FN  # where out_dtype is None and out is a raw pointer
 
 # Launch arguments: out, input, scale_ptr, scale (the call's), then the packed tail hidden, input_stride,
@@ -47,7 +44,7 @@ class Prepared:
     def __call__(self, pointers: tuple, scale: float, num_tokens, stream) -> bool:
         """pointers: (out, input[, scale pointer]); scale: the value (1.0 beside a scale pointer)."""
         if not (type(num_tokens) is int and 0 < num_tokens <= self.max_rows and type(scale) is float
-                and _FLOAT32_TINY <= scale <= check.FLOAT32_MAX and self.pointers.ok(pointers, num_tokens)):
+                and check.FLOAT32_TINY <= scale <= check.FLOAT32_MAX and self.pointers.ok(pointers, num_tokens)):
             return False
         handle, placed = check.stream(stream), self.placed
         if placed is not None and not placed.ok(pointers, handle):
@@ -129,12 +126,7 @@ def _explain(pointers, value, num_tokens, hidden_size, dtype, out_dtype, input_s
     for name, ptr in zip(names, pointers):
         if type(ptr) is not int:
             raise TypeError(f"{name} must be a device pointer (int), got {type(ptr).__name__}")
-    if type(value) is not float:
-        raise TypeError(f"scale must be a float, a device pointer (int) or a float32 array of one element, got "
-                        f"{type(value).__name__} {value!r}")
-    if not (math.isfinite(value) and _FLOAT32_TINY <= value <= check.FLOAT32_MAX):
-        raise ValueError(f"scale must be finite and > 0 in float32 (between 2^-149 and {check.FLOAT32_MAX:.7g}), "
-                         f"got {value!r}")
+    check.scale_value("scale", value)
     x_stride = check.stride_arg("input_stride", input_stride, hidden)
     o_stride = check.stride_arg("out_stride", out_stride, hidden)
     shapes = {"out": (1, o_stride, hidden), "input": (dt.itemsize, x_stride, hidden), "scale": (4, 0, 1)}
