@@ -181,7 +181,8 @@ def layer_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_
     the weight's dtype or, with ``grad_weight_dtype='float32'`` (or float32 arrays), in fp32; both get the
     same dtype. Mixed precision as in ``pyrms.rms_norm_backward``: a float32 weight beside bf16/fp16 rows
     (``weight_dtype='float32'`` for a raw pointer; ``layer_norm``'s fp32 gamma and beta), both gradients then
-    float32, and optionally a float32 ``grad_output`` (``grad_output_dtype='float32'``). Arguments, in-place rules, the workspace and ``pdl`` as in ``pyrms.rms_norm_backward``, with
+    float32, and optionally a float32 ``grad_output`` (``grad_output_dtype='float32'``). Arguments, in-place
+    rules, the workspace and ``pdl`` as in ``pyrms.rms_norm_backward``, with
     ``pyrms.backward_workspace_bytes(num_tokens, hidden_size, layer_norm=True)`` bytes of workspace
     (``weight=False`` and ``grad_bias=`` for a backward without weight).
     """
