@@ -168,6 +168,13 @@ def mixed(x: torch.Tensor, weight: torch.Tensor | None) -> bool:
     return weight is not None and weight.dtype != x.dtype
 
 
+def check_backward_meta(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None) -> str:
+    """check_meta of a norm backward's operands: a weight of another dtype than x (mixed) is read as float32,
+    and grad_out may then be float32 (the gradient of the float32 output such a weight gives)."""
+    fp32 = ("grad_out",) if mixed(x, weight) else ()
+    return check_meta(x, {"weight": weight}, {"grad_out": grad_out}, float32_rows=fp32, mixed_vectors=("weight",))
+
+
 def as_float32(t: torch.Tensor | None) -> torch.Tensor | None:
     """t as float32 (itself where it is; bf16 and fp16 convert exactly)."""
     return t if t is None or t.dtype == torch.float32 else t.float()

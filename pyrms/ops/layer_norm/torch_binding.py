@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ...torch._layout import (as_float32, check_device, check_meta, current_stream, empty_rows_like, mixed,
-                              parameter_grad_like, ptr, rows_of)
+from ...torch._layout import (as_float32, check_backward_meta, check_device, check_meta, current_stream,
+                              empty_rows_like, mixed, parameter_grad_like, ptr, rows_of)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
 from .op import layer_norm as _layer_norm
@@ -70,7 +70,7 @@ def launch_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     empty without a weight, grad_bias (the sum of grad_out over rows) empty unless has_bias. Without
     either, nothing is summed: one launch, no workspace. A weight of another dtype than x (the bias's too)
     is read as float32, both gradients summed and written in float32, then converted to its dtype."""
-    dtype = _check_backward(grad_out, x, weight)
+    dtype = check_backward_meta(grad_out, x, weight)
     device = check_device({"x": x, "grad_out": grad_out, "weight": weight})
     mix = mixed(x, weight)
     grads = (parameter_grad_like(x, weight is not None, torch.float32 if mix else None),
@@ -91,13 +91,6 @@ def launch_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
         for g in grads:
             g.zero_()
     return (grad_input, *(g.to(weight.dtype) if mix else g for g in grads))
-
-
-def _check_backward(grad_out, x, weight) -> str:
-    """check_meta of the backward's operands: a weight of another dtype than x (mixed) is read as float32,
-    and grad_out may then be float32 (the gradient of the float32 output such a weight gives)."""
-    fp32 = ("grad_out",) if mixed(x, weight) else ()
-    return check_meta(x, {"weight": weight}, {"grad_out": grad_out}, float32_rows=fp32, mixed_vectors=("weight",))
 
 
 # --- the custom ops -------------------------------------------------------------------------------------
@@ -122,7 +115,7 @@ def layer_norm_backward_op(grad_out: Tensor, x: Tensor, weight: Optional[Tensor]
 
 @layer_norm_backward_op.register_fake
 def _(grad_out, x, weight, eps, has_bias):
-    _check_backward(grad_out, x, weight)
+    check_backward_meta(grad_out, x, weight)
     param = None if weight is None else weight.dtype
     return (empty_rows_like(x), parameter_grad_like(x, weight is not None, param), parameter_grad_like(x, has_bias, param))
 

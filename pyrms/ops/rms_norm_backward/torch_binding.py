@@ -16,18 +16,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ...torch._layout import (as_float32, check_device, check_meta, current_stream, empty_rows_like, mixed,
+from ...torch._layout import (as_float32, check_backward_meta, check_device, current_stream, empty_rows_like, mixed,
                               parameter_grad_like, ptr, rows_of)
 from .op import rms_norm_backward as _rms_norm_backward
 
 __all__ = []
-
-
-def _check(grad_out, x, weight) -> str:
-    """check_meta of the backward's operands: a weight of another dtype than x (mixed) is read as float32,
-    and grad_out may then be float32 (the gradient of the float32 output such a weight gives)."""
-    fp32 = ("grad_out",) if mixed(x, weight) else ()
-    return check_meta(x, {"weight": weight}, {"grad_out": grad_out}, float32_rows=fp32, mixed_vectors=("weight",))
 
 
 def launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
@@ -36,7 +29,7 @@ def launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
     in weight's dtype; empty without a weight (nothing summed then: one launch, no workspace). A weight of
     another dtype than x is read as float32 and its gradient summed and written in float32 (then
     converted to the weight's dtype where that is not float32)."""
-    dtype = _check(grad_out, x, weight)
+    dtype = check_backward_meta(grad_out, x, weight)
     device = check_device({"x": x, "grad_out": grad_out, "weight": weight})
     mix = mixed(x, weight)
     grad_input = empty_rows_like(x)
@@ -65,5 +58,5 @@ def rms_norm_backward_op(grad_out: Tensor, x: Tensor, weight: Optional[Tensor], 
 
 @rms_norm_backward_op.register_fake
 def _(grad_out, x, weight, eps, gemma):
-    _check(grad_out, x, weight)
+    check_backward_meta(grad_out, x, weight)
     return empty_rows_like(x), parameter_grad_like(x, weight is not None, None if weight is None else weight.dtype)
