@@ -1,7 +1,11 @@
 """Type aliases for the public API's annotations (hints only: the ops validate at run time).
 
-- ``Operand``: a raw device pointer (int), a ``pyrms.Tensor``, or any object exposing
-  ``__cuda_array_interface__`` (PyTorch, CuPy, Numba).
+- ``Array``: a ``pyrms.Tensor``, or any object exposing ``__cuda_array_interface__`` (PyTorch, CuPy, Numba)
+  or DLPack (``__dlpack__``, ``__dlpack_device__``).
+- ``Operand``: an ``Array`` or a raw device pointer (int).
+- ``ArrayT``, ``OperandT``: the type of an ``out`` given, which the ops return as it was given.
+- ``Rows``, ``Strides``: ``num_tokens`` and the row strides, an int or, for raw pointers in N-D form, a tuple
+  of one per leading dimension.
 - ``StreamLike``: a ``pyrms.Stream``, a raw CUstream handle (int), an object with an int
   ``.cuda_stream`` (``torch.cuda.Stream``) or ``__cuda_stream__()`` (cuda.core, cuda.bindings'
   CUstream), or None for the legacy default stream.
@@ -11,7 +15,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Union
+from typing import Any, Optional, Protocol, TypeVar, Union
 
 import numpy as np
 
@@ -27,6 +31,12 @@ class CudaArray(Protocol):
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
 
+class DLPackArray(Protocol):
+    """Anything exporting DLPack: ``__dlpack__()`` and ``__dlpack_device__()`` (its device, read first)."""
+
+    def __dlpack_device__(self) -> Any: ...
+
+
 class HasCudaStream(Protocol):
     """torch.cuda.Stream and the like: the raw handle as ``.cuda_stream``."""
 
@@ -40,8 +50,13 @@ class CudaStreamProtocol(Protocol):
     def __cuda_stream__(self) -> tuple[int, int]: ...
 
 
-Operand = Union[int, Tensor, CudaArray]
+Array = Union[Tensor, CudaArray, DLPackArray]
+Operand = Union[int, Array]
 OptionalOperand = Optional[Operand]
+ArrayT = TypeVar("ArrayT", bound=Array)
+OperandT = TypeVar("OperandT", bound=Operand)
+Rows = Union[int, tuple[int, ...]]
+Strides = Union[int, tuple[int, ...]]
 Workspace = Union[int, DeviceBuffer, CudaArray]
 StreamLike = Union[None, int, Stream, HasCudaStream, CudaStreamProtocol]
 DTypeLike = Union[str, DType, np.dtype, type]

@@ -1,10 +1,15 @@
 """``pyrms.rms_norm``: RMSNorm forward on device pointers or arrays (kernel: cuda_src/rms_norm.cu)."""
 from __future__ import annotations
 
+from typing import overload
+
 from ... import driver, dtypes
 from .. import _row_plan as planner
 from .. import _operands as check
-from ..._types import DTypeLike, OptionalOperand, Operand, StreamLike
+from ..._types import Array, ArrayT, DTypeLike, Operand, OperandT, OptionalOperand, Rows, StreamLike, Strides
+from ...tensor import Tensor
+from .._convention import UNSET, Form, Unset
+from .. import _convention
 from .. import _placement, _views
 from .._prepared import PreparedCache, RowLaunches, use_pdl
 from .nd import NdLaunch, NdPrepared, is_nd, lead_sizes, lead_strides
@@ -12,6 +17,7 @@ from .nd import explain as explain_nd
 from . import plan as rms_plan
 
 _NAMES = ("out", "input", "weight")
+_FORM = Form("rms_norm", _NAMES[1:], 2, 1e-6)
 _DEFAULT_DTYPE = dtypes.BFLOAT16
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS); read at every call, so that
 # tests.support.testing.forced_row_variant can force either kernel.
@@ -113,13 +119,44 @@ def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pd
                          weight_stride, out_dtype)
 
 
-def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsilon: float, num_tokens: int | None = None,
-             hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
-             out_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
+@overload
+def rms_norm(input: Array, weight: Array | None, /, eps: float = ..., *, out: None = None,
+             dtype: DTypeLike | None = None, stream: StreamLike = None, gemma: bool = False, round_once: bool = False,
+             pdl: bool = True, out_dtype: DTypeLike | None = None) -> Tensor: ...
+@overload
+def rms_norm(input: Array, weight: Array | None, /, eps: float = ..., *, out: ArrayT, dtype: DTypeLike | None = None,
+             stream: StreamLike = None, gemma: bool = False, round_once: bool = False, pdl: bool = True,
+             out_dtype: DTypeLike | None = None) -> ArrayT: ...
+@overload
+def rms_norm(out: None, input: Array, weight: Operand | None, /, epsilon: float, num_tokens: Rows | None = None,
+             hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: Strides | None = None,
+             out_stride: Strides | None = None, stream: StreamLike = None, gemma: bool = False,
+             round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
+             weight_stride: int | None = None, out_dtype: DTypeLike | None = None) -> Tensor: ...
+@overload
+def rms_norm(out: OperandT, input: Operand, weight: Operand | None, /, epsilon: float, num_tokens: Rows | None = None,
+             hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: Strides | None = None,
+             out_stride: Strides | None = None, stream: StreamLike = None, gemma: bool = False,
+             round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
+             weight_stride: int | None = None, out_dtype: DTypeLike | None = None) -> OperandT: ...
+def rms_norm(out_or_input: OptionalOperand, input_or_weight: OptionalOperand | Unset = UNSET,
+             weight_or_eps: OptionalOperand | float | Unset = UNSET, /, epsilon: float | Unset = UNSET,
+             num_tokens: Rows | None = None, hidden_size: int | None = None, *, eps: float | Unset = UNSET,
+             out: OptionalOperand | Unset = UNSET, dtype: DTypeLike | None = None, input_stride: Strides | None = None,
+             out_stride: Strides | None = None, stream: StreamLike = None, gemma: bool = False,
              round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
              weight_stride: int | None = None, out_dtype: DTypeLike | None = None) -> OptionalOperand:
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
-    ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None).
+    ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None). Two calling conventions:
+
+    - input first, on arrays, as FlashInfer, QuACK and ``torch.nn.functional`` call it:
+      ``y = rms_norm(x, weight)``, ``rms_norm(x, weight, 1e-5)``, ``rms_norm(x, weight, eps=1e-5, out=y)``
+      (``eps`` defaults to 1e-6, as in ``pyrms.torch.rms_norm``; the keyword options below apply too);
+    - out first, vLLM's order, on raw device pointers or arrays:
+      ``rms_norm(out, input, weight, epsilon, num_tokens, hidden_size)``; ``epsilon`` is required.
+
+    A call without its ``epsilon`` is input first. Mixing the two (``eps=`` beside ``epsilon``, ``out=`` out
+    first, raw pointers input first) raises TypeError showing both calls.
 
     ``out[r] = x[r] / sqrt(mean(x[r]^2) + epsilon) * weight``, accumulated in fp32. By default the
     normalized value is rounded to the storage dtype before the weight multiplies it (the seed's and
@@ -160,9 +197,10 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsi
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
-    if type(out) is int and type(input) is int and (type(weight) is int or weight is None):
-        if weight is None:  # no weight: its own kernel (W = void), a null pointer never read
-            weight, weight_dtype = 0, check.no_weight(weight_dtype)
+    if (type(out_or_input) is int and type(input_or_weight) is int
+            and (type(weight_or_eps) is int or weight_or_eps is None) and eps is out is UNSET):
+        if weight_or_eps is None:  # no weight: its own kernel (W = void), a null pointer never read
+            weight_or_eps, weight_dtype = 0, check.no_weight(weight_dtype)
         nd = is_nd(num_tokens, input_stride, out_stride, weight_stride)
         if nd and not (type(input_stride) is tuple and type(out_stride) is tuple):
             input_stride, out_stride = _nd_strides(num_tokens, hidden_size, input_stride, out_stride)
@@ -173,18 +211,24 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsi
         except (KeyError, TypeError, AttributeError):
             prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
                                      weight_stride, out_dtype)
-        if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream):
-            return out
+        if prepared is not None and prepared(out_or_input, input_or_weight, weight_or_eps, epsilon, num_tokens,
+                                             stream):
+            return out_or_input
+        if epsilon is UNSET:  # raw pointers input first (the prepared launch declines a missing epsilon): explained
+            _convention.resolve(_FORM, (out_or_input, input_or_weight, weight_or_eps), epsilon, eps, out)
+        o, x, w = out_or_input, input_or_weight, weight_or_eps
         if nd:
-            _explain_nd(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
+            _explain_nd(o, x, w, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
                         pdl, gemma, weight_dtype, weight_stride, out_dtype)
         else:
-            _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
+            _explain(o, x, w, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
                      gemma, weight_dtype, out_dtype)
         launched = _prepared.require(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
-                                     weight_stride, out_dtype)(out, input, weight, float(epsilon), num_tokens, stream)
+                                     weight_stride, out_dtype)(o, x, w, float(epsilon), num_tokens, stream)
         assert launched, "the checks above accept what the prepared launch declines"
-        return out
+        return o
+    out, input, weight, epsilon = _convention.resolve(_FORM, (out_or_input, input_or_weight, weight_or_eps), epsilon,
+                                                      eps, out)
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", False),
                                                  ("out", out, out_stride, "out_stride", True)],
