@@ -11,7 +11,7 @@
   CUstream), or None for the legacy default stream.
 - ``Workspace``: the backward's ``workspace=``: a pointer, a ``pyrms.DeviceBuffer`` or an array.
 - ``DTypeLike``: a name or alias ('bfloat16', 'bf16', 'fp16', ...), a numpy dtype or scalar type
-  (``np.float16``, ``ml_dtypes.bfloat16``) or a ``pyrms.dtypes.DType``.
+  (``np.float16``, ``ml_dtypes.bfloat16``) or a ``pyrms.dtypes.DType`` (``QuantDType`` for a quantized output).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any, Optional, Protocol, TypeVar, Union
 import numpy as np
 
 from .driver import DeviceBuffer, Stream
-from .dtypes import DType
+from .dtypes import DType, QuantDType
 from .tensor import Tensor
 
 
@@ -59,4 +59,4 @@ Rows = Union[int, tuple[int, ...]]
 Strides = Union[int, tuple[int, ...]]
 Workspace = Union[int, DeviceBuffer, CudaArray]
 StreamLike = Union[None, int, Stream, HasCudaStream, CudaStreamProtocol]
-DTypeLike = Union[str, DType, np.dtype, type]
+DTypeLike = Union[str, DType, QuantDType, np.dtype, type]

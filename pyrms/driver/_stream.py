@@ -8,13 +8,13 @@ from cuda.bindings import driver as _cu
 from ..errors import check
 from ._device import Device
 from ._owned import _Owned
-from ._process import ensure_init, get_device, resolve_device
+from ._process import DeviceLike, ensure_init, get_device, resolve_device
 
 
 class Stream(_Owned):
     """A CUDA stream: created here (and destroyed by close()) or wrapped from a raw handle."""
 
-    def __init__(self, device=None, non_blocking: bool = False):
+    def __init__(self, device: DeviceLike = None, non_blocking: bool = False) -> None:
         device = resolve_device(device)
         flags = (_cu.CUstream_flags.CU_STREAM_NON_BLOCKING if non_blocking
                  else _cu.CUstream_flags.CU_STREAM_DEFAULT)
@@ -22,7 +22,7 @@ class Stream(_Owned):
         self._own(device, [(_cu.cuStreamDestroy, self._stream, "cuStreamDestroy")])
 
     @classmethod
-    def wrap(cls, handle: int, device=None) -> "Stream":
+    def wrap(cls, handle: int, device: DeviceLike = None) -> "Stream":
         """A Stream around a raw CUstream handle that someone else owns: never destroyed here.
         ``device`` (ordinal or Device) is recorded if given; None means unknown, and then no
         driver call is made."""

@@ -1,7 +1,7 @@
 """``pyrms.layer_norm`` and ``pyrms.layer_norm_backward`` (kernels: cuda_src/layer_norm.cu, cuda_src/layer_norm_backward.cu)."""
 from __future__ import annotations
 
-from typing import overload
+from typing import Any, overload
 
 from ... import driver, dtypes
 from .. import _row_plan as planner
@@ -11,7 +11,7 @@ from ..rms_norm_backward.prepared import norm_backward
 from ..._types import Array, ArrayT, DTypeLike, OptionalOperand, Operand, OperandT, StreamLike, Workspace
 from ...tensor import Tensor
 from .. import _convention
-from .._convention import UNSET, Form, Unset
+from .._convention import UNSET, Form
 from .._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 from . import plan as ln_plan
 
@@ -82,13 +82,11 @@ def layer_norm(out: OperandT, input: Operand, weight: Operand | None, bias: Oper
                input_stride: int | None = None, out_stride: int | None = None, stream: StreamLike = None,
                pdl: bool = True, weight_dtype: DTypeLike | None = None,
                out_dtype: DTypeLike | None = None) -> OperandT: ...
-def layer_norm(out_or_input: OptionalOperand, input_or_weight: OptionalOperand | Unset = UNSET,
-               weight_or_bias: OptionalOperand | Unset = UNSET, bias_or_eps: OptionalOperand | float | Unset = UNSET,
-               /, epsilon: float | Unset = UNSET, num_tokens: int | None = None, hidden_size: int | None = None, *,
-               eps: float | Unset = UNSET, out: OptionalOperand | Unset = UNSET, dtype: DTypeLike | None = None,
-               input_stride: int | None = None, out_stride: int | None = None, stream: StreamLike = None,
-               pdl: bool = True, weight_dtype: DTypeLike | None = None,
-               out_dtype: DTypeLike | None = None) -> OptionalOperand:
+def layer_norm(out_or_input: Any, input_or_weight: Any = UNSET, weight_or_bias: Any = UNSET, bias_or_eps: Any = UNSET,
+               /, epsilon: Any = UNSET, num_tokens: Any = None, hidden_size: Any = None, *, eps: Any = UNSET,
+               out: Any = UNSET, dtype: Any = None, input_stride: Any = None, out_stride: Any = None,
+               stream: Any = None, pdl: Any = True, weight_dtype: Any = None,
+               out_dtype: Any = None) -> Any:  # the overloads above are its types: the implementation takes both forms
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
     ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``);

@@ -1,14 +1,14 @@
 """``pyrms.rms_norm``: RMSNorm forward on device pointers or arrays (kernel: cuda_src/rms_norm.cu)."""
 from __future__ import annotations
 
-from typing import overload
+from typing import Any, overload
 
 from ... import driver, dtypes
 from .. import _row_plan as planner
 from .. import _operands as check
 from ..._types import Array, ArrayT, DTypeLike, Operand, OperandT, OptionalOperand, Rows, StreamLike, Strides
 from ...tensor import Tensor
-from .._convention import UNSET, Form, Unset
+from .._convention import UNSET, Form
 from .. import _convention
 from .. import _placement, _views
 from .._prepared import PreparedCache, RowLaunches, use_pdl
@@ -85,14 +85,15 @@ class Prepared:
         placed = self.placed
         if placed is not None and not placed.ok((out, input) if self.weightless else (out, input, weight), stream):
             return False
-        rows = self.rows  # RowLaunches.__call__, inlined: a Python frame less on the hot path
+        launches = self.rows  # RowLaunches.__call__, inlined: a Python frame less on the hot path
         if num_tokens <= _FEW_ROWS:
-            few = rows.few_aligned if rows.aligned_layout and not pointers_or & rows.align_mask else rows.few
-            rows.launch_few(few, num_tokens, stream, out, input, weight, epsilon)
+            few = (launches.few_aligned if launches.aligned_layout and not pointers_or & launches.align_mask
+                   else launches.few)
+            launches.launch_few(few, num_tokens, stream, out, input, weight, epsilon)
         elif self.packed is not None:
             self.packed(num_tokens, 1, 1, stream, out, input, weight, epsilon)
         else:
-            rows.launch_many(rows.many, num_tokens, stream, out, input, weight, epsilon)
+            launches.launch_many(launches.many, num_tokens, stream, out, input, weight, epsilon)
         return True
 
 
@@ -139,13 +140,11 @@ def rms_norm(out: OperandT, input: Operand, weight: Operand | None, /, epsilon: 
              out_stride: Strides | None = None, stream: StreamLike = None, gemma: bool = False,
              round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
              weight_stride: int | None = None, out_dtype: DTypeLike | None = None) -> OperandT: ...
-def rms_norm(out_or_input: OptionalOperand, input_or_weight: OptionalOperand | Unset = UNSET,
-             weight_or_eps: OptionalOperand | float | Unset = UNSET, /, epsilon: float | Unset = UNSET,
-             num_tokens: Rows | None = None, hidden_size: int | None = None, *, eps: float | Unset = UNSET,
-             out: OptionalOperand | Unset = UNSET, dtype: DTypeLike | None = None, input_stride: Strides | None = None,
-             out_stride: Strides | None = None, stream: StreamLike = None, gemma: bool = False,
-             round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
-             weight_stride: int | None = None, out_dtype: DTypeLike | None = None) -> OptionalOperand:
+def rms_norm(out_or_input: Any, input_or_weight: Any = UNSET, weight_or_eps: Any = UNSET, /, epsilon: Any = UNSET,
+             num_tokens: Any = None, hidden_size: Any = None, *, eps: Any = UNSET, out: Any = UNSET, dtype: Any = None,
+             input_stride: Any = None, out_stride: Any = None, stream: Any = None, gemma: Any = False,
+             round_once: Any = False, pdl: Any = True, weight_dtype: Any = None, weight_stride: Any = None,
+             out_dtype: Any = None) -> Any:  # the overloads above are its types: the implementation takes both forms
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
     ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None). Two calling conventions:
 
@@ -204,10 +203,12 @@ def rms_norm(out_or_input: OptionalOperand, input_or_weight: OptionalOperand | U
         nd = is_nd(num_tokens, input_stride, out_stride, weight_stride)
         if nd and not (type(input_stride) is tuple and type(out_stride) is tuple):
             input_stride, out_stride = _nd_strides(num_tokens, hidden_size, input_stride, out_stride)
-        try:  # the prepared launch's lookup, inlined (PreparedCache.get does the same; no device selected: None)
-            prepared = driver._selected.device.prepared[(_prepared, dtype, hidden_size, input_stride, out_stride,
-                                                         gemma, round_once, pdl, weight_dtype, weight_stride,
-                                                         out_dtype)]
+        # The prepared launch's lookup, inlined (PreparedCache.get does the same; no device selected: None, and
+        # the AttributeError caught; driver._selected is private to pyrms, read through the package on purpose).
+        try:
+            prepared = driver._selected.device.prepared[  # type: ignore[attr-defined,union-attr]
+                (_prepared, dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
+                 weight_stride, out_dtype)]
         except (KeyError, TypeError, AttributeError):
             prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
                                      weight_stride, out_dtype)
