@@ -6,7 +6,7 @@ from typing import Any, overload
 from ... import driver, dtypes
 from .. import _row_plan as planner
 from .. import _operands as check
-from ..._types import Array, ArrayT, DTypeLike, Operand, OperandT, OptionalOperand, Rows, StreamLike, Strides
+from ..._types import Array, ArrayT, DTypeLike, Operand, OperandT, Rows, StreamLike, Strides
 from ...tensor import Tensor
 from .._convention import UNSET, Form
 from .. import _convention
