@@ -38,7 +38,7 @@ class Form:
     def calls(self) -> str:
         """Both conventions, spelled as calls, for the messages."""
         given = ", ".join(self.operands[:self.required])
-        optional = "".join(f", {name}=None" for name in self.operands[self.required:])
+        optional = "".join(f"[, {name}]" for name in self.operands[self.required:])  # positional, None if left out
         return (f"input first (arrays): pyrms.{self.op}({given}{optional}, eps={self.eps:g}, out=None), returning out "
                 f"(a new pyrms.Tensor for out=None); out first (vLLM's order; raw device pointers or arrays): "
                 f"pyrms.{self.op}(out, {', '.join(self.operands)}, epsilon, num_tokens, hidden_size)")

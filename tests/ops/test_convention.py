@@ -95,7 +95,7 @@ def test_raw_pointers_out_first_are_unchanged(arrays):
 RMS_NORM_CALLS = ("input first (arrays): pyrms.rms_norm(input, weight, eps=1e-06, out=None), returning out (a new "
                   "pyrms.Tensor for out=None); out first (vLLM's order; raw device pointers or arrays): "
                   "pyrms.rms_norm(out, input, weight, epsilon, num_tokens, hidden_size)")
-LAYER_NORM_CALLS = ("input first (arrays): pyrms.layer_norm(input, weight, bias=None, eps=1e-05, out=None), returning "
+LAYER_NORM_CALLS = ("input first (arrays): pyrms.layer_norm(input, weight[, bias], eps=1e-05, out=None), returning "
                     "out (a new pyrms.Tensor for out=None); out first (vLLM's order; raw device pointers or arrays): "
                     "pyrms.layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size)")
 POINTERS_FIRST = "given as raw device pointers (int) input first; raw pointers go out first, with epsilon and the sizes"
@@ -118,6 +118,7 @@ WRONG = [  # (call of x, w, b, y, what the message says before the calls)
     (lambda x, w, b, y: pyrms.rms_norm(x.ptr, w.ptr, 1e-5, out=y.ptr), f"out, input, weight {POINTERS_FIRST}"),
     (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN, eps=1e-5), BOTH_EPSILONS),
     (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN, out=y), OUT_FIRST_WITH_OUT),
+    (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN, 1e-5), BOTH_EPSILONS),  # 7th: eps
     (lambda x, w, b, y: pyrms.layer_norm(x, w, b, 1e-5, eps=1e-5), "eps given twice, as the argument after bias "
                                                                    "(1e-05) and as eps=1e-05"),
     (lambda x, w, b, y: pyrms.layer_norm(y, x, w, b, 1e-5, out=y), OUT_FIRST_WITH_OUT),

@@ -83,18 +83,18 @@ def layer_norm(out: OperandT, input: Operand, weight: Operand | None, bias: Oper
                pdl: bool = True, weight_dtype: DTypeLike | None = None,
                out_dtype: DTypeLike | None = None) -> OperandT: ...
 def layer_norm(out_or_input: Any, input_or_weight: Any = UNSET, weight_or_bias: Any = UNSET, bias_or_eps: Any = UNSET,
-               /, epsilon: Any = UNSET, num_tokens: Any = None, hidden_size: Any = None, *, eps: Any = UNSET,
-               out: Any = UNSET, dtype: Any = None, input_stride: Any = None, out_stride: Any = None,
-               stream: Any = None, pdl: Any = True, weight_dtype: Any = None,
-               out_dtype: Any = None) -> Any:  # the overloads above are its types: the implementation takes both forms
+               /, epsilon: Any = UNSET, num_tokens: Any = None, hidden_size: Any = None, eps: Any = UNSET,
+               out: Any = UNSET, *, dtype: Any = None, input_stride: Any = None, out_stride: Any = None,
+               stream: Any = None, pdl: Any = True, weight_dtype: Any = None, out_dtype: Any = None) -> Any:
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
     ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``);
     ``weight=None`` without a weight (``elementwise_affine=False`` when bias is None too).
     Returns ``out`` (a new pyrms.Tensor when ``out`` is None). Called as ``pyrms.rms_norm`` is, input first on
-    arrays (``y = layer_norm(x, weight, bias)``, ``layer_norm(x, weight, eps=1e-5, out=y)``; bias defaults to
-    None and eps to 1e-5, as in ``pyrms.torch.layer_norm``) or out first, vLLM's order, on raw device pointers
-    or arrays (``layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size)``).
+    arrays (``y = layer_norm(x, weight, bias)``, ``layer_norm(x, weight, eps=1e-5, out=y)``; the bias, positional,
+    may be left out for None, and eps defaults to 1e-5, as in ``pyrms.torch.layer_norm``) or out first, vLLM's
+    order, on raw device pointers or arrays (``layer_norm(out, input, weight, bias, epsilon, num_tokens,
+    hidden_size)``).
 
     Statistics in fp32 in two passes (the mean, then the squared deviations from it, over values held
     in registers: no E[x^2] - mean^2 cancellation); the whole expression in fp32, rounded once to the
@@ -111,8 +111,10 @@ def layer_norm(out_or_input: Any, input_or_weight: Any = UNSET, weight_or_bias: 
     ``stream``, ``epsilon``, ``pdl``: as every pyrms op takes them. Everything is validated before the launch,
     which is asynchronous on ``stream``.
     """
+    # The overloads above are its types; eps and out stand before the * as in rms_norm (a cheaper default).
     if (type(out_or_input) is int and type(input_or_weight) is int and (weight_or_bias is None
-            or type(weight_or_bias) is int) and (bias_or_eps is None or type(bias_or_eps) is int) and eps is out is UNSET):
+            or type(weight_or_bias) is int) and (bias_or_eps is None or type(bias_or_eps) is int) and eps is UNSET
+            and out is UNSET):
         out = out_or_input
         input = input_or_weight
         weight = weight_or_bias

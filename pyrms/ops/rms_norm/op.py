@@ -141,10 +141,10 @@ def rms_norm(out: OperandT, input: Operand, weight: Operand | None, /, epsilon: 
              round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
              weight_stride: int | None = None, out_dtype: DTypeLike | None = None) -> OperandT: ...
 def rms_norm(out_or_input: Any, input_or_weight: Any = UNSET, weight_or_eps: Any = UNSET, /, epsilon: Any = UNSET,
-             num_tokens: Any = None, hidden_size: Any = None, *, eps: Any = UNSET, out: Any = UNSET, dtype: Any = None,
+             num_tokens: Any = None, hidden_size: Any = None, eps: Any = UNSET, out: Any = UNSET, *, dtype: Any = None,
              input_stride: Any = None, out_stride: Any = None, stream: Any = None, gemma: Any = False,
              round_once: Any = False, pdl: Any = True, weight_dtype: Any = None, weight_stride: Any = None,
-             out_dtype: Any = None) -> Any:  # the overloads above are its types: the implementation takes both forms
+             out_dtype: Any = None) -> Any:
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
     ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None). Two calling conventions:
 
@@ -196,8 +196,11 @@ def rms_norm(out_or_input: Any, input_or_weight: Any = UNSET, weight_or_eps: Any
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
+    # The overloads above are its types; this takes both forms. eps and out, input first's keywords, stand before
+    # the * because a keyword-only default costs the raw-pointer path more per call; given positionally they are
+    # an out-first call's 7th and 8th arguments, which _convention.resolve refuses.
     if (type(out_or_input) is int and type(input_or_weight) is int
-            and (type(weight_or_eps) is int or weight_or_eps is None) and eps is out is UNSET):
+            and (type(weight_or_eps) is int or weight_or_eps is None) and eps is UNSET and out is UNSET):
         if weight_or_eps is None:  # no weight: its own kernel (W = void), a null pointer never read
             weight_or_eps, weight_dtype = 0, check.no_weight(weight_dtype)
         nd = is_nd(num_tokens, input_stride, out_stride, weight_stride)
