@@ -17,37 +17,19 @@ from __future__ import annotations
 
 from typing import Any, Optional, Protocol, TypeVar, Union
 
-import numpy as np
+from .driver import CudaStreamProtocol, DeviceBuffer, HasCudaStream, StreamLike
+from .dtypes import DTypeLike
+from .tensor import CudaArray, Tensor
 
-from .driver import DeviceBuffer, Stream
-from .dtypes import DType, QuantDType
-from .tensor import Tensor
-
-
-class CudaArray(Protocol):
-    """Anything exporting ``__cuda_array_interface__`` (version 3)."""
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+# Defined beside what reads them (a layer below this module), named here with the rest.
+__all__ = ["Array", "ArrayT", "CudaArray", "CudaStreamProtocol", "DLPackArray", "DTypeLike", "HasCudaStream",
+           "Operand", "OperandT", "OptionalOperand", "Rows", "StreamLike", "Strides", "Workspace"]
 
 
 class DLPackArray(Protocol):
     """Anything exporting DLPack: ``__dlpack__()`` and ``__dlpack_device__()`` (its device, read first)."""
 
     def __dlpack_device__(self) -> Any: ...
-
-
-class HasCudaStream(Protocol):
-    """torch.cuda.Stream and the like: the raw handle as ``.cuda_stream``."""
-
-    @property
-    def cuda_stream(self) -> int: ...
-
-
-class CudaStreamProtocol(Protocol):
-    """cuda.core's stream protocol: ``__cuda_stream__()`` returns (version, handle)."""
-
-    def __cuda_stream__(self) -> tuple[int, int]: ...
 
 
 Array = Union[Tensor, CudaArray, DLPackArray]
@@ -58,5 +40,3 @@ OperandT = TypeVar("OperandT", bound=Operand)
 Rows = Union[int, tuple[int, ...]]
 Strides = Union[int, tuple[int, ...]]
 Workspace = Union[int, DeviceBuffer, CudaArray]
-StreamLike = Union[None, int, Stream, HasCudaStream, CudaStreamProtocol]
-DTypeLike = Union[str, DType, QuantDType, np.dtype, type]

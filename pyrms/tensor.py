@@ -16,16 +16,14 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, SupportsIndex, Union
+from typing import Any, Protocol, SupportsIndex, Union
 
 import numpy as np
 import numpy.typing as npt
 
 from . import driver, dtypes, errors
 from .driver import DeviceLike
-
-if TYPE_CHECKING:  # _types imports this module
-    from ._types import CudaArray, DTypeLike
+from .dtypes import DTypeLike
 
 # A shape or strides: one int, or a sequence of ints (Python's or numpy's).
 ShapeLike = Union[SupportsIndex, Sequence[SupportsIndex]]
@@ -62,6 +60,13 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
+
+
+class CudaArray(Protocol):
+    """Anything exporting ``__cuda_array_interface__`` (version 3)."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
 
 class Tensor:

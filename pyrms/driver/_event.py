@@ -1,17 +1,12 @@
 """CUDA events: recorded on a stream, waited on, and timed against each other."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cuda.bindings import driver as _cu
 
 from ..errors import check
 from ._owned import _Owned
 from ._process import DeviceLike, resolve_device
-from ._stream import stream_arg
-
-if TYPE_CHECKING:  # _types imports the driver
-    from .._types import StreamLike
+from ._stream import StreamLike, stream_arg
 
 
 class Event(_Owned):

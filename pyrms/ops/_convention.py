@@ -1,13 +1,16 @@
 """The two calling conventions of the ops whose output leads in vLLM's order (rms_norm, layer_norm).
 
 - Input first, as FlashInfer, QuACK and ``torch.nn.functional`` call norms: ``op(input, weight, ..., eps=default,
-  *, out=None)`` on arrays; returns ``out``, a new pyrms.Tensor when it is None.
+  *, out=None)`` on arrays, positionally or by name; returns ``out``, a new pyrms.Tensor when it is None.
 - Out first, vLLM's order (and the seed's): ``op(out, input, weight, ..., epsilon, num_tokens, hidden_size)`` on
-  raw device pointers, or on arrays (sizes then read from them; ``out=None`` allocates).
+  raw device pointers, or on arrays (sizes then read from them; ``out=None`` allocates); positionally, or every
+  operand by name (``out=``, ``input=``, ..., ``epsilon=``).
 
-A call's convention is read from its arity: out first always has its epsilon (the positional after the operands,
-or ``epsilon=``), input first never does. That costs the raw-pointer path nothing: an epsilon left out is not a
-float, which the prepared launch declines anyway, and only then is the convention looked at."""
+The ops' parameters are named for input first, ``(input, weight, ..., eps, epsilon, num_tokens, hidden_size, *,
+out, ...)``, and a call is out first exactly when it gives ``epsilon``. Out first and positional, the parameters
+hold out and the operands shifted by one (``input`` holds out, ..., ``eps`` the last operand): the raw-pointer hot
+path reads them so, and its only test of the convention is that ``out`` was not given by name. A keyword given
+twice (``eps=`` beside a positional eps slot) is Python's own TypeError."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,7 +41,7 @@ class Form:
     def calls(self) -> str:
         """Both conventions, spelled as calls, for the messages."""
         given = ", ".join(self.operands[:self.required])
-        optional = "".join(f"[, {name}]" for name in self.operands[self.required:])  # positional, None if left out
+        optional = "".join(f", {name}=None" for name in self.operands[self.required:])
         return (f"input first (arrays): pyrms.{self.op}({given}{optional}, eps={self.eps:g}, out=None), returning out "
                 f"(a new pyrms.Tensor for out=None); out first (vLLM's order; raw device pointers or arrays): "
                 f"pyrms.{self.op}(out, {', '.join(self.operands)}, epsilon, num_tokens, hidden_size)")
@@ -47,33 +50,34 @@ class Form:
         return TypeError(f"pyrms.{self.op}: {problem}. It is called {self.calls()}")
 
 
-def resolve(form: Form, slots: tuple[Any, ...], epsilon: Any, eps: Any, out: Any) -> tuple[Any, ...]:
-    """(out, *operands, epsilon) of a call, out-first order, from the positional-only ``slots`` (out and the
-    operands out first, the operands and eps input first; UNSET where not given), ``epsilon`` (out first's),
-    ``eps`` and ``out`` (input first's keywords). TypeError, showing both conventions, for a call that is
-    neither: both epsilons, an argument missing or given twice, raw pointers input first."""
-    count = len(form.operands)
-    if epsilon is not UNSET:  # out first
-        if eps is not UNSET:
-            raise form.error(f"epsilon={epsilon!r} (out first) and eps={eps!r} (input first) are both given")
-        if out is not UNSET:
-            raise form.error("out= is input first's keyword; out first, out is the first argument")
-        missing = [name for name, value in zip(("out", *form.operands), slots) if value is UNSET]
+def resolve(form: Form, given: tuple[Any, ...], eps: Any, epsilon: Any, out: Any) -> tuple[Any, ...]:
+    """(out, *operands, epsilon), out-first order, of a call from its parameters as bound: ``given`` the operand
+    parameters (input, weight, ...), then ``eps``, ``epsilon`` and ``out`` (UNSET where not given). TypeError,
+    showing both conventions, for a call that is neither: an operand missing, raw pointers input first, eps
+    beside epsilon, out= beside a positional out."""
+    names = form.operands
+    if epsilon is UNSET:  # input first: each parameter is what it is named
+        pointers = [name for name, value in zip(("out", *names), (out, *given)) if type(value) is int]
+        if pointers:
+            raise form.error(f"{', '.join(pointers)} given as raw device pointers (int) input first; raw pointers "
+                             f"go out first, with epsilon and the sizes")
+        missing = [name for name, value in zip(names[:form.required], given) if value is UNSET]
         if missing:
-            raise form.error(f"{', '.join(missing)} missing before epsilon")
-        return (*slots, epsilon)
-    operands, last = slots[:count], slots[count]
-    pointers = [name for name, value in zip(("out", *form.operands), (out, *operands)) if type(value) is int]
-    if pointers:
-        raise form.error(f"{', '.join(pointers)} given as raw device pointers (int) input first; raw pointers "
-                         f"go out first, with epsilon and the sizes")
-    missing = [name for name, value in zip(form.operands[:form.required], operands) if value is UNSET]
-    if missing:
-        raise form.error(f"{', '.join(missing)} missing (pass None for none)")
-    if last is not UNSET:
+            raise form.error(f"{', '.join(missing)} missing (pass None for none)")
+        return (None if out is UNSET else out, *(None if value is UNSET else value for value in given),
+                form.eps if eps is UNSET else eps)
+    if out is UNSET:  # out first, positionally: out and the operands, shifted by one
+        values = (*given, eps)
+        if isinstance(eps, float):  # eps=, or a number where the last operand goes: never an operand
+            raise form.error(f"epsilon={epsilon!r} is out first's, but {names[-1]} (the argument before it) is "
+                             f"{eps!r}, input first's eps")
+    else:  # out first by name
         if eps is not UNSET:
-            raise form.error(f"eps given twice, as the argument after {form.operands[-1]} ({last!r}) and as "
-                             f"eps={eps!r}")
-        eps = last
-    return (None if out is UNSET else out, *(None if value is UNSET else value for value in operands),
-            form.eps if eps is UNSET else eps)
+            raise form.error(f"out= is given beside epsilon and an argument in eps's place: out first takes its "
+                             f"operands positionally, out first, or all by name (out=, "
+                             f"{', '.join(f'{name}=' for name in names)}), and never eps")
+        values = (out, *given)
+    missing = [name for name, value in zip(("out", *names), values) if value is UNSET]
+    if missing:
+        raise form.error(f"{', '.join(missing)} missing before epsilon")
+    return (*values, epsilon)

@@ -49,7 +49,9 @@ def test_rms_norm_input_first_launches_what_out_first_launches(arrays):
     fake.kernel_params = EveryKernel(ROWS_ARGS)
     result, expected = launched(fake, lambda: pyrms.rms_norm(y, x, w, 1e-5))
     assert result is y and expected.args[:4] == (y.ptr, x.ptr, w.ptr, f32(1e-5))
-    for call in (lambda: pyrms.rms_norm(x, w, 1e-5, out=y), lambda: pyrms.rms_norm(x, w, eps=1e-5, out=y)):
+    for call in (lambda: pyrms.rms_norm(x, w, 1e-5, out=y), lambda: pyrms.rms_norm(x, w, eps=1e-5, out=y),
+                 lambda: pyrms.rms_norm(input=x, weight=w, eps=1e-5, out=y),
+                 lambda: pyrms.rms_norm(out=y, input=x, weight=w, epsilon=1e-5)):  # out first by name
         result, launch = launched(fake, call)
         assert result is y and launch == expected
 
@@ -71,7 +73,8 @@ def test_layer_norm_input_first_launches_what_out_first_launches(arrays):
     fake.kernel_params = EveryKernel(LAYER_NORM_ARGS)
     result, expected = launched(fake, lambda: pyrms.layer_norm(y, x, w, b, 1e-3))
     assert result is y and expected.args[:5] == (y.ptr, x.ptr, w.ptr, b.ptr, f32(1e-3))
-    for call in (lambda: pyrms.layer_norm(x, w, b, 1e-3, out=y), lambda: pyrms.layer_norm(x, w, b, eps=1e-3, out=y)):
+    for call in (lambda: pyrms.layer_norm(x, w, b, 1e-3, out=y), lambda: pyrms.layer_norm(x, w, bias=b, eps=1e-3, out=y),
+                 lambda: pyrms.layer_norm(out=y, input=x, weight=w, bias=b, epsilon=1e-3)):
         result, launch = launched(fake, call)
         assert result is y and launch == expected
     z, launch = launched(fake, lambda: pyrms.layer_norm(x, w))  # no bias; pyrms.torch.layer_norm's default eps
@@ -83,32 +86,36 @@ def test_raw_pointers_out_first_are_unchanged(arrays):
     fake, x, w, b, y = arrays
     fake.kernel_params = EveryKernel(ROWS_ARGS)
     for call in (lambda: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN),
-                 lambda: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, epsilon=1e-5, num_tokens=ROWS, hidden_size=HIDDEN)):
+                 lambda: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, epsilon=1e-5, num_tokens=ROWS, hidden_size=HIDDEN),
+                 lambda: pyrms.rms_norm(out=y.ptr, input=x.ptr, weight=w.ptr, epsilon=1e-5, num_tokens=ROWS,
+                                        hidden_size=HIDDEN)):
         result, launch = launched(fake, call)
         assert type(result) is int and result == y.ptr
         assert launch.args == (y.ptr, x.ptr, w.ptr, f32(1e-5), HIDDEN, HIDDEN, HIDDEN)
     fake.kernel_params = EveryKernel(LAYER_NORM_ARGS)
-    result, launch = launched(fake, lambda: pyrms.layer_norm(y.ptr, x.ptr, w.ptr, None, 1e-5, ROWS, HIDDEN))
-    assert result == y.ptr and launch.args == (y.ptr, x.ptr, w.ptr, 0, f32(1e-5), HIDDEN, HIDDEN, HIDDEN)
+    for call in (lambda: pyrms.layer_norm(y.ptr, x.ptr, w.ptr, None, 1e-5, ROWS, HIDDEN),
+                 lambda: pyrms.layer_norm(out=y.ptr, input=x.ptr, weight=w.ptr, bias=None, epsilon=1e-5,
+                                          num_tokens=ROWS, hidden_size=HIDDEN)):
+        result, launch = launched(fake, call)
+        assert result == y.ptr and launch.args == (y.ptr, x.ptr, w.ptr, 0, f32(1e-5), HIDDEN, HIDDEN, HIDDEN)
 
 
 RMS_NORM_CALLS = ("input first (arrays): pyrms.rms_norm(input, weight, eps=1e-06, out=None), returning out (a new "
                   "pyrms.Tensor for out=None); out first (vLLM's order; raw device pointers or arrays): "
                   "pyrms.rms_norm(out, input, weight, epsilon, num_tokens, hidden_size)")
-LAYER_NORM_CALLS = ("input first (arrays): pyrms.layer_norm(input, weight[, bias], eps=1e-05, out=None), returning "
+LAYER_NORM_CALLS = ("input first (arrays): pyrms.layer_norm(input, weight, bias=None, eps=1e-05, out=None), returning "
                     "out (a new pyrms.Tensor for out=None); out first (vLLM's order; raw device pointers or arrays): "
                     "pyrms.layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size)")
 POINTERS_FIRST = "given as raw device pointers (int) input first; raw pointers go out first, with epsilon and the sizes"
-BOTH_EPSILONS = "epsilon=1e-05 (out first) and eps=1e-05 (input first) are both given"
-OUT_FIRST_WITH_OUT = "out= is input first's keyword; out first, out is the first argument"
+OUT_BESIDE_POSITIONAL = ("out= is given beside epsilon and an argument in eps's place: out first takes its operands "
+                         "positionally, out first, or all by name (out=, input=, weight={}), and never eps")
 
 WRONG = [  # (call of x, w, b, y, what the message says before the calls)
-    (lambda x, w, b, y: pyrms.rms_norm(x, w, 1e-5, eps=1e-5), "eps given twice, as the argument after weight (1e-05) "
-                                                               "and as eps=1e-05"),
-    (lambda x, w, b, y: pyrms.rms_norm(y, x, w, 1e-5, eps=1e-6), "epsilon=1e-05 (out first) and eps=1e-06 (input "
-                                                                  "first) are both given"),
-    (lambda x, w, b, y: pyrms.rms_norm(y, x, w, 1e-5, out=y), OUT_FIRST_WITH_OUT),
+    (lambda x, w, b, y: pyrms.rms_norm(x, w, eps=1e-5, epsilon=1e-5), "epsilon=1e-05 is out first's, but weight (the "
+                                                                       "argument before it) is 1e-05, input first's eps"),
+    (lambda x, w, b, y: pyrms.rms_norm(y, x, w, 1e-5, out=y), OUT_BESIDE_POSITIONAL.format("")),
     (lambda x, w, b, y: pyrms.rms_norm(x, w, epsilon=1e-5), "weight missing before epsilon"),
+    (lambda x, w, b, y: pyrms.rms_norm(out=y, input=x, epsilon=1e-5), "weight missing before epsilon"),
     (lambda x, w, b, y: pyrms.rms_norm(x), "weight missing (pass None for none)"),
     # raw pointers input first: none of them may be taken for a launch, fast path included
     (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr), f"input, weight {POINTERS_FIRST}"),
@@ -116,12 +123,10 @@ WRONG = [  # (call of x, w, b, y, what the message says before the calls)
     (lambda x, w, b, y: pyrms.rms_norm(x.ptr, w.ptr, eps=1e-5, num_tokens=ROWS, hidden_size=HIDDEN),
      f"input, weight {POINTERS_FIRST}"),
     (lambda x, w, b, y: pyrms.rms_norm(x.ptr, w.ptr, 1e-5, out=y.ptr), f"out, input, weight {POINTERS_FIRST}"),
-    (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN, eps=1e-5), BOTH_EPSILONS),
-    (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN, out=y), OUT_FIRST_WITH_OUT),
-    (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN, 1e-5), BOTH_EPSILONS),  # 7th: eps
-    (lambda x, w, b, y: pyrms.layer_norm(x, w, b, 1e-5, eps=1e-5), "eps given twice, as the argument after bias "
-                                                                   "(1e-05) and as eps=1e-05"),
-    (lambda x, w, b, y: pyrms.layer_norm(y, x, w, b, 1e-5, out=y), OUT_FIRST_WITH_OUT),
+    (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN, out=y), OUT_BESIDE_POSITIONAL.format("")),
+    (lambda x, w, b, y: pyrms.layer_norm(x, w, eps=1e-5, epsilon=1e-5), "epsilon=1e-05 is out first's, but bias (the "
+                                                                         "argument before it) is 1e-05, input first's eps"),
+    (lambda x, w, b, y: pyrms.layer_norm(y, x, w, b, 1e-5, out=y), OUT_BESIDE_POSITIONAL.format(", bias=")),
     (lambda x, w, b, y: pyrms.layer_norm(y, x, w, epsilon=1e-5), "bias missing before epsilon"),
     (lambda x, w, b, y: pyrms.layer_norm(y.ptr, x.ptr, w.ptr, None), f"input, weight, bias {POINTERS_FIRST}"),
 ]
@@ -135,4 +140,17 @@ def test_a_call_of_neither_convention_shows_both_and_launches_nothing(arrays, ca
     message = str(info.value)
     op, calls = ("layer_norm", LAYER_NORM_CALLS) if "pyrms.layer_norm" in message else ("rms_norm", RMS_NORM_CALLS)
     assert message == f"pyrms.{op}: {problem}. It is called {calls}"
+    assert fake.launches == []
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda x, w, b, y: pyrms.rms_norm(x, w, 1e-5, eps=1e-5), "eps"),
+    (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN, eps=1e-6), "eps"),  # the hot path's
+    (lambda x, w, b, y: pyrms.rms_norm(y, input=x, weight=w, epsilon=1e-5), "input"),
+    (lambda x, w, b, y: pyrms.layer_norm(x, w, b, bias=b), "bias"),
+])
+def test_an_argument_given_twice_is_pythons_own_type_error(arrays, call, name):
+    fake, x, w, b, y = arrays
+    with pytest.raises(TypeError, match=f"got multiple values for argument '{name}'"):
+        call(x, w, b, y)
     assert fake.launches == []

@@ -121,11 +121,11 @@ def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pd
 
 
 @overload
-def rms_norm(input: Array, weight: Array | None, /, eps: float = ..., *, out: None = None,
-             dtype: DTypeLike | None = None, stream: StreamLike = None, gemma: bool = False, round_once: bool = False,
-             pdl: bool = True, out_dtype: DTypeLike | None = None) -> Tensor: ...
+def rms_norm(input: Array, weight: Array | None, eps: float = ..., *, out: None = None, dtype: DTypeLike | None = None,
+             stream: StreamLike = None, gemma: bool = False, round_once: bool = False, pdl: bool = True,
+             out_dtype: DTypeLike | None = None) -> Tensor: ...
 @overload
-def rms_norm(input: Array, weight: Array | None, /, eps: float = ..., *, out: ArrayT, dtype: DTypeLike | None = None,
+def rms_norm(input: Array, weight: Array | None, eps: float = ..., *, out: ArrayT, dtype: DTypeLike | None = None,
              stream: StreamLike = None, gemma: bool = False, round_once: bool = False, pdl: bool = True,
              out_dtype: DTypeLike | None = None) -> ArrayT: ...
 @overload
@@ -140,11 +140,10 @@ def rms_norm(out: OperandT, input: Operand, weight: Operand | None, /, epsilon: 
              out_stride: Strides | None = None, stream: StreamLike = None, gemma: bool = False,
              round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
              weight_stride: int | None = None, out_dtype: DTypeLike | None = None) -> OperandT: ...
-def rms_norm(out_or_input: Any, input_or_weight: Any = UNSET, weight_or_eps: Any = UNSET, /, epsilon: Any = UNSET,
-             num_tokens: Any = None, hidden_size: Any = None, eps: Any = UNSET, out: Any = UNSET, *, dtype: Any = None,
-             input_stride: Any = None, out_stride: Any = None, stream: Any = None, gemma: Any = False,
-             round_once: Any = False, pdl: Any = True, weight_dtype: Any = None, weight_stride: Any = None,
-             out_dtype: Any = None) -> Any:
+def rms_norm(input: Any, weight: Any = UNSET, eps: Any = UNSET, epsilon: Any = UNSET, num_tokens: Any = None,
+             hidden_size: Any = None, *, out: Any = UNSET, dtype: Any = None, input_stride: Any = None,
+             out_stride: Any = None, stream: Any = None, gemma: Any = False, round_once: Any = False, pdl: Any = True,
+             weight_dtype: Any = None, weight_stride: Any = None, out_dtype: Any = None) -> Any:
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
     ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None). Two calling conventions:
 
@@ -152,10 +151,11 @@ def rms_norm(out_or_input: Any, input_or_weight: Any = UNSET, weight_or_eps: Any
       ``y = rms_norm(x, weight)``, ``rms_norm(x, weight, 1e-5)``, ``rms_norm(x, weight, eps=1e-5, out=y)``
       (``eps`` defaults to 1e-6, as in ``pyrms.torch.rms_norm``; the keyword options below apply too);
     - out first, vLLM's order, on raw device pointers or arrays:
-      ``rms_norm(out, input, weight, epsilon, num_tokens, hidden_size)``; ``epsilon`` is required.
+      ``rms_norm(out, input, weight, epsilon, num_tokens, hidden_size)``, positionally or every operand by name
+      (``out=``, ``input=``, ``weight=``, ``epsilon=``); ``epsilon`` is required.
 
-    A call without its ``epsilon`` is input first. Mixing the two (``eps=`` beside ``epsilon``, ``out=`` out
-    first, raw pointers input first) raises TypeError showing both calls.
+    A call that gives ``epsilon`` is out first, any other input first. A call of neither (raw pointers input
+    first, ``eps`` beside ``epsilon``, an operand missing) raises TypeError showing both calls.
 
     ``out[r] = x[r] / sqrt(mean(x[r]^2) + epsilon) * weight``, accumulated in fp32. By default the
     normalized value is rounded to the storage dtype before the weight multiplies it (the seed's and
@@ -196,13 +196,11 @@ def rms_norm(out_or_input: Any, input_or_weight: Any = UNSET, weight_or_eps: Any
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
-    # The overloads above are its types; this takes both forms. eps and out, input first's keywords, stand before
-    # the * because a keyword-only default costs the raw-pointer path more per call; given positionally they are
-    # an out-first call's 7th and 8th arguments, which _convention.resolve refuses.
-    if (type(out_or_input) is int and type(input_or_weight) is int
-            and (type(weight_or_eps) is int or weight_or_eps is None) and eps is UNSET and out is UNSET):
-        if weight_or_eps is None:  # no weight: its own kernel (W = void), a null pointer never read
-            weight_or_eps, weight_dtype = 0, check.no_weight(weight_dtype)
+    # The overloads above are its types. Out first on raw pointers is the hot path: positionally, input, weight and
+    # eps hold out, input and the weight (_convention says why); every other call is resolved first.
+    if type(input) is int and type(weight) is int and (type(eps) is int or eps is None) and out is UNSET:
+        if eps is None:  # no weight: its own kernel (W = void), a null pointer never read
+            eps, weight_dtype = 0, check.no_weight(weight_dtype)
         nd = is_nd(num_tokens, input_stride, out_stride, weight_stride)
         if nd and not (type(input_stride) is tuple and type(out_stride) is tuple):
             input_stride, out_stride = _nd_strides(num_tokens, hidden_size, input_stride, out_stride)
@@ -215,24 +213,26 @@ def rms_norm(out_or_input: Any, input_or_weight: Any = UNSET, weight_or_eps: Any
         except (KeyError, TypeError, AttributeError):
             prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
                                      weight_stride, out_dtype)
-        if prepared is not None and prepared(out_or_input, input_or_weight, weight_or_eps, epsilon, num_tokens,
-                                             stream):
-            return out_or_input
+        if prepared is not None and prepared(input, weight, eps, epsilon, num_tokens, stream):
+            return input
         if epsilon is UNSET:  # raw pointers input first (the prepared launch declines a missing epsilon): explained
-            _convention.resolve(_FORM, (out_or_input, input_or_weight, weight_or_eps), epsilon, eps, out)
-        o, x, w = out_or_input, input_or_weight, weight_or_eps
+            _convention.resolve(_FORM, (input, weight), eps, epsilon, out)
+        out, input, weight = input, weight, eps
         if nd:
-            _explain_nd(o, x, w, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
+            _explain_nd(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
                         pdl, gemma, weight_dtype, weight_stride, out_dtype)
         else:
-            _explain(o, x, w, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
+            _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
                      gemma, weight_dtype, out_dtype)
         launched = _prepared.require(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
-                                     weight_stride, out_dtype)(o, x, w, float(epsilon), num_tokens, stream)
+                                     weight_stride, out_dtype)(out, input, weight, float(epsilon), num_tokens, stream)
         assert launched, "the checks above accept what the prepared launch declines"
-        return o
-    out, input, weight, epsilon = _convention.resolve(_FORM, (out_or_input, input_or_weight, weight_or_eps), epsilon,
-                                                      eps, out)
+        return out
+    out, input, weight, epsilon = _convention.resolve(_FORM, (input, weight), eps, epsilon, out)
+    if type(out) is int and type(input) is int and (type(weight) is int or weight is None):  # out first by name
+        return rms_norm(out, input, weight, epsilon, num_tokens, hidden_size, dtype=dtype, input_stride=input_stride,
+                        out_stride=out_stride, stream=stream, gemma=gemma, round_once=round_once, pdl=pdl,
+                        weight_dtype=weight_dtype, weight_stride=weight_stride, out_dtype=out_dtype)
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", False),
                                                  ("out", out, out_stride, "out_stride", True)],
