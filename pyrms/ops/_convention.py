@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from . import _adapter
+
 
 class Unset:
     """The default of the arguments that only one convention has: told apart from None, which means 'no weight',
@@ -68,9 +70,9 @@ def resolve(form: Form, given: tuple[Any, ...], eps: Any, epsilon: Any, out: Any
                 form.eps if eps is UNSET else eps)
     if out is UNSET:  # out first, positionally: out and the operands, shifted by one
         values = (*given, eps)
-        if isinstance(eps, float):  # eps=, or a number where the last operand goes: never an operand
-            raise form.error(f"epsilon={epsilon!r} is out first's, but {names[-1]} (the argument before it) is "
-                             f"{eps!r}, input first's eps")
+        if isinstance(eps, float):  # a number where the last operand goes (eps= beside epsilon=, or a slip)
+            raise form.error(f"{_adapter.bad_kind(names[-1], eps)} {eps!r}: out first, as epsilon is given (eps= is "
+                             f"input first's)")
     else:  # out first by name
         if eps is not UNSET:
             raise form.error(f"out= is given beside epsilon and an argument in eps's place: out first takes its "

@@ -107,12 +107,14 @@ LAYER_NORM_CALLS = ("input first (arrays): pyrms.layer_norm(input, weight, bias=
                     "out (a new pyrms.Tensor for out=None); out first (vLLM's order; raw device pointers or arrays): "
                     "pyrms.layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size)")
 POINTERS_FIRST = "given as raw device pointers (int) input first; raw pointers go out first, with epsilon and the sizes"
+NOT_AN_OPERAND = ("{} must be a device pointer (int), a pyrms.Tensor, a torch tensor, or an object with "
+                  "__cuda_array_interface__ or __dlpack__, got float 1e-05: out first, as epsilon is given (eps= is "
+                  "input first's)")
 OUT_BESIDE_POSITIONAL = ("out= is given beside epsilon and an argument in eps's place: out first takes its operands "
                          "positionally, out first, or all by name (out=, input=, weight={}), and never eps")
 
 WRONG = [  # (call of x, w, b, y, what the message says before the calls)
-    (lambda x, w, b, y: pyrms.rms_norm(x, w, eps=1e-5, epsilon=1e-5), "epsilon=1e-05 is out first's, but weight (the "
-                                                                       "argument before it) is 1e-05, input first's eps"),
+    (lambda x, w, b, y: pyrms.rms_norm(x, w, eps=1e-5, epsilon=1e-5), NOT_AN_OPERAND.format('weight')),
     (lambda x, w, b, y: pyrms.rms_norm(y, x, w, 1e-5, out=y), OUT_BESIDE_POSITIONAL.format("")),
     (lambda x, w, b, y: pyrms.rms_norm(x, w, epsilon=1e-5), "weight missing before epsilon"),
     (lambda x, w, b, y: pyrms.rms_norm(out=y, input=x, epsilon=1e-5), "weight missing before epsilon"),
@@ -124,8 +126,7 @@ WRONG = [  # (call of x, w, b, y, what the message says before the calls)
      f"input, weight {POINTERS_FIRST}"),
     (lambda x, w, b, y: pyrms.rms_norm(x.ptr, w.ptr, 1e-5, out=y.ptr), f"out, input, weight {POINTERS_FIRST}"),
     (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN, out=y), OUT_BESIDE_POSITIONAL.format("")),
-    (lambda x, w, b, y: pyrms.layer_norm(x, w, eps=1e-5, epsilon=1e-5), "epsilon=1e-05 is out first's, but bias (the "
-                                                                         "argument before it) is 1e-05, input first's eps"),
+    (lambda x, w, b, y: pyrms.layer_norm(x, w, eps=1e-5, epsilon=1e-5), NOT_AN_OPERAND.format('bias')),
     (lambda x, w, b, y: pyrms.layer_norm(y, x, w, b, 1e-5, out=y), OUT_BESIDE_POSITIONAL.format(", bias=")),
     (lambda x, w, b, y: pyrms.layer_norm(y, x, w, epsilon=1e-5), "bias missing before epsilon"),
     (lambda x, w, b, y: pyrms.layer_norm(y.ptr, x.ptr, w.ptr, None), f"input, weight, bias {POINTERS_FIRST}"),
