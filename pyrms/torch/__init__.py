@@ -3,6 +3,7 @@
     import pyrms.torch
     y = pyrms.torch.rms_norm(x, weight, 1e-6)              # x: a CUDA tensor [..., hidden]
     pyrms.torch.fused_add_rms_norm(x, residual, weight, 1e-6)   # in place, as vLLM's
+    y, residual = pyrms.torch.add_rms_norm(x, residual, weight, 1e-6)  # the same into new tensors, differentiable
     y = pyrms.torch.layer_norm(x, weight, bias, 1e-5)
     q = pyrms.torch.rms_norm_quant(x, weight, 1e-6, scale=0.02)   # fp8 (or int8) out: static, per_token, per_group
     q, s = pyrms.torch.rms_norm_quant(x, weight, 1e-6, mode="per_token")   # and its fp32 scales
