@@ -20,7 +20,7 @@ from torch.autograd.function import once_differentiable
 
 from ... import driver
 from ...torch._layout import (DTYPE_NAMES, as_float32, check_device, check_meta, current_stream, empty_rows_like, mixed,
-                              row_stride, rows_of)
+                              per_head, row_stride, rows_of)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
 from .. import _views
@@ -48,8 +48,9 @@ def launch(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool
     except (AttributeError, IndexError):  # not a tensor, or a 0-d one
         ok = False
     if not ok:
-        if weight is not None and isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and mixed(x, weight):
-            return _launch_mixed(x, weight, eps, gemma, round_once)
+        if (weight is not None and isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
+                and (mixed(x, weight) or per_head(weight))):
+            return _launch_other_weight(x, weight, eps, gemma, round_once)
         _explain(x, weight)
     if x.is_contiguous():
         out, stride = torch.empty_like(x), hidden
@@ -101,23 +102,34 @@ def _out_dtype(x: torch.Tensor, weight: torch.Tensor | None, round_once: bool) -
     return torch.float32 if mixed(x, weight) and not round_once else x.dtype
 
 
-def _launch_mixed(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool, round_once: bool) -> torch.Tensor:
+def _launch_other_weight(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool,
+                         round_once: bool) -> torch.Tensor:
     """rms_norm with a weight of another dtype than x (fp32 master weights beside bf16 activations under
-    autocast): the weight read as float32, the output in _out_dtype."""
-    check_meta(x, {"weight": weight}, mixed_vectors=("weight",))
+    autocast: read as float32, the output in _out_dtype), or one per head ([heads, head_dim] beside x
+    [..., heads, head_dim]: pyrms.rms_norm's weight per outer row, with the heads made the outer dimension)."""
+    check_meta(x, {"weight": weight}, mixed_vectors=("weight",), per_head=("weight",))
     device = check_device({"x": x, "weight": weight})
-    w, out = as_float32(weight), empty_rows_like(x, _out_dtype(x, weight, round_once))
-    if x.numel():
-        x, stride = rows_of(x)
-        hidden, dtype = x.shape[-1], DTYPE_NAMES[x.dtype]
-        two_byte = x.dtype != torch.float32  # fp32 rows: one dtype all through
-        w_kind = "float32" if two_byte else None
-        out_kind = "float32" if two_byte and out.dtype == torch.float32 else None
-        args = (out.data_ptr(), x.data_ptr(), w.data_ptr(), float(eps), x.numel() // hidden, current_stream(device))
-        prepared = _prepared_rms_norm(dtype, hidden, stride, hidden, gemma, round_once, True, w_kind, None, out_kind)
-        if prepared is None or not prepared(*args):
-            _rms_norm(*args[:5], hidden, dtype=dtype, input_stride=stride, out_stride=hidden, stream=args[5],
-                      gemma=gemma, round_once=round_once, weight_dtype=w_kind, out_dtype=out_kind)
+    w = as_float32(weight) if mixed(x, weight) else weight
+    out = empty_rows_like(x, _out_dtype(x, weight, round_once))
+    if not x.numel():
+        return out
+    if per_head(weight):
+        heads_first = x.movedim(-2, 0)
+        if not _nd_view(heads_first):  # leading dimensions that do not collapse to three: read from a copy
+            heads_first = x.contiguous().movedim(-2, 0)
+        _rms_norm(out.movedim(-2, 0), heads_first, w, float(eps), stream=current_stream(device), gemma=gemma,
+                  round_once=round_once)
+        return out
+    x, stride = rows_of(x)
+    hidden, dtype = x.shape[-1], DTYPE_NAMES[x.dtype]
+    two_byte = x.dtype != torch.float32  # fp32 rows: one dtype all through
+    w_kind = "float32" if two_byte else None
+    out_kind = "float32" if two_byte and out.dtype == torch.float32 else None
+    args = (out.data_ptr(), x.data_ptr(), w.data_ptr(), float(eps), x.numel() // hidden, current_stream(device))
+    prepared = _prepared_rms_norm(dtype, hidden, stride, hidden, gemma, round_once, True, w_kind, None, out_kind)
+    if prepared is None or not prepared(*args):
+        _rms_norm(*args[:5], hidden, dtype=dtype, input_stride=stride, out_stride=hidden, stream=args[5],
+                  gemma=gemma, round_once=round_once, weight_dtype=w_kind, out_dtype=out_kind)
     return out
 
 
@@ -139,7 +151,7 @@ def rms_norm_op(x: Tensor, weight: Optional[Tensor], eps: float, gemma: bool, ro
 
 @rms_norm_op.register_fake
 def _(x, weight, eps, gemma, round_once):
-    check_meta(x, {"weight": weight}, mixed_vectors=("weight",))
+    check_meta(x, {"weight": weight}, mixed_vectors=("weight",), per_head=("weight",))
     return empty_rows_like(x, _out_dtype(x, weight, round_once))
 
 
@@ -189,7 +201,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
 
     ``x``: a CUDA tensor [..., hidden] of bfloat16, float16 or float32; ``weight``: [hidden], contiguous
     (an ``nn.Parameter`` is fine), or None for no weight (``round(x * r)``, as
-    ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma). A weight of x's dtype gives an output of
+    ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma), or one weight per head:
+    [heads, head_dim] beside x [..., heads, head_dim] (each head's rows normalized with its weight row; its
+    backward is one backward per head, bitwise what separate calls per head give). A weight of x's dtype gives an output of
     x's dtype. A weight of another dtype (fp32 master weights beside bf16 activations under
     ``torch.autocast``, the mixed-precision set-up of HF Trainer and Megatron) is read as float32 (bf16 and
     fp16 convert exactly), and the output's dtype is the formula's: with the default rounding, float32,
