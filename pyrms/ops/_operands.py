@@ -573,6 +573,32 @@ def workspace(value, nbytes: int) -> Region:
     return Region(Operand("workspace", ptr), 0, (ptr, ptr + nbytes))
 
 
+def float32_array(name: str, value, what: str, *, written: bool) -> _adapter.View:
+    """A non-null float32 array operand (scales, a saved rstd): its view; its device is the caller's to check,
+    last, so that a missing driver is reported after bad arguments. ``what``: the operand's kind, for the
+    dtype's message."""
+    view = _adapter.read(name, value, None, written=written)
+    if view.dtype is not dtypes.FLOAT32:
+        raise ValueError(f"{name} has dtype {view.dtype.name}; {what} are float32")
+    if view.ptr == 0:
+        raise ValueError(f"{name} has a null data pointer")
+    return view
+
+
+def float32_per_row(name: str, value, num_tokens: int, what: str, *, written: bool) -> int:
+    """The pointer of an array of one float32 per row (per-token scales, a saved rstd): num_tokens contiguous
+    elements, shape (num_tokens,) or (num_tokens, 1), on pyrms's device. ``what``: their kind, for messages."""
+    view = float32_array(name, value, what, written=written)
+    if view.shape not in ((num_tokens,), (num_tokens, 1)):
+        raise ValueError(f"{name} has shape {view.shape}; {what} are ({num_tokens},) or ({num_tokens}, 1) "
+                         f"float32 (num_tokens)")
+    if num_tokens > 1 and view.strides[0] != 1:
+        raise ValueError(f"{name} has strides {view.strides} (elements); {what} must be contiguous "
+                         f"(stride 1 between tokens)")
+    arrays_on_device({name: view})
+    return view.ptr
+
+
 def no_weight(weight_dtype) -> str:
     """The weight_dtype of a call with weight=None: "none" (giving a dtype for no weight is an error)."""
     if weight_dtype is not None and weight_dtype != "none":
