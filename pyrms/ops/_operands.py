@@ -599,6 +599,15 @@ def float32_per_row(name: str, value, num_tokens: int, what: str, *, written: bo
     return view.ptr
 
 
+def float32_per_row_pointer(name: str, value, num_tokens: int) -> Region:
+    """A raw pointer to one float32 per row (a saved rstd): non-null and 4-byte aligned; its region spans the
+    num_tokens floats, for the overlap checks."""
+    if type(value) is not int or value <= 0 or value % 4:
+        raise ValueError(f"{name} must be a non-null, 4-byte aligned device pointer to num_tokens float32 (or such "
+                         f"an array), got {value!r}")
+    return Region(Operand(name, value), 1, (value, value + 4 * num_tokens))
+
+
 def no_weight(weight_dtype) -> str:
     """The weight_dtype of a call with weight=None: "none" (giving a dtype for no weight is an error)."""
     if weight_dtype is not None and weight_dtype != "none":

@@ -843,9 +843,10 @@ class SimGpu:
             out, x, w, eps, tokens, d1, d2, hidden, x_stride, _, _, o_stride, _, _, w_stride = values
             assert (d1, d2, w_stride) == (1, 1, 0), "the simulator runs rms_norm_nd_kernel on one row stride only"
         elif name.startswith("rms_norm.cu::"):
-            assert len(values) == 7, ("the simulator runs rms_norm.cu as (out, x, w, eps, hidden, x_stride, "
+            assert len(values) == 8, ("the simulator runs rms_norm.cu as (out, x, w, rstd, eps, hidden, x_stride, "
                                       f"out_stride), but pyrms launched {len(values)} arguments: update SimGpu._run")
-            out, x, w, eps, hidden, x_stride, o_stride = values
+            out, x, w, rstd, eps, hidden, x_stride, o_stride = values
+            assert rstd == 0, "the benchmark stores no rstd"
         else:  # the seed kernel: hidden = threads x VEC_SIZE (its template's second argument)
             out, x, w, eps = values
             hidden = block * int(re.search(r"<\s*[\w:]+,\s*(\d+)", name).group(1))

@@ -225,7 +225,7 @@ def _weight_args(w, kind: str):
 
 def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in_stride=None, out_stride=None,
                    gemma=False, round_once=False, in_place=False, epsilon=1e-5, stream=None, variant=None,
-                   pdl=None, weight="same", out_dtype=None):
+                   pdl=None, weight="same", out_dtype=None, rstd_off=None):
     """One pyrms.rms_norm launch on guarded operands, compared bit for bit with the twin.
 
     Raises AssertionError on any difference: in the rows, the guards, the gaps between strided
@@ -234,7 +234,9 @@ def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in
     ``rows`` is (as for the other row ops' checks); ``pdl`` is passed to the op (None: the op's
     default), as for the others; ``weight``: "same" (the dtype's), "float32" or "none" (weight=None);
     ``out_dtype``: the output's (None: the dtype; "float32" beside bf16/fp16 rows, out_off then in fp32
-    elements past a 16-byte boundary, 0..7 covering its 32-byte vectors).
+    elements past a 16-byte boundary, 0..7 covering its 32-byte vectors). ``rstd_off``: also store each row's
+    inv_rms (``rstd=``) into a guarded float32 operand at this element offset, compared bit for bit with the
+    row core twin's statistics (None: no rstd).
     """
     from pyrms.ops.rms_norm import rms_norm
 
@@ -244,17 +246,24 @@ def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in
     w = _weight(rng, dt, hidden, weight, w_off)
     out = x if in_place else allocate(rng, odt, rows, hidden, misalign=out_off, stride=out_stride, poison=True)
     w_ptr, w_values, w_dtype = _weight_args(w, weight)
-    with _closing(x, out, *([w] if w else [])):
+    rstd = None if rstd_off is None else _guarded(np.float32, 1, rows, rstd_off, None, np.nan)
+    with _closing(x, out, *([w] if w else []), *([rstd] if rstd else [])):
         p = rms_plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
         want = rms_twin.rms_norm_twin(x.values(), w_values, epsilon, block=p.block, row_phases=phases(x),
                                        gemma=gemma, round_once=round_once, out_dtype=out_dtype)
+        outputs = {"out": (out, want)}
+        if rstd:  # the forward's statistics: the row core's tree at the forward's fold
+            outputs["rstd"] = (rstd, row_stats_twin(x.values().astype(np.float32), epsilon, p.block, phases(x),
+                                                    dt.vec_elems)[1][None])
         with forced_row_variant(variant):
             run_checked(f"rms_norm {dt.name} rows={rows} hidden={hidden} offsets={in_off},{w_off},{out_off} "
-                        f"strides={x.stride},{out.stride} variant={variant} pdl={pdl} weight={weight} out={odt.name}",
+                        f"strides={x.stride},{out.stride} variant={variant} pdl={pdl} weight={weight} out={odt.name}"
+                        f" rstd_off={rstd_off}",
                         lambda: rms_norm(out.ptr, x.ptr, w_ptr, epsilon, rows, hidden, dtype=dt, input_stride=x.stride,
                                          out_stride=out.stride, gemma=gemma, round_once=round_once, stream=stream,
-                                         weight_dtype=w_dtype, out_dtype=out_dtype, **_pdl(pdl)),
-                        outputs={"out": (out, want)},
+                                         weight_dtype=w_dtype, out_dtype=out_dtype, rstd=rstd.ptr if rstd else None,
+                                         **_pdl(pdl)),
+                        outputs=outputs,
                         inputs={**({"weight": w} if w else {}), **({} if in_place else {"input": x})})
 
 

@@ -222,7 +222,7 @@ def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon
     gradients, by name, may still be arrays), then the prepared launch on the pointers."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
-    saved = None if rstd is None else _saved_rstd(rstd, num_tokens)
+    saved = None if rstd is None else check.float32_per_row_pointer("rstd", rstd, num_tokens)
     eps = check.epsilon(epsilon)
     weightless = weight is None
     if weightless:
@@ -269,14 +269,6 @@ def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon
                         saved.ptr if saved else 0)
     assert launched, "the checks above accept what the prepared launch declines"
 
-
-def _saved_rstd(value: int, num_tokens: int) -> check.Region:
-    """RMSNorm's saved rstd as a raw pointer (an array's was read before): non-null, float32-aligned; its
-    num_tokens floats are the region that must not overlap what the backward writes."""
-    if type(value) is not int or value <= 0 or value % 4:
-        raise ValueError(f"rstd must be a non-null, 4-byte aligned device pointer to num_tokens float32 (or such an "
-                         f"array), got {value!r}")
-    return check.Region(check.Operand("rstd", value), 1, (value, value + 4 * num_tokens))
 
 
 def _float32(flag: bool) -> str | None:

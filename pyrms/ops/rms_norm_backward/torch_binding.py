@@ -24,13 +24,14 @@ __all__ = []
 
 
 def launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
-           gemma: bool) -> tuple[torch.Tensor, torch.Tensor]:
+           gemma: bool, rstd: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad_input, grad_weight) of the RMSNorm forward; grad_weight summed over all rows in a fixed order,
     in weight's dtype; empty without a weight (nothing summed then: one launch, no workspace). A weight of
     another dtype than x is read as float32 and its gradient summed and written in float32 (then
     converted to the weight's dtype where that is not float32). A weight per head ([heads, head_dim] beside x
     [..., heads, head_dim]): each head's rows are a backward of their own over the token rows (one call per
-    head, each head's weight gradient summed over its rows as a [head_dim] weight's is)."""
+    head, each head's weight gradient summed over its rows as a [head_dim] weight's is). rstd: the forward's
+    saved inv_rms per row (float32 [rows], rms_norm's eager autograd), read instead of recomputed: the same bits."""
     dtype = check_backward_meta(grad_out, x, weight, per_head=True)
     heads = weight.shape[0] if per_head(weight) else 1
     device = check_device({"x": x, "grad_out": grad_out, "weight": weight})
@@ -53,7 +54,8 @@ def launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
                 numel // (heads * hidden), hidden, dtype=dtype, grad_output_stride=g_stride, input_stride=x_stride,
                 grad_input_stride=heads * hidden, gemma=gemma, stream=current_stream(device),
                 weight_dtype="float32" if two_byte else None,
-                grad_output_dtype="float32" if two_byte and grad_out.dtype == torch.float32 else None)
+                grad_output_dtype="float32" if two_byte and grad_out.dtype == torch.float32 else None,
+                rstd=None if rstd is None else rstd.data_ptr())
     else:
         grad_weight.zero_()
     return grad_input, grad_weight if not mix else grad_weight.to(weight.dtype)
