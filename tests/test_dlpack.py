@@ -37,6 +37,13 @@ def consume(capsule):
     return ctypes.addressof(managed), ctypes.CFUNCTYPE(None, ctypes.c_void_p)(managed.deleter)
 
 
+@pytest.fixture
+def exports():
+    """How many exports the test has left unreleased (not counting those other tests' objects still hold)."""
+    before = dlpack.live_exports()
+    return lambda: dlpack.live_exports() - before
+
+
 class DLPackOnly:
     """An object that speaks DLPack only, over a pyrms Tensor: what pyrms's operand reader sees of a foreign
     producer. ``legacy``: a ``__dlpack__`` from before max_version, which refuses the keyword."""
@@ -82,7 +89,7 @@ def test_capsule_fields_describe_the_tensor(dtype, code, bits, max_version):
 
 @pytest.mark.parametrize("legacy", [False, True])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
-def test_round_trip_through_pyrms_reader(dtype, legacy):
+def test_round_trip_through_pyrms_reader(dtype, legacy, exports):
     t = Tensor(BASE, (2, 6, 10), dtype, device=1).view(5, (2, 3, 7), (60, 10, 1))
     producer = DLPackOnly(t, legacy)
     view = _adapter.read("x", producer, None)
@@ -90,7 +97,7 @@ def test_round_trip_through_pyrms_reader(dtype, legacy):
     # Asked for a versioned capsule, with no synchronization (stream -1); a legacy producer is asked again.
     assert producer.calls[0] == {"stream": -1, "max_version": (1, 0)}
     assert producer.calls[1:] == ([{"stream": -1}] if legacy else [])
-    assert dlpack.live_exports() == 0  # the reader does not consume: the capsule's destructor released it
+    assert exports() == 0  # the reader does not consume: the capsule's destructor released it
 
 
 def test_zero_dimensional_and_empty_tensors_export():
@@ -169,11 +176,11 @@ def test_dlpack_device():
     (dict(max_version=1), TypeError, r"max_version must be None or a \(major, minor\) pair of ints, got 1"),
     (dict(max_version=(1, 0.5)), TypeError, r"max_version must be None or a \(major, minor\) pair of ints"),
 ])
-def test_protocol_arguments_are_checked(kwargs, error, message):
+def test_protocol_arguments_are_checked(kwargs, error, message, exports):
     t = Tensor(BASE, (4,), "fp16", device=0)
     with pytest.raises(error, match=message):
         t.__dlpack__(**kwargs)
-    assert dlpack.live_exports() == 0
+    assert exports() == 0
 
 
 def test_protocol_arguments_that_are_accepted():
@@ -204,16 +211,16 @@ class Flagged(DLPackOnly):
         return capsule
 
 
-def test_read_only_arrays_are_read_but_not_written():
+def test_read_only_arrays_are_read_but_not_written(exports):
     t = Tensor(BASE, (4, 64), "bf16", device=0)
     assert _adapter.read("weight", Flagged(t, flags=dlpack.READ_ONLY), None).ptr == BASE
     with pytest.raises(ValueError, match="out is a read-only DLPack array"):
         _adapter.read("out", Flagged(t, flags=dlpack.READ_ONLY), None, written=True)
     assert _adapter.read("out", Flagged(t, flags=dlpack.IS_COPIED), None, written=True).ptr == BASE
-    assert dlpack.live_exports() == 0
+    assert exports() == 0
 
 
-def test_other_major_versions_and_consumed_capsules_are_refused():
+def test_other_major_versions_and_consumed_capsules_are_refused(exports):
     t = Tensor(BASE, (4,), "fp16", device=0)
     with pytest.raises(ValueError, match=r"x: DLPack version 2\.0; pyrms reads version 1\.x"):
         _adapter.read("x", Flagged(t, major=2), None)
@@ -229,10 +236,10 @@ def test_other_major_versions_and_consumed_capsules_are_refused():
         _adapter.read("x", used, None)
     address, deleter = used.taken
     deleter(address)
-    assert dlpack.live_exports() == 0
+    assert exports() == 0
 
 
-def test_refusals_leave_no_unraisable_error(monkeypatch):
+def test_refusals_leave_no_unraisable_error(monkeypatch, exports):
     """pyrms's capsules have ctypes destructors, which break an exception propagating while they run: the
     reader drops every capsule before it raises, so the caller gets the reader's own error."""
     unraisable = []
@@ -243,4 +250,4 @@ def test_refusals_leave_no_unraisable_error(monkeypatch):
             (DLPackOnly(t), ValueError, "x has DLPack dtype code 4, 16 bits, 1 lanes; allowed: float8_e4m3fn")):
         with pytest.raises(error, match=message):
             _adapter.read("x", producer, None, quantized=True)
-    assert unraisable == [] and dlpack.live_exports() == 0
+    assert unraisable == [] and exports() == 0

@@ -165,7 +165,8 @@ def replace_norms(model: nn.Module) -> NormReport:
             if isinstance(found, Keep):
                 kept.append(Kept(path, type(module).__name__, found.reason))
             elif found is not None:
-                new = LayerNorm.from_module(module) if found.module == "LayerNorm" else RMSNorm._taking_over(module, found)
+                new = (LayerNorm.from_module(module) if found.module == "LayerNorm"
+                       else RMSNorm._taking_over(module, found))
                 swapped.append(Swapped(path, type(module).__name__, repr(new)))
             done[id(module)] = new
         return done[id(module)]

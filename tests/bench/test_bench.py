@@ -388,15 +388,15 @@ def test_replot_draws_a_finished_run_again_from_its_json(tmp_path, monkeypatch):
 
     records = sweep_records() + [rec("triton", 1, 5120, 0, status=FAILED, reason="validation: y")]
     records[0].error = {"y": float("nan")}  # written as "nan"
-    data = report.to_json(fake_info(), config.Config(shapes=()), Ceiling(1 << 30, [500.0], "start"), None, records, None,
-                          None, [], 1.0, False)
+    ceiling = Ceiling(1 << 30, [500.0], "start")
+    data = report.to_json(fake_info(), config.Config(shapes=()), ceiling, None, records, None, None, [], 1.0, False)
     report.write_json(tmp_path / "run.json", data)
     drawn = []
     monkeypatch.setattr(report, "write_plot", lambda *args: drawn.append(args))
     report.replot(tmp_path / "run.json")
     [(path, back, ceiling_gbps, title)] = drawn
     assert path == tmp_path / "run.png" and title == "Sim H200: python -m pyrms.bench --quick"
-    assert ceiling_gbps == pytest.approx(Ceiling(1 << 30, [500.0], "start").gbps)
+    assert ceiling_gbps == pytest.approx(ceiling.gbps)
     assert [r.to_dict() for r in back] == [r.to_dict() for r in records] and str(back[0].error) == "{'y': nan}"
 
 

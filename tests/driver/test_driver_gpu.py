@@ -357,12 +357,12 @@ def test_pytorch_reads_pyrms_tensors_through_dlpack():
             torch.cuda.synchronize()
             assert ours.to_numpy()[1] == -1
             del theirs, view  # before close() frees the memory they describe
+    before = dlpack.live_exports()
     kept = torch.from_dlpack(Tensor.from_numpy(np.arange(8, dtype=np.float32).astype(ml_dtypes.bfloat16)))
     gc.collect()  # the Tensor has no name left: the export keeps it, and its buffer, alive
-    assert kept.float().cpu().tolist() == list(range(8))
-    del kept
-    gc.collect()
-    assert dlpack.live_exports() == 0
+    assert kept.float().cpu().tolist() == list(range(8)) and dlpack.live_exports() == before + 1
+    del kept  # torch calls the deleter
+    assert dlpack.live_exports() == before
 
 
 # -- kernels ---------------------------------------------------------------------------------------
