@@ -424,8 +424,8 @@ def test_rms_norm_loads_hf_state_dicts_as_they_are():
     assert ours.eps == 1e-3
     assert torch.equal(pt.RMSNorm(4, gemma=True).weight, torch.zeros(4))  # 1 + weight scales by one
     assert repr(pt.RMSNorm(4, gemma=True, round_once=True)) == "RMSNorm(4, eps=1e-06, gemma=True, round_once=True)"
-    with pytest.raises(TypeError, match="Linear is not an RMSNorm that pyrms can take over: it has no "
-                                        "variance_epsilon or eps attribute"):
+    with pytest.raises(TypeError, match=r"Linear is not an RMSNorm that pyrms can take over: its weight Parameter "
+                                        r"has shape \(2, 2\), not \(hidden_size,\)"):
         pt.RMSNorm.from_module(nn.Linear(2, 2))
     with pytest.raises(TypeError, match=r"LayerNorm is not an RMSNorm that pyrms can take over: it is a "
                                         r"torch.nn.LayerNorm"):
