@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(backward_max_threads(V, true), 1) layer_norm_b
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
     int fold) {
     static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
-    norm_backward_rows<T, V, true, false, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, epsilon, rows,
+    norm_backward_rows<T, V, true, false, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, nullptr, epsilon, rows,
                                                     hidden, grad_input_stride, grad_output_stride, input_stride,
                                                     chunk_rows, rows_per_block, ws_stride, sums_in_shared, fold);
 }
@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(512) layer_norm_backward_staged_kernel(
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
     int stages) {
     static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
-    norm_backward_staged<T, true, false, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, epsilon, rows,
+    norm_backward_staged<T, true, false, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, nullptr,
+                                                   epsilon, rows,
                                                    hidden, grad_input_stride, grad_output_stride, input_stride,
                                                    chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);
 }

@@ -173,7 +173,7 @@ __device__ __forceinline__ void for_owned_columns(const RowSplit& ws, int hidden
 template <typename T, int V, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G>
 __device__ __forceinline__ void norm_backward_rows(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
-    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
+    const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
     int fold) {
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
@@ -217,8 +217,11 @@ __device__ __forceinline__ void norm_backward_rows(
             const RowSplit xs = split_row(x, hidden);
             const RowIn<T, false> src{x};
             load_held(sh, xs, src, xc);
-            const RowStats st = row_stats<T, V, 1, false, CENTERED>(sh, xs, hidden, epsilon, src, xc, scratch[0], scratch[1],
-                                                             nullptr);
+            // RMSNorm given the forward's rstd (its inv_rms, the same tree's): no sum of squares to make.
+            const bool saved = !CENTERED && rstd != nullptr;
+            const RowStats st = saved ? RowStats{0.0f, rstd[r]}
+                                      : row_stats<T, V, 1, false, CENTERED>(sh, xs, hidden, epsilon, src, xc, scratch[0],
+                                                                            scratch[1], nullptr);
 
             // (2) sum of x_hat * g (and of g), over the weight's split.
             const int rel_x = (vec_phase(x) - w_phase) & (N - 1);
@@ -258,9 +261,11 @@ __device__ __forceinline__ void norm_backward_rows(
                 const int at = ws.tail + t;
                 add(dot, g_sum, to_float(x[at]), weight_at(weight, at), to_float(dy[at]));
             }
-            // RMSNorm's stats used scratch[0], LayerNorm's scratch[0] then [1]: keep alternating.
+            // RMSNorm's stats used scratch[0], LayerNorm's scratch[0] then [1]: keep alternating (block_sum
+            // needs a barrier before its scratch is reused); with a saved rstd, by the row's parity.
             const int warps = B >> 5;
-            const float dot_mean = __fdiv_rn(block_sum(dot, scratch[CENTERED ? 0 : 1], warps), static_cast<float>(hidden));
+            float* dot_scratch = scratch[CENTERED ? 0 : saved ? (r & 1) : 1];
+            const float dot_mean = __fdiv_rn(block_sum(dot, dot_scratch, warps), static_cast<float>(hidden));
             const float g_mean = CENTERED ? __fdiv_rn(block_sum(g_sum, scratch[1], warps), static_cast<float>(hidden)) : 0.0f;
 
             // (3) dx, and the running parameter-gradient sums.
@@ -463,7 +468,7 @@ template <typename E> __device__ __forceinline__ void copy_row_async(E* dst, con
 template <typename T, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G>
 __device__ __forceinline__ void norm_backward_staged(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
-    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
+    const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
     int stages) {
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
@@ -519,7 +524,9 @@ __device__ __forceinline__ void norm_backward_staged(
 
         // (1) statistics, in the forward's tree (fold width `fold`).
         RowStats st;
-        if constexpr (!CENTERED) {
+        if (!CENTERED && rstd != nullptr) {  // the forward's, given
+            st = {0.0f, rstd[r]};
+        } else if constexpr (!CENTERED) {
             float tot[1];
             staged_fold<1>(fold, vectors, &scratch[0], [&](int v, float (&p)[1]) {
                 p[0] = vector_sum(shared_pack(xs + v * N), [](float x) { return __fmul_rn(x, x); });

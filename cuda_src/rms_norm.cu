@@ -43,16 +43,17 @@
 
 namespace pyrms {
 
+// rstd: null, or where row r's inv_rms goes (rstd[r], float32), for the backward to read instead of recomputing.
 template <typename T, int CACHE, int SPREAD, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T,
           typename O = T>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD)) rms_norm_kernel(
-    O* out, const T* input, const W* __restrict__ weight, float epsilon, int hidden,
+    O* out, const T* input, const W* __restrict__ weight, float* rstd, float epsilon, int hidden,
     long long input_stride, long long out_stride) {
     begin_dependent_grid();
     const T* in_row = input + static_cast<long long>(blockIdx.x) * input_stride;
     O* out_row = out + static_cast<long long>(blockIdx.x) * out_stride;
-    rms_norm_row<T, W, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, true>(out_row, in_row, RowIn<T, true>{in_row},
-                                                                             weight, epsilon, hidden);
+    rms_norm_row<T, W, CACHE, SPREAD, ALIGNED, GEMMA, ROUND_ONCE, EARLY_WEIGHTS, true>(
+        out_row, in_row, RowIn<T, true>{in_row}, weight, epsilon, hidden, rstd == nullptr ? nullptr : rstd + blockIdx.x);
 }
 
 // Row r's leading indices (i0, i1, i2) of sizes (rows / (d1 * d2), d1, d2). Where d2 is a power of two

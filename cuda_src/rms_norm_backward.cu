@@ -1,4 +1,4 @@
-// RMSNorm backward, with nothing saved by the forward (docs/family.md; not the seed's formula):
+// RMSNorm backward, with nothing saved by the forward, or given its rstd (docs/family.md; not the seed's formula):
 //
 //   inv = 1 / sqrt(mean(x^2) + eps),  x_hat = x * inv,  g = w * dy  (w = 1 + weight for GEMMA, in fp32)
 //   dx  = inv * (g - x_hat * mean(x_hat * g))               rounded once to T
@@ -13,7 +13,9 @@
 // G = float: an fp32 dy (the gradient of the fp32 output such a weight gives). Both read exactly.
 //
 // inv is recomputed per row by pyrms::row_stats, in the forward's order: with the forward's block size
-// (the planner uses it) it is bit for bit the forward's. V = how many 16-byte vectors per thread stay in
+// (the planner uses it) it is bit for bit the forward's. Or it is read from `rstd` (fp32, one per row; null:
+// recompute), the forward's own inv_rms when it saved it: the same value, so the same bits, and one block
+// reduction less per row. V = how many 16-byte vectors per thread stay in
 // registers (x, dy and their dw sums); 0 = re-read them, with the running sums in the workspace.
 // The planner picks blockDim.x and V from the hidden size only.
 #include "norm_backward.cuh"
@@ -24,10 +26,11 @@ namespace pyrms {
 template <typename T, int V, bool GEMMA, typename W = T, typename G = T>
 __global__ void __launch_bounds__(backward_max_threads(V, false), 1) rms_norm_backward_kernel(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
-    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
-    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
-    int fold) {
-    norm_backward_rows<T, V, false, GEMMA, W, false, G>(grad_input, partials, grad_output, input, weight, epsilon, rows, hidden,
+    const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride,
+    long long grad_output_stride, long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride,
+    int sums_in_shared, int fold) {
+    norm_backward_rows<T, V, false, GEMMA, W, false, G>(grad_input, partials, grad_output, input, weight, rstd, epsilon,
+                                                    rows, hidden,
                                                     grad_input_stride, grad_output_stride, input_stride, chunk_rows,
                                                     rows_per_block, ws_stride, sums_in_shared, fold);
 }
@@ -38,10 +41,10 @@ __global__ void __launch_bounds__(backward_max_threads(V, false), 1) rms_norm_ba
 template <typename T, bool GEMMA, typename W = T, typename G = T>
 __global__ void __launch_bounds__(512) rms_norm_backward_staged_kernel(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
-    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
-    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
-    int stages) {
-    norm_backward_staged<T, false, GEMMA, W, false, G>(grad_input, partials, grad_output, input, weight, epsilon, rows,
+    const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride,
+    long long grad_output_stride, long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride,
+    int fold, int dot_fold, int stages) {
+    norm_backward_staged<T, false, GEMMA, W, false, G>(grad_input, partials, grad_output, input, weight, rstd, epsilon, rows,
                                                     hidden, grad_input_stride, grad_output_stride, input_stride,
                                                     chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);
 }

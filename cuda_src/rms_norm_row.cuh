@@ -45,17 +45,19 @@ __device__ __forceinline__ float row_inv_rms(const RowShape<CACHE, SPREAD, ALIGN
 
 // The RMSNorm of one row, read from `src` and written to out_row: the body of rms_norm_kernel and of
 // fused_add_rms_norm_kernel, which differ only in their source (and cache hints).
-// x_row is where pass 2 re-reads the row values that are not held. O: out's type (rms_scale).
+// x_row is where pass 2 re-reads the row values that are not held. O: out's type (rms_scale). rstd_out: where
+// the row's inv_rms is stored (by thread 0: one row per block), for a backward to read; null: nowhere.
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool GEMMA, bool ROUND_ONCE, bool EARLY_WEIGHTS,
           bool STREAMING, int LANES = 0, typename O, typename Src>
 __device__ __forceinline__ void rms_norm_row(O* out_row, const T* x_row, const Src& src, const W* __restrict__ weight,
-                                             float epsilon, int hidden) {
+                                             float epsilon, int hidden, float* rstd_out = nullptr) {
     using Shape = RowShape<CACHE, SPREAD, ALIGNED, LANES>;
     const Shape sh;
     Pack<T> held[Shape::SLOTS];
     WeightVec<T, W> held_w[Shape::SLOTS];
     const float inv = row_inv_rms<T, W, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(sh, out_row, x_row, src, weight, epsilon,
                                                                                hidden, held, held_w);
+    if (rstd_out != nullptr && threadIdx.x == 0) *rstd_out = inv;
     write_row<T, W, CACHE, SPREAD, ALIGNED, false, STREAMING, EARLY_WEIGHTS>(
         sh, out_row, x_row, weight, nullptr, hidden, held, held_w,
         [inv](T x, float w, T) { return rms_scale<T, GEMMA, ROUND_ONCE, O>(x, w, inv); });

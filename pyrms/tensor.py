@@ -4,12 +4,15 @@ A Tensor can describe any memory, including views whose base is deliberately mis
 kernels' alignment and stride handling can be exercised on purpose. Building one from a raw
 pointer, taking views and asking about alignment touch no driver; only allocation and copies do.
 
-Interoperability goes through ``__cuda_array_interface__`` (version 3), both ways. bfloat16 has no
-numpy typestr, and PyTorch, CuPy and Numba all reject '<V2' (numpy's raw void), so a bfloat16
-Tensor exports typestr '<i2': every consumer accepts it and keeps the bits, and
-``torch.as_tensor(t).view(torch.bfloat16)`` recovers the values. The same convention works
-inwards: PyTorch cannot export bfloat16 at all, so pass ``t.view(torch.int16)`` with
-``dtype='bfloat16'``; raw 2-byte types are read as bfloat16 only when that dtype is given.
+Interoperability, out: DLPack (``__dlpack__``, ``__dlpack_device__``: ``torch.from_dlpack(t)``,
+``cupy.from_dlpack(t)``) for every dtype, bfloat16 as DLPack's own bfloat16; and
+``__cuda_array_interface__`` (version 3) for float16 and float32. The interface has no bfloat16 typestr,
+so a bfloat16 Tensor has none (AttributeError, as if the attribute were absent): exported as '<i2', as it
+once was, every consumer computed on int16 values without a word, where now consumers that look for the
+interface before DLPack find DLPack, and the others fail at once. In: any object exposing
+``__cuda_array_interface__`` (``from_cuda_array``; PyTorch cannot export bfloat16 through it, so pass
+``t.view(torch.int16)`` with ``dtype='bfloat16'``: raw 2-byte types are read as bfloat16 only when that
+dtype is given); the ops read DLPack arrays too.
 """
 from __future__ import annotations
 
@@ -21,14 +24,14 @@ from typing import Any, Protocol, SupportsIndex, Union
 import numpy as np
 import numpy.typing as npt
 
-from . import driver, dtypes, errors
+from . import dlpack, driver, dtypes, errors
 from .driver import DeviceLike
 from .dtypes import DTypeLike
 
 # A shape or strides: one int, or a sequence of ints (Python's or numpy's).
 ShapeLike = Union[SupportsIndex, Sequence[SupportsIndex]]
 
-_TYPESTR = {"bfloat16": "<i2", "float16": "<f2", "float32": "<f4"}
+_TYPESTR = {"float16": "<f2", "float32": "<f4"}  # bfloat16 has none (the module docstring says why)
 _RAW_2BYTE = ("i2", "u2", "V2")  # typestrs (after the byte-order character) readable as bfloat16
 
 
@@ -125,8 +128,9 @@ class Tensor:
         The producer's CAI ``stream`` is not waited on: queue pyrms work on that stream."""
         try:
             interface = obj.__cuda_array_interface__
-        except AttributeError:
-            raise TypeError(f"{type(obj).__name__} does not expose __cuda_array_interface__") from None
+        except AttributeError as exc:  # a bfloat16 Tensor's says why it has none
+            raise TypeError(str(exc) if isinstance(obj, Tensor) else
+                            f"{type(obj).__name__} does not expose __cuda_array_interface__") from None
         if not isinstance(interface, dict):
             raise TypeError(f"__cuda_array_interface__ must be a dict, got {type(interface).__name__}")
         missing = [key for key in ("shape", "typestr", "data") if key not in interface]
@@ -134,10 +138,7 @@ class Tensor:
             raise ValueError(f"__cuda_array_interface__ lacks {', '.join(repr(k) for k in missing)}")
         if interface.get("mask") is not None:
             raise ValueError("masked arrays (__cuda_array_interface__ 'mask') are not supported")
-        explicit = None if dtype is None else dtypes.get(dtype)
-        if explicit is None and isinstance(obj, Tensor):
-            explicit = obj.dtype  # its '<i2' may mean bfloat16
-        dt = _dtype_from_typestr(interface["typestr"], explicit)
+        dt = _dtype_from_typestr(interface["typestr"], None if dtype is None else dtypes.get(dtype))
         shape = _dims(interface["shape"], "shape")
         byte_strides = interface.get("strides")
         strides = None if byte_strides is None else _element_strides(byte_strides, dt)
@@ -220,15 +221,56 @@ class Tensor:
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        """CAI version 3; bfloat16 is exported as '<i2' (see the module docstring)."""
+        """CAI version 3, for float16 and float32. AttributeError for bfloat16, which the interface
+        cannot name (see the module docstring): ``hasattr`` is False, and consumers go to DLPack."""
+        typestr = _TYPESTR.get(self.dtype.name)
+        if typestr is None:
+            raise AttributeError(f"a {self.dtype.name} Tensor has no __cuda_array_interface__: the interface has no "
+                                 f"{self.dtype.name} typestr; use DLPack (torch.from_dlpack(t), cupy.from_dlpack(t))")
         itemsize = self.dtype.itemsize
         return {
             "shape": self.shape,
-            "typestr": _TYPESTR[self.dtype.name],
+            "typestr": typestr,
             "data": (self.ptr, False),
             "strides": None if self.is_contiguous else tuple(s * itemsize for s in self.strides),
             "version": 3,
         }
+
+    def __dlpack_device__(self) -> tuple[dlpack.DeviceType, int]:
+        """``(DeviceType.CUDA, ordinal)``. BufferError when the device is unknown: a Tensor built on a
+        raw pointer without ``device=``, where no driver knows the pointer."""
+        device = self.device
+        if device is None:
+            device = _pointer_device(self.ptr) if self.ptr else None
+        if device is None:
+            raise BufferError(f"the device of the memory at {self._ptr:#x} is unknown: build the Tensor with "
+                              "device= to export it through DLPack")
+        return dlpack.DeviceType.CUDA, device
+
+    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None):
+        """This memory as a DLPack capsule, without a copy (the Python array API's protocol; consumers
+        call it: ``torch.from_dlpack(t)``). ``max_version``: the consumer's newest DLPack version; from
+        (1, 0) on, a "dltensor_versioned" capsule of version 1.0, else (None, or an older one) a legacy
+        "dltensor" capsule. bfloat16 is DLPack's bfloat16 (kDLBfloat, 16 bits). The consumer's array
+        keeps this Tensor, and its buffer, from being garbage collected; ``close()`` still frees the
+        buffer at once, so keep the tensor open while the consumer uses the memory.
+
+        ``stream``: the consumer's stream (None, 1, 2, a stream handle, or -1 for no synchronization, as
+        the protocol defines them). A Tensor records no work of its own: pyrms queues each call on the
+        stream that call was given, so nothing is waited on here; order that stream before the
+        consumer's (or synchronize) before the consumer reads what pyrms wrote. ``dl_device``: None or
+        this tensor's own ``__dlpack_device__()``; ``copy``: None or False (pyrms exports in place).
+        BufferError for any other device or copy=True; ValueError/TypeError for a malformed argument."""
+        _check_stream(stream)
+        device = self.__dlpack_device__()
+        if dl_device is not None and tuple(dl_device) != device:
+            raise BufferError(f"dl_device {tuple(dl_device)} is not this tensor's device ({device[0]:d}, {device[1]}): "
+                              "pyrms exports its memory where it is; allowed: None or the tensor's own device")
+        if copy:
+            raise BufferError("copy=True: pyrms exports its memory in place; allowed: copy=None or False "
+                              "(copy on the consumer's side)")
+        return dlpack.export(self, self.ptr, device[1], _versioned(max_version))
 
     # -- data (driver) --------------------------------------------------------------------------
 
@@ -315,3 +357,25 @@ def _pointer_device(ptr: int) -> int | None:
         return driver.pointer_device(ptr)
     except errors.NoDriverError:
         return None
+
+
+def _check_stream(stream) -> None:
+    """The protocol's CUDA stream values: None, -1 (no synchronization), 1 (the legacy default stream),
+    2 (the per-thread default stream) or a stream handle above 2; 0 is ambiguous and refused."""
+    if stream is None:
+        return
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise TypeError(f"stream must be an int or None, got {type(stream).__name__} {stream!r}")
+    if stream == 0 or stream < -1:
+        raise ValueError(f"stream {stream} is not a DLPack CUDA stream; allowed: None, -1, 1, 2 or a stream handle")
+
+
+def _versioned(max_version) -> bool:
+    """Whether a consumer asking for ``max_version`` gets a versioned capsule."""
+    if max_version is None:
+        return False
+    try:
+        major, minor = (_int(v, "max_version entry") for v in max_version)
+    except (TypeError, ValueError):
+        raise TypeError(f"max_version must be None or a (major, minor) pair of ints, got {max_version!r}") from None
+    return major >= dlpack.VERSION[0]

@@ -125,10 +125,20 @@ def test_cuda_array_interface_export():
     contiguous = Tensor(BASE + 4, (2, 3), "fp32", device=0)
     assert contiguous.__cuda_array_interface__ == {
         "shape": (2, 3), "typestr": "<f4", "data": (BASE + 4, False), "strides": None, "version": 3}
-    strided = Tensor(BASE, (4, 8), "bf16").row_view(3, 5, 9, offset=1)
+    strided = Tensor(BASE, (4, 8), "fp16").row_view(3, 5, 9, offset=1)
     assert strided.__cuda_array_interface__ == {
-        "shape": (3, 5), "typestr": "<i2", "data": (BASE + 2, False), "strides": (18, 2), "version": 3}
-    assert Tensor(BASE, (2,), "fp16").__cuda_array_interface__["typestr"] == "<f2"
+        "shape": (3, 5), "typestr": "<f2", "data": (BASE + 2, False), "strides": (18, 2), "version": 3}
+
+
+def test_bfloat16_has_no_cuda_array_interface():
+    """The interface has no bfloat16 typestr: no attribute at all (consumers probing with hasattr go on to
+    DLPack), rather than int16 values that a consumer would compute on without a word."""
+    t = Tensor(BASE, (2,), "bf16", device=0)
+    assert not hasattr(t, "__cuda_array_interface__")
+    with pytest.raises(AttributeError, match=r"a bfloat16 Tensor has no __cuda_array_interface__: .* use DLPack"):
+        t.__cuda_array_interface__
+    with pytest.raises(TypeError, match="a bfloat16 Tensor has no __cuda_array_interface__"):
+        Tensor.from_cuda_array(t)
 
 
 def test_cuda_array_interface_import_converts_byte_strides():
@@ -143,14 +153,13 @@ def test_cuda_array_interface_import_converts_byte_strides():
 
 
 def test_cuda_array_interface_round_trip():
-    for dtype in ("bfloat16", "float16", "float32"):
+    for dtype in ("float16", "float32"):
         original = Tensor(BASE, (6, 10), dtype, device=3).row_view(4, 7, 12, offset=3)
         back = Tensor.from_cuda_array(original)
         assert (back.ptr, back.shape, back.strides, back.dtype, back.device) == (
             original.ptr, original.shape, original.strides, original.dtype, 3)
-        # Through a foreign object only the CAI dict survives: bfloat16 then needs its dtype spelled out.
         foreign = FakeCudaArray(**original.__cuda_array_interface__)
-        back = Tensor.from_cuda_array(foreign, dtype=dtype)
+        back = Tensor.from_cuda_array(foreign)
         assert (back.ptr, back.shape, back.strides, back.dtype) == (
             original.ptr, original.shape, original.strides, original.dtype)
 

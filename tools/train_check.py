@@ -66,10 +66,9 @@ def train(model, precision: str, run: str, data, steps: int, lr: float) -> tuple
     if precision == "bf16":
         model = model.to(torch.bfloat16)
     if run == "pyrms":
-        pt.replace_norms(model)
-        left = [type(m).__name__ for m in model.modules() if type(m).__name__ in pt.HF_RMS_NORMS]
-        if left:
-            raise RuntimeError(f"replace_norms left {left}")
+        report = pt.replace_norms(model)
+        if report.kept or not report.swapped:
+            raise RuntimeError(f"replace_norms did not take every norm:\n{report}")
     model.train()
     forward = torch.compile(model) if run == "compiled" else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

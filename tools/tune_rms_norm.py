@@ -94,7 +94,7 @@ def main() -> int:
                                  rms_plan.RmsNormPlan(dt, 0, 0, 0).signature, device)
 
             def run(i, kernel=kernel, threads=spread * block):
-                kernel.launch(tokens, threads, (ys[i], xs[i], wb.ptr, 1e-6, hidden, hidden, hidden), 0, pdl=args.pdl)
+                kernel.launch(tokens, threads, (ys[i], xs[i], wb.ptr, 0, 1e-6, hidden, hidden, hidden), 0, pdl=args.pdl)
 
             run(0)
             got = np.empty((min(tokens, 4), hidden), dtype=dt.numpy)

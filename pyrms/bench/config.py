@@ -20,6 +20,11 @@ IMPL_ALIASES = {"eager": "torch", "liger-kernel": "liger", "liger_kernel": "lige
                 "nopdl": "pyrms_nopdl", "pyrms-nopdl": "pyrms_nopdl", "no-pdl": "pyrms_nopdl"}
 IMPL_LABELS = {"pyrms": "pyrms", "pyrms_nopdl": "pyrms (no pdl)", "seed": "seed", "torch": "torch eager",
                "compile": "torch.compile", "triton": "Triton", "liger": "Liger"}
+# Each implementation's colour and marker in the plot, the same in every panel and in its legend (left to
+# matplotlib, a colour follows the order lines are drawn in, which changes with the panel's implementations).
+IMPL_STYLES = {"pyrms": ("#1f77b4", "o"), "pyrms_nopdl": ("#17becf", "P"), "seed": ("#7f7f7f", "s"),
+               "torch": ("#d62728", "^"), "compile": ("#ff7f0e", "v"), "triton": ("#2ca02c", "D"),
+               "liger": ("#9467bd", "X")}
 DECODE_MAX_TOKENS = 128  # shapes up to this many tokens are latency-bound: judged against the launch floor
 FLOOR_HIDDEN = (4096, 5120, 8192)  # the launch floor's one-row copy, at these and every decode hidden of a run
 DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}

@@ -104,12 +104,10 @@ class Problem:
         return Tensor(self.weight.ptr, (self.hidden,), self.dt, device=self.device.ordinal, owner=self.weight)
 
     def _torch_flat(self, torch, ptr: int, count: int, owner):
-        """A PyTorch tensor over ``count`` elements at ``ptr`` (no copy), through __cuda_array_interface__."""
-        flat = torch.as_tensor(Tensor(ptr, (count,), self.dt, device=self.device.ordinal, owner=owner))
-        if self.dt is dtypes.BFLOAT16:  # exported as int16: PyTorch has no bfloat16 typestr
-            flat = flat.view(torch.bfloat16)
+        """A PyTorch tensor over ``count`` elements at ``ptr`` (no copy), through DLPack."""
+        flat = torch.from_dlpack(Tensor(ptr, (count,), self.dt, device=self.device.ordinal, owner=owner))
         if not flat.is_cuda or flat.data_ptr() != ptr:
-            raise RuntimeError(f"torch.as_tensor did not wrap device memory at {ptr:#x} in place")
+            raise RuntimeError(f"torch.from_dlpack did not wrap device memory at {ptr:#x} in place")
         return flat
 
     def torch_rows(self, torch, name: str) -> list:

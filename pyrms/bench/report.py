@@ -10,8 +10,8 @@ from pathlib import Path
 from . import floor as floor_mod
 from . import ops as ops_mod
 from . import targets as targets_mod
-from .config import DECODE_MAX_TOKENS, DTYPE_SHORT, IMPL_LABELS, OTHER_IMPLS, PYRMS_IMPLS
-from .results import FAILED, OK, SKIPPED, best_of, find
+from .config import DECODE_MAX_TOKENS, DTYPE_SHORT, IMPL_LABELS, IMPL_STYLES, IMPLS, OTHER_IMPLS, PYRMS_IMPLS
+from .results import FAILED, OK, SKIPPED, Record, best_of, find
 
 DASH = "-"
 SHORT_LABELS = {"pyrms": "pyrms", "pyrms_nopdl": "nopdl", "seed": "seed", "torch": "eager", "compile": "compile",
@@ -266,8 +266,6 @@ def targets_section(targets) -> str:
 
 def full_text(info, ceiling, ceiling_end, records, host, graphs, targets, config, elapsed_s, files,
               floors=None) -> str:
-    from .config import IMPLS
-
     parts = [header(info, ceiling, config.ops)]
     parts += [f"note: {n}" for n in config.notes]
     if ceiling is not None:
@@ -312,9 +310,29 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+PLOT_CAPTION = ("GB/s (bytes one call moves / median device time per launch) against tokens; one panel per op, "
+                "dtype and hidden size; dashed: the copy ceiling measured in the same run")
+
+
+def plot_lines(records) -> dict[tuple[str, str, int], dict[str, list[tuple[int, float]]]]:
+    """What the plot draws: per panel (op, dtype, hidden) with timed results, in the order first met, per
+    implementation (in IMPLS order) its (tokens, GB/s) points, by tokens."""
+    panels: dict = {}
+    for r in records:
+        if r.status == OK and r.gbps:
+            panels.setdefault((r.op, r.dtype, r.hidden), {})
+    for key, lines in panels.items():
+        for impl in IMPLS:
+            points = sorted((r.tokens, r.gbps) for r in records
+                            if (r.op, r.dtype, r.hidden, r.impl) == (*key, impl) and r.status == OK and r.gbps)
+            if points:
+                lines[impl] = points
+    return panels
+
+
 def write_plot(path: Path, records, ceiling_gbps: float, title: str) -> str | None:
-    """GB/s against tokens, one panel per (op, dtype, hidden) that has timed results, one line per
-    implementation, the copy ceiling as a dashed line. Returns None when written, else why not."""
+    """GB/s against tokens (PLOT_CAPTION, above ``title``), a row of panels per (op, dtype), one line per
+    implementation in its own IMPL_STYLES colour and marker. Returns None when written, else why not."""
     try:
         import matplotlib
 
@@ -324,36 +342,27 @@ def write_plot(path: Path, records, ceiling_gbps: float, title: str) -> str | No
         return f"no plot: matplotlib is not importable ({type(exc).__name__})"
     import textwrap
 
-    from .config import IMPLS
-
-    timed = [r for r in records if r.status == OK and r.gbps]
-    panels: dict = {}
-    for r in timed:
-        panels.setdefault((r.op, r.dtype), set()).add(r.hidden)
+    panels = plot_lines(records)
     if not panels:
         return "no plot: nothing was timed"
-    groups = list(panels)
-    cols = max(len(h) for h in panels.values())
-    fig, axes = plt.subplots(len(groups), cols, figsize=(4.2 * cols, 3.4 * len(groups)), squeeze=False, sharey="row")
-    markers = {"pyrms": "o", "pyrms_nopdl": "P", "seed": "s", "torch": "^", "compile": "v", "triton": "D", "liger": "X"}
+    rows: dict = {}
+    for op, dtype, hidden in panels:
+        rows.setdefault((op, dtype), []).append(hidden)
+    cols = max(len(h) for h in rows.values())
+    fig, axes = plt.subplots(len(rows), cols, figsize=(4.2 * cols, 3.4 * len(rows)), squeeze=False, sharey="row")
     legend: dict = {}
-    for row, (op, dtype) in enumerate(groups):
-        hiddens = sorted(panels[(op, dtype)])
-        for col in range(cols):
-            ax = axes[row][col]
-            if col >= len(hiddens):
-                ax.set_visible(False)
-                continue
-            hidden = hiddens[col]
-            tokens = set()
-            for impl in IMPLS:
-                points = sorted((r.tokens, r.gbps) for r in timed if (r.op, r.dtype, r.hidden, r.impl) == (op, dtype, hidden, impl))
-                if points:
-                    tokens.update(t for t, _ in points)
-                    mine = impl in PYRMS_IMPLS
-                    line, = ax.plot(*zip(*points), marker=markers[impl], linewidth=2.2 if mine else 1.2,
-                                    markersize=5, zorder=3 if mine else 2)
-                    legend.setdefault(IMPL_LABELS[impl], line)
+    for row, ((op, dtype), hiddens) in enumerate(rows.items()):
+        for col in range(len(hiddens), cols):
+            axes[row][col].set_visible(False)
+        for col, hidden in enumerate(sorted(hiddens)):
+            ax, tokens = axes[row][col], set()
+            for impl, points in panels[(op, dtype, hidden)].items():
+                tokens.update(t for t, _ in points)
+                mine = impl in PYRMS_IMPLS
+                color, marker = IMPL_STYLES[impl]
+                line, = ax.plot(*zip(*points), color=color, marker=marker, linewidth=2.2 if mine else 1.2,
+                                markersize=5, zorder=3 if mine else 2, label=IMPL_LABELS[impl])
+                legend.setdefault(IMPL_LABELS[impl], line)
             ceiling = ax.axhline(ceiling_gbps, color="black", linestyle="--", linewidth=1)
             legend.setdefault(f"copy ceiling ({ceiling_gbps:.0f} GB/s)", ceiling)
             ax.set_xscale("log", base=2)
@@ -366,9 +375,23 @@ def write_plot(path: Path, records, ceiling_gbps: float, title: str) -> str | No
                 ax.set_ylabel("GB/s (bytes moved / device time)", fontsize=8)
             ax.grid(True, alpha=0.3)
     fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=len(legend), fontsize=8, frameon=False)
-    fig.suptitle("\n".join(textwrap.wrap(title, 140)), fontsize=9)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    fig.suptitle("\n".join(textwrap.wrap(PLOT_CAPTION, 140) + textwrap.wrap(title, 140)), fontsize=9)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.93))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
+
+
+def plot_title(info: dict) -> str:
+    """The plot's title under its caption: the device and the command that made the run."""
+    return f"{info['device']['name']}: {info['command']}"
+
+
+def replot(json_path: Path, png_path: Path | None = None) -> str | None:
+    """Draw a finished run's plot again from its JSON (to ``png_path``, default the JSON's name with .png), as
+    write_plot draws it now. Returns None when written, else why not."""
+    data = json.loads(Path(json_path).read_text())
+    png_path = Path(json_path).with_suffix(".png") if png_path is None else Path(png_path)
+    return write_plot(png_path, [Record.from_dict(r) for r in data["results"]], data["copy_ceiling"]["gbps"],
+                      plot_title(data))

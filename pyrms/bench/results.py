@@ -48,6 +48,13 @@ class Record(Timed):
         us = self.median_us
         return stats.gbps(self.bytes, us) if us else None
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Record":
+        """The Record that ``to_dict`` wrote (a run's JSON "results" entry): what its figures derive from."""
+        return cls(d["op"], d["dtype"], d["tokens"], d["hidden"], d["impl"], d["bytes"], d["status"], d["reason"],
+                   {k: float(v) for k, v in d["validation_rel_error"].items()}, d["rotation_sets"],
+                   d["launches_per_sample"], d["samples_us_per_round"], d["host_bound_samples_redone"], d["notes"])
+
     def to_dict(self, ceiling_gbps: float | None = None) -> dict:
         s = self.summary
         out = {

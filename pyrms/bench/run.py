@@ -107,8 +107,7 @@ def run(config: Config, argv) -> int:
     snapshot(status != 0, targets)
     files.append(config.json_path)
     if config.plot and ceiling is not None and state["records"]:
-        why_not = report.write_plot(config.plot_path, state["records"], ceiling.gbps,
-                                    f"{info['device']['name']}: {info['command']}")
+        why_not = report.write_plot(config.plot_path, state["records"], ceiling.gbps, report.plot_title(info))
         if why_not:
             _progress(why_not)
         else:

@@ -9,9 +9,10 @@ Kinds, in the order they are tried:
 - ``__cuda_array_interface__`` (versions 2 and 3): the dict's data, shape, strides and typestr.
   Raw 2-byte typestrs ('<i2', '<u2', '<V2') are bfloat16 only when the dtype says so, or when the
   object also speaks DLPack, which names bfloat16.
-- DLPack (``__dlpack__``): the DLTensor behind the capsule, read in place (ctypes over the producer's
-  struct, never written) while the capsule lives; the capsule is not consumed, so its destructor
-  returns it to the producer.
+- DLPack (``__dlpack__``): the DLTensor behind a versioned (1.x) capsule, or a legacy one from producers
+  that make no other, read in place (``pyrms.dlpack.describe``: ctypes over the producer's structure,
+  never written) while the capsule lives; the capsule is not consumed, so its destructor returns it to
+  the producer. A versioned array its producer marks read-only is refused where the op writes.
 
 Quantized operands (``read(..., quantized=True)``: the quantizing ops' ``out``) hold float8_e4m3fn,
 float8_e5m2 or int8 instead, and nothing else; 1-byte storage that names no quantized dtype (torch.uint8,
@@ -23,10 +24,9 @@ than one device exists (with one, every device pointer is on it), so a single-GP
 """
 from __future__ import annotations
 
-import ctypes
 from typing import NamedTuple
 
-from .. import driver, dtypes, errors
+from .. import dlpack, driver, dtypes, errors
 from ..tensor import Tensor, contiguous_strides
 
 
@@ -71,7 +71,7 @@ def read(name: str, value, hint, *, written: bool = False, quantized: bool = Fal
     if interface is not None:
         view = _from_interface(name, interface, hint, quantized)
         if view.dtype is _NEEDS_DLPACK and hasattr(value, "__dlpack__"):
-            return _dlpack(name, value, hint, quantized)
+            return _dlpack(name, value, hint, written, quantized)
         if view.dtype is _NEEDS_DLPACK:
             typestr = interface["typestr"]
             if quantized:
@@ -80,7 +80,7 @@ def read(name: str, value, hint, *, written: bool = False, quantized: bool = Fal
                              f"pass dtype='bfloat16' if it holds bfloat16")
         return view
     if hasattr(value, "__dlpack__"):
-        return _dlpack(name, value, hint, quantized)
+        return _dlpack(name, value, hint, written, quantized)
     if isinstance(value, Tensor):  # a subclass
         return _tensor(name, value, quantized)
     raise bad_kind(name, value)
@@ -226,34 +226,14 @@ def _pointer_device(ptr: int) -> int | None:
 
 # --- DLPack ------------------------------------------------------------------------------------------
 
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-_CAPSULE_POINTER = ctypes.pythonapi.PyCapsule_GetPointer
-_CAPSULE_POINTER.restype = ctypes.c_void_p
-_CAPSULE_POINTER.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_CAPSULE_VALID = ctypes.pythonapi.PyCapsule_IsValid
-_CAPSULE_VALID.restype = ctypes.c_int
-_CAPSULE_VALID.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_DL_CUDA_DEVICES = {2: "cuda", 3: "cuda_host", 13: "cuda_managed"}  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
-_DL_DTYPES = {(2, 16): dtypes.FLOAT16, (2, 32): dtypes.FLOAT32, (4, 16): dtypes.BFLOAT16}  # kDLFloat, kDLBfloat
+_DL_CUDA_DEVICES = (dlpack.DeviceType.CUDA, dlpack.DeviceType.CUDA_HOST, dlpack.DeviceType.CUDA_MANAGED)
 # kDLFloat8_e4m3fn (10), kDLFloat8_e5m2 (12), kDLInt (0), and kDLUInt (1): uint8 storage; all 8 bits.
 _DL_QUANTIZED = {(10, 8): dtypes.FLOAT8_E4M3FN, (12, 8): dtypes.FLOAT8_E5M2, (0, 8): dtypes.INT8, (1, 8): _STORAGE}
 
 
-def _dlpack(name: str, value, hint, quantized: bool) -> View:
+def _capsule(name: str, value):
+    """The producer's capsule: versioned where it can make one, legacy otherwise (producers older than
+    the max_version argument, or than the stream one, refuse the keyword: TypeError)."""
     try:
         device_type = value.__dlpack_device__()[0]
     except Exception:  # noqa: BLE001 - no device query: the capsule says
@@ -261,32 +241,44 @@ def _dlpack(name: str, value, hint, quantized: bool) -> View:
     if device_type is not None and int(device_type) not in _DL_CUDA_DEVICES:
         raise TypeError(f"{name} is {type(value).__name__} memory of DLPack device type {int(device_type)} "
                         f"(1 is the host); pyrms needs CUDA memory: copy it to the GPU first")
-    try:
+    # stream -1: the consumer orders its own work, so the producer synchronizes nothing.
+    for kwargs in ({"stream": -1, "max_version": dlpack.VERSION}, {"stream": -1}, {}):
         try:
-            capsule = value.__dlpack__(stream=-1)  # -1: the consumer orders its own work; no producer sync
-        except TypeError:
-            capsule = value.__dlpack__()
-    except Exception as exc:  # noqa: BLE001 - the producer's refusal, as our error
-        raise TypeError(f"{name}: its __dlpack__ failed: {exc}") from None
-    if not _CAPSULE_VALID(capsule, b"dltensor"):
-        raise TypeError(f"{name}: __dlpack__ returned {type(capsule).__name__}, not a 'dltensor' capsule")
-    # A read-only view of the producer's DLTensor, used only while `capsule` is alive (this frame).
-    tensor = _DLTensor.from_address(_CAPSULE_POINTER(capsule, b"dltensor"))
-    device = _DL_CUDA_DEVICES.get(tensor.device.device_type)
-    if device is None:
-        raise ValueError(f"{name} is DLPack memory of device type {tensor.device.device_type}; pyrms needs CUDA memory")
-    dt = (_DL_QUANTIZED if quantized else _DL_DTYPES).get((tensor.dtype.code, tensor.dtype.bits))
-    if dt is _STORAGE and tensor.dtype.lanes == 1:
+            return value.__dlpack__(**kwargs)
+        except TypeError as exc:
+            refusal = exc
+        except Exception as exc:  # noqa: BLE001 - the producer's refusal, as our error
+            refusal = exc
+            break
+    raise TypeError(f"{name}: its __dlpack__ failed: {refusal}") from None
+
+
+def _dlpack(name: str, value, hint, written: bool, quantized: bool) -> View:
+    capsule = _capsule(name, value)
+    try:
+        described, problem = dlpack.describe(capsule), None
+    except (TypeError, ValueError) as exc:
+        problem = type(exc), str(exc)  # not the exception: its traceback would keep the capsule alive
+    # Dropped before any error is raised: a producer's ctypes destructor (pyrms's own) cannot run while
+    # an exception is propagating (pyrms/dlpack.py says why).
+    del capsule
+    if problem is not None:
+        raise problem[0](f"{name}: {problem[1]}")
+    if described.device_type not in _DL_CUDA_DEVICES:
+        raise ValueError(f"{name} is DLPack memory of device type {described.device_type}; pyrms needs CUDA memory")
+    if written and described.flags & dlpack.READ_ONLY:
+        raise ValueError(f"{name} is a read-only DLPack array (its producer's flag) and pyrms would write into it")
+    code, bits, lanes = described.code, described.bits, described.lanes
+    dt = (_DL_QUANTIZED if quantized else dlpack.DTYPES).get((code, bits))
+    if dt is _STORAGE and lanes == 1:
         dt = hint
         if dt is None:
             raise _unnamed_storage(name, "DLPack uint8")
-    if dt is None or dt is _STORAGE or tensor.dtype.lanes != 1:
+    if dt is None or dt is _STORAGE or lanes != 1:
         allowed = ("float8_e4m3fn (code 10), float8_e5m2 (code 12), int8 (code 0), 8 bits, or uint8 storage "
                    "(code 1) with out_dtype" if quantized else "bfloat16, float16, float32")
-        raise ValueError(f"{name} has DLPack dtype code {tensor.dtype.code}, {tensor.dtype.bits} bits, "
-                         f"{tensor.dtype.lanes} lanes; allowed: {allowed}")
-    ndim = tensor.ndim
-    shape = tuple(tensor.shape[i] for i in range(ndim))
-    strides = tuple(tensor.strides[i] for i in range(ndim)) if tensor.strides else contiguous_strides(shape)
-    ptr = (tensor.data or 0) + tensor.byte_offset
-    return View(ptr, shape, strides, dt, tensor.device.device_id if device == "cuda" else None)
+        raise ValueError(f"{name} has DLPack dtype code {code}, {bits} bits, {lanes} lanes; allowed: {allowed}")
+    shape = described.shape
+    strides = contiguous_strides(shape) if described.strides is None else described.strides
+    device = described.device_id if described.device_type == dlpack.DeviceType.CUDA else None
+    return View(described.ptr, shape, strides, dt, device)

@@ -575,6 +575,41 @@ def workspace(value, nbytes: int) -> Region:
     return Region(Operand("workspace", ptr), 0, (ptr, ptr + nbytes))
 
 
+def float32_array(name: str, value, what: str, *, written: bool) -> _adapter.View:
+    """A non-null float32 array operand (scales, a saved rstd): its view; its device is the caller's to check,
+    last, so that a missing driver is reported after bad arguments. ``what``: the operand's kind, for the
+    dtype's message."""
+    view = _adapter.read(name, value, None, written=written)
+    if view.dtype is not dtypes.FLOAT32:
+        raise ValueError(f"{name} has dtype {view.dtype.name}; {what} are float32")
+    if view.ptr == 0:
+        raise ValueError(f"{name} has a null data pointer")
+    return view
+
+
+def float32_per_row(name: str, value, num_tokens: int, what: str, *, written: bool) -> int:
+    """The pointer of an array of one float32 per row (per-token scales, a saved rstd): num_tokens contiguous
+    elements, shape (num_tokens,) or (num_tokens, 1), on pyrms's device. ``what``: their kind, for messages."""
+    view = float32_array(name, value, what, written=written)
+    if view.shape not in ((num_tokens,), (num_tokens, 1)):
+        raise ValueError(f"{name} has shape {view.shape}; {what} are ({num_tokens},) or ({num_tokens}, 1) "
+                         f"float32 (num_tokens)")
+    if num_tokens > 1 and view.strides[0] != 1:
+        raise ValueError(f"{name} has strides {view.strides} (elements); {what} must be contiguous "
+                         f"(stride 1 between tokens)")
+    arrays_on_device({name: view})
+    return view.ptr
+
+
+def float32_per_row_pointer(name: str, value, num_tokens: int) -> Region:
+    """A raw pointer to one float32 per row (a saved rstd): non-null and 4-byte aligned; its region spans the
+    num_tokens floats, for the overlap checks."""
+    if type(value) is not int or value <= 0 or value % 4:
+        raise ValueError(f"{name} must be a non-null, 4-byte aligned device pointer to num_tokens float32 (or such "
+                         f"an array), got {value!r}")
+    return Region(Operand(name, value), 1, (value, value + 4 * num_tokens))
+
+
 def no_weight(weight_dtype) -> str:
     """The weight_dtype of a call with weight=None: "none" (giving a dtype for no weight is an error)."""
     if weight_dtype is not None and weight_dtype != "none":

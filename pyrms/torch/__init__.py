@@ -3,11 +3,12 @@
     import pyrms.torch
     y = pyrms.torch.rms_norm(x, weight, 1e-6)              # x: a CUDA tensor [..., hidden]
     pyrms.torch.fused_add_rms_norm(x, residual, weight, 1e-6)   # in place, as vLLM's
+    y, residual = pyrms.torch.add_rms_norm(x, residual, weight, 1e-6)  # the same into new tensors, differentiable
     y = pyrms.torch.layer_norm(x, weight, bias, 1e-5)
     q = pyrms.torch.rms_norm_quant(x, weight, 1e-6, scale=0.02)   # fp8 (or int8) out: static, per_token, per_group
     q, s = pyrms.torch.rms_norm_quant(x, weight, 1e-6, mode="per_token")   # and its fp32 scales
     q, s = pyrms.torch.fused_add_rms_norm_quant(x, residual, weight, 1e-6, mode="per_group")  # residual += x
-    model.apply(pyrms.torch.replace_norms)                 # Hugging Face RMSNorms and nn.LayerNorms -> pyrms's
+    print(pyrms.torch.replace_norms(model))               # HF RMSNorms, nn.RMSNorm, nn.LayerNorm -> pyrms's
 
 Calls launch on torch's current stream and work eagerly, under autograd, under
 ``torch.compile(fullgraph=True)`` and inside CUDA graph capture; the ops are ``torch.ops.pyrms.*``.
@@ -54,6 +55,7 @@ def _bindings() -> list[str]:
 
 __all__ = _bindings()
 
-from .modules import HF_RMS_NORMS, LayerNorm, RMSNorm, replace_norms  # noqa: E402  (imports the bindings' functions)
+from ..model_norms import HF_RMS_NORMS, NormReport  # noqa: E402
+from .modules import LayerNorm, RMSNorm, replace_norms  # noqa: E402  (imports the bindings' functions)
 
-__all__ += ["RMSNorm", "LayerNorm", "replace_norms", "HF_RMS_NORMS"]
+__all__ += ["RMSNorm", "LayerNorm", "replace_norms", "HF_RMS_NORMS", "NormReport"]

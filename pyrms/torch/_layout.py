@@ -32,13 +32,14 @@ def dtype_name(dtype: torch.dtype, name: str = "x") -> str:
 
 
 def check_meta(x: torch.Tensor, vectors: dict, rows: dict | None = None, float32_rows: tuple = (),
-               mixed_vectors: tuple = ()) -> str:
+               mixed_vectors: tuple = (), per_head: tuple = ()) -> str:
     """The checks that need no data and no device, made by the fake (meta) implementations too:
     ``x`` is a tensor of a supported dtype with at least one dimension; each of ``rows`` (name ->
     tensor) has x's shape and dtype (or float32, for those named in ``float32_rows``: an fp32
     residual, the gradient of an fp32 output); each of ``vectors`` (name -> tensor or None) is a
     contiguous [hidden] tensor of x's dtype (of any supported dtype for those named in ``mixed_vectors``:
-    fp32 master weights beside bf16 activations). Returns x's pyrms dtype name."""
+    fp32 master weights beside bf16 activations); those named in ``per_head`` may also be [x.shape[-2], hidden]
+    (a weight per head, x being [..., heads, head_dim]). Returns x's pyrms dtype name."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     name = dtype_name(x.dtype)
@@ -63,8 +64,10 @@ def check_meta(x: torch.Tensor, vectors: dict, rows: dict | None = None, float32
         elif t.dtype != x.dtype:
             raise TypeError(f"{other} has dtype {t.dtype}, but x has {x.dtype}: pyrms computes in one dtype, "
                             f"so convert it ({other}.to({x.dtype}))")
-        if t.dim() != 1 or t.shape[0] != hidden:
-            raise ValueError(f"{other} has shape {tuple(t.shape)}, expected ({hidden},): the size of x's last dimension")
+        if t.shape != (hidden,) and not (other in per_head and x.dim() >= 2 and t.shape == x.shape[-2:]):
+            also = f" or {tuple(x.shape[-2:])}, one per head" if other in per_head and x.dim() >= 2 else ""
+            raise ValueError(f"{other} has shape {tuple(t.shape)}, expected ({hidden},){also}: the size of x's last "
+                             "dimension")
         if not t.is_contiguous():
             raise ValueError(f"{other} must be contiguous, got stride {t.stride()} ({other}.contiguous() makes it so)")
     return name
@@ -155,10 +158,12 @@ def empty_rows_like(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.
     return torch.empty_like(x, dtype=dtype, memory_format=torch.contiguous_format)
 
 
-def parameter_grad_like(x: torch.Tensor, wanted: bool, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A parameter gradient's output: [hidden] of x's dtype (or ``dtype``: the parameter's), or empty where it
-    is not computed. The fake implementations call this too, so that fake and real outputs agree."""
-    return x.new_empty(x.shape[-1] if wanted else 0, dtype=dtype)
+def parameter_grad_like(x: torch.Tensor, wanted: bool, dtype: torch.dtype | None = None,
+                        shape: tuple | None = None) -> torch.Tensor:
+    """A parameter gradient's output: [hidden] (or ``shape``: the parameter's, a weight per head) of x's dtype
+    (or ``dtype``: the parameter's), or empty where it is not computed. The fake implementations call this
+    too, so that fake and real outputs agree."""
+    return x.new_empty((shape or (x.shape[-1],)) if wanted else (0,), dtype=dtype)
 
 
 def mixed(x: torch.Tensor, weight: torch.Tensor | None) -> bool:
@@ -168,11 +173,19 @@ def mixed(x: torch.Tensor, weight: torch.Tensor | None) -> bool:
     return weight is not None and weight.dtype != x.dtype
 
 
-def check_backward_meta(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None) -> str:
+def check_backward_meta(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
+                        per_head: bool = False) -> str:
     """check_meta of a norm backward's operands: a weight of another dtype than x (mixed) is read as float32,
-    and grad_out may then be float32 (the gradient of the float32 output such a weight gives)."""
+    and grad_out may then be float32 (the gradient of the float32 output such a weight gives); ``per_head``:
+    the weight may be one per head (check_meta's)."""
     fp32 = ("grad_out",) if mixed(x, weight) else ()
-    return check_meta(x, {"weight": weight}, {"grad_out": grad_out}, float32_rows=fp32, mixed_vectors=("weight",))
+    return check_meta(x, {"weight": weight}, {"grad_out": grad_out}, float32_rows=fp32, mixed_vectors=("weight",),
+                      per_head=("weight",) if per_head else ())
+
+
+def per_head(weight: torch.Tensor | None) -> bool:
+    """Whether a weight (which check_meta passed) is one per head: [heads, head_dim]."""
+    return weight is not None and weight.dim() == 2
 
 
 def as_float32(t: torch.Tensor | None) -> torch.Tensor | None:

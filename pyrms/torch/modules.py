@@ -1,12 +1,7 @@
 """``RMSNorm`` and ``LayerNorm`` modules over pyrms's kernels, state-dict compatible with Hugging Face's
-RMSNorm modules and ``torch.nn.LayerNorm``, and ``replace_norms``, which swaps those in a model.
-
-Hugging Face formulas (read from transformers' modeling files), and the options that compute them:
-
-- LlamaRMSNorm, MistralRMSNorm, Qwen2RMSNorm, Qwen3RMSNorm: ``weight * (x.float() * rsqrt(mean(x²) +
-  eps)).to(dtype)``: pyrms's default rounding (the normalized value rounded, then times weight).
-- GemmaRMSNorm, Gemma2RMSNorm, Gemma3RMSNorm: ``(x.float() * rsqrt(...) * (1 + weight.float())).to(dtype)``:
-  ``gemma=True, round_once=True``.
+RMSNorm modules, ``torch.nn.RMSNorm`` and ``torch.nn.LayerNorm``, and ``replace_norms``, which swaps those in
+a model and reports what it swapped and what it kept. Which classes it takes, and as which options:
+``pyrms/model_norms.py`` (torch-free), from what ``_facts`` reads off each module.
 
 Hugging Face computes ``rsqrt`` with CUDA's approximate ``rsqrtf`` and sums the squares in another
 order than pyrms (which rounds every step correctly), so a few outputs in 10^5 differ by one unit
@@ -17,15 +12,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..model_norms import Facts, Keep, Kept, NormReport, Swap, Swapped, decide
 from ..ops.layer_norm.torch_binding import layer_norm
 from ..ops.rms_norm.torch_binding import rms_norm
-
-# Hugging Face RMSNorm classes by name (transformers is not imported), with the options matching each.
-HF_RMS_NORMS = {
-    "LlamaRMSNorm": {}, "MistralRMSNorm": {}, "Qwen2RMSNorm": {}, "Qwen3RMSNorm": {},
-    "GemmaRMSNorm": {"gemma": True, "round_once": True}, "Gemma2RMSNorm": {"gemma": True, "round_once": True},
-    "Gemma3RMSNorm": {"gemma": True, "round_once": True},
-}
 
 
 class RMSNorm(nn.Module):
@@ -33,13 +22,17 @@ class RMSNorm(nn.Module):
     [hidden_size] (initialized to ones, or zeros with ``gemma=True``, where it scales by 1 + weight),
     so Hugging Face's RMSNorm state dicts load as they are. ``variance_epsilon`` is ``eps`` under
     Hugging Face's name. ``elementwise_affine=False``: no weight (``weight`` is None, the state dict
-    empty), as ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma."""
+    empty), as ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma. ``hidden_size`` may then be
+    None (a norm of any size, as Gemma 4's weightless norms, which say none)."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-6, *, gemma: bool = False, round_once: bool = False,
+    def __init__(self, hidden_size: int | None, eps: float = 1e-6, *, gemma: bool = False, round_once: bool = False,
                  elementwise_affine: bool = True, device=None, dtype: torch.dtype | None = None):
         super().__init__()
         if gemma and not elementwise_affine:
             raise ValueError("gemma scales by 1 + weight, so it needs a weight: elementwise_affine=False was given")
+        if hidden_size is None and elementwise_affine:
+            raise ValueError("hidden_size=None leaves the weight without a size: give hidden_size, or "
+                             "elementwise_affine=False for a norm without weight")
         self.hidden_size = hidden_size
         self.eps = float(eps)
         self.gemma = bool(gemma)
@@ -69,19 +62,25 @@ class RMSNorm(nn.Module):
 
     @classmethod
     def from_module(cls, norm: nn.Module, *, gemma: bool | None = None, round_once: bool | None = None) -> "RMSNorm":
-        """An RMSNorm computing what ``norm`` (a Hugging Face RMSNorm, or any module with a 1-D
-        ``weight`` Parameter and ``variance_epsilon`` or ``eps``) computes, sharing that Parameter (tied
-        weights and optimizer state stay as they are). ``gemma``/``round_once`` default to the
-        options HF_RMS_NORMS lists for its class, else to False."""
-        options = HF_RMS_NORMS.get(type(norm).__name__, {})
-        eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
-        weight = getattr(norm, "weight", None)
-        if eps is None or not isinstance(weight, nn.Parameter) or weight.dim() != 1:
-            raise TypeError(f"{type(norm).__name__} is not an RMSNorm that pyrms can take over: it needs a 1-D "
-                            "weight Parameter and a variance_epsilon or eps attribute")
-        module = cls(weight.shape[0], eps, gemma=options.get("gemma", False) if gemma is None else gemma,
-                     round_once=options.get("round_once", False) if round_once is None else round_once, device="meta")
-        module.weight = weight
+        """An RMSNorm computing what ``norm`` computes, sharing its weight Parameter (tied weights and
+        optimizer state stay as they are): a Hugging Face RMSNorm, a ``torch.nn.RMSNorm``, or any module with
+        a 1-D ``weight`` Parameter and ``variance_epsilon`` or ``eps``. ``gemma``/``round_once`` default to
+        its formula's (``pyrms.model_norms``), and to False for a class pyrms knows no formula for. TypeError,
+        with the reason, for a module pyrms cannot take over this way."""
+        found = decide(_facts(norm), assume={})
+        if not isinstance(found, Swap) or found.module != "RMSNorm":
+            reason = found.reason if isinstance(found, Keep) else f"it is a torch.nn.{found.module}"
+            raise TypeError(f"{type(norm).__name__} is not an RMSNorm that pyrms can take over: {reason}")
+        return cls._taking_over(norm, found, gemma, round_once)
+
+    @classmethod
+    def _taking_over(cls, norm: nn.Module, swap: Swap, gemma: bool | None = None,
+                     round_once: bool | None = None) -> "RMSNorm":
+        module = cls(swap.hidden, swap.eps, gemma=swap.gemma if gemma is None else gemma,
+                     round_once=swap.round_once if round_once is None else round_once,
+                     elementwise_affine=swap.weighted, device="meta")
+        if swap.weighted:
+            module.weight = norm.weight
         module.train(norm.training)
         return module
 
@@ -130,27 +129,54 @@ class LayerNorm(nn.Module):
         return module
 
 
-def _replacement(module: nn.Module) -> nn.Module | None:
-    """pyrms's module for ``module``, or None where there is none to swap in."""
-    if type(module).__name__ in HF_RMS_NORMS:
-        return RMSNorm.from_module(module)
-    # The exact class: a subclass of nn.LayerNorm may compute something else (say, in fp32).
-    if type(module) is nn.LayerNorm and len(module.normalized_shape) == 1:
-        return LayerNorm.from_module(module)
-    return None
+def _facts(module: nn.Module) -> Facts:
+    """What pyrms.model_norms decides from: the module's class and the attributes the norms it knows keep."""
+    base = next((b for b in (nn.RMSNorm, nn.LayerNorm) if isinstance(module, b)), None)
+    weight = getattr(module, "weight", None)
+    shape = getattr(module, "normalized_shape", None)
+    return Facts(type(module).__name__, None if base is None else base.__name__, type(module) is base,
+                 tuple(weight.shape) if isinstance(weight, nn.Parameter) else None,
+                 getattr(module, "variance_epsilon", getattr(module, "eps", None)),
+                 None if shape is None else tuple(shape), bool(getattr(module, "with_scale", True)),
+                 "forward" in vars(module))
 
 
-def replace_norms(model: nn.Module) -> nn.Module:
-    """Swap, in place, every Hugging Face RMSNorm listed in HF_RMS_NORMS and every ``nn.LayerNorm``
-    (the class itself, not subclasses) inside ``model`` for pyrms's RMSNorm/LayerNorm, which share their Parameters. Returns ``model``,
-    or the replacement when ``model`` is itself such a norm.
+def replace_norms(model: nn.Module) -> NormReport:
+    """Swap, in place, every norm inside ``model`` that pyrms computes for pyrms.torch's ``RMSNorm`` or
+    ``LayerNorm``, which share its Parameters: the Hugging Face RMSNorms of ``HF_RMS_NORMS`` (the families
+    Liger-Kernel patches: LLaMA, Mistral, Qwen 2 and 3, Gemma 1 to 4, OLMo, GPT-OSS, Phi-3, GLM-4, ...),
+    ``torch.nn.RMSNorm`` and ``torch.nn.LayerNorm`` (those classes themselves, not subclasses), each with the
+    options that compute its formula (``pyrms.model_norms``). A norm shared by several parents gets one
+    replacement.
 
-    ``nn.LayerNorm``s over several dimensions stay as they are (pyrms has no kernel for them). Works as ``replace_norms(model)`` or as ``model.apply(replace_norms)``.
+    Returns a ``NormReport``: ``report.model`` is ``model``, or the replacement when ``model`` is itself such
+    a norm; ``report.swapped`` and ``report.kept`` list the norms swapped and those left in place with the
+    reason (norms over several dimensions, gated norms, subclasses, instances whose forward was replaced,
+    classes pyrms knows no formula for); ``print(report)`` summarizes them. Nothing is printed or logged.
+    ``model.apply(replace_norms)`` swaps the same norms, and drops the reports.
     """
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            new = _replacement(child)
-            if new is not None:
-                setattr(parent, name, new)
-    replacement = _replacement(model)
-    return model if replacement is None else replacement
+    swapped, kept = [], []
+    done: dict[int, nn.Module | None] = {}  # id(norm) -> its replacement (None: kept), for shared norms
+
+    def replacement(path: str, module: nn.Module) -> nn.Module | None:
+        if id(module) not in done:
+            found = None if isinstance(module, (RMSNorm, LayerNorm)) else decide(_facts(module))
+            new = None
+            if isinstance(found, Keep):
+                kept.append(Kept(path, type(module).__name__, found.reason))
+            elif found is not None:
+                new = (LayerNorm.from_module(module) if found.module == "LayerNorm"
+                       else RMSNorm._taking_over(module, found))
+                swapped.append(Swapped(path, type(module).__name__, repr(new)))
+            done[id(module)] = new
+        return done[id(module)]
+
+    top = model
+    for path, module in list(model.named_modules(remove_duplicate=False)):  # each place of a shared norm too
+        new = replacement(path, module)
+        if new is not None and path:
+            parent, _, name = path.rpartition(".")
+            setattr(model.get_submodule(parent), name, new)
+        elif new is not None:
+            top = new
+    return NormReport(top, tuple(swapped), tuple(kept))

@@ -331,6 +331,75 @@ def test_header_explains_columns_and_json_round_trips(tmp_path):
     assert "Targets:" in full and full.rstrip().endswith("finished in 12.5 s")
 
 
+def sweep_records():
+    """A sweep's results as the plot meets them: the forward with every implementation, the fused add and the
+    backward with fewer (no pyrms_nopdl, no seed), so matplotlib's own colour cycle would differ per panel."""
+    records = [rec(impl, t, 5120, us * t ** 0.5) for t in (1, 128, 16384)
+               for impl, us in (("pyrms", 2.0), ("pyrms_nopdl", 2.5), ("seed", 3.0), ("torch", 6.0), ("compile", 4.0))]
+    records += [rec(impl, t, 5120, us * t ** 0.5, op=op) for op in ("fused_add_rms_norm", "rms_norm_backward")
+                for t in (1, 16384) for impl, us in (("pyrms", 3.0), ("torch", 7.0), ("compile", 5.0))]
+    records.append(rec("liger", 1, 5120, 0, op="rms_norm_backward", status=SKIPPED, reason="not installed"))
+    return records
+
+
+def test_plot_lines_per_panel_and_implementation():
+    lines = report.plot_lines(sweep_records())
+    assert list(lines) == [("rms_norm", "bfloat16", 5120), ("fused_add_rms_norm", "bfloat16", 5120),
+                           ("rms_norm_backward", "bfloat16", 5120)]
+    assert list(lines[("rms_norm", "bfloat16", 5120)]) == ["pyrms", "pyrms_nopdl", "seed", "torch", "compile"]
+    assert list(lines[("rms_norm_backward", "bfloat16", 5120)]) == ["pyrms", "torch", "compile"]  # skipped: none
+    points = lines[("fused_add_rms_norm", "bfloat16", 5120)]["torch"]
+    assert [t for t, _ in points] == [1, 16384] and points[1][1] == pytest.approx(
+        ops.get("fused_add_rms_norm").bytes_moved(16384, 5120, 2) / (7.0 * 128) / 1e3)
+
+
+def test_every_implementation_has_a_style_of_its_own():
+    assert set(config.IMPL_STYLES) == set(config.IMPLS)
+    colours, markers = zip(*config.IMPL_STYLES.values())
+    assert len(set(colours)) == len(set(markers)) == len(config.IMPLS)
+
+
+def test_plot_draws_each_implementation_in_its_colour_in_every_panel(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed")
+    from matplotlib.figure import Figure
+
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *args, **kwargs: figures.append(self))
+    assert report.write_plot(tmp_path / "p.png", sweep_records(), 4000.0, "Sim H200: python -m pyrms.bench") is None
+    [figure] = figures
+    colour = {label: config.IMPL_STYLES[impl][0] for impl, label in config.IMPL_LABELS.items()}
+    drawn = {}
+    for ax in figure.axes:
+        for line in ax.get_lines():
+            if line.get_label() in colour:  # the copy ceiling's line is black, and unlabelled
+                drawn.setdefault(line.get_label(), set()).add(line.get_color())
+    assert drawn == {label: {colour[label]} for label in ("pyrms", "pyrms (no pdl)", "seed", "torch eager",
+                                                          "torch.compile")}
+    [legend] = figure.legends
+    assert {text.get_text(): handle.get_color() for text, handle in zip(legend.get_texts(), legend.legend_handles)
+            if text.get_text() in colour} == {label: c.pop() for label, c in drawn.items()}
+    caption = figure.get_suptitle()
+    assert caption.startswith("GB/s (bytes one call moves / median device time per launch) against tokens")
+    assert caption.endswith("Sim H200: python -m pyrms.bench")
+
+
+def test_replot_draws_a_finished_run_again_from_its_json(tmp_path, monkeypatch):
+    from pyrms.bench.ceiling import Ceiling
+
+    records = sweep_records() + [rec("triton", 1, 5120, 0, status=FAILED, reason="validation: y")]
+    records[0].error = {"y": float("nan")}  # written as "nan"
+    ceiling = Ceiling(1 << 30, [500.0], "start")
+    data = report.to_json(fake_info(), config.Config(shapes=()), ceiling, None, records, None, None, [], 1.0, False)
+    report.write_json(tmp_path / "run.json", data)
+    drawn = []
+    monkeypatch.setattr(report, "write_plot", lambda *args: drawn.append(args))
+    report.replot(tmp_path / "run.json")
+    [(path, back, ceiling_gbps, title)] = drawn
+    assert path == tmp_path / "run.png" and title == "Sim H200: python -m pyrms.bench --quick"
+    assert ceiling_gbps == pytest.approx(ceiling.gbps)
+    assert [r.to_dict() for r in back] == [r.to_dict() for r in records] and str(back[0].error) == "{'y': nan}"
+
+
 # -- launch floor ----------------------------------------------------------------------------------
 
 def floor_rec(kernel, hidden, method, pdl, us, status=OK, reason=""):
@@ -843,9 +912,10 @@ class SimGpu:
             out, x, w, eps, tokens, d1, d2, hidden, x_stride, _, _, o_stride, _, _, w_stride = values
             assert (d1, d2, w_stride) == (1, 1, 0), "the simulator runs rms_norm_nd_kernel on one row stride only"
         elif name.startswith("rms_norm.cu::"):
-            assert len(values) == 7, ("the simulator runs rms_norm.cu as (out, x, w, eps, hidden, x_stride, "
+            assert len(values) == 8, ("the simulator runs rms_norm.cu as (out, x, w, rstd, eps, hidden, x_stride, "
                                       f"out_stride), but pyrms launched {len(values)} arguments: update SimGpu._run")
-            out, x, w, eps, hidden, x_stride, o_stride = values
+            out, x, w, rstd, eps, hidden, x_stride, o_stride = values
+            assert rstd == 0, "the benchmark stores no rstd"
         else:  # the seed kernel: hidden = threads x VEC_SIZE (its template's second argument)
             out, x, w, eps = values
             hidden = block * int(re.search(r"<\s*[\w:]+,\s*(\d+)", name).group(1))

@@ -1,6 +1,7 @@
 """The driver, launch and tensor layers on a real GPU: memory, copies, streams, events, graphs,
 out-of-memory recovery, pointer ownership, tensors and their views, PyTorch interop, and kernel
 launches (tiny kernels compiled here with NVRTC, so these tests depend on no project kernel)."""
+import gc
 import threading
 import time
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from cuda.bindings import nvrtc
 
-from pyrms import driver, errors, launch
+from pyrms import dlpack, driver, dtypes, errors, launch
 from pyrms.tensor import Tensor
 
 pytestmark = pytest.mark.gpu
@@ -329,14 +330,39 @@ def test_tensor_from_pytorch_through_cai():
     tb = Tensor.from_cuda_array(b.view(torch.int16), dtype="bfloat16")
     np.testing.assert_array_equal(tb.to_numpy().astype(np.float32), b.float().cpu().numpy())
 
-    # And back: PyTorch reads pyrms tensors in place (bfloat16 as int16 bits).
-    with Tensor.from_numpy(np.arange(12, dtype=np.float32).astype(ml_dtypes.bfloat16)) as ours:
-        theirs = torch.as_tensor(ours, device="cuda")
-        assert theirs.data_ptr() == ours.ptr and theirs.dtype == torch.int16
-        assert theirs.view(torch.bfloat16).float().cpu().tolist() == list(range(12))
-        strided = Tensor.from_numpy(np.arange(40, dtype=np.float32)).row_view(3, 4, 10, offset=1)
+    # And back: PyTorch reads pyrms tensors in place, float16 and float32 through the interface too.
+    with Tensor.from_numpy(np.arange(40, dtype=np.float32)) as flat:
+        strided = flat.row_view(3, 4, 10, offset=1)
         assert torch.as_tensor(strided, device="cuda").cpu().tolist() == [
             [1, 2, 3, 4], [11, 12, 13, 14], [21, 22, 23, 24]]
+
+
+def test_pytorch_reads_pyrms_tensors_through_dlpack():
+    """torch.from_dlpack over pyrms Tensors of every dtype (bfloat16 as bfloat16), strided and misaligned
+    views in place, on torch's current stream; the pyrms tensor outlives the Python name it had."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA device")
+    for dtype, torch_dtype in (("bfloat16", torch.bfloat16), ("float16", torch.float16), ("float32", torch.float32)):
+        host = np.arange(60, dtype=np.float32).astype(dtypes.get(dtype).numpy)
+        with Tensor.from_numpy(host) as ours:
+            theirs = torch.from_dlpack(ours)
+            assert (theirs.data_ptr(), theirs.dtype, theirs.device) == (ours.ptr, torch_dtype, torch.device("cuda", 0))
+            assert theirs.float().cpu().tolist() == list(range(60))
+            rows = ours.row_view(3, 5, 17, offset=1)  # misaligned for every dtype, rows 17 apart
+            view = torch.from_dlpack(rows)
+            assert (view.data_ptr(), tuple(view.shape), view.stride()) == (rows.ptr, (3, 5), (17, 1))
+            assert view.float().cpu().tolist() == [[1 + 17 * r + c for c in range(5)] for r in range(3)]
+            view[0, 0] = -1  # the same memory
+            torch.cuda.synchronize()
+            assert ours.to_numpy()[1] == -1
+            del theirs, view  # before close() frees the memory they describe
+    before = dlpack.live_exports()
+    kept = torch.from_dlpack(Tensor.from_numpy(np.arange(8, dtype=np.float32).astype(ml_dtypes.bfloat16)))
+    gc.collect()  # the Tensor has no name left: the export keeps it, and its buffer, alive
+    assert kept.float().cpu().tolist() == list(range(8)) and dlpack.live_exports() == before + 1
+    del kept  # torch calls the deleter
+    assert dlpack.live_exports() == before
 
 
 # -- kernels ---------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import pytest
 
 import pyrms
 from pyrms import driver
-from tests.ops.test_fake_end_to_end import ROWS_ARGS, f32
+from tests.ops.test_fake_end_to_end import RMS_ROWS_ARGS, f32
 
 # cuda_src/layer_norm.cu, layer_norm_kernel: out, input, weight, bias, epsilon, hidden, input_stride, out_stride
 LAYER_NORM_ARGS = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
@@ -46,26 +46,30 @@ def launched(fake, call):
 
 def test_rms_norm_input_first_launches_what_out_first_launches(arrays):
     fake, x, w, _, y = arrays
-    fake.kernel_params = EveryKernel(ROWS_ARGS)
+    fake.kernel_params = EveryKernel(RMS_ROWS_ARGS)
     result, expected = launched(fake, lambda: pyrms.rms_norm(y, x, w, 1e-5))
-    assert result is y and expected.args[:4] == (y.ptr, x.ptr, w.ptr, f32(1e-5))
+    assert result is y and expected.args[:5] == (y.ptr, x.ptr, w.ptr, 0, f32(1e-5))
     for call in (lambda: pyrms.rms_norm(x, w, 1e-5, out=y), lambda: pyrms.rms_norm(x, w, eps=1e-5, out=y),
                  lambda: pyrms.rms_norm(input=x, weight=w, eps=1e-5, out=y),
                  lambda: pyrms.rms_norm(out=y, input=x, weight=w, epsilon=1e-5)):  # out first by name
         result, launch = launched(fake, call)
         assert result is y and launch == expected
+    with pyrms.Tensor.empty((ROWS,), "float32") as rstd:  # the saved statistics, in either convention
+        _, expected = launched(fake, lambda: pyrms.rms_norm(y, x, w, 1e-5, rstd=rstd))
+        result, launch = launched(fake, lambda: pyrms.rms_norm(x, w, 1e-5, out=y, rstd=rstd))
+        assert result is y and launch == expected and launch.args[:5] == (y.ptr, x.ptr, w.ptr, rstd.ptr, f32(1e-5))
 
 
 def test_rms_norm_input_first_allocates_its_output_and_defaults_eps(arrays):
     fake, x, w, _, _ = arrays
-    fake.kernel_params = EveryKernel(ROWS_ARGS)
+    fake.kernel_params = EveryKernel(RMS_ROWS_ARGS)
     y, launch = launched(fake, lambda: pyrms.rms_norm(x, w))
     with y:
         assert isinstance(y, pyrms.Tensor) and (y.shape, y.dtype) == (x.shape, x.dtype)
-        assert launch.args[:4] == (y.ptr, x.ptr, w.ptr, f32(1e-6))  # pyrms.torch.rms_norm's default eps
+        assert launch.args[:5] == (y.ptr, x.ptr, w.ptr, 0, f32(1e-6))  # pyrms.torch.rms_norm's default eps
     z, launch = launched(fake, lambda: pyrms.rms_norm(x, None, 0.5))  # no weight: a null pointer
     with z:
-        assert launch.args[:4] == (z.ptr, x.ptr, 0, f32(0.5))
+        assert launch.args[:5] == (z.ptr, x.ptr, 0, 0, f32(0.5))
 
 
 def test_layer_norm_input_first_launches_what_out_first_launches(arrays):
@@ -84,14 +88,14 @@ def test_layer_norm_input_first_launches_what_out_first_launches(arrays):
 
 def test_raw_pointers_out_first_are_unchanged(arrays):
     fake, x, w, b, y = arrays
-    fake.kernel_params = EveryKernel(ROWS_ARGS)
+    fake.kernel_params = EveryKernel(RMS_ROWS_ARGS)
     for call in (lambda: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN),
                  lambda: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, epsilon=1e-5, num_tokens=ROWS, hidden_size=HIDDEN),
                  lambda: pyrms.rms_norm(out=y.ptr, input=x.ptr, weight=w.ptr, epsilon=1e-5, num_tokens=ROWS,
                                         hidden_size=HIDDEN)):
         result, launch = launched(fake, call)
         assert type(result) is int and result == y.ptr
-        assert launch.args == (y.ptr, x.ptr, w.ptr, f32(1e-5), HIDDEN, HIDDEN, HIDDEN)
+        assert launch.args == (y.ptr, x.ptr, w.ptr, 0, f32(1e-5), HIDDEN, HIDDEN, HIDDEN)
     fake.kernel_params = EveryKernel(LAYER_NORM_ARGS)
     for call in (lambda: pyrms.layer_norm(y.ptr, x.ptr, w.ptr, None, 1e-5, ROWS, HIDDEN),
                  lambda: pyrms.layer_norm(out=y.ptr, input=x.ptr, weight=w.ptr, bias=None, epsilon=1e-5,

@@ -17,10 +17,11 @@ from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm_backward import plan as bwd_plan
 
-ROWS_ARGS = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")  # rms_norm / fused_add_rms_norm kernels
-BACKWARD_ROWS_ARGS = ("ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32",
+ROWS_ARGS = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")  # fused_add_rms_norm kernels
+RMS_ROWS_ARGS = ROWS_ARGS[:3] + ("ptr",) + ROWS_ARGS[3:]  # rms_norm_kernel: rstd after the weight
+BACKWARD_ROWS_ARGS = ("ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32",
                       "i64", "i32", "i32")  # norm_backward.cuh: backward_rows_kernel
-BACKWARD_STAGED_ARGS = BACKWARD_ROWS_ARGS[:14] + ("i32", "i32", "i32")  # norm_backward_staged: fold, dot_fold, stages
+BACKWARD_STAGED_ARGS = BACKWARD_ROWS_ARGS[:15] + ("i32", "i32", "i32")  # norm_backward_staged: fold, dot_fold, stages
 BACKWARD_SUM_ARGS = ("ptr", "ptr", "i32", "i32", "i64", "i32", "i32", "i32")  # norm_backward.cuh: sum_partials_kernel
 HIDDEN = 5120
 EPS = 1e-6
@@ -64,7 +65,7 @@ def test_rms_norm_launches_the_planned_kernel_with_the_planned_arguments(machine
     x_stride, o_stride = HIDDEN + 8, HIDDEN + 16  # rows apart by more than the hidden size
     out, x, w = buffers(2 * rows * o_stride, 2 * rows * x_stride, 2 * HIDDEN)
     p = rms_plan.plan_rms_norm("bfloat16", HIDDEN)
-    names = expect_kinds(fake, p, (p.expression, p.latency_expression, p.aligned_latency_expression), ROWS_ARGS)
+    names = expect_kinds(fake, p, (p.expression, p.latency_expression, p.aligned_latency_expression), RMS_ROWS_ARGS)
     pyrms.rms_norm(out.ptr, x.ptr, w.ptr, EPS, rows, HIDDEN, input_stride=x_stride, out_stride=o_stride,
                    stream=stream, pdl=pdl)
     few = rows <= planner.FEW_ROWS
@@ -75,11 +76,17 @@ def test_rms_norm_launches_the_planned_kernel_with_the_planned_arguments(machine
     assert launch.kernel == names[expression]
     assert (launch.grid, launch.block, launch.shared) == ((rows, 1, 1), (p.latency_block if few else p.block, 1, 1), 0)
     assert (launch.stream, launch.context, launch.pdl) == (stream.handle, 0xC000, pdl)
-    assert launch.args == (out.ptr, x.ptr, w.ptr, f32(EPS), HIDDEN, x_stride, o_stride)
+    assert launch.args == (out.ptr, x.ptr, w.ptr, 0, f32(EPS), HIDDEN, x_stride, o_stride)
     # The prepared launch serves the next call: new pointers and epsilon, the same kernel.
     pyrms.rms_norm(x.ptr, x.ptr, w.ptr, 0.5, rows, HIDDEN, input_stride=x_stride, out_stride=x_stride,
                    stream=stream, pdl=pdl)
-    assert fake.launches[1].args == (x.ptr, x.ptr, w.ptr, 0.5, HIDDEN, x_stride, x_stride)
+    assert fake.launches[1].args == (x.ptr, x.ptr, w.ptr, 0, 0.5, HIDDEN, x_stride, x_stride)
+    # rstd: each row's inv_rms stored there, the pointer after the weight
+    rstd = driver.DeviceBuffer(4 * rows)
+    pyrms.rms_norm(out.ptr, x.ptr, w.ptr, EPS, rows, HIDDEN, input_stride=x_stride, out_stride=o_stride,
+                   stream=stream, pdl=pdl, rstd=rstd.ptr)
+    assert fake.launches[2].args == (out.ptr, x.ptr, w.ptr, rstd.ptr, f32(EPS), HIDDEN, x_stride, o_stride)
+    rstd.close()
     for b in (out, x, w):
         b.close()
 
@@ -88,11 +95,11 @@ def test_rms_norm_on_the_default_stream_launches_in_the_devices_context(machine)
     fake, _ = machine
     out, x, w = buffers(2 * HIDDEN, 2 * HIDDEN, 2 * HIDDEN)
     p = rms_plan.plan_rms_norm("bfloat16", HIDDEN)
-    names = expect_kinds(fake, p, (p.latency_expression, p.aligned_latency_expression), ROWS_ARGS)
+    names = expect_kinds(fake, p, (p.latency_expression, p.aligned_latency_expression), RMS_ROWS_ARGS)
     pyrms.rms_norm(out.ptr, x.ptr, w.ptr, EPS, 1, HIDDEN)
     launch, = fake.launches
     assert launch.kernel in names.values() and (launch.stream, launch.context) == (0, 0xC000)
-    assert launch.args == (out.ptr, x.ptr, w.ptr, f32(EPS), HIDDEN, HIDDEN, HIDDEN)
+    assert launch.args == (out.ptr, x.ptr, w.ptr, 0, f32(EPS), HIDDEN, HIDDEN, HIDDEN)
     for b in (out, x, w):
         b.close()
 
@@ -139,13 +146,13 @@ def test_rms_norm_backward_launches_both_kernels_with_the_planned_arguments_and_
         assert first.kernel == names[p.staged_expression]
         assert (first.grid, first.block, first.shared) == ((-(-rows // rows_per_block), 1, 1), (p.threads, 1, 1),
                                                            p.staged_shared_bytes(p.staged_slots(rows_per_block)))
-        assert first.args == (gi.ptr, ws, go.ptr, x.ptr, w.ptr, f32(EPS), rows, HIDDEN, HIDDEN, HIDDEN, HIDDEN,
+        assert first.args == (gi.ptr, ws, go.ptr, x.ptr, w.ptr, 0, f32(EPS), rows, HIDDEN, HIDDEN, HIDDEN, HIDDEN,
                               ws_chunk, rows_per_block, p.ws_stride, p.stats_fold, p.block, p.stages)
     else:
         assert first.kernel == names[p.expression]
         assert (first.grid, first.block, first.shared) == ((-(-rows // rows_per_block), 1, 1), (p.block, 1, 1),
                                                            p.shared_bytes)
-        assert first.args == (gi.ptr, ws, go.ptr, x.ptr, w.ptr, f32(EPS), rows, HIDDEN, HIDDEN, HIDDEN, HIDDEN,
+        assert first.args == (gi.ptr, ws, go.ptr, x.ptr, w.ptr, 0, f32(EPS), rows, HIDDEN, HIDDEN, HIDDEN, HIDDEN,
                               ws_chunk, rows_per_block, p.ws_stride, 1 if p.shared_bytes else 0, p.stats_fold)
     assert second.kernel == names[p.sum_expression]
     assert (second.grid, second.block) == ((-(-HIDDEN // 32), 1, 1), (32, 32, 1))

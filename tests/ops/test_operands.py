@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.support.hostile_cases import FakeArray, TorchLikeTensor
-from pyrms import dtypes
+from pyrms import dlpack, dtypes
 from pyrms.ops import _adapter
 from pyrms.ops import _operands as check
 from pyrms.ops.rms_norm_quant import arrays as _quant_arrays
@@ -60,17 +60,14 @@ def test_torch_tensors_are_read_by_their_attributes():
         _adapter.read("out", grad, None, written=True)            # written: refused
 
 
-class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _adapter._DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
-
-
 class DLPackProducer:
-    """A CUDA DLPack producer made with ctypes: a 'dltensor' capsule over a DLManagedTensor we own."""
+    """A CUDA DLPack producer of the legacy protocol, made with ctypes: a 'dltensor' capsule over a
+    DLManagedTensor we own, from a ``__dlpack__`` that knows no max_version."""
 
     def __init__(self, shape, strides, code, bits, device_type=2, device_id=0, byte_offset=0):
         self.shape = (ctypes.c_int64 * len(shape))(*shape)
         self.strides = (ctypes.c_int64 * len(strides))(*strides)
-        self.managed = _DLManagedTensor()
+        self.managed = dlpack.DLManagedTensor()
         t = self.managed.dl_tensor
         t.data, t.ndim, t.byte_offset = A, len(shape), byte_offset
         t.device.device_type, t.device.device_id = device_type, device_id

@@ -25,6 +25,7 @@ from pyrms.ops.rms_norm_backward import plan as bwd_plan
 from pyrms.ops.rms_norm_backward import twin as bwd_twin
 from pyrms.ops.rms_norm_quant import plan as quant_plan
 from pyrms.ops.rms_norm_quant import twin as quant_twin
+from pyrms.ops._row_twin import row_stats_twin
 
 GUARD = 64  # elements on each side: more than one 16-byte vector in every dtype
 
@@ -224,7 +225,7 @@ def _weight_args(w, kind: str):
 
 def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in_stride=None, out_stride=None,
                    gemma=False, round_once=False, in_place=False, epsilon=1e-5, stream=None, variant=None,
-                   pdl=None, weight="same", out_dtype=None):
+                   pdl=None, weight="same", out_dtype=None, rstd_off=None):
     """One pyrms.rms_norm launch on guarded operands, compared bit for bit with the twin.
 
     Raises AssertionError on any difference: in the rows, the guards, the gaps between strided
@@ -233,7 +234,9 @@ def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in
     ``rows`` is (as for the other row ops' checks); ``pdl`` is passed to the op (None: the op's
     default), as for the others; ``weight``: "same" (the dtype's), "float32" or "none" (weight=None);
     ``out_dtype``: the output's (None: the dtype; "float32" beside bf16/fp16 rows, out_off then in fp32
-    elements past a 16-byte boundary, 0..7 covering its 32-byte vectors).
+    elements past a 16-byte boundary, 0..7 covering its 32-byte vectors). ``rstd_off``: also store each row's
+    inv_rms (``rstd=``) into a guarded float32 operand at this element offset, compared bit for bit with the
+    row core twin's statistics (None: no rstd).
     """
     from pyrms.ops.rms_norm import rms_norm
 
@@ -243,17 +246,24 @@ def check_rms_norm(rng, dtype, rows, hidden, *, in_off=0, w_off=0, out_off=0, in
     w = _weight(rng, dt, hidden, weight, w_off)
     out = x if in_place else allocate(rng, odt, rows, hidden, misalign=out_off, stride=out_stride, poison=True)
     w_ptr, w_values, w_dtype = _weight_args(w, weight)
-    with _closing(x, out, *([w] if w else [])):
+    rstd = None if rstd_off is None else _guarded(np.float32, 1, rows, rstd_off, None, np.nan)
+    with _closing(x, out, *([w] if w else []), *([rstd] if rstd else [])):
         p = rms_plan.plan_rms_norm(dt, hidden, gemma=gemma, round_once=round_once)
         want = rms_twin.rms_norm_twin(x.values(), w_values, epsilon, block=p.block, row_phases=phases(x),
                                        gemma=gemma, round_once=round_once, out_dtype=out_dtype)
+        outputs = {"out": (out, want)}
+        if rstd:  # the forward's statistics: the row core's tree at the forward's fold
+            outputs["rstd"] = (rstd, row_stats_twin(x.values().astype(np.float32), epsilon, p.block, phases(x),
+                                                    dt.vec_elems)[1][None])
         with forced_row_variant(variant):
             run_checked(f"rms_norm {dt.name} rows={rows} hidden={hidden} offsets={in_off},{w_off},{out_off} "
-                        f"strides={x.stride},{out.stride} variant={variant} pdl={pdl} weight={weight} out={odt.name}",
+                        f"strides={x.stride},{out.stride} variant={variant} pdl={pdl} weight={weight} out={odt.name}"
+                        f" rstd_off={rstd_off}",
                         lambda: rms_norm(out.ptr, x.ptr, w_ptr, epsilon, rows, hidden, dtype=dt, input_stride=x.stride,
                                          out_stride=out.stride, gemma=gemma, round_once=round_once, stream=stream,
-                                         weight_dtype=w_dtype, out_dtype=out_dtype, **_pdl(pdl)),
-                        outputs={"out": (out, want)},
+                                         weight_dtype=w_dtype, out_dtype=out_dtype, rstd=rstd.ptr if rstd else None,
+                                         **_pdl(pdl)),
+                        outputs=outputs,
                         inputs={**({"weight": w} if w else {}), **({} if in_place else {"input": x})})
 
 
@@ -422,7 +432,7 @@ def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in
 def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=None, strides=None, in_place=None,
                         gemma=False, grad_dtype=None, rows_per_block=None, own_workspace=False, grad_bias=True,
                         epsilon=1e-5, stream=None, pdl=None, weight="same",
-                        grad_output_kind="same") -> dict[str, np.ndarray]:
+                        grad_output_kind="same", rstd=None) -> dict[str, np.ndarray]:
     """One pyrms.rms_norm_backward (or layer_norm_backward) launch on guarded operands ('grad_output',
     'input', 'weight', 'grad_input', 'grad_weight', 'grad_bias'), every output compared bit for bit with
     the twin. in_place: 'grad_output' or 'input', the operand grad_input overwrites. own_workspace:
@@ -430,7 +440,9 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
     LayerNorm without bias (grad_bias=None). weight: "same" (random, of the dtype), "ones" (the dtype's,
     every element 1), "float32" (an fp32 weight beside bf16/fp16 rows: fp32 parameter gradients) or
     "none" (weight=None, grad_weight=None: dx and LayerNorm's grad_bias only). grad_output_kind: "same",
-    or "float32" (an fp32 grad_output, beside an fp32 weight).
+    or "float32" (an fp32 grad_output, beside an fp32 weight). rstd (RMSNorm): None (recomputed), "forward"
+    (a guarded float32 per row holding the forward's inv_rms, the row core twin's: the same bits as
+    recomputing) or "random" (any positive values, used as given).
     Returns the outputs as computed, by name (grad_input as [rows, hidden]), for comparisons between
     launches."""
     from pyrms.ops.layer_norm import layer_norm_backward
@@ -457,13 +469,23 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
         w.upload()
     dx = ops[in_place] if in_place else ops["grad_input"]
     ws = allocate(rng, "float32", 1, p.workspace_bytes(rows, rows_per_block) // 4, poison=True) if own_workspace else None
+    if rstd is not None:
+        if layer_norm or rstd not in ("forward", "random"):
+            raise ValueError(f"rstd must be None, 'forward' or 'random', for RMSNorm only; got {rstd!r}")
+        values = (row_stats_twin(x.values().astype(np.float32), epsilon, p.stats_fold, phases(x), dt.vec_elems)[1]
+                  if rstd == "forward" else rng.uniform(0.1, 3.0, rows).astype(np.float32))
+        saved = _guarded(np.float32, 1, rows, (offsets or {}).get("rstd", 0), None, np.nan)
+        saved.set_values(values[None])
+        saved.upload()
+        ops["rstd"] = saved
     with _closing(*ops.values(), *([ws] if ws else [])):
         want = bwd_twin.norm_backward_twin(dy.values(), x.values(), w.values()[0] if w else None, epsilon,
                                             block=p.block, fold=p.stats_fold, x_phases=phases(x),
                                             # in the column split's vectors of the rows' vec_elems columns
                                             weight_phase=w.index(0).start % dt.vec_elems if w else 0,
                                             chunk_rows=p.chunk_rows,
-                                            layer_norm=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype)
+                                            layer_norm=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype,
+                                            rstd=ops["rstd"].values()[0] if rstd else None)
         wanted = dict(zip(sums, want[1:]))
         grads = {"grad_weight": None, "grad_bias": None, **{name: ops[name].ptr for name in params}}
         common = dict(dtype=dt, grad_output_stride=dy.stride, input_stride=x.stride, grad_input_stride=dx.stride,
@@ -476,14 +498,16 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
                                                  epsilon, rows, hidden, **common)  # noqa: E731
         else:
             launch = lambda: rms_norm_backward(dx.ptr, grads["grad_weight"], dy.ptr, x.ptr, w_ptr, epsilon, rows,
-                                               hidden, gemma=gemma, **common)  # noqa: E731
-        inputs = {name: ops[name] for name in ("grad_output", "input", "weight") if name in ops and name != in_place}
+                                               hidden, gemma=gemma, rstd=ops["rstd"].ptr if rstd else None,
+                                               **common)  # noqa: E731
+        inputs = {name: ops[name] for name in ("grad_output", "input", "weight", "rstd")
+                  if name in ops and name != in_place}
         run_checked(_label("layer_norm_backward" if layer_norm else "rms_norm_backward", dt, rows, hidden, offsets,
                            strides, in_place=in_place, gemma=gemma, grad_dtype=grad_dtype,
                            rows_per_block=rows_per_block, own_workspace=own_workspace,
                            no_grad_bias=layer_norm and not grad_bias, pdl=pdl,
                            weight=None if weight == "same" else weight,
-                           grad_output=None if grad_output_kind == "same" else grad_output_kind),
+                           grad_output=None if grad_output_kind == "same" else grad_output_kind, rstd=rstd),
                     launch, outputs={"grad_input": (dx, want[0]), **{name: (ops[name], wanted[name][None]) for name in params}},
                     inputs=inputs, scratch={"workspace": ws} if ws else None)
         return {"grad_input": dx.device_values(), **{name: ops[name].download()[ops[name].index(0)] for name in params}}

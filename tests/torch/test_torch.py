@@ -336,7 +336,8 @@ def test_replace_norms_swaps_hf_norms_and_layer_norms_keeping_their_parameters(h
     model = Model()
     before = model.state_dict(keep_vars=True)
     if how == "call":
-        assert pt.replace_norms(model) is model
+        report = pt.replace_norms(model)
+        assert report.model is model
     else:
         model.apply(pt.replace_norms)
     after = model.state_dict(keep_vars=True)
@@ -351,12 +352,65 @@ def test_replace_norms_swaps_hf_norms_and_layer_norms_keeping_their_parameters(h
         assert type(layer.ln_2d) is nn.LayerNorm
         assert type(layer.ln_fp32) is FloatLayerNorm and type(layer.self_attn.q_proj) is nn.Linear
     assert type(model.norm) is pt.RMSNorm and model.norm.gemma and model.norm.round_once and model.norm.eps == 1e-6
+    if how == "call":  # what the report says of it
+        assert [(s.path, s.was) for s in report.swapped] == [
+            (f"layers.{i}.{name}", cls) for i in (0, 1) for name, cls in (  # in named_modules' order
+                ("input_layernorm", "LlamaRMSNorm"), ("self_attn.q_norm", "Qwen3RMSNorm"), ("ln", "LayerNorm"),
+                ("ln_no_bias", "LayerNorm"), ("ln_no_affine", "LayerNorm"))] + [("norm", "GemmaRMSNorm")]
+        assert report.swapped[-1].now == "RMSNorm(16, eps=1e-06, gemma=True, round_once=True)"
+        assert [(k.path, k.class_name, k.reason.split(";")[0]) for k in report.kept] == [
+            (f"layers.{i}.{name}", cls, reason) for i in (0, 1) for name, cls, reason in (
+                ("ln_2d", "LayerNorm", "it normalizes over its last 2 dimensions (4, 4)"),
+                ("ln_fp32", "FloatLayerNorm", "a subclass of torch.nn.LayerNorm, which may compute something else"))]
+        assert str(report).splitlines()[:2] == ["replace_norms swapped 11 norms, kept 4:",
+                                                "  2 x LlamaRMSNorm -> RMSNorm(16, eps=1e-05)"]
+        again = pt.replace_norms(model)  # pyrms's own modules are not norms to swap again, nor to report
+        assert (again.swapped, again.kept) == ((), report.kept)
 
 
 def test_replace_norms_of_a_norm_returns_its_replacement():
     norm = LlamaRMSNorm(8, eps=1e-5)
-    new = pt.replace_norms(norm)
+    report = pt.replace_norms(norm)
+    new = report.model
     assert type(new) is pt.RMSNorm and new.weight is norm.weight and new.variance_epsilon == 1e-5
+    assert [(s.path, s.was, s.now) for s in report.swapped] == [("", "LlamaRMSNorm", "RMSNorm(8, eps=1e-05)")]
+
+
+class Olmo2RMSNorm(LlamaRMSNorm):
+    """transformers' Olmo2RMSNorm keeps LLaMA's attributes and computes (weight * x_hat).to(x.dtype)."""
+
+
+class Gemma4RMSNorm(nn.Module):
+    """transformers' Gemma4RMSNorm: eps, with_scale, and a weight only with_scale."""
+
+    def __init__(self, dim, eps=1e-6, with_scale=True):
+        super().__init__()
+        self.eps, self.with_scale = eps, with_scale
+        if with_scale:
+            self.weight = nn.Parameter(torch.ones(dim))
+
+
+def test_replace_norms_takes_torch_rms_norm_and_each_formula():
+    shared = LlamaRMSNorm(8)
+    model = nn.ModuleDict({
+        "torch": nn.RMSNorm(8), "torch_eps": nn.RMSNorm(8, eps=1e-5, elementwise_affine=False),
+        "torch_2d": nn.RMSNorm((2, 4)), "olmo": Olmo2RMSNorm(8), "gemma4": Gemma4RMSNorm(8, eps=1e-5),
+        "v_norm": Gemma4RMSNorm(8, with_scale=False), "a": nn.Sequential(shared), "b": nn.Sequential(shared),
+        "patched": LlamaRMSNorm(8)})
+    model["patched"].forward = lambda x: x  # as Liger-Kernel's patches bind a forward on the instance
+    torch_weight = model["torch"].weight
+    report = pt.replace_norms(model)
+    got = {k: (m.eps, m.gemma, m.round_once, m.weight is None) for k, m in model.items() if type(m) is pt.RMSNorm}
+    assert got == {"torch": (2.0 ** -23, False, True, False), "torch_eps": (1e-5, False, True, True),
+                   "olmo": (1e-6, False, True, False), "gemma4": (1e-5, False, True, False),
+                   "v_norm": (1e-6, False, True, True)}
+    assert model["torch"].weight is torch_weight and report.model is model
+    assert model["v_norm"].hidden_size is None and repr(model["v_norm"]) == (
+        "RMSNorm(None, eps=1e-06, round_once=True, elementwise_affine=False)")
+    assert model["a"][0] is model["b"][0] and type(model["a"][0]) is pt.RMSNorm  # one replacement for a shared norm
+    assert [s.path for s in report.swapped].count("a.0") == 1 and "b.0" not in [s.path for s in report.swapped]
+    assert {(k.path, k.class_name) for k in report.kept} == {("torch_2d", "RMSNorm"), ("patched", "LlamaRMSNorm")}
+    assert type(model["torch_2d"]) is nn.RMSNorm and type(model["patched"]) is LlamaRMSNorm
 
 
 def test_rms_norm_loads_hf_state_dicts_as_they_are():
@@ -370,8 +424,16 @@ def test_rms_norm_loads_hf_state_dicts_as_they_are():
     assert ours.eps == 1e-3
     assert torch.equal(pt.RMSNorm(4, gemma=True).weight, torch.zeros(4))  # 1 + weight scales by one
     assert repr(pt.RMSNorm(4, gemma=True, round_once=True)) == "RMSNorm(4, eps=1e-06, gemma=True, round_once=True)"
-    with pytest.raises(TypeError, match="Linear is not an RMSNorm that pyrms can take over"):
+    with pytest.raises(TypeError, match=r"Linear is not an RMSNorm that pyrms can take over: its weight Parameter "
+                                        r"has shape \(2, 2\), not \(hidden_size,\)"):
         pt.RMSNorm.from_module(nn.Linear(2, 2))
+    with pytest.raises(TypeError, match=r"LayerNorm is not an RMSNorm that pyrms can take over: it is a "
+                                        r"torch.nn.LayerNorm"):
+        pt.RMSNorm.from_module(nn.LayerNorm(8))
+    custom = pt.RMSNorm.from_module(LlamaRMSNorm(8), gemma=True)  # options given override the class's
+    assert custom.gemma and not custom.round_once
+    with pytest.raises(ValueError, match="hidden_size=None leaves the weight without a size"):
+        pt.RMSNorm(None)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -478,7 +540,7 @@ def test_modules_without_weight(stub_launches):
     assert repr(ours) == "LayerNorm((8,), eps=1e-05, elementwise_affine=False, bias=False)"
     swapped = pt.LayerNorm.from_module(theirs)
     assert swapped.weight is None and swapped.bias is None and not swapped.elementwise_affine
-    assert type(pt.replace_norms(nn.LayerNorm(8, elementwise_affine=False, bias=True))) is pt.LayerNorm
+    assert type(pt.replace_norms(nn.LayerNorm(8, elementwise_affine=False, bias=True)).model) is pt.LayerNorm
 
 
 # --- the quantizing ops (rms_norm_quant, fused_add_rms_norm_quant) ----------------------------------

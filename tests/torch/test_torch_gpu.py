@@ -18,6 +18,7 @@ What is compared with what, and why:
   raw-pointer op run on the same rows (tests/ops/rms_norm_quant/test_rms_norm_quant_gpu.py compares that with the twin).
 """
 import copy
+import importlib
 
 import ml_dtypes
 import numpy as np
@@ -652,9 +653,10 @@ def build_model(kind):
 
 
 def swapped(model):
-    model = pt.replace_norms(copy.deepcopy(model))
-    assert not [m for m in model.modules() if type(m).__name__ in pt.HF_RMS_NORMS]
-    return model
+    report = pt.replace_norms(copy.deepcopy(model))
+    assert report.swapped and not report.kept, str(report)
+    assert not [m for m in report.model.modules() if type(m).__name__ in pt.HF_RMS_NORMS]
+    return report.model
 
 
 def logits(model, ids):
@@ -703,6 +705,70 @@ def test_compiled_model_with_pyrms_norms_matches_compiled_hugging_face(kind, ids
     compiled_ours = logits(torch.compile(ours), ids)
     assert_logits_close(compiled_ours, logits(torch.compile(hf), ids), f"compiled {kind}: pyrms norms vs HF's")
     assert_logits_close(compiled_ours, eager_ours, f"{kind} with pyrms norms: compiled vs eager")
+
+
+# One class of each formula replace_norms knows (pyrms/model_norms.py), as transformers defines it.
+HF_NORM_CLASSES = [("llama", "LlamaRMSNorm"), ("olmo2", "Olmo2RMSNorm"), ("gpt_oss", "GptOssRMSNorm"),
+                   ("gemma3", "Gemma3RMSNorm"), ("qwen3_next", "Qwen3NextRMSNorm"), ("gemma4", "Gemma4RMSNorm")]
+
+
+def hf_norm_class(family, name):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    try:
+        return getattr(importlib.import_module(f"transformers.models.{family}.modeling_{family}"), name)
+    except (ImportError, AttributeError):
+        pytest.skip(f"transformers {transformers.__version__} has no {name}")
+
+
+def assert_same_formula(ours, theirs, what):
+    """The output dtype, and values within two units of bf16 at the largest magnitude (HF's rsqrtf and
+    summation order flip a rounding now and then; a wrong formula, offset or eps is off by far more)."""
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, (what, ours.dtype, theirs.dtype)
+    err, scale = (ours.double() - theirs.double()).abs().max().item(), theirs.double().abs().max().item()
+    assert err <= 2**-7 * scale, f"{what}: max |difference| {err:.3g} > 2^-7 x {scale:.3g}"
+
+
+@pytest.mark.parametrize("family, name", HF_NORM_CLASSES)
+@pytest.mark.parametrize("w_dtype", [BF16, torch.float32])
+def test_replace_norms_computes_each_hugging_face_formula(gen, family, name, w_dtype):
+    """Each class swapped by replace_norms computes transformers' own forward, with bf16 weights and with fp32
+    master weights (whose output dtype differs between the formulas: fp32 for LLaMA's, bf16 for the others)."""
+    norm = hf_norm_class(family, name)(1024, eps=1e-5).to(device="cuda", dtype=w_dtype)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5, generator=gen)
+        x = randn(gen, 4, 33, 1024)
+        theirs = norm(x)
+        report = pt.replace_norms(norm)
+        assert [(s.path, s.was) for s in report.swapped] == [("", name)], str(report)
+        assert_same_formula(report.model(x), theirs, f"{name}, {w_dtype} weight")
+
+
+def test_replace_norms_computes_gemma_4s_norm_without_scale(gen):
+    norm = hf_norm_class("gemma4", "Gemma4RMSNorm")(256, eps=1e-6, with_scale=False).cuda()
+    x = randn(gen, 3, 8, 256)
+    with torch.no_grad():
+        ours = pt.replace_norms(norm).model
+        assert type(ours) is pt.RMSNorm and ours.weight is None
+        assert_same_formula(ours(x), norm(x), "Gemma4RMSNorm(with_scale=False)")
+
+
+@pytest.mark.parametrize("x_dtype, w_dtype", [(BF16, BF16), (torch.float16, torch.float16),
+                                              (torch.float32, torch.float32), (BF16, torch.float32)])
+def test_replace_norms_computes_torch_rms_norm(gen, x_dtype, w_dtype):
+    """torch.nn.RMSNorm swapped: one rounding, in x's dtype (its fused kernel; an fp32 weight beside bf16 takes
+    its composite path, which rounds once too), and eps=None as PyTorch resolves it, FLT_EPSILON whatever x's
+    dtype: the first row's mean square is near it, where finfo(x.dtype).eps would give another output."""
+    for affine in (True, False):
+        norm = torch.nn.RMSNorm(1024, elementwise_affine=affine, device="cuda", dtype=w_dtype)
+        x = randn(gen, 4, 33, 1024, dtype=x_dtype)
+        x[0] *= 2**-12
+        with torch.no_grad():
+            if affine:
+                norm.weight.uniform_(0.5, 1.5, generator=gen)
+            theirs = norm(x)
+            ours = pt.replace_norms(norm).model
+            assert type(ours) is pt.RMSNorm and ours.round_once and ours.eps == 2.0 ** -23
+            assert_same_formula(ours(x), theirs, f"nn.RMSNorm, x {x_dtype}, weight {w_dtype if affine else None}")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

@@ -156,8 +156,7 @@ def host_extras(h, ctx):
     variants["rms_norm pyrms.Tensor"] = lambda: pyrms.rms_norm(ty, tx, tw, epsilon, stream=stream)
     if ctx.torch is not None:
         torch = ctx.torch
-        as_torch = lambda t: torch.as_tensor(t).view(torch.bfloat16)  # noqa: E731 - views, no copy
-        qx, qw, qy = as_torch(tx), as_torch(tw), as_torch(ty)
+        qx, qw, qy = (torch.from_dlpack(t) for t in (tx, tw, ty))  # views, no copy
         variants["rms_norm torch tensors"] = lambda: pyrms.rms_norm(qy, qx, qw, epsilon, stream=stream)
         try:
             import pyrms.torch as pt

@@ -6,7 +6,7 @@ from typing import Any, overload
 from ... import driver, dtypes
 from .. import _row_plan as planner
 from .. import _operands as check
-from ..._types import Array, ArrayT, DTypeLike, Operand, OperandT, Rows, StreamLike, Strides
+from ..._types import Array, ArrayT, DTypeLike, Operand, OperandT, OptionalOperand, Rows, StreamLike, Strides
 from ...tensor import Tensor
 from .._convention import UNSET, Form
 from .. import _convention
@@ -59,7 +59,9 @@ class Prepared:
         self.spans = (1, self.o_row_bytes, self.x_row_bytes)  # (rows, out's bytes, input's bytes) of the last call
         self.placed = _placement.for_device(device)  # None with one device: nothing to check per call
 
-    def __call__(self, out, input, weight, epsilon, num_tokens, stream) -> bool:
+    def __call__(self, out, input, weight, epsilon, num_tokens, stream, rstd=0) -> bool:
+        """Launch, or return False having launched nothing; rstd: 0, or where each row's inv_rms goes
+        (num_tokens float32, disjoint from every other operand)."""
         if not (type(num_tokens) is int and 0 < num_tokens <= self.max_rows and type(epsilon) is float
                 and 0.0 <= epsilon <= check.FLOAT32_MAX):  # NaN fails the range
             return False
@@ -78,6 +80,9 @@ class Prepared:
             return False
         if out < weight + self.w_bytes and weight < o_end:  # never for no weight (0 bytes)
             return False
+        if rstd and not self._rstd_ok(rstd, num_tokens, (out, o_end), (input, input + x_bytes),
+                                      (weight, weight + self.w_bytes)):
+            return False
         if stream is None:
             stream = 0
         elif type(stream) is not int or not 0 <= stream < 18446744073709551616:
@@ -89,12 +94,18 @@ class Prepared:
         if num_tokens <= _FEW_ROWS:
             few = (launches.few_aligned if launches.aligned_layout and not pointers_or & launches.align_mask
                    else launches.few)
-            launches.launch_few(few, num_tokens, stream, out, input, weight, epsilon)
-        elif self.packed is not None:
+            launches.launch_few(few, num_tokens, stream, out, input, weight, rstd, epsilon)
+        elif self.packed is not None and not rstd:  # packed rows store no rstd: the same tree one row per block
             self.packed(num_tokens, 1, 1, stream, out, input, weight, epsilon)
         else:
-            launches.launch_many(launches.many, num_tokens, stream, out, input, weight, epsilon)
+            launches.launch_many(launches.many, num_tokens, stream, out, input, weight, rstd, epsilon)
         return True
+
+    @staticmethod
+    def _rstd_ok(rstd, num_tokens, *spans) -> bool:
+        """rstd's per-call checks: a float32 pointer whose num_tokens elements overlap no operand's span."""
+        end = rstd + 4 * num_tokens
+        return rstd > 0 and not rstd % 4 and not any(start < end and rstd < stop for start, stop in spans)
 
 
 def _make(device, dtype, hidden, input_stride, out_stride, gemma, round_once, pdl, weight_dtype=None,
@@ -123,27 +134,29 @@ def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pd
 @overload
 def rms_norm(input: Array, weight: Array | None, eps: float = ..., *, out: None = None, dtype: DTypeLike | None = None,
              stream: StreamLike = None, gemma: bool = False, round_once: bool = False, pdl: bool = True,
-             out_dtype: DTypeLike | None = None) -> Tensor: ...
+             out_dtype: DTypeLike | None = None, rstd: Operand | None = None) -> Tensor: ...
 @overload
 def rms_norm(input: Array, weight: Array | None, eps: float = ..., *, out: ArrayT, dtype: DTypeLike | None = None,
              stream: StreamLike = None, gemma: bool = False, round_once: bool = False, pdl: bool = True,
-             out_dtype: DTypeLike | None = None) -> ArrayT: ...
+             out_dtype: DTypeLike | None = None, rstd: Operand | None = None) -> ArrayT: ...
 @overload
 def rms_norm(out: None, input: Array, weight: Operand | None, /, epsilon: float, num_tokens: Rows | None = None,
              hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: Strides | None = None,
              out_stride: Strides | None = None, stream: StreamLike = None, gemma: bool = False,
              round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
-             weight_stride: int | None = None, out_dtype: DTypeLike | None = None) -> Tensor: ...
+             weight_stride: int | None = None, out_dtype: DTypeLike | None = None,
+             rstd: Operand | None = None) -> Tensor: ...
 @overload
 def rms_norm(out: OperandT, input: Operand, weight: Operand | None, /, epsilon: float, num_tokens: Rows | None = None,
              hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: Strides | None = None,
              out_stride: Strides | None = None, stream: StreamLike = None, gemma: bool = False,
              round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
-             weight_stride: int | None = None, out_dtype: DTypeLike | None = None) -> OperandT: ...
+             weight_stride: int | None = None, out_dtype: DTypeLike | None = None,
+             rstd: Operand | None = None) -> OperandT: ...
 def rms_norm(input: Any, weight: Any = UNSET, eps: Any = UNSET, epsilon: Any = UNSET, num_tokens: Any = None,
              hidden_size: Any = None, *, out: Any = UNSET, dtype: Any = None, input_stride: Any = None,
              out_stride: Any = None, stream: Any = None, gemma: Any = False, round_once: Any = False, pdl: Any = True,
-             weight_dtype: Any = None, weight_stride: Any = None, out_dtype: Any = None) -> Any:
+             weight_dtype: Any = None, weight_stride: Any = None, out_dtype: Any = None, rstd: Any = None) -> Any:
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
     ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None). Two calling conventions:
 
@@ -193,12 +206,20 @@ def rms_norm(input: Any, weight: Any = UNSET, eps: Any = UNSET, epsilon: Any = U
     waits for it to complete before touching memory, so results and stream order are the same; it hides
     most of the launch latency of back-to-back kernels (docs/perf_notes.md). False launches plainly.
 
+    ``rstd``: where each row's ``inv_rms`` (``1 / sqrt(mean(x^2) + epsilon)``, float32) is stored, for
+    ``rms_norm_backward(rstd=)`` to read instead of recomputing it (the same value: the same bits, and one
+    reduction less per row there): a raw pointer to ``num_tokens`` float32 or a float32 array of shape
+    (num_tokens,) or (num_tokens, 1), disjoint from every other operand. For rows one stride apart (not
+    with ``weight_stride`` or N-D leading sizes); short rows then run one per block instead of packed
+    (the same tree, the same bits).
+
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
     # The overloads above are its types. Out first on raw pointers is the hot path: positionally, input, weight and
     # eps hold out, input and the weight (_convention says why); every other call is resolved first.
-    if type(input) is int and type(weight) is int and (type(eps) is int or eps is None) and out is UNSET:
+    if rstd is None and type(input) is int and type(weight) is int and (type(eps) is int or eps is None) and (
+            out is UNSET):
         if eps is None:  # no weight: its own kernel (W = void), a null pointer never read
             eps, weight_dtype = 0, check.no_weight(weight_dtype)
         nd = is_nd(num_tokens, input_stride, out_stride, weight_stride)
@@ -229,6 +250,11 @@ def rms_norm(input: Any, weight: Any = UNSET, eps: Any = UNSET, epsilon: Any = U
         assert launched, "the checks above accept what the prepared launch declines"
         return out
     out, input, weight, epsilon = _convention.resolve(_FORM, (input, weight), eps, epsilon, out)
+    if rstd is not None:  # the forward's statistics saved for the backward: rows one stride apart only
+        return _with_rstd(out, input, weight, epsilon, num_tokens, hidden_size, rstd, dtype=dtype,
+                          input_stride=input_stride, out_stride=out_stride, stream=stream, gemma=gemma,
+                          round_once=round_once, pdl=pdl, weight_dtype=weight_dtype, weight_stride=weight_stride,
+                          out_dtype=out_dtype)
     if type(out) is int and type(input) is int and (type(weight) is int or weight is None):  # out first by name
         return rms_norm(out, input, weight, epsilon, num_tokens, hidden_size, dtype=dtype, input_stride=input_stride,
                         out_stride=out_stride, stream=stream, gemma=gemma, round_once=round_once, pdl=pdl,
@@ -256,6 +282,59 @@ def rms_norm(input: Any, weight: Any = UNSET, eps: Any = UNSET, epsilon: Any = U
              gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=weight_dtype, weight_stride=w_stride or None,
              out_dtype=out_dtype)
     return out
+
+
+def _with_rstd(out, input, weight, epsilon, num_tokens, hidden_size, rstd, *, dtype, input_stride, out_stride, stream,
+               gemma, round_once, pdl, weight_dtype, weight_stride, out_dtype) -> OptionalOperand:
+    """rms_norm storing each row's inv_rms in rstd: the rows' arrays read as rms_norm reads them, rstd checked
+    (float32, one per row, disjoint from the rest), then the plain rows' prepared launch."""
+    if weight_stride is not None or type(num_tokens) is tuple or type(input_stride) is tuple:
+        raise ValueError("rstd= is offered for rows one stride apart (num_tokens and int strides), not with "
+                         "weight_stride or N-D leading sizes and strides")
+    if not (type(out) is int and type(input) is int and (type(weight) is int or weight is None)):
+        dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
+                                               rows=[("input", input, input_stride, "input_stride", False),
+                                                     ("out", out, out_stride, "out_stride", True)],
+                                               vectors=[] if weight is None else [("weight", weight)],
+                                               mixed=("weight",), mixed_out="out")
+        if out is None:
+            odt = dt if out_dtype is None else dtypes.get(out_dtype)
+            out = check.allocate_like(input, odt, max(rows, 1), hidden)
+            found["out"] = (out.ptr, hidden, odt)
+        if type(rstd) is not int:
+            rstd = check.float32_per_row("rstd", rstd, rows, "rstd's values", written=True)
+        if rows:
+            (x, x_stride), (o, o_stride, o_dtype) = found["input"], found["out"]
+            w, w_dtype = check.weight_operand(found.get("weight"), weight_dtype)
+            _with_rstd(o, x, w, epsilon, rows, hidden, rstd, dtype=dt, input_stride=x_stride, out_stride=o_stride,
+                       stream=stream, gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=w_dtype,
+                       weight_stride=None, out_dtype=check.out_dtype_operand(o_dtype, out_dtype))
+        return out
+    if weight is None:
+        weight, weight_dtype = 0, check.no_weight(weight_dtype)
+    if type(rstd) is not int:
+        rstd = check.float32_per_row("rstd", rstd, check.sizes(num_tokens, hidden_size)[0], "rstd's values",
+                                     written=True)
+    prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype, None,
+                             out_dtype)
+    if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream, rstd):
+        return out
+    # rstd's checks first (the rest's are _explain's, which reports a missing driver last)
+    rows, hidden = check.sizes(num_tokens, hidden_size)
+    written = check.float32_per_row_pointer("rstd", rstd, rows)
+    dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
+    p = rms_plan.plan_rms_norm(dt, 1, weight_dtype=weight_dtype, out_dtype=out_dtype)
+    x_stride = check.stride_arg("input_stride", input_stride, hidden)
+    o_stride = check.stride_arg("out_stride", out_stride, hidden)
+    for name, ptr, count, stride, itemsize in (("out", out, rows, o_stride, p.out_dtype.itemsize),
+                                               ("input", input, rows, x_stride, dt.itemsize),
+                                               ("weight", weight, 1, hidden, p.weight_itemsize)):
+        if type(ptr) is int and ptr > 0 and itemsize:
+            check.no_partial_overlap(written.op, written.span, check.Operand(name, ptr),
+                                     check.span(ptr, count, stride, hidden, itemsize), may_alias=False)
+    _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl, gemma,
+             weight_dtype, out_dtype)
+    raise AssertionError("unreachable: rms_norm's rstd passed every check the prepared launch makes")
 
 
 def _nd_strides(num_tokens, hidden_size, input_stride, out_stride) -> tuple:

@@ -20,11 +20,12 @@ from torch.autograd.function import once_differentiable
 
 from ... import driver
 from ...torch._layout import (DTYPE_NAMES, as_float32, check_device, check_meta, current_stream, empty_rows_like, mixed,
-                              row_stride, rows_of)
+                              per_head, row_stride, rows_of)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
 from .. import _views
 from ..rms_norm_backward import torch_binding as _backward
+from .._row_plan import FEW_ROWS
 from .op import prepared as _prepared_rms_norm
 from .op import rms_norm as _rms_norm
 
@@ -48,8 +49,9 @@ def launch(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool
     except (AttributeError, IndexError):  # not a tensor, or a 0-d one
         ok = False
     if not ok:
-        if weight is not None and isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and mixed(x, weight):
-            return _launch_mixed(x, weight, eps, gemma, round_once)
+        if (weight is not None and isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
+                and (mixed(x, weight) or per_head(weight))):
+            return _launch_other_weight(x, weight, eps, gemma, round_once)
         _explain(x, weight)
     if x.is_contiguous():
         out, stride = torch.empty_like(x), hidden
@@ -101,24 +103,70 @@ def _out_dtype(x: torch.Tensor, weight: torch.Tensor | None, round_once: bool) -
     return torch.float32 if mixed(x, weight) and not round_once else x.dtype
 
 
-def _launch_mixed(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool, round_once: bool) -> torch.Tensor:
+def _launch_other_weight(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool,
+                         round_once: bool) -> torch.Tensor:
     """rms_norm with a weight of another dtype than x (fp32 master weights beside bf16 activations under
-    autocast): the weight read as float32, the output in _out_dtype."""
-    check_meta(x, {"weight": weight}, mixed_vectors=("weight",))
+    autocast: read as float32, the output in _out_dtype), or one per head ([heads, head_dim] beside x
+    [..., heads, head_dim]: pyrms.rms_norm's weight per outer row, with the heads made the outer dimension)."""
+    check_meta(x, {"weight": weight}, mixed_vectors=("weight",), per_head=("weight",))
     device = check_device({"x": x, "weight": weight})
-    w, out = as_float32(weight), empty_rows_like(x, _out_dtype(x, weight, round_once))
+    if not per_head(weight):
+        return _launch_rows(x, weight, eps, gemma, round_once)[0]
+    w = as_float32(weight) if mixed(x, weight) else weight
+    out = empty_rows_like(x, _out_dtype(x, weight, round_once))
+    if x.numel():
+        heads_first = x.movedim(-2, 0)
+        if not _nd_view(heads_first):  # leading dimensions that do not collapse to three: read from a copy
+            heads_first = x.contiguous().movedim(-2, 0)
+        _rms_norm(out.movedim(-2, 0), heads_first, w, float(eps), stream=current_stream(device), gemma=gemma,
+                  round_once=round_once)
+    return out
+
+
+def _launch_rows(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool, round_once: bool,
+                 save_rstd: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(out, rstd) of rms_norm over x's rows one stride apart (or a contiguous copy's), with a weight [hidden] of
+    x's dtype, of another (read as float32, the output in _out_dtype), or none; the operands already checked.
+    save_rstd: each row's inv_rms also stored into a new float32 [rows] tensor (for the backward to read),
+    where the rows run one per block; None where they would be packed several to a warp (short rows of many
+    tokens, where recomputing costs the backward little)."""
+    mix = mixed(x, weight)
+    w = as_float32(weight) if mix else weight
+    out = empty_rows_like(x, _out_dtype(x, weight, round_once))
+    rstd = None
     if x.numel():
         x, stride = rows_of(x)
         hidden, dtype = x.shape[-1], DTYPE_NAMES[x.dtype]
-        two_byte = x.dtype != torch.float32  # fp32 rows: one dtype all through
-        w_kind = "float32" if two_byte else None
+        rows = x.numel() // hidden
+        two_byte = mix and x.dtype != torch.float32  # fp32 rows: one dtype all through
+        w_kind = "none" if weight is None else "float32" if two_byte else None
         out_kind = "float32" if two_byte and out.dtype == torch.float32 else None
-        args = (out.data_ptr(), x.data_ptr(), w.data_ptr(), float(eps), x.numel() // hidden, current_stream(device))
+        stream = current_stream(x.get_device())
         prepared = _prepared_rms_norm(dtype, hidden, stride, hidden, gemma, round_once, True, w_kind, None, out_kind)
-        if prepared is None or not prepared(*args):
-            _rms_norm(*args[:5], hidden, dtype=dtype, input_stride=stride, out_stride=hidden, stream=args[5],
-                      gemma=gemma, round_once=round_once, weight_dtype=w_kind, out_dtype=out_kind)
-    return out
+        if save_rstd and prepared is not None and (prepared.packed is None or rows <= FEW_ROWS):
+            rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+        args = (out.data_ptr(), x.data_ptr(), 0 if w is None else w.data_ptr(), float(eps), rows, stream)
+        if prepared is None or not prepared(*args, 0 if rstd is None else rstd.data_ptr()):
+            _rms_norm(args[0], args[1], None if w is None else args[2], args[3], rows, hidden, dtype=dtype, input_stride=stride,
+                      out_stride=hidden, stream=stream, gemma=gemma, round_once=round_once, weight_dtype=w_kind,
+                      out_dtype=out_kind, rstd=rstd)
+    return out, rstd
+
+
+def _forward_saving_rstd(x, weight, eps: float, gemma: bool, round_once: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The forward under eager autograd: (out, rstd), rstd each row's inv_rms where _launch_rows stores it (x's
+    rows one stride apart or a copy's, a weight [hidden] of any dtype or none), else None (launch's layouts:
+    N-D views, a weight per head; and anything launch refuses, which it names)."""
+    try:
+        ok = (DTYPE_NAMES.get(x.dtype) is not None and (device := x.get_device()) >= 0
+              and device == driver.selected_device().ordinal and row_stride(x) is not None
+              and (weight is None or (weight.shape == x.shape[-1:] and weight.is_contiguous()
+                                      and weight.get_device() == device and weight.dtype in DTYPE_NAMES)))
+    except (AttributeError, IndexError):  # not tensors, or a 0-d x: launch says which
+        ok = False
+    if not ok or (gemma and weight is None):
+        return launch(x, weight, eps, gemma, round_once), None
+    return _launch_rows(x, weight, eps, gemma, round_once, save_rstd=True)
 
 
 def _explain(x, weight) -> None:
@@ -139,7 +187,7 @@ def rms_norm_op(x: Tensor, weight: Optional[Tensor], eps: float, gemma: bool, ro
 
 @rms_norm_op.register_fake
 def _(x, weight, eps, gemma, round_once):
-    check_meta(x, {"weight": weight}, mixed_vectors=("weight",))
+    check_meta(x, {"weight": weight}, mixed_vectors=("weight",), per_head=("weight",))
     return empty_rows_like(x, _out_dtype(x, weight, round_once))
 
 
@@ -167,14 +215,16 @@ class RmsNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, eps, gemma, round_once):
-        _save_rms_norm(ctx, (x, weight, eps, gemma, round_once), None)
-        return launch(x, weight, eps, gemma, round_once)
+        out, rstd = _forward_saving_rstd(x, weight, eps, gemma, round_once)
+        ctx.save_for_backward(x, weight, rstd)  # rstd: the backward reads it instead of recomputing (same bits)
+        ctx.eps, ctx.gemma = eps, gemma
+        return out
 
     @staticmethod
     @once_differentiable  # pyrms's backward kernels have no backward: a second derivative raises
     def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        grad_input, grad_weight = _backward.launch(grad, x, weight, ctx.eps, ctx.gemma)
+        x, weight, rstd = ctx.saved_tensors
+        grad_input, grad_weight = _backward.launch(grad, x, weight, ctx.eps, ctx.gemma, rstd)
         return grad_input, None if weight is None else grad_weight, None, None, None
 
 
@@ -189,7 +239,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
 
     ``x``: a CUDA tensor [..., hidden] of bfloat16, float16 or float32; ``weight``: [hidden], contiguous
     (an ``nn.Parameter`` is fine), or None for no weight (``round(x * r)``, as
-    ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma). A weight of x's dtype gives an output of
+    ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma), or one weight per head:
+    [heads, head_dim] beside x [..., heads, head_dim] (each head's rows normalized with its weight row; its
+    backward is one backward per head, bitwise what separate calls per head give). A weight of x's dtype gives an output of
     x's dtype. A weight of another dtype (fp32 master weights beside bf16 activations under
     ``torch.autocast``, the mixed-precision set-up of HF Trainer and Megatron) is read as float32 (bf16 and
     fp16 convert exactly), and the output's dtype is the formula's: with the default rounding, float32,

@@ -17,7 +17,9 @@ DW_CHUNK_ROWS = 2048
 
 
 class PyrmsBackward(Impl):
-    """pyrms.rms_norm_backward(grad_input, grad_weight, grad_output, input, weight, eps, num_tokens, hidden)."""
+    """pyrms.rms_norm_backward(grad_input, grad_weight, grad_output, input, weight, eps, num_tokens, hidden,
+    rstd=): with the rows' rstd that the forward saved (rms_norm's rstd=, run per rotation set at setup, not
+    timed), as pyrms.torch's eager autograd runs it and as Liger's backward reads its forward's."""
 
     name = "pyrms"
 
@@ -27,10 +29,18 @@ class PyrmsBackward(Impl):
         self.p, self.w = p, p.weight_tensor()
         self.dx, self.dw, self.dy, self.x = p.tensors("dx"), p.tensors("dw"), p.tensors("dy"), p.tensors("x")
         self.eps, self.stream = ctx.epsilon, ctx.stream
+        self.rstd = [pyrms.Tensor.empty((p.tokens,), "float32") for _ in range(p.sets)]
+        for i in range(p.sets):  # the forward, into dx (which the backward then overwrites)
+            pyrms.rms_norm(self.dx[i], self.x[i], self.w, self.eps, rstd=self.rstd[i], stream=self.stream)
 
     def launch(self, i):
         self.fn(self.dx[i], self.dw[i], self.dy[i], self.x[i], self.w, self.eps, self.p.tokens, self.p.hidden,
-                stream=self.stream)
+                stream=self.stream, rstd=self.rstd[i])
+
+    def close(self):
+        for t in self.rstd:
+            t.close()
+        self.rstd = []
 
     def results(self, i):
         return {"dx": self.p.ptr("dx", i), "dw": self.p.ptr("dw", i)}

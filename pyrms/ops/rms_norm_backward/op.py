@@ -13,7 +13,8 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
                       grad_input_stride: int | None = None, gemma: bool = False,
                       grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
                       rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = True,
-                      weight_dtype: DTypeLike | None = None, grad_output_dtype: DTypeLike | None = None) -> None:
+                      weight_dtype: DTypeLike | None = None, grad_output_dtype: DTypeLike | None = None,
+                      rstd: OptionalOperand = None) -> None:
     """The gradients of the RMSNorm forward ``y = input * r * weight`` for the upstream gradient ``grad_output``:
 
         r = 1 / sqrt(mean(x^2) + epsilon),  x_hat = x * r,  g = weight * dy   (1 + weight with gemma)
@@ -24,7 +25,11 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
     ``weight=None``, ``torch.nn.RMSNorm(elementwise_affine=False)``): g = dy, grad_input only, bitwise what a
     16-byte aligned weight of ones would give; one launch, no sum over rows and no workspace.
 
-    Nothing from the forward is needed: r is recomputed per row. grad_weight is summed over chunks of
+    Nothing from the forward is needed: r is recomputed per row. Or pass the forward's ``rstd`` (``rms_norm``'s
+    ``rstd=`` output: float32, one per row, a raw pointer or a (num_tokens,) or (num_tokens, 1) array), and
+    it is read instead: the forward's r is the one recomputed here (the same tree, for the same epsilon), so
+    the results are the same bits, with one reduction per row less. Any other float32 values are used as
+    given (r of each row), as QuACK's and Apex's backward take them. grad_weight is summed over chunks of
     16 rows, then over chunks, in an order fixed by the row indices alone, so it is bitwise the same
     from run to run and for every ``rows_per_block`` (rows per block of the first kernel: 1 or a
     multiple of 16; by default 1 up to 256 rows, else 16; only the launch shape, for tuning and
@@ -62,4 +67,4 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
                   hidden_size=hidden_size, dtype=dtype, grad_output_stride=grad_output_stride,
                   input_stride=input_stride, grad_input_stride=grad_input_stride, gemma=gemma,
                   grad_weight_dtype=grad_weight_dtype, workspace=workspace, rows_per_block=rows_per_block,
-                  stream=stream, pdl=pdl, weight_dtype=weight_dtype, grad_output_dtype=grad_output_dtype)
+                  stream=stream, pdl=pdl, weight_dtype=weight_dtype, grad_output_dtype=grad_output_dtype, rstd=rstd)

@@ -44,7 +44,8 @@ class Prepared:
     LayerNorm's grad_bias is asked for; weight_dtype, grad_output_dtype: None for the rows' dtype."""
 
     __slots__ = ("device", "plan", "rows_kernel", "staged_kernel", "staged_shared", "sum_kernel", "hidden", "strides",
-                 "rows_per_block", "max_rows", "pointers", "weight_item", "staged_masks", "weightless", "pdl", "placed")
+                 "rows_per_block", "max_rows", "pointers", "rstd_pointers", "weight_item", "staged_masks", "weightless",
+                 "pdl", "placed")
 
     def __init__(self, device, layer_norm, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
                  input_stride, gemma, rows_per_block, weightless, grad_bias, pdl, weight_dtype=None,
@@ -96,14 +97,24 @@ class Prepared:
         pairs = [(i, j, (i, j) in ((0, 1), (0, 2))) for i in written for j in range(len(operands))
                  if j != i and not (j in written and j < i)]
         self.pointers = Pointers(hidden, operands, pairs)
+        # RMSNorm's saved rstd, last: one float32 per row, read, disjoint from what is written.
+        self.rstd_pointers = None if p.centered else Pointers(
+            hidden, [*operands, (4, 1, 1)], [*pairs, *((i, len(operands), False) for i in written)])
         self.placed = _placement.for_device(device)
 
-    def __call__(self, grad_input, grad_output, input, weight, grads, epsilon, num_tokens, stream, workspace) -> bool:
+    def __call__(self, grad_input, grad_output, input, weight, grads, epsilon, num_tokens, stream, workspace,
+                 rstd=0) -> bool:
         """Launch, or return False having launched nothing. weight: 0 when weightless; grads: the parameter
-        gradients' pointers in plane order (grad_weight unless weightless, then grad_bias if asked for)."""
+        gradients' pointers in plane order (grad_weight unless weightless, then grad_bias if asked for); rstd:
+        RMSNorm's saved rstd (float32, one per row), or 0 to recompute it."""
         pointers = (grad_input, grad_output, input, *grads) if self.weightless else (
             grad_input, grad_output, input, weight, *grads)
-        if not (scalars_ok(epsilon, num_tokens, self.max_rows) and self.pointers.ok(pointers, num_tokens)):
+        checked = self.pointers
+        if rstd:
+            checked, pointers = self.rstd_pointers, (*pointers, rstd)
+            if checked is None:  # LayerNorm takes none
+                return False
+        if not (scalars_ok(epsilon, num_tokens, self.max_rows) and checked.ok(pointers, num_tokens)):
             return False
         p, hidden, handle, placed = self.plan, self.hidden, check.stream(stream), self.placed
         if placed is not None and not placed.ok(pointers, handle):
@@ -119,6 +130,7 @@ class Prepared:
         # Where column 0 sits in a workspace row: the weight's phase in the column split (0 without one).
         weight_phase = weight // self.weight_item % p.dtype.vec_elems
         needed = p.workspace_bytes(num_tokens, rows_per_block)  # 0 where nothing is summed: none borrowed
+        saved = () if p.centered else (rstd,)  # RMSNorm's kernels take the rstd pointer (null: recompute)
         borrowed = contextlib.nullcontext(workspace or 0) if workspace or not needed else _workspace.borrowed(
             self.device, handle, needed)
         with borrowed as ws:
@@ -127,13 +139,13 @@ class Prepared:
                 if shared is None:
                     shared = self.staged_shared[rows_per_block] = p.staged_shared_bytes(p.staged_slots(rows_per_block))
                 self.staged_kernel.launch(-(-num_tokens // rows_per_block), p.threads,
-                                          (grad_input, ws, grad_output, input, weight, epsilon, num_tokens, hidden,
+                                          (grad_input, ws, grad_output, input, weight, *saved, epsilon, num_tokens, hidden,
                                            gi_stride, go_stride, x_stride, ws_chunk, rows_per_block, p.ws_stride,
                                            p.stats_fold, p.block, p.stages), handle,
                                           shared, pdl=self.pdl)
             else:
                 self.rows_kernel.launch(-(-num_tokens // rows_per_block), p.block,
-                                        (grad_input, ws, grad_output, input, weight, epsilon, num_tokens, hidden,
+                                        (grad_input, ws, grad_output, input, weight, *saved, epsilon, num_tokens, hidden,
                                          gi_stride, go_stride, x_stride, ws_chunk, rows_per_block, p.ws_stride,
                                          1 if p.shared_bytes else 0, p.stats_fold), handle, p.shared_bytes, pdl=self.pdl)
             for k, grad in enumerate(grads):  # dweight, then dbias from the next plane
@@ -164,17 +176,19 @@ def parameter_gradients(layer_norm: bool, weight, grad_weight, grad_bias, grad_w
 
 def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon,
                   num_tokens, hidden_size, dtype, grad_output_stride, input_stride, grad_input_stride, gemma,
-                  grad_weight_dtype, workspace, rows_per_block, stream, pdl, weight_dtype=None, grad_output_dtype=None):
+                  grad_weight_dtype, workspace, rows_per_block, stream, pdl, weight_dtype=None, grad_output_dtype=None,
+                  rstd=None):
     params = parameter_gradients(layer_norm, weight, grad_weight, grad_bias, grad_weight_dtype)
     grads = tuple(params.values())
     if (type(grad_input) is int and type(grad_output) is int and type(input) is int
-            and (weight is None or type(weight) is int) and all(type(g) is int for g in grads) and workspace is None):
+            and (weight is None or type(weight) is int) and all(type(g) is int for g in grads) and workspace is None
+            and (rstd is None or (type(rstd) is int and rstd > 0))):
         static = (layer_norm, dtype, grad_weight_dtype, hidden_size, grad_input_stride, grad_output_stride,
                   input_stride, gemma, rows_per_block, weight is None, "grad_bias" in params, pdl, weight_dtype,
                   grad_output_dtype)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(grad_input, grad_output, input, weight or 0, grads, epsilon, num_tokens,
-                                             stream, None):
+                                             stream, None, rstd or 0):
             return
     rows_or_vectors = (grad_input, grad_output, input, *(() if weight is None else (weight,)))
     if not all(isinstance(v, int) for v in rows_or_vectors):  # arrays: read once, then the raw-pointer path
@@ -193,18 +207,22 @@ def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output
             weight, _, w_dtype = found["weight"]
             weight_dtype = check.dtype_operand("weight", w_dtype, weight_dtype)
         dtype = dt
+    if rstd is not None and type(rstd) is not int:
+        rstd = check.float32_per_row("rstd", rstd, check.sizes(num_tokens, hidden_size)[0], "a saved rstd's values",
+                                     written=False)
     _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
-             stream, pdl, weight_dtype, grad_output_dtype)
+             stream, pdl, weight_dtype, grad_output_dtype, rstd)
 
 
 def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
-             stream, pdl, weight_dtype, grad_output_dtype):
-    """Every check with its message (the rows and the weight are raw pointers by now; the parameter
+             stream, pdl, weight_dtype, grad_output_dtype, rstd):
+    """Every check with its message (the rows, the weight and rstd are raw pointers by now; the parameter
     gradients, by name, may still be arrays), then the prepared launch on the pointers."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
+    saved = None if rstd is None else check.float32_per_row_pointer("rstd", rstd, num_tokens)
     eps = check.epsilon(epsilon)
     weightless = weight is None
     if weightless:
@@ -237,17 +255,20 @@ def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon
     per_call = rows_per_block_arg(rows_per_block, p.chunk_rows)
     own = None if workspace is None else check.workspace(workspace, p.workspace_bytes(num_tokens, per_call))
     check.disjoint([r["grad_input"], *(r[name] for name in params)],
-                   [r["grad_output"], r["input"], *(() if weightless else (r["weight"],)), *([own] if own else [])],
+                   [r["grad_output"], r["input"], *(() if weightless else (r["weight"],)), *([own] if own else []),
+                    *([saved] if saved else [])],
                    in_place={("grad_input", "grad_output"), ("grad_input", "input")})
     device = driver.selected_device()
     check.same_device([region.op for region in r.values()], device.ordinal)
-    pointers = {name: region.ptr for name, region in r.items()}
+    pointers = {name: region.ptr for name, region in r.items()} | ({"rstd": saved.ptr} if saved else {})
     _placement.check(device, {**pointers, "workspace": own.ptr} if own else pointers, stream)
     prepared = _prepared.require(layer_norm, dt, pdt, hidden, *strides, gemma, rows_per_block, weightless, grad_bias,
                                  pdl, _float32(p.fp32_weight), _float32(p.fp32_grad_output))
     launched = prepared(r["grad_input"].ptr, r["grad_output"].ptr, r["input"].ptr, 0 if weightless else r["weight"].ptr,
-                        tuple(r[name].ptr for name in params), eps, num_tokens, stream, own.ptr if own else None)
+                        tuple(r[name].ptr for name in params), eps, num_tokens, stream, own.ptr if own else None,
+                        saved.ptr if saved else 0)
     assert launched, "the checks above accept what the prepared launch declines"
+
 
 
 def _float32(flag: bool) -> str | None:

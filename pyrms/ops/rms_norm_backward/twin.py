@@ -65,7 +65,7 @@ def sum_partials_twin(partials):
 
 
 def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weight_phase=0, chunk_rows,
-                       layer_norm=False, gemma=False, grad_dtype=None):
+                       layer_norm=False, gemma=False, grad_dtype=None, rstd=None):
     """Bit-exact twin of rms_norm_backward.cu / layer_norm_backward_kernel and sum_partials_kernel.
 
     Returns (dx, dweight) for RMSNorm, (dx, dweight, dbias) for LayerNorm; dx in the storage dtype,
@@ -80,7 +80,12 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
     weight None: no weight (the kernels' W = void): g = dy, no dweight, so (dx,) for RMSNorm and (dx,
     dbias) for LayerNorm; the row sums are split as at a 16-byte aligned weight (weight_phase 0, the
     only one allowed), so dx equals a weighted backward's with an aligned weight of ones, bit for bit.
+
+    rstd: RMSNorm's saved inv_rms per row (float32), used instead of the statistics (fold and x_phases
+    then change nothing).
     """
+    if rstd is not None and layer_norm:
+        raise ValueError("rstd is RMSNorm's saved statistic; LayerNorm's backward recomputes its own")
     if weight is None and (gemma or weight_phase):
         raise ValueError(f"weight=None splits its columns at phase 0 and has no gemma; got weight_phase={weight_phase}, "
                          f"gemma={gemma}")
@@ -91,7 +96,10 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
     wf = F32(1.0) if weight is None else np.asarray(weight).astype(F32)
     if gemma:
         wf = F32(1.0) + wf
-    mean, inv = row_stats_twin(xf, epsilon, fold, x_phases, dt.vec_elems, centered=layer_norm)
+    if rstd is None:
+        mean, inv = row_stats_twin(xf, epsilon, fold, x_phases, dt.vec_elems, centered=layer_norm)
+    else:
+        mean, inv = np.zeros(x.shape[0], F32), np.asarray(rstd, dtype=F32).reshape(x.shape[0])
     with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN rows propagate as on the GPU
         x_hat = ((xf - mean[:, None]) if layer_norm else xf) * inv[:, None]
         g = wf * dyf

@@ -36,15 +36,7 @@ def scalar_array(name: str, value) -> int:
 
 def token_scales(value, num_tokens: int) -> int:
     """The pointer of per-token scales: num_tokens contiguous float32, shape (num_tokens,) or (num_tokens, 1)."""
-    view = _float32("scale", value, written=True)
-    if view.shape not in ((num_tokens,), (num_tokens, 1)):
-        raise ValueError(f"scale has shape {view.shape}; per-token scales are ({num_tokens},) or ({num_tokens}, 1) "
-                         f"float32 (num_tokens)")
-    if num_tokens > 1 and view.strides[0] != 1:
-        raise ValueError(f"scale has strides {view.strides} (elements); per-token scales must be contiguous "
-                         f"(stride 1 between tokens)")
-    check.arrays_on_device({"scale": view})
-    return view.ptr
+    return check.float32_per_row("scale", value, num_tokens, "per-token scales", written=True)
 
 
 def group_scale_array(value, num_tokens: int, groups: int, column_major: bool, scale_stride) -> tuple[int, object]:
@@ -80,9 +72,4 @@ def group_scale_array(value, num_tokens: int, groups: int, column_major: bool, s
 def _float32(name: str, value, written: bool) -> _adapter.View:
     """A non-null float32 array operand of a quantizing op (its scales); its device is checked by the caller,
     last, so that a missing driver is reported after bad arguments."""
-    view = _adapter.read(name, value, None, written=written)
-    if view.dtype is not dtypes.FLOAT32:
-        raise ValueError(f"{name} has dtype {view.dtype.name}; scales are float32")
-    if view.ptr == 0:
-        raise ValueError(f"{name} has a null data pointer")
-    return view
+    return check.float32_array(name, value, "scales", written=written)

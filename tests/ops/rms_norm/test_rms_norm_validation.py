@@ -62,6 +62,11 @@ BAD = [
     (dict(weight=A + 64), ValueError, "out and weight overlap; they must be disjoint"),
     (dict(stream="default"), TypeError, "stream must be a pyrms Stream, a raw CUstream handle (int)"),
     (dict(stream=-1), ValueError, "stream handle must be >= 0 and below 2**64, got -1"),
+    (dict(rstd=0), ValueError, "rstd must be a non-null, 4-byte aligned device pointer to num_tokens float32"),
+    (dict(rstd=W + 2), ValueError, f"4-byte aligned device pointer to num_tokens float32 (or such an array), got {W + 2}"),
+    (dict(rstd=A + 64), ValueError, "rstd and out overlap; they must be disjoint"),
+    (dict(rstd=W + 124), ValueError, "rstd and weight overlap; they must be disjoint"),
+    (dict(rstd=W + 128, weight_stride=64), ValueError, "rstd= is offered for rows one stride apart"),
 ]
 
 
@@ -82,6 +87,9 @@ ARRAY_BAD = [
     (dict(input=FakeArray(B, (4, 64)), dtype="bfloat16"), "input has dtype float16, but the dtype is bfloat16"),
     (dict(input=FakeArray(B, (4, 64), strides=(256, 2)), input_stride=100), "input_stride=100 disagrees with input's row stride 128"),
     (dict(input=FakeArray(B, (4, 64), typestr="<i2")), "input has 2-byte storage (typestr '<i2') without a float type: pass dtype='bfloat16'"),
+    (dict(input=FakeArray(B, (4, 64)), rstd=FakeArray(4 << 20, (4,))), "rstd has dtype float16; rstd's values are float32"),
+    (dict(input=FakeArray(B, (4, 64)), rstd=FakeArray(4 << 20, (2, 2), "<f4")),
+     "rstd has shape (2, 2); rstd's values are (4,) or (4, 1) float32 (num_tokens)"),
 ]
 
 
@@ -110,6 +118,7 @@ def test_a_closed_tensor_is_refused():
     dict(epsilon=0),                                # an int epsilon is a valid value
     dict(input=Tensor(B, (4, 64), "bfloat16"), out=Tensor(A, (4, 64), "bfloat16"), weight=Tensor(W, (64,), "bfloat16")),
     dict(input=FakeArray(B, (4, 64), typestr="<i2"), dtype="bfloat16"),  # PyTorch bf16 as int16 views
+    dict(rstd=W + 128),                             # each row's inv_rms stored there
 ])
 def test_valid_arguments_reach_the_driver(overrides):
     with pytest.raises(pyrms.NoDriverError, match="^no CUDA driver found"):
