@@ -34,7 +34,8 @@ from ._process import (DeviceLike, _selected, current_device, device_count, driv
 from ._stream import CudaStreamProtocol, HasCudaStream, Stream, StreamLike, stream_device, stream_handle
 
 __all__ = [
-    "CudaStreamProtocol", "Device", "DeviceBuffer", "DeviceLike", "HasCudaStream", "StreamLike", "Event", "Graph", "MemoryPool", "PinnedBuffer", "Stream",
+    "Device", "DeviceBuffer", "Event", "Graph", "MemoryPool", "PinnedBuffer", "Stream",
+    "CudaStreamProtocol", "DeviceLike", "HasCudaStream", "StreamLike",  # argument types, for annotations
     "capture", "current_device", "device_count", "driver_version", "get_device", "image_kernel", "image_load",
     "launch_kernel", "memcpy_dtod", "memcpy_dtoh", "memcpy_htod", "memset_d8", "pdl_config",
     "pointer_device", "process_state", "raw_launch", "resolve_device", "selected_device", "set_device",

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import driver, dtypes
-from .._types import DTypeLike
 from ..tensor import Tensor, contiguous_strides
 from . import _adapter, _views
 
@@ -617,7 +616,7 @@ def no_weight(weight_dtype) -> str:
     return "none"
 
 
-def weight_operand(found, weight_dtype) -> tuple[int | None, DTypeLike | None]:
+def weight_operand(found, weight_dtype) -> tuple[int | None, dtypes.DTypeLike | None]:
     """(pointer, weight_dtype) of the raw-pointer call from check.arrays' entry for a `mixed` weight
     (None: weight=None). An array's dtype is the weight's, and must agree with a weight_dtype given."""
     if found is None:

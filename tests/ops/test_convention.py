@@ -77,7 +77,8 @@ def test_layer_norm_input_first_launches_what_out_first_launches(arrays):
     fake.kernel_params = EveryKernel(LAYER_NORM_ARGS)
     result, expected = launched(fake, lambda: pyrms.layer_norm(y, x, w, b, 1e-3))
     assert result is y and expected.args[:5] == (y.ptr, x.ptr, w.ptr, b.ptr, f32(1e-3))
-    for call in (lambda: pyrms.layer_norm(x, w, b, 1e-3, out=y), lambda: pyrms.layer_norm(x, w, bias=b, eps=1e-3, out=y),
+    for call in (lambda: pyrms.layer_norm(x, w, b, 1e-3, out=y),
+                 lambda: pyrms.layer_norm(x, w, bias=b, eps=1e-3, out=y),
                  lambda: pyrms.layer_norm(out=y, input=x, weight=w, bias=b, epsilon=1e-3)):
         result, launch = launched(fake, call)
         assert result is y and launch == expected
@@ -129,7 +130,8 @@ WRONG = [  # (call of x, w, b, y, what the message says before the calls)
     (lambda x, w, b, y: pyrms.rms_norm(x.ptr, w.ptr, eps=1e-5, num_tokens=ROWS, hidden_size=HIDDEN),
      f"input, weight {POINTERS_FIRST}"),
     (lambda x, w, b, y: pyrms.rms_norm(x.ptr, w.ptr, 1e-5, out=y.ptr), f"out, input, weight {POINTERS_FIRST}"),
-    (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN, out=y), OUT_BESIDE_POSITIONAL.format("")),
+    (lambda x, w, b, y: pyrms.rms_norm(y.ptr, x.ptr, w.ptr, 1e-5, ROWS, HIDDEN, out=y),
+     OUT_BESIDE_POSITIONAL.format("")),
     (lambda x, w, b, y: pyrms.layer_norm(x, w, eps=1e-5, epsilon=1e-5), NOT_AN_OPERAND.format('bias')),
     (lambda x, w, b, y: pyrms.layer_norm(y, x, w, b, 1e-5, out=y), OUT_BESIDE_POSITIONAL.format(", bias=")),
     (lambda x, w, b, y: pyrms.layer_norm(y, x, w, epsilon=1e-5), "bias missing before epsilon"),

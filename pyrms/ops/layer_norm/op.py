@@ -75,7 +75,8 @@ def layer_norm(input: Array, weight: Array | None, bias: Array | None = None, ep
 def layer_norm(out: None, input: Array, weight: Operand | None, bias: Operand | None, /, epsilon: float,
                num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
                input_stride: int | None = None, out_stride: int | None = None, stream: StreamLike = None,
-               pdl: bool = True, weight_dtype: DTypeLike | None = None, out_dtype: DTypeLike | None = None) -> Tensor: ...
+               pdl: bool = True, weight_dtype: DTypeLike | None = None,
+               out_dtype: DTypeLike | None = None) -> Tensor: ...
 @overload
 def layer_norm(out: OperandT, input: Operand, weight: Operand | None, bias: Operand | None, /, epsilon: float,
                num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
