@@ -1,5 +1,5 @@
 """The public API's types: every name pyrms exports is fully annotated, and ``mypy --strict`` passes on code that
-uses it as users write it (tests/typing/usage.py, each call form's exact result type) and on the README's python
+uses it as users write it (tests/typecheck/usage.py, each call form's exact result type) and on the README's python
 examples, with the package checked as pyproject's [tool.mypy] says."""
 import importlib.util
 import inspect
@@ -49,6 +49,6 @@ def test_mypy_strict_passes_on_the_public_api_and_the_readme_examples(tmp_path):
         examples[-1].write_text(code)
     assert len(examples) >= 2  # Using it, and Quantized outputs, at least
     done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--config-file", str(ROOT / "pyproject.toml"),
-                           "pyrms/__init__.py", "tests/typing/usage.py", *map(str, examples)],
+                           "pyrms/__init__.py", "tests/typecheck/usage.py", *map(str, examples)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
