@@ -461,7 +461,8 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
     sums = ("grad_weight",) * weighted + ("grad_bias",) * layer_norm
     params = tuple(name for name in sums if name != "grad_bias" or grad_bias)
     names = ("grad_output", "input") if in_place else ("grad_output", "input", "grad_input")
-    ops = _allocate(rng, dt, rows, hidden, names, offsets, strides, vectors=("weight",) * weighted + params,
+    rows_offsets = {k: v for k, v in (offsets or {}).items() if k != "rstd"} or None  # rstd's is its own, below
+    ops = _allocate(rng, dt, rows, hidden, names, rows_offsets, strides, vectors=("weight",) * weighted + params,
                     outputs=("grad_input", *params), out_dtype=p.grad_dtype, dtypes_of=own_dtypes)
     dy, x, w = ops["grad_output"], ops["input"], ops.get("weight")
     if weight == "ones":

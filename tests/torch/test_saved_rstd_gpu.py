@@ -1,5 +1,5 @@
 """pyrms.torch.rms_norm's eager autograd saves each row's rstd from the forward (where its rows run one per
-block) and its backward reads it: the saved values are the forward's inv_rms, and the gradients are bitwise
+block: not for rows of a 32-thread fold past the few-row threshold, which run packed) and its backward reads it: the saved values are the forward's inv_rms, and the gradients are bitwise
 those of the custom op's autograd, which recomputes them."""
 
 import pytest
@@ -24,7 +24,7 @@ def same_bits(a, b, what):
 
 CASES = {  # name -> (x dtype, weight dtype or None, shape, keywords)
     "bf16": (BF16, BF16, (4, 33, 4096), {}),
-    "fp16 gemma": (FP16, FP16, (300, 769), {"gemma": True, "round_once": True}),
+    "fp16 gemma": (FP16, FP16, (300, 2048), {"gemma": True, "round_once": True}),
     "fp32": (FP32, FP32, (2, 5120), {}),
     "bf16 fp32 weight": (BF16, FP32, (1000, 5120), {}),
     "no weight": (BF16, None, (17, 8192), {}),
