@@ -1,7 +1,14 @@
 """pyrms: the RMSNorm family of CUDA kernels, compiled by NVRTC and launched through the driver API.
 
     import pyrms
-    pyrms.rms_norm(out, input, weight, 1e-6, num_tokens, hidden_size)   # raw pointers or arrays
+    y = pyrms.rms_norm(x, weight, eps=1e-6)                              # arrays: input first, y returned
+    pyrms.rms_norm(x, weight, 1e-6, out=y)                               # ... into y
+    pyrms.rms_norm(out, input, weight, 1e-6, num_tokens, hidden_size)   # raw pointers: out first (vLLM's order)
+
+Arrays (pyrms.Tensor, or anything with __cuda_array_interface__ or DLPack) go input first, as FlashInfer, QuACK
+and torch.nn.functional call norms; raw device pointers go out first with epsilon and the sizes, vLLM's order,
+which arrays may use too. rms_norm and layer_norm take both (a call without its epsilon is input first); the rest
+keep vLLM's order.
 
 and the rest of the family: fused_add_rms_norm, rms_norm_backward, layer_norm, layer_norm_backward, and the
 quantizing rms_norm_quant and fused_add_rms_norm_quant (fp8/int8 outputs), and static_quant (vLLM's

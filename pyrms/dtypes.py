@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Union
 
 import ml_dtypes
 import numpy as np
@@ -142,6 +143,9 @@ INT8 = QuantDType("int8", np.dtype(np.int8), "signed char", np.float32(127.0), n
                   np.float32(np.finfo(np.float32).eps))
 
 QUANTIZED = (FLOAT8_E4M3FN, FLOAT8_E5M2, INT8)
+
+# A dtype argument: a name or alias, a numpy dtype or scalar type, a DType, or a QuantDType for a quantized output.
+DTypeLike = Union[str, DType, QuantDType, np.dtype, type]
 
 
 def quantized(dtype) -> QuantDType:

@@ -18,10 +18,18 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Sequence
+from typing import Any, Protocol, SupportsIndex, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from . import dlpack, driver, dtypes, errors
+from .driver import DeviceLike
+from .dtypes import DTypeLike
+
+# A shape or strides: one int, or a sequence of ints (Python's or numpy's).
+ShapeLike = Union[SupportsIndex, Sequence[SupportsIndex]]
 
 _TYPESTR = {"float16": "<f2", "float32": "<f4"}  # bfloat16 has none (the module docstring says why)
 _RAW_2BYTE = ("i2", "u2", "V2")  # typestrs (after the byte-order character) readable as bfloat16
@@ -57,6 +65,13 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+class CudaArray(Protocol):
+    """Anything exporting ``__cuda_array_interface__`` (version 3)."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+
 class Tensor:
     """Device memory at ``ptr`` (bytes) holding ``shape`` elements of ``dtype`` at ``strides``
     (elements, >= 0; default C-contiguous). ``device`` is the owning device's ordinal, or None when
@@ -64,7 +79,8 @@ class Tensor:
     tensor (a DeviceBuffer for tensors pyrms allocated, the exporting object for imported ones).
     """
 
-    def __init__(self, ptr: int, shape, dtype, strides=None, device: int | None = None, owner=None):
+    def __init__(self, ptr: int, shape: ShapeLike, dtype: DTypeLike, strides: ShapeLike | None = None,
+                 device: DeviceLike = None, owner: Any = None) -> None:
         ptr = _int(ptr, "ptr")
         if not 0 <= ptr < 2**64:
             raise ValueError(f"ptr must be in [0, 2**64), got {ptr}")
@@ -84,7 +100,7 @@ class Tensor:
     # -- construction ---------------------------------------------------------------------------
 
     @classmethod
-    def empty(cls, shape, dtype, device=None) -> "Tensor":
+    def empty(cls, shape: ShapeLike, dtype: DTypeLike, device: DeviceLike = None) -> Tensor:
         """A new C-contiguous tensor in device memory (uninitialised); close() frees it."""
         shape, dt = _dims(shape, "shape"), dtypes.get(dtype)
         dev = driver.resolve_device(device)
@@ -97,7 +113,7 @@ class Tensor:
         return tensor
 
     @classmethod
-    def from_numpy(cls, array, device=None) -> "Tensor":
+    def from_numpy(cls, array: npt.ArrayLike, device: DeviceLike = None) -> Tensor:
         """A device copy of a numpy array (float16, float32, or ml_dtypes.bfloat16)."""
         array = np.asarray(array)
         tensor = cls.empty(array.shape, dtypes.get(array.dtype), device)
@@ -105,7 +121,7 @@ class Tensor:
         return tensor
 
     @classmethod
-    def from_cuda_array(cls, obj, dtype=None) -> "Tensor":
+    def from_cuda_array(cls, obj: CudaArray, dtype: DTypeLike | None = None) -> Tensor:
         """A Tensor over the memory of any object exposing ``__cuda_array_interface__``, which it
         keeps alive. Raw 2-byte typestrs ('<i2', '<u2', '<V2') need ``dtype='bfloat16'``. The device
         comes from the driver; without a driver (or for memory it does not know) it is None.
@@ -179,7 +195,7 @@ class Tensor:
             raise ValueError(f"nbytes must be > 0, got {nbytes}")
         return self._ptr % nbytes == 0
 
-    def view(self, offset: int = 0, shape=None, strides=None) -> "Tensor":
+    def view(self, offset: int = 0, shape: ShapeLike | None = None, strides: ShapeLike | None = None) -> Tensor:
         """A view starting ``offset`` ELEMENTS past this tensor's base (any offset, so any
         misalignment), with ``shape`` (default: this one's) and ``strides`` (default: this one's
         when the shape is kept, else C-contiguous). It must lie within this tensor's span."""
@@ -204,7 +220,7 @@ class Tensor:
         return self.view(offset, (num_rows, hidden), (row_stride, 1))
 
     @property
-    def __cuda_array_interface__(self) -> dict:
+    def __cuda_array_interface__(self) -> dict[str, Any]:
         """CAI version 3, for float16 and float32. AttributeError for bfloat16, which the interface
         cannot name (see the module docstring): ``hasattr`` is False, and consumers go to DLPack."""
         typestr = _TYPESTR.get(self.dtype.name)
@@ -270,7 +286,7 @@ class Tensor:
         byte_strides = tuple(s * self.dtype.itemsize for s in self.strides)
         return np.lib.stride_tricks.as_strided(host, self.shape, byte_strides).copy(order="C")
 
-    def copy_from_numpy(self, array) -> None:
+    def copy_from_numpy(self, array: npt.ArrayLike) -> None:
         """Overwrite a contiguous tensor with a host array of the same shape and dtype."""
         array = np.asarray(array)
         if not self.is_contiguous:
@@ -300,10 +316,10 @@ class Tensor:
         if self._owns_buffer:
             self.owner.close()
 
-    def __enter__(self) -> "Tensor":
+    def __enter__(self) -> Tensor:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

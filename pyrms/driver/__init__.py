@@ -29,12 +29,13 @@ from ._launcher import launch_kernel, pdl_config, raw_launch
 from ._memory import DeviceBuffer, MemoryPool, PinnedBuffer, pointer_device
 from ._module import image_kernel, image_load, set_max_dynamic_shared
 from ._owned import _Owned
-from ._process import (_selected, current_device, device_count, driver_version, get_device, process_state,
+from ._process import (DeviceLike, _selected, current_device, device_count, driver_version, get_device, process_state,
                        resolve_device, selected_device, set_device, synchronize, unavailable_reason)
-from ._stream import Stream, stream_device, stream_handle
+from ._stream import CudaStreamProtocol, HasCudaStream, Stream, StreamLike, stream_device, stream_handle
 
 __all__ = [
     "Device", "DeviceBuffer", "Event", "Graph", "MemoryPool", "PinnedBuffer", "Stream",
+    "CudaStreamProtocol", "DeviceLike", "HasCudaStream", "StreamLike",  # argument types, for annotations
     "capture", "current_device", "device_count", "driver_version", "get_device", "image_kernel", "image_load",
     "launch_kernel", "memcpy_dtod", "memcpy_dtoh", "memcpy_htod", "memset_d8", "pdl_config",
     "pointer_device", "process_state", "raw_launch", "resolve_device", "selected_device", "set_device",

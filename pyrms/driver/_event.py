@@ -5,14 +5,14 @@ from cuda.bindings import driver as _cu
 
 from ..errors import check
 from ._owned import _Owned
-from ._process import resolve_device
-from ._stream import stream_arg
+from ._process import DeviceLike, resolve_device
+from ._stream import StreamLike, stream_arg
 
 
 class Event(_Owned):
     """A CUDA event; ``timing=False`` makes recording cheaper but elapsed_ms impossible."""
 
-    def __init__(self, timing: bool = True, device=None):
+    def __init__(self, timing: bool = True, device: DeviceLike = None) -> None:
         device = resolve_device(device)
         flags = _cu.CUevent_flags.CU_EVENT_DEFAULT if timing else _cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
         self.timing = bool(timing)
@@ -24,7 +24,7 @@ class Event(_Owned):
             raise ValueError("event is closed")
         return self._event
 
-    def record(self, stream=None) -> None:
+    def record(self, stream: StreamLike = None) -> None:
         """Record on ``stream`` (see stream_handle; None: the legacy default stream)."""
         event = self._live()
         self.device.make_current()  # a NULL stream means the current context's: it must be the event's

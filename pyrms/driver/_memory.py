@@ -7,13 +7,14 @@ import ctypes
 import operator
 
 import numpy as np
+import numpy.typing as npt
 from cuda.bindings import driver as _cu
 
 from .. import errors
 from ..errors import check
 from ._device import Device
 from ._owned import _Owned
-from ._process import ensure_context, resolve_device
+from ._process import DeviceLike, ensure_context, resolve_device
 from ._stream import stream_arg
 
 
@@ -32,7 +33,7 @@ def _nbytes(value) -> int:
 class DeviceBuffer(_Owned):
     """``nbytes`` of device memory (cuMemAlloc) in ``device``'s primary context."""
 
-    def __init__(self, nbytes: int, device=None):
+    def __init__(self, nbytes: int, device: DeviceLike = None) -> None:
         nbytes = _nbytes(nbytes)
         device = resolve_device(device)
         try:
@@ -66,7 +67,7 @@ class MemoryPool(_Owned):
 
     _ATTR = _cu.CUmemPool_attribute
 
-    def __init__(self, device=None, keep_bytes: int = 0):
+    def __init__(self, device: DeviceLike = None, keep_bytes: int = 0) -> None:
         device = resolve_device(device)
         device.make_current()
         props = _cu.CUmemPoolProps()
@@ -133,7 +134,7 @@ def _out_of_memory(exc: errors.OutOfMemoryError, nbytes: int, device: Device) ->
 class PinnedBuffer(_Owned):
     """``nbytes`` of page-locked host memory (cuMemHostAlloc, portable to every context)."""
 
-    def __init__(self, nbytes: int, device=None):
+    def __init__(self, nbytes: int, device: DeviceLike = None) -> None:
         nbytes = _nbytes(nbytes)
         device = resolve_device(device)
         self._ptr = int(check(_cu.cuMemHostAlloc(nbytes, _cu.CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc"))
@@ -146,7 +147,7 @@ class PinnedBuffer(_Owned):
             raise ValueError("buffer is closed")
         return self._ptr
 
-    def numpy(self, dtype, count: int | None = None) -> np.ndarray:
+    def numpy(self, dtype: npt.DTypeLike, count: int | None = None) -> np.ndarray:
         """A numpy view of the first ``count`` elements (default: as many as fit). The view keeps
         this buffer alive, but close() frees the memory under it: do not use it after close()."""
         dtype = np.dtype(dtype)

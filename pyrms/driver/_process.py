@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import operator
 import threading
+from typing import Union
 
 from cuda.bindings import driver as _cu
 
 from .. import errors
 from ..errors import check
 from ._device import Device
+
+# A device argument: an ordinal, a Device, or None for the calling thread's (resolve_device).
+DeviceLike = Union[int, Device, None]
 
 _init_lock = threading.Lock()
 _devices_lock = threading.Lock()
@@ -159,7 +163,7 @@ def current_device() -> Device:
     return device
 
 
-def resolve_device(device=None) -> Device:
+def resolve_device(device: DeviceLike = None) -> Device:
     """A Device from None (the current one), an ordinal or a Device; made current."""
     if device is None:
         return current_device()

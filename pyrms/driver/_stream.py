@@ -3,18 +3,33 @@ reading of every kind of stream argument pyrms accepts (a pyrms Stream, a raw ha
 ``.cuda_stream``, cuda.core's ``__cuda_stream__``, None for the legacy default stream)."""
 from __future__ import annotations
 
+from typing import Protocol, Union
+
 from cuda.bindings import driver as _cu
 
 from ..errors import check
 from ._device import Device
 from ._owned import _Owned
-from ._process import ensure_init, get_device, resolve_device
+from ._process import DeviceLike, ensure_init, get_device, resolve_device
+
+
+class HasCudaStream(Protocol):
+    """torch.cuda.Stream and the like: the raw handle as ``.cuda_stream``."""
+
+    @property
+    def cuda_stream(self) -> int: ...
+
+
+class CudaStreamProtocol(Protocol):
+    """cuda.core's stream protocol: ``__cuda_stream__()`` returns (version, handle)."""
+
+    def __cuda_stream__(self) -> tuple[int, int]: ...
 
 
 class Stream(_Owned):
     """A CUDA stream: created here (and destroyed by close()) or wrapped from a raw handle."""
 
-    def __init__(self, device=None, non_blocking: bool = False):
+    def __init__(self, device: DeviceLike = None, non_blocking: bool = False) -> None:
         device = resolve_device(device)
         flags = (_cu.CUstream_flags.CU_STREAM_NON_BLOCKING if non_blocking
                  else _cu.CUstream_flags.CU_STREAM_DEFAULT)
@@ -22,7 +37,7 @@ class Stream(_Owned):
         self._own(device, [(_cu.cuStreamDestroy, self._stream, "cuStreamDestroy")])
 
     @classmethod
-    def wrap(cls, handle: int, device=None) -> "Stream":
+    def wrap(cls, handle: int, device: DeviceLike = None) -> "Stream":
         """A Stream around a raw CUstream handle that someone else owns: never destroyed here.
         ``device`` (ordinal or Device) is recorded if given; None means unknown, and then no
         driver call is made."""
@@ -54,6 +69,10 @@ class Stream(_Owned):
     def __repr__(self) -> str:
         state = "closed" if self._closed else hex(int(self._stream))
         return f"<pyrms Stream {state}>"
+
+
+# Every kind of stream argument stream_arg reads (pyrms._types names it for the public API).
+StreamLike = Union[None, int, Stream, HasCudaStream, CudaStreamProtocol]
 
 
 def stream_handle(stream) -> int:

@@ -12,6 +12,7 @@ import math
 import numbers
 import operator
 from dataclasses import dataclass
+from typing import Any
 
 from .. import driver, dtypes
 from ..tensor import Tensor, contiguous_strides
@@ -346,7 +347,7 @@ def _out_dtype_entry(name: str, mixed_out: str | None, views: dict, mixed: tuple
 
 def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
            mixed: tuple[str, ...] = (), nd: bool = False,
-           mixed_out: str | None = None) -> tuple[dtypes.DType, int, int, dict]:
+           mixed_out: str | None = None) -> tuple[dtypes.DType, Any, int, dict]:
     """The array (or raw pointer) operands of one call, read and checked against each other.
 
     rows: (name, value, stride argument, its name, written) for [..., hidden] operands; vectors:
@@ -361,7 +362,7 @@ def arrays(dtype, num_tokens, hidden_size, rows: list, vectors: list,
     `nd`: the op takes N-D layouts (OpSpec entries with an ``_nd`` entry point): where a row array's leading dimensions do not collapse to
     one stride, or the first `mixed` vector is a [rows' first dimension, hidden] weight per outer row,
     rows is a tuple of leading sizes, each row operand's stride a tuple (_nd_arrays), and the weight's
-    entry (pointer, hidden, dtype, weight_stride); rows is 0 for an empty batch.
+    entry (pointer, hidden, dtype, weight_stride); rows is 0 for an empty batch (Any: an int without `nd`).
     """
     hint = None if dtype is None else dtypes.get(dtype)
     views, raw = {}, {}
@@ -615,7 +616,7 @@ def no_weight(weight_dtype) -> str:
     return "none"
 
 
-def weight_operand(found, weight_dtype) -> tuple[int | None, object]:
+def weight_operand(found, weight_dtype) -> tuple[int | None, dtypes.DTypeLike | None]:
     """(pointer, weight_dtype) of the raw-pointer call from check.arrays' entry for a `mixed` weight
     (None: weight=None). An array's dtype is the weight's, and must agree with a weight_dtype given."""
     if found is None:

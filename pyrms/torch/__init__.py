@@ -26,8 +26,14 @@ except ImportError as exc:
     raise ImportError("pyrms.torch needs PyTorch: pip install torch") from exc
 
 import importlib as _importlib
+from typing import TYPE_CHECKING, Any
 
 from ..ops import registry as _registry
+
+if TYPE_CHECKING:
+    # The bindings' names are added at import (_bindings, from the registry): a type checker cannot list them,
+    # so it takes each as Any rather than reporting it missing.
+    def __getattr__(name: str) -> Any: ...
 
 
 def _bindings() -> list[str]:

@@ -119,7 +119,8 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperan
             return out
         _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, stream,
                  pdl, gemma, weight_dtype, sum_precision, residual_dtype, out, out_dtype, out_stride)
-        launched = _prepared.require(*static)(input, residual, weight, float(epsilon), int(num_tokens), stream, out)
+        launched = _prepared.require(*static)(input, residual, weight, float(epsilon),
+                                              check.size("num_tokens", num_tokens), stream, out)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,

@@ -1,12 +1,17 @@
 """``pyrms.layer_norm`` and ``pyrms.layer_norm_backward`` (kernels: cuda_src/layer_norm.cu, cuda_src/layer_norm_backward.cu)."""
 from __future__ import annotations
 
+from typing import Any, overload
+
 from ... import driver, dtypes
 from .. import _row_plan as planner
 from .. import _operands as check
 from .. import _placement
 from ..rms_norm_backward.prepared import norm_backward
-from ..._types import DTypeLike, OptionalOperand, Operand, StreamLike, Workspace
+from ..._types import Array, ArrayT, DTypeLike, OptionalOperand, Operand, OperandT, StreamLike, Workspace
+from ...tensor import Tensor
+from .. import _convention
+from .._convention import UNSET, Form
 from .._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 from . import plan as ln_plan
 
@@ -55,18 +60,42 @@ class Prepared:
 
 
 _prepared = PreparedCache(Prepared)
+_FORM = Form("layer_norm", ("input", "weight", "bias"), 2, 1e-5)
 
 
-def layer_norm(out: OptionalOperand, input: Operand, weight: Operand | None, bias: Operand | None, epsilon: float,
+@overload
+def layer_norm(input: Array, weight: Array | None, bias: Array | None = None, eps: float = ..., *, out: None = None,
+               dtype: DTypeLike | None = None, stream: StreamLike = None, pdl: bool = True,
+               out_dtype: DTypeLike | None = None) -> Tensor: ...
+@overload
+def layer_norm(input: Array, weight: Array | None, bias: Array | None = None, eps: float = ..., *, out: ArrayT,
+               dtype: DTypeLike | None = None, stream: StreamLike = None, pdl: bool = True,
+               out_dtype: DTypeLike | None = None) -> ArrayT: ...
+@overload
+def layer_norm(out: None, input: Array, weight: Operand | None, bias: Operand | None, /, epsilon: float,
                num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
-               input_stride: int | None = None, out_stride: int | None = None,
-               stream: StreamLike = None, pdl: bool = True, weight_dtype: DTypeLike | None = None,
-               out_dtype: DTypeLike | None = None) -> OptionalOperand:
+               input_stride: int | None = None, out_stride: int | None = None, stream: StreamLike = None,
+               pdl: bool = True, weight_dtype: DTypeLike | None = None,
+               out_dtype: DTypeLike | None = None) -> Tensor: ...
+@overload
+def layer_norm(out: OperandT, input: Operand, weight: Operand | None, bias: Operand | None, /, epsilon: float,
+               num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
+               input_stride: int | None = None, out_stride: int | None = None, stream: StreamLike = None,
+               pdl: bool = True, weight_dtype: DTypeLike | None = None,
+               out_dtype: DTypeLike | None = None) -> OperandT: ...
+def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UNSET, epsilon: Any = UNSET,
+               num_tokens: Any = None, hidden_size: Any = None, *, out: Any = UNSET, dtype: Any = None,
+               input_stride: Any = None, out_stride: Any = None, stream: Any = None, pdl: Any = True,
+               weight_dtype: Any = None, out_dtype: Any = None) -> Any:
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
     ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``);
     ``weight=None`` without a weight (``elementwise_affine=False`` when bias is None too).
-    Returns ``out`` (a new pyrms.Tensor when ``out`` is None).
+    Returns ``out`` (a new pyrms.Tensor when ``out`` is None). Called as ``pyrms.rms_norm`` is: input first on
+    arrays (``y = layer_norm(x, weight, bias)``, ``layer_norm(x, weight, eps=1e-5, out=y)``; bias defaults to
+    None and eps to 1e-5, as in ``pyrms.torch.layer_norm``), or out first, vLLM's order, on raw device pointers
+    or arrays (``layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size)``, positionally or every
+    operand by name); a call that gives ``epsilon`` is out first.
 
     Statistics in fp32 in two passes (the mean, then the squared deviations from it, over values held
     in registers: no E[x^2] - mean^2 cancellation); the whole expression in fp32, rounded once to the
@@ -83,18 +112,29 @@ def layer_norm(out: OptionalOperand, input: Operand, weight: Operand | None, bia
     ``stream``, ``epsilon``, ``pdl``: as every pyrms op takes them. Everything is validated before the launch,
     which is asynchronous on ``stream``.
     """
-    if type(out) is int and type(input) is int and (weight is None or type(weight) is int) and (
-            bias is None or type(bias) is int):
-        static = (dtype, hidden_size, input_stride, out_stride, bias is not None, pdl, weight is not None, weight_dtype,
+    # The overloads above are its types. Out first on raw pointers, positionally, is the hot path: input, weight,
+    # bias and eps hold out, input, the weight and the bias (_convention says why).
+    if type(input) is int and type(weight) is int and (bias is None or type(bias) is int) and (
+            eps is None or type(eps) is int) and out is UNSET:
+        static = (dtype, hidden_size, input_stride, out_stride, eps is not None, pdl, bias is not None, weight_dtype,
                   out_dtype)
         prepared = _prepared.get(*static)
-        if prepared is not None and prepared(out, input, weight, bias, epsilon, num_tokens, stream):
-            return out
+        if prepared is not None and prepared(input, weight, bias, eps, epsilon, num_tokens, stream):
+            return input
+        if epsilon is UNSET:  # raw pointers input first (the prepared launch declines a missing epsilon): explained
+            _convention.resolve(_FORM, (input, weight, bias), eps, epsilon, out)
+        out, input, weight, bias = input, weight, bias, eps
         _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
                  weight_dtype, out_dtype)
         launched = _prepared.require(*static)(out, input, weight, bias, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
+    out, input, weight, bias, epsilon = _convention.resolve(_FORM, (input, weight, bias), eps, epsilon, out)
+    if type(out) is int and type(input) is int and (weight is None or type(weight) is int) and (
+            bias is None or type(bias) is int):  # out first by name
+        return layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype=dtype,
+                          input_stride=input_stride, out_stride=out_stride, stream=stream, pdl=pdl,
+                          weight_dtype=weight_dtype, out_dtype=out_dtype)
     vectors = ([] if weight is None else [("weight", weight)]) + ([] if bias is None else [("bias", bias)])
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", False),

@@ -1,10 +1,15 @@
 """``pyrms.rms_norm``: RMSNorm forward on device pointers or arrays (kernel: cuda_src/rms_norm.cu)."""
 from __future__ import annotations
 
+from typing import Any, overload
+
 from ... import driver, dtypes
 from .. import _row_plan as planner
 from .. import _operands as check
-from ..._types import DTypeLike, OptionalOperand, Operand, StreamLike
+from ..._types import Array, ArrayT, DTypeLike, Operand, OperandT, OptionalOperand, Rows, StreamLike, Strides
+from ...tensor import Tensor
+from .._convention import UNSET, Form
+from .. import _convention
 from .. import _placement, _views
 from .._prepared import PreparedCache, RowLaunches, use_pdl
 from .nd import NdLaunch, NdPrepared, is_nd, lead_sizes, lead_strides
@@ -12,6 +17,7 @@ from .nd import explain as explain_nd
 from . import plan as rms_plan
 
 _NAMES = ("out", "input", "weight")
+_FORM = Form("rms_norm", _NAMES[1:], 2, 1e-6)
 _DEFAULT_DTYPE = dtypes.BFLOAT16
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS); read at every call, so that
 # tests.support.testing.forced_row_variant can force either kernel.
@@ -84,14 +90,15 @@ class Prepared:
         placed = self.placed
         if placed is not None and not placed.ok((out, input) if self.weightless else (out, input, weight), stream):
             return False
-        rows = self.rows  # RowLaunches.__call__, inlined: a Python frame less on the hot path
+        launches = self.rows  # RowLaunches.__call__, inlined: a Python frame less on the hot path
         if num_tokens <= _FEW_ROWS:
-            few = rows.few_aligned if rows.aligned_layout and not pointers_or & rows.align_mask else rows.few
-            rows.launch_few(few, num_tokens, stream, out, input, weight, rstd, epsilon)
+            few = (launches.few_aligned if launches.aligned_layout and not pointers_or & launches.align_mask
+                   else launches.few)
+            launches.launch_few(few, num_tokens, stream, out, input, weight, rstd, epsilon)
         elif self.packed is not None and not rstd:  # packed rows store no rstd: the same tree one row per block
             self.packed(num_tokens, 1, 1, stream, out, input, weight, epsilon)
         else:
-            rows.launch_many(rows.many, num_tokens, stream, out, input, weight, rstd, epsilon)
+            launches.launch_many(launches.many, num_tokens, stream, out, input, weight, rstd, epsilon)
         return True
 
     @staticmethod
@@ -124,14 +131,44 @@ def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pd
                          weight_stride, out_dtype)
 
 
-def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsilon: float, num_tokens: int | None = None,
-             hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: int | None = None,
-             out_stride: int | None = None, stream: StreamLike = None, gemma: bool = False,
+@overload
+def rms_norm(input: Array, weight: Array | None, eps: float = ..., *, out: None = None, dtype: DTypeLike | None = None,
+             stream: StreamLike = None, gemma: bool = False, round_once: bool = False, pdl: bool = True,
+             out_dtype: DTypeLike | None = None, rstd: Operand | None = None) -> Tensor: ...
+@overload
+def rms_norm(input: Array, weight: Array | None, eps: float = ..., *, out: ArrayT, dtype: DTypeLike | None = None,
+             stream: StreamLike = None, gemma: bool = False, round_once: bool = False, pdl: bool = True,
+             out_dtype: DTypeLike | None = None, rstd: Operand | None = None) -> ArrayT: ...
+@overload
+def rms_norm(out: None, input: Array, weight: Operand | None, /, epsilon: float, num_tokens: Rows | None = None,
+             hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: Strides | None = None,
+             out_stride: Strides | None = None, stream: StreamLike = None, gemma: bool = False,
              round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
              weight_stride: int | None = None, out_dtype: DTypeLike | None = None,
-             rstd: OptionalOperand = None) -> OptionalOperand:
+             rstd: Operand | None = None) -> Tensor: ...
+@overload
+def rms_norm(out: OperandT, input: Operand, weight: Operand | None, /, epsilon: float, num_tokens: Rows | None = None,
+             hidden_size: int | None = None, *, dtype: DTypeLike | None = None, input_stride: Strides | None = None,
+             out_stride: Strides | None = None, stream: StreamLike = None, gemma: bool = False,
+             round_once: bool = False, pdl: bool = True, weight_dtype: DTypeLike | None = None,
+             weight_stride: int | None = None, out_dtype: DTypeLike | None = None,
+             rstd: Operand | None = None) -> OperandT: ...
+def rms_norm(input: Any, weight: Any = UNSET, eps: Any = UNSET, epsilon: Any = UNSET, num_tokens: Any = None,
+             hidden_size: Any = None, *, out: Any = UNSET, dtype: Any = None, input_stride: Any = None,
+             out_stride: Any = None, stream: Any = None, gemma: Any = False, round_once: Any = False, pdl: Any = True,
+             weight_dtype: Any = None, weight_stride: Any = None, out_dtype: Any = None, rstd: Any = None) -> Any:
     """RMSNorm of each row of ``input`` (``num_tokens`` rows of ``hidden_size`` elements), written to
-    ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None).
+    ``out``; returns ``out`` (a new pyrms.Tensor when ``out`` is None). Two calling conventions:
+
+    - input first, on arrays, as FlashInfer, QuACK and ``torch.nn.functional`` call it:
+      ``y = rms_norm(x, weight)``, ``rms_norm(x, weight, 1e-5)``, ``rms_norm(x, weight, eps=1e-5, out=y)``
+      (``eps`` defaults to 1e-6, as in ``pyrms.torch.rms_norm``; the keyword options below apply too);
+    - out first, vLLM's order, on raw device pointers or arrays:
+      ``rms_norm(out, input, weight, epsilon, num_tokens, hidden_size)``, positionally or every operand by name
+      (``out=``, ``input=``, ``weight=``, ``epsilon=``); ``epsilon`` is required.
+
+    A call that gives ``epsilon`` is out first, any other input first. A call of neither (raw pointers input
+    first, ``eps`` beside ``epsilon``, an operand missing) raises TypeError showing both calls.
 
     ``out[r] = x[r] / sqrt(mean(x[r]^2) + epsilon) * weight``, accumulated in fp32. By default the
     normalized value is rounded to the storage dtype before the weight multiplies it (the seed's and
@@ -179,26 +216,29 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsi
     Everything is validated before the launch; bad arguments raise TypeError or ValueError naming
     the argument. The launch is asynchronous on ``stream``.
     """
-    if rstd is not None:  # the forward's statistics saved for the backward: rows one stride apart only
-        return _with_rstd(out, input, weight, epsilon, num_tokens, hidden_size, rstd, dtype=dtype,
-                          input_stride=input_stride, out_stride=out_stride, stream=stream, gemma=gemma,
-                          round_once=round_once, pdl=pdl, weight_dtype=weight_dtype, weight_stride=weight_stride,
-                          out_dtype=out_dtype)
-    if type(out) is int and type(input) is int and (type(weight) is int or weight is None):
-        if weight is None:  # no weight: its own kernel (W = void), a null pointer never read
-            weight, weight_dtype = 0, check.no_weight(weight_dtype)
+    # The overloads above are its types. Out first on raw pointers is the hot path: positionally, input, weight and
+    # eps hold out, input and the weight (_convention says why); every other call is resolved first.
+    if rstd is None and type(input) is int and type(weight) is int and (type(eps) is int or eps is None) and (
+            out is UNSET):
+        if eps is None:  # no weight: its own kernel (W = void), a null pointer never read
+            eps, weight_dtype = 0, check.no_weight(weight_dtype)
         nd = is_nd(num_tokens, input_stride, out_stride, weight_stride)
         if nd and not (type(input_stride) is tuple and type(out_stride) is tuple):
             input_stride, out_stride = _nd_strides(num_tokens, hidden_size, input_stride, out_stride)
-        try:  # the prepared launch's lookup, inlined (PreparedCache.get does the same; no device selected: None)
-            prepared = driver._selected.device.prepared[(_prepared, dtype, hidden_size, input_stride, out_stride,
-                                                         gemma, round_once, pdl, weight_dtype, weight_stride,
-                                                         out_dtype)]
+        # The prepared launch's lookup, inlined (PreparedCache.get does the same; no device selected: None, and
+        # the AttributeError caught; driver._selected is private to pyrms, read through the package on purpose).
+        try:
+            prepared = driver._selected.device.prepared[  # type: ignore[attr-defined,union-attr]
+                (_prepared, dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
+                 weight_stride, out_dtype)]
         except (KeyError, TypeError, AttributeError):
             prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
                                      weight_stride, out_dtype)
-        if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream):
-            return out
+        if prepared is not None and prepared(input, weight, eps, epsilon, num_tokens, stream):
+            return input
+        if epsilon is UNSET:  # raw pointers input first (the prepared launch declines a missing epsilon): explained
+            _convention.resolve(_FORM, (input, weight), eps, epsilon, out)
+        out, input, weight = input, weight, eps
         if nd:
             _explain_nd(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
                         pdl, gemma, weight_dtype, weight_stride, out_dtype)
@@ -209,6 +249,16 @@ def rms_norm(out: OptionalOperand, input: Operand, weight: OptionalOperand, epsi
                                      weight_stride, out_dtype)(out, input, weight, float(epsilon), num_tokens, stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
+    out, input, weight, epsilon = _convention.resolve(_FORM, (input, weight), eps, epsilon, out)
+    if rstd is not None:  # the forward's statistics saved for the backward: rows one stride apart only
+        return _with_rstd(out, input, weight, epsilon, num_tokens, hidden_size, rstd, dtype=dtype,
+                          input_stride=input_stride, out_stride=out_stride, stream=stream, gemma=gemma,
+                          round_once=round_once, pdl=pdl, weight_dtype=weight_dtype, weight_stride=weight_stride,
+                          out_dtype=out_dtype)
+    if type(out) is int and type(input) is int and (type(weight) is int or weight is None):  # out first by name
+        return rms_norm(out, input, weight, epsilon, num_tokens, hidden_size, dtype=dtype, input_stride=input_stride,
+                        out_stride=out_stride, stream=stream, gemma=gemma, round_once=round_once, pdl=pdl,
+                        weight_dtype=weight_dtype, weight_stride=weight_stride, out_dtype=out_dtype)
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", False),
                                                  ("out", out, out_stride, "out_stride", True)],

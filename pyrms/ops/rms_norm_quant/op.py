@@ -96,7 +96,7 @@ class Prepared:
         self.max_rows = check.max_rows(hidden, *strides, o_stride, n_stride)
         # In call order: out, input, [residual,] weight, [scales,] [given,] [norm_out]; what is written is
         # disjoint from all.
-        operands = [(1, o_stride)] + [(dt.itemsize, s) for s in strides] + [(dt.itemsize, 0)]
+        operands: list[tuple[int, ...]] = [(1, o_stride), *((dt.itemsize, s) for s in strides), (dt.itemsize, 0)]
         written = [0] + ([2] if residual else [])
         if self.per_token or self.grouped:
             written.append(len(operands))
@@ -149,9 +149,9 @@ _prepared = PreparedCache(Prepared)
 
 
 def rms_norm_quant(out: Operand, input: Operand, weight: Operand, epsilon: float, num_tokens: int | None = None,
-                   hidden_size: int | None = None, *, scale, out_dtype: DTypeLike | None = None,
-                   mode: str = "static", scale_ub=None, group_size: int | None = None, ue8m0: bool = False,
-                   column_major_scales: bool = False, scale_stride: int | None = None,
+                   hidden_size: int | None = None, *, scale: float | Operand, out_dtype: DTypeLike | None = None,
+                   mode: str = "static", scale_ub: float | Operand | None = None, group_size: int | None = None,
+                   ue8m0: bool = False, column_major_scales: bool = False, scale_stride: int | None = None,
                    dtype: DTypeLike | None = None, input_stride: int | None = None, out_stride: int | None = None,
                    norm_out: OptionalOperand = None, norm_out_stride: int | None = None,
                    stream: StreamLike = None, round_input: bool = False, pdl: bool = True) -> None:
@@ -205,9 +205,10 @@ def rms_norm_quant(out: Operand, input: Operand, weight: Operand, epsilon: float
 
 
 def fused_add_rms_norm_quant(out: Operand, input: Operand, residual: Operand, weight: Operand, epsilon: float,
-                             num_tokens: int | None = None, hidden_size: int | None = None, *, scale,
-                             out_dtype: DTypeLike | None = None, mode: str = "static", scale_ub=None,
-                             group_size: int | None = None, ue8m0: bool = False, column_major_scales: bool = False,
+                             num_tokens: int | None = None, hidden_size: int | None = None, *,
+                             scale: float | Operand, out_dtype: DTypeLike | None = None, mode: str = "static",
+                             scale_ub: float | Operand | None = None, group_size: int | None = None,
+                             ue8m0: bool = False, column_major_scales: bool = False,
                              scale_stride: int | None = None, dtype: DTypeLike | None = None,
                              input_stride: int | None = None, residual_stride: int | None = None,
                              out_stride: int | None = None, norm_out: OptionalOperand = None,
@@ -349,7 +350,7 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
     o_stride = check.stride_arg("out_stride", out_stride, hidden)
     r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
     n_stride = check.stride_arg("norm_out_stride", norm_out_stride, hidden)
-    scale_shape = {"static": (4, 0, 1), "per_token": (4, 1, 1)}.get(mode)
+    scale_shape = (4, 1, 1) if mode == "per_token" else (4, 0, 1)  # a mode checked above
     if mode == "per_group":
         groups = hidden // p.group_size
         _, group_stride, scale_shape = group_scales(groups, column_major, scale_stride)

@@ -3,6 +3,7 @@ its int8 counterpart) on rows (kernel: cuda_src/static_quant.cu; the twin: pyrms
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 from ... import driver, dtypes, launch
 from .. import _adapter, _operands as check
@@ -58,7 +59,7 @@ _prepared = PreparedCache(Prepared)
 
 
 def static_quant(out: Operand, input: Operand, num_tokens: int | None = None, hidden_size: int | None = None, *,
-                 scale, out_dtype: DTypeLike | None = None, dtype: DTypeLike | None = None,
+                 scale: float | Operand, out_dtype: DTypeLike | None = None, dtype: DTypeLike | None = None,
                  input_stride: int | None = None, out_stride: int | None = None, stream: StreamLike = None,
                  pdl: bool = True) -> None:
     """Quantize each row of ``input`` into ``out`` with one fp32 scale: vLLM's ``static_scaled_fp8_quant``
@@ -100,6 +101,8 @@ def static_quant(out: Operand, input: Operand, num_tokens: int | None = None, hi
         scale = _quant_arrays.scalar_array("scale", scale)
     if out_dtype is None:
         out_dtype = _OUT_DTYPE
+    pointers: tuple[Any, ...]  # out, input and a device scale, or out and input
+    value: Any  # the scale as a float, or what was given instead (for _explain to name)
     if type(scale) is int:
         value, pointers = 1.0, (out, input, scale)
     else:
@@ -111,7 +114,7 @@ def static_quant(out: Operand, input: Operand, num_tokens: int | None = None, hi
                                                                                      stream):
         return
     _explain(pointers, value, num_tokens, hidden_size, dtype, out_dtype, input_stride, out_stride, stream, pdl)
-    launched = _prepared.require(*static)(pointers, value, int(num_tokens), stream)
+    launched = _prepared.require(*static)(pointers, value, check.size("num_tokens", num_tokens), stream)
     assert launched, "the checks above accept what the prepared launch declines"
 
 
