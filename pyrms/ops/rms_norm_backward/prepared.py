@@ -270,7 +270,6 @@ def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon
     assert launched, "the checks above accept what the prepared launch declines"
 
 
-
 def _float32(flag: bool) -> str | None:
     """A plan's fp32 flag as the dtype argument that asks for it (None: the rows' dtype)."""
     return "float32" if flag else None
