@@ -250,12 +250,12 @@ def rms_norm(input: Any, weight: Any = UNSET, eps: Any = UNSET, epsilon: Any = U
         assert launched, "the checks above accept what the prepared launch declines"
         return out
     out, input, weight, epsilon = _convention.resolve(_FORM, (input, weight), eps, epsilon, out)
-    if rstd is not None:  # the forward's statistics saved for the backward: rows one stride apart only
-        return _with_rstd(out, input, weight, epsilon, num_tokens, hidden_size, rstd, dtype=dtype,
-                          input_stride=input_stride, out_stride=out_stride, stream=stream, gemma=gemma,
-                          round_once=round_once, pdl=pdl, weight_dtype=weight_dtype, weight_stride=weight_stride,
-                          out_dtype=out_dtype)
     if type(out) is int and type(input) is int and (type(weight) is int or weight is None):  # out first by name
+        if rstd is not None:  # the forward's statistics saved for the backward: rows one stride apart only
+            return _with_rstd(out, input, weight, epsilon, num_tokens, hidden_size, rstd, dtype=dtype,
+                              input_stride=input_stride, out_stride=out_stride, stream=stream, gemma=gemma,
+                              round_once=round_once, pdl=pdl, weight_dtype=weight_dtype, weight_stride=weight_stride,
+                              out_dtype=out_dtype)
         return rms_norm(out, input, weight, epsilon, num_tokens, hidden_size, dtype=dtype, input_stride=input_stride,
                         out_stride=out_stride, stream=stream, gemma=gemma, round_once=round_once, pdl=pdl,
                         weight_dtype=weight_dtype, weight_stride=weight_stride, out_dtype=out_dtype)
@@ -271,6 +271,8 @@ def rms_norm(input: Any, weight: Any = UNSET, eps: Any = UNSET, epsilon: Any = U
             found["out"] = (out.ptr, _views.contiguous(rows, hidden), odt)
         else:
             found["out"] = (out.ptr, hidden, odt)
+    if rstd is not None and type(rstd) is not int and type(rows) is int:  # an array: its pointer, checked
+        rstd = check.float32_per_row("rstd", rstd, rows, "rstd's values", written=True)
     if rows == 0:  # an empty batch of arrays: nothing to do
         return out
     (x, x_stride), (o, o_stride, o_dtype) = found["input"], found["out"]
@@ -280,36 +282,17 @@ def rms_norm(input: Any, weight: Any = UNSET, eps: Any = UNSET, epsilon: Any = U
     w, weight_dtype = check.weight_operand(w_entry[:3] if w_entry is not None else None, weight_dtype)
     rms_norm(o, x, w, epsilon, rows, hidden, dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream,
              gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=weight_dtype, weight_stride=w_stride or None,
-             out_dtype=out_dtype)
+             out_dtype=out_dtype, rstd=rstd)
     return out
 
 
 def _with_rstd(out, input, weight, epsilon, num_tokens, hidden_size, rstd, *, dtype, input_stride, out_stride, stream,
                gemma, round_once, pdl, weight_dtype, weight_stride, out_dtype) -> OptionalOperand:
-    """rms_norm storing each row's inv_rms in rstd: the rows' arrays read as rms_norm reads them, rstd checked
+    """rms_norm on raw pointers (rms_norm reads arrays first) storing each row's inv_rms in rstd: rstd checked
     (float32, one per row, disjoint from the rest), then the plain rows' prepared launch."""
     if weight_stride is not None or type(num_tokens) is tuple or type(input_stride) is tuple:
         raise ValueError("rstd= is offered for rows one stride apart (num_tokens and int strides), not with "
                          "weight_stride or N-D leading sizes and strides")
-    if not (type(out) is int and type(input) is int and (type(weight) is int or weight is None)):
-        dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
-                                               rows=[("input", input, input_stride, "input_stride", False),
-                                                     ("out", out, out_stride, "out_stride", True)],
-                                               vectors=[] if weight is None else [("weight", weight)],
-                                               mixed=("weight",), mixed_out="out")
-        if out is None:
-            odt = dt if out_dtype is None else dtypes.get(out_dtype)
-            out = check.allocate_like(input, odt, max(rows, 1), hidden)
-            found["out"] = (out.ptr, hidden, odt)
-        if type(rstd) is not int:
-            rstd = check.float32_per_row("rstd", rstd, rows, "rstd's values", written=True)
-        if rows:
-            (x, x_stride), (o, o_stride, o_dtype) = found["input"], found["out"]
-            w, w_dtype = check.weight_operand(found.get("weight"), weight_dtype)
-            _with_rstd(o, x, w, epsilon, rows, hidden, rstd, dtype=dt, input_stride=x_stride, out_stride=o_stride,
-                       stream=stream, gemma=gemma, round_once=round_once, pdl=pdl, weight_dtype=w_dtype,
-                       weight_stride=None, out_dtype=check.out_dtype_operand(o_dtype, out_dtype))
-        return out
     if weight is None:
         weight, weight_dtype = 0, check.no_weight(weight_dtype)
     if type(rstd) is not int:
