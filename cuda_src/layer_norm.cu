@@ -1,4 +1,5 @@
-// LayerNorm, forward (the backward is layer_norm_backward.cu, on the same row statistics).
+// LayerNorm, forward (the backward is layer_norm_backward.cu, on the same row statistics), and RMSNorm with a bias
+// (RMS: its backward is rms_norm_backward.cu's with DBIAS).
 //
 //   mean = sum(x) / n,  var = sum((x - mean)^2) / n  (two passes, over registers),  inv = 1 / sqrt(var + eps)
 //   forward:   y  = round_O(((x - mean) * inv) * w + b)      all in fp32, rounded once at the end
@@ -6,6 +7,8 @@
 //              W = void, no weight: w = 1, as torch.nn.LayerNorm(elementwise_affine=False); w and b of
 //              W = float beside bf16/fp16 rows: gamma and beta read exactly; O, the output's type, T or
 //              float beside bf16/fp16 rows, where round_O is exact)
+//   RMS, RMSNorm with a bias: inv = 1 / sqrt(sum(x^2) / n + eps), RMSNorm's statistics in its tree,
+//              y = round_O((x * inv) * w + b), rounded once (QuACK's RMSNorm with a bias)
 // Every step is one explicitly rounded fp32 operation (__fsub_rn, __fmul_rn, ...: no FMA), so
 // layer_norm_twin (pyrms/ops/layer_norm/twin.py) reproduces the kernel bit for bit.
 //
@@ -25,7 +28,9 @@ namespace pyrms {
 // W: the weight's type, T, float (bf16/fp16 rows; the bias is then fp32 too: row_core.cuh's Bias) or void
 // (no weight: y = round_O((x - mean) * inv [+ b]), weight not read, the bias of T).
 // O: the output's type, T or float (bf16/fp16 rows; no in place then).
-template <typename T, int CACHE, int SPREAD, bool BIAS, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T, typename O = T>
+// RMS: RMSNorm with a bias (last, so that LayerNorm's name expressions stay as they were).
+template <typename T, int CACHE, int SPREAD, bool BIAS, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T, typename O = T,
+          bool RMS = false>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_kernel(
     O* out, const T* input, const W* __restrict__ weight, const Bias<T, W>* __restrict__ bias, float epsilon,
     int hidden, long long input_stride, long long out_stride) {
@@ -42,13 +47,13 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_ker
     WeightVec<T, W> held_w[Shape::SLOTS];
     load_held(sh, s, src, held);
     if constexpr (EARLY_WEIGHTS) load_held_weights(sh, out_row, in_row, weight, hidden, held_w);
-    const RowStats st = row_stats<T, CACHE, SPREAD, ALIGNED, true>(sh, s, hidden, epsilon, src, held, scratch[0], scratch[1],
+    const RowStats st = row_stats<T, CACHE, SPREAD, ALIGNED, !RMS>(sh, s, hidden, epsilon, src, held, scratch[0], scratch[1],
                                                           partials);
     write_row<T, W, CACHE, SPREAD, ALIGNED, BIAS, false, EARLY_WEIGHTS>(sh, out_row, in_row, weight, bias, hidden, held,
                                                                 held_w, [st](T x, float w, Bias<T, W> b) {
         // without a weight, w = 1: the product by 1 is exact; b: the bias, of T or float (T() without one,
         // unused). A named type, not auto: NVRTC 13.0 refuses generic lambdas in device code.
-        const float scaled = __fmul_rn(__fmul_rn(__fsub_rn(to_float(x), st.mean), st.inv), w);
+        const float scaled = __fmul_rn(__fmul_rn(RMS ? to_float(x) : __fsub_rn(to_float(x), st.mean), st.inv), w);
         return from_float<O>(BIAS ? __fadd_rn(scaled, to_float(b)) : scaled);
     });
 }

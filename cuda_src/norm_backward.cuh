@@ -3,13 +3,13 @@
 // With x_hat = (x - mean) * inv (mean = 0 for RMSNorm), g = w * dy (w = 1 + weight for Gemma):
 //   RMSNorm:   dx = inv * (g - x_hat * mean(x_hat * g))
 //   LayerNorm: dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
-//   dweight = sum over rows of dy * x_hat;  dbias (LayerNorm) = sum over rows of dy.
+//   dweight = sum over rows of dy * x_hat;  dbias (LayerNorm, RMSNorm with a bias) = sum over rows of dy.
 // W, the weight's type: T, float beside bf16/fp16 rows (fp32 master weights), or void (no weight: every
 // w = 1, so g = dy, and no dweight). G, dy's type: T, or float (the gradient of a forward whose output
 // is fp32, as a Hugging Face norm's with an fp32 weight is). Both are read exactly as fp32, so the
-// arithmetic is the same whatever their storage: an fp32 weight or dy only skips a rounding. DBIAS: LayerNorm
-// sums dbias (always beside a weight; without one only when asked, so that a backward without weight
-// and bias sums nothing over rows: no workspace, no kernel 2).
+// arithmetic is the same whatever their storage: an fp32 weight or dy only skips a rounding. DBIAS: sums dbias
+// (LayerNorm always beside a weight, without one only when asked, so that a backward without weight and
+// bias sums nothing over rows: no workspace, no kernel 2; RMSNorm when it has a bias).
 // Nothing is saved by the forward: each row's statistics are recomputed by the row core's row_stats
 // (row_core.cuh) with the forward's fold width `fold` (the planner passes it; the backward's own block
 // may be narrower), so they are the forward's bit for bit by construction.
@@ -177,7 +177,6 @@ __device__ __forceinline__ void norm_backward_rows(
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
     int fold) {
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
-    static_assert(CENTERED || !DBIAS, "dbias is LayerNorm's");
     constexpr int N = Vec<T>::N;
     constexpr bool WEIGHTED = !Weightless<W>::value;
     constexpr int P = int(WEIGHTED) + int(DBIAS);  // parameter gradients summed over rows: dweight, dbias
@@ -472,7 +471,6 @@ __device__ __forceinline__ void norm_backward_staged(
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
     int stages) {
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
-    static_assert(CENTERED || !DBIAS, "dbias is LayerNorm's");
     constexpr int N = Vec<T>::N;
     constexpr bool WEIGHTED = !Weightless<W>::value;
     constexpr int P = int(WEIGHTED) + int(DBIAS);

@@ -3,6 +3,8 @@
 //   inv = 1 / sqrt(mean(x^2) + eps),  x_hat = x * inv,  g = w * dy  (w = 1 + weight for GEMMA, in fp32)
 //   dx  = inv * (g - x_hat * mean(x_hat * g))               rounded once to T
 //   dw  = sum over all rows of dy * x_hat                  fp32, in a fixed order, then T or fp32
+//   db  = sum over all rows of dy                          DBIAS only: RMSNorm with a bias (layer_norm.cu's
+//                                                          CENTERED = false forward), the same order
 //
 // Kernel 1, rms_norm_backward_kernel<T, V, GEMMA, W, G>, writes dx and per-chunk fp32 partial sums of dw;
 // kernel 2, sum_partials_kernel<OutT> (OutT = T, or float for an fp32 dw), sums the partials. Both,
@@ -23,13 +25,14 @@
 namespace pyrms {
 
 // partials and weight are not read without a weight (W = void; they may be null).
-template <typename T, int V, bool GEMMA, typename W = T, typename G = T>
+// DBIAS: also sum db (plane 1 beside dw, plane 0 without a weight); last, so the other name expressions stay.
+template <typename T, int V, bool GEMMA, typename W = T, typename G = T, bool DBIAS = false>
 __global__ void __launch_bounds__(backward_max_threads(V, false), 1) rms_norm_backward_kernel(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride,
     long long grad_output_stride, long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride,
     int sums_in_shared, int fold) {
-    norm_backward_rows<T, V, false, GEMMA, W, false, G>(grad_input, partials, grad_output, input, weight, rstd, epsilon,
+    norm_backward_rows<T, V, false, GEMMA, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, rstd, epsilon,
                                                     rows, hidden,
                                                     grad_input_stride, grad_output_stride, input_stride, chunk_rows,
                                                     rows_per_block, ws_stride, sums_in_shared, fold);
@@ -38,13 +41,13 @@ __global__ void __launch_bounds__(backward_max_threads(V, false), 1) rms_norm_ba
 // The staged variant (norm_backward.cuh's norm_backward_staged: 16-byte aligned operands, rows pipelined
 // through shared memory): the same arithmetic, so the same bits. dot_fold: the plan's block (the tree of the
 // row sums that rms_norm_backward_kernel takes from its blockDim.x); stages: row buffers in flight.
-template <typename T, bool GEMMA, typename W = T, typename G = T>
+template <typename T, bool GEMMA, typename W = T, typename G = T, bool DBIAS = false>
 __global__ void __launch_bounds__(512) rms_norm_backward_staged_kernel(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride,
     long long grad_output_stride, long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride,
     int fold, int dot_fold, int stages) {
-    norm_backward_staged<T, false, GEMMA, W, false, G>(grad_input, partials, grad_output, input, weight, rstd, epsilon, rows,
+    norm_backward_staged<T, false, GEMMA, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, rstd, epsilon, rows,
                                                     hidden, grad_input_stride, grad_output_stride, input_stride,
                                                     chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);
 }

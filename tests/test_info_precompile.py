@@ -175,8 +175,9 @@ def test_every_unit_counts():
     # sum, the fp32 sum, an fp32 residual): 3 x 2 x 10 + 6 for fp32, whose sum is never rounded.
     # Mixed dtypes: each 2-byte rms_norm, N-D and fused-add (rounded sum only) unit again with an fp32
     # output (10 per dtype each); LayerNorm's forward with fp32 weight and bias, and with an fp32 output for
-    # each weight kind (4 per dtype). static_quant: one per dtype and output dtype (3 x 3).
-    assert by_source == {"rms_norm.cu": 92, "fused_add_rms_norm.cu": 86, "layer_norm.cu": 14,
+    # each weight kind (4 per dtype), and every LayerNorm unit again as RMSNorm with a bias (rms). static_quant: one
+    # per dtype and output dtype (3 x 3).
+    assert by_source == {"rms_norm.cu": 92, "fused_add_rms_norm.cu": 86, "layer_norm.cu": 28,
                          "layer_norm_backward.cu": 8, "rms_norm_backward.cu": 8, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 216,
                          "static_quant.cu": 9}
     assert "rms_norm_quant.cu rms_norm_group_quant_kernel bfloat16 float8_e4m3fn per_group" in {u.label for u in units}
@@ -193,11 +194,16 @@ def test_list_compiles_nothing(capsys, monkeypatch):
     assert precompile.main(["--list", "--ops", "layer_norm,seed", "--dtypes", "bf16", "--seed-hidden", "769,4096"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == ["layer_norm.cu bfloat16: 28 kernels", "layer_norm.cu bfloat16 out=float32: 28 kernels",
+                   "layer_norm.cu bfloat16 rms: 14 kernels", "layer_norm.cu bfloat16 rms out=float32: 14 kernels",
+                   "layer_norm.cu bfloat16 rms weight=float32: 14 kernels",
+                   "layer_norm.cu bfloat16 rms weight=float32 out=float32: 14 kernels",
+                   "layer_norm.cu bfloat16 rms weight=none: 14 kernels",
+                   "layer_norm.cu bfloat16 rms weight=none out=float32: 14 kernels",
                    "layer_norm.cu bfloat16 weight=float32: 28 kernels",
                    "layer_norm.cu bfloat16 weight=float32 out=float32: 28 kernels",
                    "layer_norm.cu bfloat16 weight=none: 28 kernels", "layer_norm.cu bfloat16 weight=none out=float32: 28 kernels",
                    "seed_rms_norm.cu bfloat16 hidden 4096: 1 kernel", "seed_rms_norm.cu bfloat16 hidden 769: 1 kernel",
-                   "precompile: 8 compile units"]
+                   "precompile: 14 compile units"]
 
 
 # --- pyrms.precompile: compiling ------------------------------------------------------------------

@@ -69,7 +69,7 @@ def _backward_plan(planner: Callable, dt: dtypes.DType, hidden: int, v: dict) ->
         raise ValueError("grad_bias=false is a variant of the kernel without weight (with one, dbias is always "
                          "summed): add weightless")
     planned = planner(dt, hidden, gemma=v.get("gemma", False), grad_dtype=v.get("grad"), weight=not weightless,
-                      grad_bias=v.get("grad_bias", True))
+                      grad_bias=v.get("grad_bias"))
     return replace(planned, vectors=v.get("vectors", planned.vectors))
 
 

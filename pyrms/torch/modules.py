@@ -23,13 +23,18 @@ class RMSNorm(nn.Module):
     so Hugging Face's RMSNorm state dicts load as they are. ``variance_epsilon`` is ``eps`` under
     Hugging Face's name. ``elementwise_affine=False``: no weight (``weight`` is None, the state dict
     empty), as ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma. ``hidden_size`` may then be
-    None (a norm of any size, as Gemma 4's weightless norms, which say none)."""
+    None (a norm of any size, as Gemma 4's weightless norms, which say none). ``bias=True``: a second parameter,
+    ``bias`` [hidden_size] (zeros), added after the weight (``pyrms.torch.rms_norm``'s bias: rounded once); not
+    with gemma."""
 
     def __init__(self, hidden_size: int | None, eps: float = 1e-6, *, gemma: bool = False, round_once: bool = False,
-                 elementwise_affine: bool = True, device=None, dtype: torch.dtype | None = None):
+                 elementwise_affine: bool = True, bias: bool = False, device=None, dtype: torch.dtype | None = None):
         super().__init__()
         if gemma and not elementwise_affine:
             raise ValueError("gemma scales by 1 + weight, so it needs a weight: elementwise_affine=False was given")
+        if bias and (gemma or hidden_size is None):
+            raise ValueError("bias=True needs hidden_size and goes without gemma; got "
+                             + ("gemma=True" if gemma else "hidden_size=None"))
         if hidden_size is None and elementwise_affine:
             raise ValueError("hidden_size=None leaves the weight without a size: give hidden_size, or "
                              "elementwise_affine=False for a norm without weight")
@@ -43,6 +48,10 @@ class RMSNorm(nn.Module):
             self.weight = nn.Parameter(init(hidden_size, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(hidden_size, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
 
     @property
     def variance_epsilon(self) -> float:
@@ -53,12 +62,13 @@ class RMSNorm(nn.Module):
         self.eps = float(value)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps, gemma=self.gemma, round_once=self.round_once)
+        return rms_norm(x, self.weight, self.eps, gemma=self.gemma, round_once=self.round_once, bias=self.bias)
 
     def extra_repr(self) -> str:
         options = "".join(f", {name}=True" for name in ("gemma", "round_once") if getattr(self, name))
         affine = "" if self.elementwise_affine else ", elementwise_affine=False"
-        return f"{self.hidden_size}, eps={self.eps}{options}{affine}"
+        bias = ", bias=True" if self.bias is not None else ""
+        return f"{self.hidden_size}, eps={self.eps}{options}{affine}{bias}"
 
     @classmethod
     def from_module(cls, norm: nn.Module, *, gemma: bool | None = None, round_once: bool | None = None) -> "RMSNorm":

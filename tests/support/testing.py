@@ -395,12 +395,12 @@ def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=
 
 
 def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in_place=False, bias=True,
-                     epsilon=1e-5, stream=None, variant=None, pdl=None, weight="same", out_dtype=None):
+                     epsilon=1e-5, stream=None, variant=None, pdl=None, weight="same", out_dtype=None, rms=False):
     """One pyrms.layer_norm launch on guarded operands ('input', 'out', 'weight', 'bias'), compared bit
     for bit with the twin; in_place writes over the input (then 'out' takes no offset or stride);
     bias=False passes bias=None (a LayerNorm without bias), weight="none" weight=None ("same": the
     dtype's, "float32": fp32 weight and bias beside bf16/fp16 rows, as in check_rms_norm); ``out_dtype``
-    as in check_rms_norm."""
+    as in check_rms_norm; rms: RMSNorm with a bias (layer_norm's rms=True)."""
     from pyrms.ops.layer_norm import layer_norm
 
     if weight not in plan.WEIGHT_KINDS:
@@ -415,16 +415,16 @@ def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in
     x, w, b = ops["input"], ops.get("weight"), ops.get("bias")
     out = x if in_place else ops["out"]
     with _closing(*ops.values()):
-        p = ln_plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight != "none")
+        p = ln_plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight != "none", rms=rms)
         want = ln_twin.layer_norm_twin(x.values(), w.values()[0] if w else None, b.values()[0] if b else None,
-                                         epsilon, block=p.block, row_phases=phases(x), out_dtype=out_dtype)
+                                         epsilon, block=p.block, row_phases=phases(x), out_dtype=out_dtype, rms=rms)
         with forced_row_variant(variant):
             run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place, no_bias=not bias,
-                               weight=weight, variant=variant, pdl=pdl, out_dtype=out_dtype),
+                               weight=weight, variant=variant, pdl=pdl, out_dtype=out_dtype, rms=rms),
                         lambda: layer_norm(out.ptr, x.ptr, w.ptr if w else None, b.ptr if b else None, epsilon, rows,
                                            hidden, dtype=dt, input_stride=x.stride, out_stride=out.stride,
                                            stream=stream, weight_dtype="float32" if weight == "float32" else None,
-                                           out_dtype=out_dtype, **_pdl(pdl)),
+                                           out_dtype=out_dtype, rms=rms, **_pdl(pdl)),
                         outputs={"out": (out, want)},
                         inputs={name: ops[name] for name in (*vectors, *(() if in_place else ("input",)))})
 
@@ -432,7 +432,7 @@ def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in
 def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=None, strides=None, in_place=None,
                         gemma=False, grad_dtype=None, rows_per_block=None, own_workspace=False, grad_bias=True,
                         epsilon=1e-5, stream=None, pdl=None, weight="same",
-                        grad_output_kind="same", rstd=None) -> dict[str, np.ndarray]:
+                        grad_output_kind="same", rstd=None, bias=False) -> dict[str, np.ndarray]:
     """One pyrms.rms_norm_backward (or layer_norm_backward) launch on guarded operands ('grad_output',
     'input', 'weight', 'grad_input', 'grad_weight', 'grad_bias'), every output compared bit for bit with
     the twin. in_place: 'grad_output' or 'input', the operand grad_input overwrites. own_workspace:
@@ -442,7 +442,8 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
     "none" (weight=None, grad_weight=None: dx and LayerNorm's grad_bias only). grad_output_kind: "same",
     or "float32" (an fp32 grad_output, beside an fp32 weight). rstd (RMSNorm): None (recomputed), "forward"
     (a guarded float32 per row holding the forward's inv_rms, the row core twin's: the same bits as
-    recomputing) or "random" (any positive values, used as given).
+    recomputing) or "random" (any positive values, used as given). bias (RMSNorm): the backward of an RMSNorm with
+    a bias, grad_bias written too.
     Returns the outputs as computed, by name (grad_input as [rows, hidden]), for comparisons between
     launches."""
     from pyrms.ops.layer_norm import layer_norm_backward
@@ -454,11 +455,13 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
     weighted = weight != "none"
     own_dtypes = {name: "float32" for name, kind in (("weight", weight), ("grad_output", grad_output_kind))
                   if kind == "float32"}
+    if bias and layer_norm:
+        raise ValueError("bias is RMSNorm's (a LayerNorm's bias gradient is grad_bias)")
     p = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype=grad_dtype, weight=weighted,
-                                    grad_bias=grad_bias, weight_dtype=own_dtypes.get("weight"),
+                                    grad_bias=grad_bias if layer_norm else bias, weight_dtype=own_dtypes.get("weight"),
                                     grad_output_dtype=own_dtypes.get("grad_output"))
     # The twin's parameter gradients, in its order, and those this launch writes.
-    sums = ("grad_weight",) * weighted + ("grad_bias",) * layer_norm
+    sums = ("grad_weight",) * weighted + ("grad_bias",) * (layer_norm or bias)
     params = tuple(name for name in sums if name != "grad_bias" or grad_bias)
     names = ("grad_output", "input") if in_place else ("grad_output", "input", "grad_input")
     rows_offsets = {k: v for k, v in (offsets or {}).items() if k != "rstd"} or None  # rstd's is its own, below
@@ -486,7 +489,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
                                             weight_phase=w.index(0).start % dt.vec_elems if w else 0,
                                             chunk_rows=p.chunk_rows,
                                             layer_norm=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype,
-                                            rstd=ops["rstd"].values()[0] if rstd else None)
+                                            rstd=ops["rstd"].values()[0] if rstd else None, grad_bias=bias)
         wanted = dict(zip(sums, want[1:]))
         grads = {"grad_weight": None, "grad_bias": None, **{name: ops[name].ptr for name in params}}
         common = dict(dtype=dt, grad_output_stride=dy.stride, input_stride=x.stride, grad_input_stride=dx.stride,
@@ -500,7 +503,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
         else:
             launch = lambda: rms_norm_backward(dx.ptr, grads["grad_weight"], dy.ptr, x.ptr, w_ptr, epsilon, rows,
                                                hidden, gemma=gemma, rstd=ops["rstd"].ptr if rstd else None,
-                                               **common)  # noqa: E731
+                                               grad_bias=grads["grad_bias"], **common)  # noqa: E731
         inputs = {name: ops[name] for name in ("grad_output", "input", "weight", "rstd")
                   if name in ops and name != in_place}
         run_checked(_label("layer_norm_backward" if layer_norm else "rms_norm_backward", dt, rows, hidden, offsets,
@@ -508,7 +511,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
                            rows_per_block=rows_per_block, own_workspace=own_workspace,
                            no_grad_bias=layer_norm and not grad_bias, pdl=pdl,
                            weight=None if weight == "same" else weight,
-                           grad_output=None if grad_output_kind == "same" else grad_output_kind, rstd=rstd),
+                           grad_output=None if grad_output_kind == "same" else grad_output_kind, rstd=rstd, bias=bias),
                     launch, outputs={"grad_input": (dx, want[0]), **{name: (ops[name], wanted[name][None]) for name in params}},
                     inputs=inputs, scratch={"workspace": ws} if ws else None)
         return {"grad_input": dx.device_values(), **{name: ops[name].download()[ops[name].index(0)] for name in params}}

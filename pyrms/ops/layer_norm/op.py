@@ -25,7 +25,7 @@ class Prepared:
     __slots__ = ("rows", "max_rows", "pointers", "placed", "has_weight")
 
     def __init__(self, device, dtype, hidden, input_stride, out_stride, has_bias, pdl, has_weight=True,
-                 weight_dtype=None, out_dtype=None):
+                 weight_dtype=None, out_dtype=None, rms=False):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
@@ -33,7 +33,7 @@ class Prepared:
         if not has_weight:
             check.no_weight(weight_dtype)
         p = ln_plan.plan_layer_norm(dt, hidden, bias=has_bias, weight=has_weight, weight_dtype=weight_dtype,
-                                    out_dtype=out_dtype)
+                                    out_dtype=out_dtype, rms=check.flag("rms", rms))
         self.rows = RowLaunches(p, (hidden, x_stride, o_stride), device, use_pdl(device, pdl),
                                 (x_stride, o_stride))
         self.max_rows = check.max_rows(hidden, x_stride, o_stride)
@@ -66,27 +66,27 @@ _FORM = Form("layer_norm", ("input", "weight", "bias"), 2, 1e-5)
 @overload
 def layer_norm(input: Array, weight: Array | None, bias: Array | None = None, eps: float = ..., *, out: None = None,
                dtype: DTypeLike | None = None, stream: StreamLike = None, pdl: bool = True,
-               out_dtype: DTypeLike | None = None) -> Tensor: ...
+               out_dtype: DTypeLike | None = None, rms: bool = False) -> Tensor: ...
 @overload
 def layer_norm(input: Array, weight: Array | None, bias: Array | None = None, eps: float = ..., *, out: ArrayT,
                dtype: DTypeLike | None = None, stream: StreamLike = None, pdl: bool = True,
-               out_dtype: DTypeLike | None = None) -> ArrayT: ...
+               out_dtype: DTypeLike | None = None, rms: bool = False) -> ArrayT: ...
 @overload
 def layer_norm(out: None, input: Array, weight: Operand | None, bias: Operand | None, /, epsilon: float,
                num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
                input_stride: int | None = None, out_stride: int | None = None, stream: StreamLike = None,
                pdl: bool = True, weight_dtype: DTypeLike | None = None,
-               out_dtype: DTypeLike | None = None) -> Tensor: ...
+               out_dtype: DTypeLike | None = None, rms: bool = False) -> Tensor: ...
 @overload
 def layer_norm(out: OperandT, input: Operand, weight: Operand | None, bias: Operand | None, /, epsilon: float,
                num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
                input_stride: int | None = None, out_stride: int | None = None, stream: StreamLike = None,
                pdl: bool = True, weight_dtype: DTypeLike | None = None,
-               out_dtype: DTypeLike | None = None) -> OperandT: ...
+               out_dtype: DTypeLike | None = None, rms: bool = False) -> OperandT: ...
 def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UNSET, epsilon: Any = UNSET,
                num_tokens: Any = None, hidden_size: Any = None, *, out: Any = UNSET, dtype: Any = None,
                input_stride: Any = None, out_stride: Any = None, stream: Any = None, pdl: Any = True,
-               weight_dtype: Any = None, out_dtype: Any = None) -> Any:
+               weight_dtype: Any = None, out_dtype: Any = None, rms: Any = False) -> Any:
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
     ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``);
@@ -100,6 +100,12 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
     Statistics in fp32 in two passes (the mean, then the squared deviations from it, over values held
     in registers: no E[x^2] - mean^2 cancellation); the whole expression in fp32, rounded once to the
     dtype. A row's result does not depend on the batch it sits in.
+
+    ``rms=True``: RMSNorm with a bias, ``out = x / sqrt(mean(x^2) + epsilon) * weight + bias`` (QuACK's
+    ``rmsnorm(x, weight, bias)``): ``pyrms.rms_norm``'s statistics, bit for bit, nothing subtracted, the
+    expression rounded once (the rounding of ``rms_norm(..., round_once=True)``, to which it adds the bias).
+    The bias is required then; everything else is as for LayerNorm. Its backward is
+    ``pyrms.rms_norm_backward`` with ``grad_bias``.
 
     Mixed dtypes (bfloat16 or float16 rows): ``weight`` and ``bias`` both float32 (FlashInfer's and vLLM's
     fp32 gamma and beta; float32 arrays, or ``weight_dtype='float32'`` for raw pointers), read exactly;
@@ -117,7 +123,7 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
     if type(input) is int and type(weight) is int and (bias is None or type(bias) is int) and (
             eps is None or type(eps) is int) and out is UNSET:
         static = (dtype, hidden_size, input_stride, out_stride, eps is not None, pdl, bias is not None, weight_dtype,
-                  out_dtype)
+                  out_dtype, rms)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(input, weight, bias, eps, epsilon, num_tokens, stream):
             return input
@@ -125,7 +131,7 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
             _convention.resolve(_FORM, (input, weight, bias), eps, epsilon, out)
         out, input, weight, bias = input, weight, bias, eps
         _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
-                 weight_dtype, out_dtype)
+                 weight_dtype, out_dtype, rms)
         launched = _prepared.require(*static)(out, input, weight, bias, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
@@ -134,7 +140,7 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
             bias is None or type(bias) is int):  # out first by name
         return layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype=dtype,
                           input_stride=input_stride, out_stride=out_stride, stream=stream, pdl=pdl,
-                          weight_dtype=weight_dtype, out_dtype=out_dtype)
+                          weight_dtype=weight_dtype, out_dtype=out_dtype, rms=rms)
     vectors = ([] if weight is None else [("weight", weight)]) + ([] if bias is None else [("bias", bias)])
     dt, rows, hidden, found = check.arrays(dtype, num_tokens, hidden_size,
                                            rows=[("input", input, input_stride, "input_stride", False),
@@ -151,7 +157,7 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
         x, x_stride = found["input"]
         layer_norm(o, x, None if weight is None else found["weight"][0], None if bias is None else found["bias"][0],
                    epsilon, rows, hidden, dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream, pdl=pdl,
-                   weight_dtype=weight_dtype, out_dtype=out_dtype)
+                   weight_dtype=weight_dtype, out_dtype=out_dtype, rms=rms)
     return out
 
 
@@ -174,7 +180,7 @@ def _params_dtype(dt: dtypes.DType, weight_dtype, found: dict):
 
 
 def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
-             pdl, weight_dtype, out_dtype) -> None:
+             pdl, weight_dtype, out_dtype, rms) -> None:
     """Raise the error naming what the prepared launch declined."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
@@ -182,7 +188,8 @@ def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, 
     if weight is None:
         check.no_weight(weight_dtype)
     dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-    p = ln_plan.plan_layer_norm(dt, 1, weight=weight is not None, weight_dtype=weight_dtype, out_dtype=out_dtype)
+    p = ln_plan.plan_layer_norm(dt, 1, weight=weight is not None, weight_dtype=weight_dtype, out_dtype=out_dtype,
+                                bias=bias is not None, rms=check.flag("rms", rms))
     vectors = {name: v for name, v in (("weight", weight), ("bias", bias)) if v is not None}
     params = {} if p.param_dtype is dt else vectors  # fp32 gamma and beta: [hidden] vectors of their own dtype
     _, _, r = check.layout(num_tokens, hidden, dtype, rows={"input": (input, input_stride, "input_stride")},

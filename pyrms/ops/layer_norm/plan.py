@@ -10,6 +10,7 @@ from .._row_plan import _RowPlan, _WeightAndOutKinds, block_and_cache, out_kind,
 @dataclass(frozen=True)
 class LayerNormPlan(_WeightAndOutKinds, _RowPlan):
     bias: bool = True  # False: y = x_hat * w, no bias term
+    rms: bool = False  # True: RMSNorm with a bias (RMSNorm's statistics, nothing subtracted): the kernel's RMS
     weightless: bool = False  # True: no weight (w = 1), the kernels' W = void
     fp32_params: bool = False  # True: weight and bias in fp32 beside bf16/fp16 rows (W = float)
     out: str = "same"  # OUT_KINDS
@@ -17,7 +18,7 @@ class LayerNormPlan(_WeightAndOutKinds, _RowPlan):
     kernel = "layer_norm_kernel"
     source = "layer_norm.cu"
 
-    FLAGS = ("bias",)
+    FLAGS = ("bias", "rms")
 
     @property
     def weight(self) -> str:
@@ -31,17 +32,24 @@ class LayerNormPlan(_WeightAndOutKinds, _RowPlan):
 
     @property
     def group(self) -> tuple[str, ...]:
-        """Every kernel of layer_norm.cu for one dtype, weight and output kind, with and without bias (the
-        backward is a unit of its own: layer_norm_backward.cu)."""
-        return self._group((True,)) + self._group((False,))
+        """Every kernel of layer_norm.cu for one dtype, weight and output kind: LayerNorm's with and without bias
+        (the backward is a unit of its own: layer_norm_backward.cu), or RMSNorm's with a bias, a unit of its own
+        (compiled only where one is used)."""
+        if self.rms:
+            return self._group((True, True))
+        return self._group((True, False)) + self._group((False, False))
 
 
 def plan_layer_norm(dtype, hidden: int, *, bias: bool = True, weight: bool = True, weight_dtype=None,
-                    out_dtype=None) -> LayerNormPlan:
+                    out_dtype=None, rms: bool = False) -> LayerNormPlan:
     """weight=False: no weight (torch.nn.LayerNorm(elementwise_affine=False) when bias is False too);
     weight_dtype: the weight's and the bias's dtype (None: the rows'; float32 beside bf16/fp16 rows);
-    out_dtype: as plan_rms_norm's."""
+    out_dtype: as plan_rms_norm's; rms: RMSNorm with a bias (x * inv * w + b, inv RMSNorm's), which needs the
+    bias (without one it is rms_norm's round_once)."""
     dt = dtypes.get(dtype)
+    if rms and not bias:
+        raise ValueError("rms=True is RMSNorm with a bias: pass the bias (without one, rms_norm with round_once=True "
+                         "computes the same)")
     fp32 = weight and weight_dtype is not None and weight_kind(dt, weight_dtype) == "float32"
-    return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden), bool(bias), not weight, fp32,
+    return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden), bool(bias), bool(rms), not weight, fp32,
                          out_kind(dt, out_dtype))

@@ -13,18 +13,17 @@ _ABOUT = ("pyrms::layer_norm_kernel (forward), planned on the row core; weightle
 
 
 def _option_sets(dt) -> list[dict]:
-    return [dict(bias=b, weight_dtype=w, out_dtype=o) for o in out_options(dt) for w in weight_options(dt)
-            for b in (True, False)]
+    return [dict(bias=b, rms=r, weight_dtype=w, out_dtype=o) for o in out_options(dt) for w in weight_options(dt)
+            for b, r in ((True, False), (False, False), (True, True))]
 
 
-def _unit(dt, hidden, *, bias=True, weight_dtype=None, out_dtype=None) -> Unit:
-    # one unit per dtype: with and without bias, forward and backward; one without a weight; and the mixed
-    # ones (fp32 weight and bias, fp32 output: the forward only)
+def _unit(dt, hidden, *, bias=True, rms=False, weight_dtype=None, out_dtype=None) -> Unit:
+    # one unit per dtype, weight and output kind: with and without bias; RMSNorm with a bias (rms) one of its own
     p = plan_layer_norm(dt, hidden, bias=bias, weight=weight_dtype != "none",
-                        weight_dtype=None if weight_dtype == "none" else weight_dtype, out_dtype=out_dtype)
+                        weight_dtype=None if weight_dtype == "none" else weight_dtype, out_dtype=out_dtype, rms=rms)
     label = "" if p.weight == "same" else f" weight={p.weight}"
     outs = " out=float32" if p.out != "same" else ""
-    return Unit(p.source, tuple(p.group), f"{p.source} {dt.name}{label}{outs}")
+    return Unit(p.source, tuple(p.group), f"{p.source} {dt.name}{' rms' if rms else ''}{label}{outs}")
 
 
 def _operands(*, in_place=None, bias=True, weight=True, **_):

@@ -5,8 +5,11 @@ through, and the user function ``pyrms.torch.layer_norm``.
 
 Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``).
 
-    torch.ops.pyrms.layer_norm(x, weight?, bias?, eps) -> Tensor
-    torch.ops.pyrms.layer_norm_backward(grad_out, x, weight?, eps, has_bias) -> (grad_input, grad_weight, grad_bias)
+    torch.ops.pyrms.layer_norm(x, weight?, bias?, eps, rms=False) -> Tensor
+    torch.ops.pyrms.layer_norm_backward(grad_out, x, weight?, eps, has_bias, rms=False) -> (grad_input, grad_weight, grad_bias)
+
+rms: RMSNorm with a bias (``pyrms.layer_norm``'s rms=True, its backward ``pyrms.rms_norm_backward`` with grad_bias),
+what ``pyrms.torch.rms_norm`` runs when given a bias.
 
 Layouts: rows one stride apart are read in place, others from a contiguous copy; outputs are new tensors whose
 rows lie ``hidden`` apart. The backward op returns an empty tensor for a gradient it does not compute
@@ -24,6 +27,7 @@ from ...torch._layout import (as_float32, check_backward_meta, check_device, che
                               empty_rows_like, mixed, parameter_grad_like, ptr, rows_of)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
+from ..rms_norm_backward.op import rms_norm_backward as _rms_norm_backward
 from .op import layer_norm as _layer_norm
 from .op import layer_norm_backward as _layer_norm_backward
 
@@ -33,9 +37,12 @@ __all__ = ["layer_norm"]
 # --- the eager launches ---------------------------------------------------------------------------------
 
 
-def _check(x, weight, bias) -> tuple[str, bool]:
+def _check(x, weight, bias, rms: bool = False) -> tuple[str, bool]:
     """check_meta of the forward's operands, and whether the parameters are of another dtype than x (mixed:
-    weight and bias then share one dtype, read as float32; a bias alone must be of x's dtype)."""
+    weight and bias then share one dtype, read as float32; a bias alone must be of x's dtype). rms: RMSNorm with a
+    bias, which needs one."""
+    if rms and bias is None:
+        raise ValueError("rms=True is RMSNorm with a bias, and bias is None (without one, use pyrms.torch.rms_norm)")
     dtype = check_meta(x, {"weight": weight, "bias": bias}, mixed_vectors=("weight", "bias"))
     mix = mixed(x, weight) or mixed(x, bias)
     if mix and (weight is None or (bias is not None and bias.dtype != weight.dtype)):
@@ -45,10 +52,11 @@ def _check(x, weight, bias) -> tuple[str, bool]:
     return dtype, mix
 
 
-def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+           rms: bool = False) -> torch.Tensor:
     """LayerNorm of x's rows into a new tensor (see pyrms.torch.layer_norm); weight/bias None: none. Parameters
-    of another dtype than x are read as float32 and the output is float32."""
-    dtype, mix = _check(x, weight, bias)
+    of another dtype than x are read as float32 and the output is float32. rms: RMSNorm with a bias."""
+    dtype, mix = _check(x, weight, bias, rms)
     device = check_device({"x": x, "weight": weight, "bias": bias})
     x, stride = rows_of(x)
     out = empty_rows_like(x, torch.float32 if mix else None)
@@ -60,16 +68,17 @@ def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | No
             weight, bias = as_float32(weight), as_float32(bias)
         _layer_norm(out.data_ptr(), x.data_ptr(), ptr(weight), ptr(bias), eps, numel // hidden, hidden, dtype=dtype,
                     input_stride=stride, out_stride=hidden, stream=current_stream(device), weight_dtype=kind,
-                    out_dtype=kind)
+                    out_dtype=kind, rms=rms)
     return out
 
 
 def launch_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
-                    has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    has_bias: bool, rms: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_input, grad_weight, grad_bias) of layer_norm, the sums over rows in a fixed order; grad_weight
     empty without a weight, grad_bias (the sum of grad_out over rows) empty unless has_bias. Without
     either, nothing is summed: one launch, no workspace. A weight of another dtype than x (the bias's too)
-    is read as float32, both gradients summed and written in float32, then converted to its dtype."""
+    is read as float32, both gradients summed and written in float32, then converted to its dtype. rms: of
+    RMSNorm with a bias (pyrms.rms_norm_backward with grad_bias)."""
     dtype = check_backward_meta(grad_out, x, weight)
     device = check_device({"x": x, "grad_out": grad_out, "weight": weight})
     mix = mixed(x, weight)
@@ -81,12 +90,17 @@ def launch_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
         hidden = x.shape[-1]
         (x, x_stride), (grad_out, g_stride) = rows_of(x), rows_of(grad_out)
         two_byte = mix and dtype != "float32"  # fp32 rows: the weight, grad_out and gradients all fp32 too
-        _layer_norm_backward(grad_input.data_ptr(), None if weight is None else grads[0].data_ptr(),
-                             grads[1].data_ptr() if has_bias else None, grad_out.data_ptr(), x.data_ptr(),
-                             ptr(as_float32(weight) if mix else weight), eps, numel // hidden, hidden, dtype=dtype,
-                             grad_output_stride=g_stride, input_stride=x_stride, grad_input_stride=hidden,
-                             stream=current_stream(device), weight_dtype="float32" if two_byte else None,
-                             grad_output_dtype="float32" if two_byte and grad_out.dtype == torch.float32 else None)
+        w = ptr(as_float32(weight) if mix else weight)
+        gw, gb = grads[0].data_ptr() if weight is not None else None, grads[1].data_ptr() if has_bias else None
+        common = dict(dtype=dtype, grad_output_stride=g_stride, input_stride=x_stride, grad_input_stride=hidden,
+                      stream=current_stream(device), weight_dtype="float32" if two_byte else None,
+                      grad_output_dtype="float32" if two_byte and grad_out.dtype == torch.float32 else None)
+        if rms:
+            _rms_norm_backward(grad_input.data_ptr(), gw, grad_out.data_ptr(), x.data_ptr(), w, eps, numel // hidden,
+                               hidden, grad_bias=gb, **common)
+        else:
+            _layer_norm_backward(grad_input.data_ptr(), gw, gb, grad_out.data_ptr(), x.data_ptr(), w, eps,
+                                 numel // hidden, hidden, **common)
     else:
         for g in grads:
             g.zero_()
@@ -97,39 +111,39 @@ def launch_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
 
 
 @torch.library.custom_op("pyrms::layer_norm", mutates_args=())
-def layer_norm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tensor:
-    return launch(x, weight, bias, eps)
+def layer_norm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, rms: bool = False) -> Tensor:
+    return launch(x, weight, bias, eps, rms)
 
 
 @layer_norm_op.register_fake
-def _(x, weight, bias, eps):
-    _, mix = _check(x, weight, bias)
+def _(x, weight, bias, eps, rms=False):
+    _, mix = _check(x, weight, bias, rms)
     return empty_rows_like(x, torch.float32 if mix else None)
 
 
 @torch.library.custom_op("pyrms::layer_norm_backward", mutates_args=())
 def layer_norm_backward_op(grad_out: Tensor, x: Tensor, weight: Optional[Tensor], eps: float,
-                           has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
-    return launch_backward(grad_out, x, weight, eps, has_bias)
+                           has_bias: bool, rms: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    return launch_backward(grad_out, x, weight, eps, has_bias, rms)
 
 
 @layer_norm_backward_op.register_fake
-def _(grad_out, x, weight, eps, has_bias):
+def _(grad_out, x, weight, eps, has_bias, rms=False):
     check_backward_meta(grad_out, x, weight)
     param = None if weight is None else weight.dtype
     return (empty_rows_like(x), parameter_grad_like(x, weight is not None, param), parameter_grad_like(x, has_bias, param))
 
 
 def _save_layer_norm(ctx, inputs, output):
-    x, weight, bias, eps = inputs
+    x, weight, bias, eps, rms = inputs
     ctx.save_for_backward(x, weight)
-    ctx.eps, ctx.has_bias = eps, bias is not None
+    ctx.eps, ctx.has_bias, ctx.rms = eps, bias is not None, rms
 
 
 def _layer_norm_grads(ctx, grad):
     x, weight = ctx.saved_tensors
-    grad_input, grad_weight, grad_bias = layer_norm_backward_op(grad, x, weight, ctx.eps, ctx.has_bias)
-    return grad_input, None if weight is None else grad_weight, grad_bias if ctx.has_bias else None, None
+    grad_input, grad_weight, grad_bias = layer_norm_backward_op(grad, x, weight, ctx.eps, ctx.has_bias, ctx.rms)
+    return grad_input, None if weight is None else grad_weight, grad_bias if ctx.has_bias else None, None, None
 
 
 layer_norm_op.register_autograd(_layer_norm_grads, setup_context=_save_layer_norm)
@@ -142,16 +156,16 @@ class LayerNormFunction(torch.autograd.Function):
     """layer_norm's autograd for eager calls, which costs the host a fraction of a custom op's dispatch."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        _save_layer_norm(ctx, (x, weight, bias, eps), None)
-        return launch(x, weight, bias, eps)
+    def forward(ctx, x, weight, bias, eps, rms):
+        _save_layer_norm(ctx, (x, weight, bias, eps, rms), None)
+        return launch(x, weight, bias, eps, rms)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        grad_input, grad_weight, grad_bias = launch_backward(grad, x, weight, ctx.eps, ctx.has_bias)
-        return grad_input, None if weight is None else grad_weight, grad_bias if ctx.has_bias else None, None
+        grad_input, grad_weight, grad_bias = launch_backward(grad, x, weight, ctx.eps, ctx.has_bias, ctx.rms)
+        return grad_input, None if weight is None else grad_weight, grad_bias if ctx.has_bias else None, None, None
 
 
 # --- the user function ----------------------------------------------------------------------------------
@@ -172,8 +186,15 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     weight and bias (pyrms's backward kernels, the sums over rows in a fixed order; only the gradients
     of the tensors given are computed: with neither weight nor bias, dx alone in one launch).
     """
+    return with_bias(x, weight, bias, eps, False)
+
+
+def with_bias(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+              rms: bool) -> torch.Tensor:
+    """layer_norm, or (rms) RMSNorm with a bias: the custom op under torch.compile and tracing, the autograd Function
+    where a gradient is recorded, else the launch."""
     if torch.compiler.is_compiling() or _dispatch_modes():
-        return _LAYER_NORM(x, weight, bias, float(eps))
+        return _LAYER_NORM(x, weight, bias, float(eps), rms)
     if _records(x, weight, bias):
-        return LayerNormFunction.apply(x, weight, bias, eps)
-    return launch(x, weight, bias, eps)
+        return LayerNormFunction.apply(x, weight, bias, eps, rms)
+    return launch(x, weight, bias, eps, rms)

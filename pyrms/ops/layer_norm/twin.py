@@ -9,27 +9,28 @@ from .._row_twin import F32, _as_2d, _one_nan, _out, row_stats_twin
 __all__ = ["layer_norm_ref", "layer_norm_twin"]  # what pyrms.reference gathers
 
 
-def layer_norm_ref(x, weight, bias, epsilon):
+def layer_norm_ref(x, weight, bias, epsilon, *, rms=False):
     """float64 LayerNorm of the rows of x: (x - mean) / sqrt(var + eps) * w + b (population variance;
-    weight None: w = 1, bias None: b = 0)."""
+    weight None: w = 1, bias None: b = 0); rms: RMSNorm with a bias, x / sqrt(mean(x^2) + eps) * w + b."""
     x64 = _as_2d(x).astype(np.float64)
-    centered = x64 - x64.mean(axis=1, keepdims=True)
+    centered = x64 if rms else x64 - x64.mean(axis=1, keepdims=True)
     inv = 1.0 / np.sqrt(np.mean(centered * centered, axis=1, keepdims=True) + float(epsilon))
     w64 = 1.0 if weight is None else np.asarray(weight).astype(np.float64)
     b64 = 0.0 if bias is None else np.asarray(bias).astype(np.float64)
     return centered * inv * w64 + b64
 
 
-def layer_norm_twin(x, weight, bias, epsilon, *, block, row_phases=0, out_dtype=None):
+def layer_norm_twin(x, weight, bias, epsilon, *, block, row_phases=0, out_dtype=None, rms=False):
     """Bit-exact twin of layer_norm_kernel: fp32 two-pass statistics, one rounding at the end (none for an
     fp32 out_dtype beside bf16/fp16 rows). bias None: no bias term (no addition of 0, which would turn -0
     into +0); weight None: no weight (the kernel's product by 1, exact). weight and bias: of the storage
-    dtype or float32, their fp32 values either way. A NaN output is the GPU's one NaN (_one_nan), as every row op's."""
+    dtype or float32, their fp32 values either way. A NaN output is the GPU's one NaN (_one_nan), as every row op's.
+    rms: RMSNorm with a bias (the kernel's RMS): RMSNorm's statistics, nothing subtracted."""
     x = _as_2d(x)
     dt = dtypes.get(x.dtype)
     xf = x.astype(F32)
-    mean, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems, centered=True)
-    y = (xf - mean[:, None]) * inv[:, None]
+    mean, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems, centered=not rms)
+    y = (xf if rms else xf - mean[:, None]) * inv[:, None]
     if weight is not None:
         y = y * np.asarray(weight).astype(F32)
     if bias is not None:

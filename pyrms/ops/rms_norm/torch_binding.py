@@ -24,6 +24,7 @@ from ...torch._layout import (DTYPE_NAMES, as_float32, check_device, check_meta,
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
 from .. import _views
+from ..layer_norm import torch_binding as _layer_norm
 from ..rms_norm_backward import torch_binding as _backward
 from .._row_plan import FEW_ROWS
 from .op import prepared as _prepared_rms_norm
@@ -234,7 +235,7 @@ _RMS_NORM = torch.ops.pyrms.rms_norm.default
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *, gemma: bool = False,
-             round_once: bool = False) -> torch.Tensor:
+             round_once: bool = False, bias: torch.Tensor | None = None) -> torch.Tensor:
     """RMSNorm over the last dimension: ``x / sqrt(mean(x**2, -1) + eps) * weight``, fp32 inside.
 
     ``x``: a CUDA tensor [..., hidden] of bfloat16, float16 or float32; ``weight``: [hidden], contiguous
@@ -261,9 +262,20 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
     reproducible, in weight's dtype; without a weight the backward computes dx alone, in one launch).
     With eps = 0 an all-zero row gives NaN, as in PyTorch.
 
+    ``bias``: RMSNorm with a bias, ``x / sqrt(mean(x**2, -1) + eps) * weight + bias`` (QuACK's), [hidden] of the
+    weight's dtype (or x's without a weight): the same statistics, the expression rounded once (round_once is
+    implied), through ``pyrms.layer_norm(..., rms=True)``; parameters of another dtype than x give a float32
+    output, as ``layer_norm``'s do. Differentiable in the bias too (its gradient is the sum of the upstream
+    gradient over rows, in the same fixed order). Not with gemma or a weight per head.
+
     Raises TypeError for unsupported dtypes, ValueError for CPU tensors, tensors
     on another device than pyrms's, or a weight of the wrong shape.
     """
+    if bias is not None:
+        if gemma or per_head(weight):
+            raise ValueError("bias goes with a weight [hidden] or none, without gemma; got "
+                             + ("gemma=True" if gemma else f"a weight per head of shape {tuple(weight.shape)}"))
+        return _layer_norm.with_bias(x, weight, bias, eps, True)
     if torch.compiler.is_compiling() or _dispatch_modes():
         return _RMS_NORM(x, weight, float(eps), gemma, round_once)
     if _records(x, weight):

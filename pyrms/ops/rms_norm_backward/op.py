@@ -14,7 +14,7 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
                       grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
                       rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = True,
                       weight_dtype: DTypeLike | None = None, grad_output_dtype: DTypeLike | None = None,
-                      rstd: OptionalOperand = None) -> None:
+                      rstd: OptionalOperand = None, grad_bias: OptionalOperand = None) -> None:
     """The gradients of the RMSNorm forward ``y = input * r * weight`` for the upstream gradient ``grad_output``:
 
         r = 1 / sqrt(mean(x^2) + epsilon),  x_hat = x * r,  g = weight * dy   (1 + weight with gemma)
@@ -62,7 +62,7 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
     the argument (grad_weight given with ``weight=None``, or gemma without a weight, too). Two launches are
     queued on ``stream`` (one without a weight), asynchronously.
     """
-    norm_backward(layer_norm=False, grad_input=grad_input, grad_weight=grad_weight, grad_bias=None,
+    norm_backward(layer_norm=False, grad_input=grad_input, grad_weight=grad_weight, grad_bias=grad_bias,
                   grad_output=grad_output, input=input, weight=weight, epsilon=epsilon, num_tokens=num_tokens,
                   hidden_size=hidden_size, dtype=dtype, grad_output_stride=grad_output_stride,
                   input_stride=input_stride, grad_input_stride=grad_input_stride, gemma=gemma,

@@ -89,6 +89,9 @@ def _backward_group(dtype: dtypes.DType, centered: bool, weight: str) -> tuple[s
                 for g in ((False,) if centered or weightless else (False, True))
                 for b in ((True, False) if centered and weightless else (True,))
                 for d in ((False, True) if fp32 else (False,))]
+    if not centered:  # RMSNorm with a bias: dbias summed too, rows re-read (V = 0), no gemma
+        variants += [NormBackwardPlan(dtype, 0, 32, 0, False, False, grad_dtype, weightless=weightless, fp32_weight=fp32,
+                                      fp32_grad_output=d, bias=True) for d in ((False, True) if fp32 else (False,))]
     sums = _sum_partials(dtype) if any(p.params for p in variants) else {}
     staged = dict.fromkeys(p.staged_expression for p in variants)
     return tuple(p.expression for p in variants) + tuple(staged) + tuple(sums)
@@ -120,8 +123,11 @@ class NormBackwardPlan(KernelPlan):
     stages: int = 0  # the staged kernel's row buffers (0: no staged kernel)
     fp32_weight: bool = False
     fp32_grad_output: bool = False
+    bias: bool = False  # RMSNorm with a bias (layer_norm.cu's RMS forward): dbias summed too
 
     def __post_init__(self):
+        if self.bias and (self.centered or self.gemma):
+            raise ValueError("bias is RMSNorm's with a bias, without gemma (LayerNorm's is grad_bias)")
         if self.fp32_weight and (self.weightless or self.dtype.itemsize != 2 or self.grad_dtype is not dtypes.FLOAT32):
             raise ValueError(f"a float32 weight goes beside bfloat16 or float16 rows, with float32 parameter gradients; "
                              f"got {self.dtype.name} rows, grad_dtype {self.grad_dtype.name}"
@@ -169,7 +175,8 @@ class NormBackwardPlan(KernelPlan):
     def expression(self) -> str:
         if self.centered:  # DBIAS: without a weight, whether dbias is summed (always with one)
             return self.contract.expression(T=self.dtype.ctype, V=self.vectors, DBIAS=self.sums_bias, **self._type_args)
-        return self.contract.expression(T=self.dtype.ctype, V=self.vectors, GEMMA=self.gemma, **self._type_args)
+        return self.contract.expression(T=self.dtype.ctype, V=self.vectors, GEMMA=self.gemma, DBIAS=self.bias,
+                                        **self._type_args)
 
     @property
     def staged_contract(self) -> Contract:
@@ -182,7 +189,7 @@ class NormBackwardPlan(KernelPlan):
         """The staged kernel of the same variant."""
         if self.centered:
             return self.staged_contract.expression(T=self.dtype.ctype, DBIAS=self.sums_bias, **self._type_args)
-        return self.staged_contract.expression(T=self.dtype.ctype, GEMMA=self.gemma, **self._type_args)
+        return self.staged_contract.expression(T=self.dtype.ctype, GEMMA=self.gemma, DBIAS=self.bias, **self._type_args)
 
     def staged_slots(self, rows_per_block: int) -> int:
         """Row buffers of the staged kernel's shared memory: its stages, or a block's rows if fewer."""
@@ -221,8 +228,9 @@ class NormBackwardPlan(KernelPlan):
 
     @cached_property
     def sums_bias(self) -> bool:
-        """Whether kernel 1 sums dbias: LayerNorm's always beside dweight, without a weight for grad_bias."""
-        return self.centered and (self.grad_bias or not self.weightless)
+        """Whether kernel 1 sums dbias: LayerNorm's always beside dweight, without a weight for grad_bias;
+        RMSNorm's with a bias."""
+        return self.centered and (self.grad_bias or not self.weightless) or self.bias
 
     @cached_property
     def params(self) -> int:
@@ -262,10 +270,11 @@ class NormBackwardPlan(KernelPlan):
 
 
 def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: bool = False,
-                       grad_dtype=None, weight: bool = True, grad_bias: bool = True, weight_dtype=None,
+                       grad_dtype=None, weight: bool = True, grad_bias: bool | None = None, weight_dtype=None,
                        grad_output_dtype=None) -> NormBackwardPlan:
-    """weight=False: no weight (weight=None); grad_bias=False: LayerNorm without a weight sums no
-    grad_bias either (NormBackwardPlan says what each sums). weight_dtype: None or the dtype (the
+    """weight=False: no weight (weight=None); grad_bias: LayerNorm's grad_bias is summed (the default; False:
+    a LayerNorm without a weight sums none either), RMSNorm's a bias's gradient (default none: NormBackwardPlan
+    says what each sums). weight_dtype: None or the dtype (the
     default), or float32 beside bf16/fp16 rows (then grad_dtype, by default the weight's, must be
     float32); grad_output_dtype: None or the dtype, or float32 beside a float32 weight."""
     dt = dtypes.get(dtype)
@@ -285,8 +294,12 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
     if layer_norm and gemma:
         raise ValueError("gemma applies to RMSNorm only")
     block, vectors = backward_block(dt, hidden), 0
+    bias = not layer_norm and bool(grad_bias)
+    if bias and gemma:
+        raise ValueError("gemma with a bias is not offered (the bias's forward, layer_norm(rms=True), has no gemma)")
     p = NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt, weightless=not weight,
-                         grad_bias=bool(grad_bias), fp32_weight=fp32_weight, fp32_grad_output=odt is not dt)
+                         grad_bias=grad_bias is not False, fp32_weight=fp32_weight, fp32_grad_output=odt is not dt,
+                         bias=bias)
     if hidden % dt.vec_elems == 0:
         threads = min(BACKWARD_STAGED_THREADS, -(-(hidden // dt.vec_elems) // 32) * 32)
         for stages in range(BACKWARD_STAGES, 1, -1):  # as many buffers as fit, at least two

@@ -13,17 +13,19 @@ from . import plan as bwd_plan
 
 
 def backward_workspace_bytes(num_tokens: int, hidden_size: int, *, layer_norm: bool = False,
-                             rows_per_block: int | None = None, weight: bool = True, grad_bias: bool = True) -> int:
+                             rows_per_block: int | None = None, weight: bool = True, grad_bias: bool | None = None) -> int:
     """Bytes of ``workspace=`` that one backward launch of this shape needs (any dtype), with the
     planned launch shape or the given ``rows_per_block``.
 
     ``weight=False``: a backward without weight (``weight=None``), which sums no weight gradient: 0
     bytes for RMSNorm, and for LayerNorm the grad_bias sums unless ``grad_bias=False`` (then 0 too).
-    With a weight, LayerNorm's workspace holds both sums whether grad_bias is asked for or not."""
+    With a weight, LayerNorm's workspace holds both sums whether grad_bias is asked for or not.
+    ``grad_bias=True`` for RMSNorm: a backward that sums a bias's gradient too (RMSNorm with a bias)."""
     num_tokens = check.size("num_tokens", num_tokens)
     hidden = check.size("hidden_size", hidden_size)
     p = bwd_plan.plan_norm_backward("float32", hidden, layer_norm=check.flag("layer_norm", layer_norm),
-                                   weight=check.flag("weight", weight), grad_bias=check.flag("grad_bias", grad_bias))
+                                   weight=check.flag("weight", weight),
+                                   grad_bias=None if grad_bias is None else check.flag("grad_bias", grad_bias))
     return p.workspace_bytes(num_tokens, rows_per_block_arg(rows_per_block, p.chunk_rows))
 
 
@@ -41,7 +43,8 @@ class Prepared:
     """One (device, op, dtypes, hidden, strides, options) of a backward pass, resolved once: the plan,
     both kernels (kernel 1 alone where nothing is summed over rows), the shared-memory opt-in and the
     pointer checks. weightless: no weight (its pointer is 0, never read), no grad_weight; grad_bias:
-    LayerNorm's grad_bias is asked for; weight_dtype, grad_output_dtype: None for the rows' dtype."""
+    the bias's gradient is asked for (LayerNorm's, or RMSNorm's with a bias); weight_dtype, grad_output_dtype:
+    None for the rows' dtype."""
 
     __slots__ = ("device", "plan", "rows_kernel", "staged_kernel", "staged_shared", "sum_kernel", "hidden", "strides",
                  "rows_per_block", "max_rows", "pointers", "rstd_pointers", "weight_item", "staged_masks", "weightless",
@@ -57,7 +60,7 @@ class Prepared:
         self.strides = tuple(check.stride_arg(name, value, hidden) for name, value in (
             ("grad_input_stride", grad_input_stride), ("grad_output_stride", grad_output_stride),
             ("input_stride", input_stride)))
-        grad_bias = bool(layer_norm and grad_bias)
+        grad_bias = bool(grad_bias)
         self.weightless = weightless = bool(weightless)
         p = self.plan = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma),
                                                    grad_dtype=grad_weight_dtype, weight=not weightless,
@@ -158,15 +161,15 @@ class Prepared:
 _prepared = PreparedCache(Prepared)
 
 
-def parameter_gradients(layer_norm: bool, weight, grad_weight, grad_bias, grad_weight_dtype) -> dict:
+def parameter_gradients(weight, grad_weight, grad_bias, grad_weight_dtype) -> dict:
     """The parameter gradients a call writes, by name, in the workspace's plane order: grad_weight
-    (required with a weight, refused without one), then LayerNorm's grad_bias unless None; ValueError
+    (required with a weight, refused without one), then grad_bias unless None; ValueError
     for a grad_weight_dtype given where none is written."""
     if weight is None and grad_weight is not None:
         raise ValueError("grad_weight was given, but weight is None: without a weight there is no weight "
                          "gradient; pass grad_weight=None")
     grads = {} if weight is None else {"grad_weight": grad_weight}
-    if layer_norm and grad_bias is not None:
+    if grad_bias is not None:
         grads["grad_bias"] = grad_bias
     if not grads and grad_weight_dtype is not None:
         raise ValueError(f"grad_weight_dtype={grad_weight_dtype!r} was given, but no parameter gradient is written "
@@ -178,7 +181,7 @@ def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output
                   num_tokens, hidden_size, dtype, grad_output_stride, input_stride, grad_input_stride, gemma,
                   grad_weight_dtype, workspace, rows_per_block, stream, pdl, weight_dtype=None, grad_output_dtype=None,
                   rstd=None):
-    params = parameter_gradients(layer_norm, weight, grad_weight, grad_bias, grad_weight_dtype)
+    params = parameter_gradients(weight, grad_weight, grad_bias, grad_weight_dtype)
     grads = tuple(params.values())
     if (type(grad_input) is int and type(grad_output) is int and type(input) is int
             and (weight is None or type(weight) is int) and all(type(g) is int for g in grads) and workspace is None

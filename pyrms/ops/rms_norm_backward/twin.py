@@ -16,14 +16,16 @@ def _weight64(weight, gemma=False):
     return np.asarray(weight).astype(np.float64) + (1.0 if gemma else 0.0)
 
 
-def rms_norm_backward_ref(dy, x, weight, epsilon, *, gemma=False):
+def rms_norm_backward_ref(dy, x, weight, epsilon, *, gemma=False, grad_bias=False):
     """float64 (dx, dweight) of RMSNorm: dx = r * (g - x_hat * mean(x_hat * g)), g = w * dy,
-    dweight = sum over rows of dy * x_hat (docs/family.md). weight None: g = dy, and (dx,) alone."""
+    dweight = sum over rows of dy * x_hat (docs/family.md). weight None: g = dy, and (dx,) alone.
+    grad_bias: an RMSNorm with a bias, dbias = sum over rows of dy appended."""
     dy64, x64 = _as_2d(dy).astype(np.float64), _as_2d(x).astype(np.float64)
     inv = 1.0 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + float(epsilon))
     x_hat, g = x64 * inv, _weight64(weight, gemma) * dy64
     dx = inv * (g - x_hat * np.mean(x_hat * g, axis=1, keepdims=True))
-    return (dx,) if weight is None else (dx, (dy64 * x_hat).sum(axis=0))
+    dweight = () if weight is None else ((dy64 * x_hat).sum(axis=0),)
+    return (dx, *dweight, *((dy64.sum(axis=0),) if grad_bias else ()))
 
 
 def layer_norm_backward_ref(dy, x, weight, epsilon):
@@ -65,7 +67,7 @@ def sum_partials_twin(partials):
 
 
 def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weight_phase=0, chunk_rows,
-                       layer_norm=False, gemma=False, grad_dtype=None, rstd=None):
+                       layer_norm=False, gemma=False, grad_dtype=None, rstd=None, grad_bias=False):
     """Bit-exact twin of rms_norm_backward.cu / layer_norm_backward_kernel and sum_partials_kernel.
 
     Returns (dx, dweight) for RMSNorm, (dx, dweight, dbias) for LayerNorm; dx in the storage dtype,
@@ -82,7 +84,7 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
     only one allowed), so dx equals a weighted backward's with an aligned weight of ones, bit for bit.
 
     rstd: RMSNorm's saved inv_rms per row (float32), used instead of the statistics (fold and x_phases
-    then change nothing).
+    then change nothing). grad_bias: RMSNorm with a bias, its dbias (the sum of dy, in the same order) last.
     """
     if rstd is not None and layer_norm:
         raise ValueError("rstd is RMSNorm's saved statistic; LayerNorm's backward recomputes its own")
@@ -107,6 +109,6 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
         if layer_norm:
             g = g - thread_sums_twin(g, block, weight_phase, dt.vec_elems)[:, None] / F32(hidden)
         dx = (inv[:, None] * (g - x_hat * dot_mean[:, None])).astype(dt.numpy)
-        terms = ([] if weight is None else [dyf * x_hat]) + ([dyf] if layer_norm else [])
+        terms = ([] if weight is None else [dyf * x_hat]) + ([dyf] if layer_norm or grad_bias else [])
     out = dtypes.get(grad_dtype if grad_dtype is not None else dt if weight is None else np.asarray(weight).dtype).numpy
     return (dx, *(sum_partials_twin(chunk_sums_twin(t, chunk_rows)).astype(out) for t in terms))

@@ -27,8 +27,12 @@ def test_plans_without_a_weight(hidden):
         assert (rms.block, rms.vectors, rms.stats_fold) == (weighted.block, weighted.vectors, weighted.stats_fold)
         assert rms.expression == f"pyrms::rms_norm_backward_kernel<{dt.ctype}, 0, false, void>"
         assert rms.params == 0 and rms.shared_bytes == 0 and rms.workspace_bytes(70001) == 0
-        assert rms.expression in rms.group and not any("sum_partials" in e for e in rms.group)
-        assert not set(rms.group) & set(weighted.group)  # its own compile unit
+        # the unit holds the sums over rows for its bias variant (RMSNorm with a bias) only: this plan launches none
+        biased = bwd_plan.plan_norm_backward(dt, hidden, weight=False, grad_bias=True)
+        assert rms.expression in rms.group and biased.expression in rms.group and biased.sum_expression in rms.group
+        # its own compile unit: only the sums over rows are in both
+        sums = {e for e in weighted.group if e.startswith("pyrms::sum_partials_kernel<")}
+        assert sums and set(rms.group) & set(weighted.group) == sums
         ln_bias = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True, weight=False)
         ln_none = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True, weight=False, grad_bias=False)
         assert ln_bias.expression == f"pyrms::layer_norm_backward_kernel<{dt.ctype}, 0, void>"  # DBIAS = true: the default
