@@ -179,7 +179,7 @@ def test_dynamo_fullgraph_traces_the_functions_and_modules_into_pyrms_ops(dynamo
     code = graphs[0].code
     assert "torch.ops.pyrms.rms_norm.default(l_x_, l_w_, 1e-06, False, True)" in code
     assert "torch.ops.pyrms.fused_add_rms_norm.default(l_x_, l_r_, l_w_, 1e-06, False, False, None)" in code
-    assert "torch.ops.pyrms.layer_norm.default(l_x_, l_w_, l_b_, 1e-05)" in code
+    assert "torch.ops.pyrms.layer_norm.default(l_x_, l_w_, l_b_, 1e-05, False)" in code
     assert code.count("torch.ops.pyrms.rms_norm.default(") == 2  # the module's call too
 
 
@@ -198,7 +198,7 @@ def test_dispatch_modes_see_the_ops():
     code = make_fx(f, tracing_mode="fake")(cpu(3, 8), cpu(8), cpu(3, 8)).code
     assert "torch.ops.pyrms.fused_add_rms_norm.default(x_1, r_1, w_1, 1e-05, False, False)" in code
     assert "torch.ops.pyrms.rms_norm.default(x_1, w_1, 1e-06, True, False)" in code
-    assert "torch.ops.pyrms.layer_norm.default(x_1, w_1, None, 1e-05)" in code
+    assert "torch.ops.pyrms.layer_norm.default(x_1, w_1, None, 1e-05, False)" in code
 
 
 def test_make_fx_traces_the_backward_through_pyrms_kernels():
@@ -210,7 +210,7 @@ def test_make_fx_traces_the_backward_through_pyrms_kernels():
     x, w = cpu(4, 8).requires_grad_(), cpu(8).requires_grad_()
     code = make_fx(grads, tracing_mode="fake")(x, w, cpu(8).requires_grad_()).code
     assert "torch.ops.pyrms.rms_norm_backward.default(ones_like, x_1, w_1, 1e-06, True)" in code
-    assert "torch.ops.pyrms.layer_norm_backward.default(ones_like_1, x_1, w_1, 1e-05, True)" in code
+    assert "torch.ops.pyrms.layer_norm_backward.default(ones_like_1, x_1, w_1, 1e-05, True, False)" in code
 
 
 # --- routing and autograd, with the launches stubbed ---------------------------------------------
@@ -230,14 +230,14 @@ def stub_launches(monkeypatch):
         calls.append(("rms_norm_backward", eps, gemma))
         return grad_out * 2, x.new_full((x.shape[-1] if weight is not None else 0,), 3)
 
-    def ln_backward(grad_out, x, weight, eps, has_bias):
+    def ln_backward(grad_out, x, weight, eps, has_bias, rms=False):
         calls.append(("layer_norm_backward", eps, weight is not None, has_bias))
         hidden = x.shape[-1]
         return grad_out * 4, x.new_full((hidden if weight is not None else 0,), 5), x.new_full((hidden if has_bias else 0,), 6)
 
     monkeypatch.setattr(binding("rms_norm"), "launch", forward)
     monkeypatch.setattr(binding("rms_norm_backward"), "launch", backward)
-    monkeypatch.setattr(binding("layer_norm"), "launch", lambda x, weight, bias, eps: x * (1 if weight is None else weight))
+    monkeypatch.setattr(binding("layer_norm"), "launch", lambda x, weight, bias, eps, rms=False: x * (1 if weight is None else weight))
     monkeypatch.setattr(binding("layer_norm_backward"), "launch_backward", ln_backward)
     return calls
 
