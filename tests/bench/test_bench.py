@@ -638,6 +638,13 @@ def test_impls_with_pyrms_and_a_peer_without_pdl_time_pyrms_without_pdl_too():
     assert parse("--impls", "pyrms,seed").impls == ("pyrms", "pyrms_nopdl", "seed")
 
 
+def test_the_run_loads_pytorch_for_every_implementation_outside_pyrms():
+    from pyrms.bench import run
+
+    assert set(run.TORCH_IMPLS) == set(config.IMPLS) - {"pyrms", "pyrms_nopdl", "seed"}
+    assert set(config.OTHER_IMPLS + config.OTHER_PDL_IMPLS) == set(run.TORCH_IMPLS)  # each peer compared somewhere
+
+
 def test_every_op_with_peers_times_pyrms_both_ways():
     for name, bench in ops.benches().items():
         if any(i in bench.impls for i in config.OTHER_IMPLS + ("seed",)):
