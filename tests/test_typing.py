@@ -1,6 +1,6 @@
 """The public API's types: every name pyrms exports is fully annotated, and ``mypy --strict`` passes on code that
-uses it as users write it (tests/typecheck/usage.py, each call form's exact result type) and on the README's python
-examples, with the package checked as pyproject's [tool.mypy] says."""
+uses it as users write it (tests/typecheck/usage.py, each call form's exact result type) and on the python examples
+of README.md and docs/usage.md, with the package checked as pyproject's [tool.mypy] says."""
 import importlib.util
 import inspect
 import subprocess
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import pyrms
-from tools.readme_examples import ROOT, blocks
+from tools.readme_examples import ROOT, examples
 
 
 def _unannotated(function) -> list[str]:
@@ -42,13 +42,14 @@ def test_every_exported_name_is_fully_annotated():
 
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None,
                     reason="mypy is not installed (pip install -e '.[typecheck]')")
-def test_mypy_strict_passes_on_the_public_api_and_the_readme_examples(tmp_path):
-    examples = []
-    for i, code in enumerate(blocks((ROOT / "README.md").read_text()), 1):
-        examples.append(tmp_path / f"readme_block_{i}.py")
-        examples[-1].write_text(code)
-    assert len(examples) >= 2  # Using it, and Quantized outputs, at least
+def test_mypy_strict_passes_on_the_public_api_and_the_documents_examples(tmp_path):
+    files = []
+    for document, i, code in examples():
+        files.append(tmp_path / f"{document.replace('/', '_').replace('.', '_')}_block_{i}.py")
+        files[-1].write_text(code)
+    documents = {document for document, _, _ in examples()}
+    assert documents == {"README.md", "docs/usage.md"} and len(files) >= 5  # the README's quick starts, usage's API
     done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--config-file", str(ROOT / "pyproject.toml"),
-                           "pyrms/__init__.py", "tests/typecheck/usage.py", *map(str, examples)],
+                           "pyrms/__init__.py", "tests/typecheck/usage.py", *map(str, files)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

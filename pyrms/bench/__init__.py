@@ -16,7 +16,7 @@ Layout, one job per module:
              through the registry): what it reads and writes, byte counts, implementations (pure)
   stats      medians, spread, rotation counts, row sampling (pure)
   results    one Record per (op, dtype, shape, implementation) (pure)
-  targets    the issues' targets as PASS/FAIL/N/A (pure)
+  targets    the project's targets (targets.json) as PASS/FAIL/N/A (pure)
   report     tables, JSON, plot (pure but for the files it writes)
   env        device and version facts
   timing     the spin kernel and the event timer

@@ -26,10 +26,15 @@ repetitions, torch.compile only at the largest token count (each shape compiles 
 Without --ops, {extras} run at {extra_shapes} only, where
 their targets are, and only if pyrms has them; --ops runs the ops named at every selected shape.
 
-implementations: pyrms, pyrms_nopdl (pyrms.{headline} with pdl=False; pyrms's default is pdl=True, programmatic dependent launch;
-{headline} only), seed (the seed kernel, compiled by NVRTC; hidden/VEC <= 1024 threads only), torch
-(PyTorch eager), compile (torch.compile of it), triton (a Triton kernel): each op declares its own in
+implementations: pyrms (each op as it launches by default, with programmatic dependent launch, PDL),
+pyrms_nopdl (the same with pdl=False), seed (the seed kernel, compiled by NVRTC; hidden/VEC <= 1024 threads
+only), torch (PyTorch eager), compile (torch.compile of it), triton (a Triton kernel), liger (Liger-Kernel),
+flashinfer and flashinfer_pdl (FlashInfer with enable_pdl=False and True): each op declares its own in
 pyrms/ops/<family>/bench.py, and those that cannot run are listed as skipped, with the reason.
+Comparisons are like for like: pyrms without PDL against the seed kernel and
+{nopdl_peers} (all launched without PDL),
+pyrms with PDL against {pdl_peers} only; so --impls naming pyrms and an implementation without PDL
+times pyrms_nopdl too (a note says so).
 Exit status: 0 when the run completed, 1 if a pyrms output failed validation or the run broke off,
 2 for bad arguments or no GPU.
 
@@ -50,7 +55,9 @@ def epilog() -> str:
     ints = lambda values: ",".join(map(str, values))  # noqa: E731
     return EPILOG.format(tokens=ints(cfg.TOKENS), hidden=ints(cfg.HIDDEN), quick_tokens=ints(cfg.QUICK_TOKENS),
                          quick_hidden=ints(cfg.QUICK_HIDDEN), extras=_join(ops_mod.extras()),
-                         extra_shapes=_join(map(str, DEFAULT_EXTRA_OP_SHAPES)), headline=ops_mod.headline(), prog=PROG)
+                         extra_shapes=_join(map(str, DEFAULT_EXTRA_OP_SHAPES)), prog=PROG,
+                         nopdl_peers=_join(cfg.IMPL_LABELS[i] for i in cfg.OTHER_IMPLS),
+                         pdl_peers=_join(cfg.IMPL_LABELS[i] for i in cfg.OTHER_PDL_IMPLS))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,7 +78,8 @@ def _typed(parse, what=None):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="RMSNorm kernels against the device-to-device copy ceiling, the seed "
-                "kernel, PyTorch (eager and torch.compile) and Triton: device time, GB/s, host time, CUDA graphs.",
+                "kernel, PyTorch (eager and torch.compile), Triton, Liger and FlashInfer: device time, GB/s, host time, "
+                "CUDA graphs.",
                 epilog=epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a handful of shapes and fewer repetitions: under a minute")
     g = p.add_argument_group("what to measure")
@@ -83,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bf16, fp16, fp32 or all (default bf16)")
     g.add_argument("--ops", type=_typed(cfg.parse_ops), metavar="LIST", help=f"{', '.join(ops_mod.swept())} or all")
     g.add_argument("--impls", type=_typed(cfg.parse_impls), metavar="LIST", default=cfg.IMPLS,
-                   help="pyrms, pyrms_nopdl, seed, torch, compile, triton or all (default all)")
+                   help=f"{', '.join(cfg.IMPLS)} or all (default all)")
     g.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
     g.add_argument("--no-floor", action="store_true", help="skip the launch floor")
     g.add_argument("--no-host", action="store_true", help="skip host time per call")
@@ -115,6 +123,14 @@ def _available_extra_ops() -> tuple[str, ...]:
     return tuple(op for op in ops_mod.extras() if hasattr(pyrms, op))
 
 
+def like_for_like_impls(impls: tuple[str, ...]) -> tuple[str, ...]:
+    """``impls`` with pyrms_nopdl added where pyrms is asked for beside a peer that launches without PDL (the
+    seed kernel among them): like for like, those are set against pyrms without PDL only."""
+    if "pyrms" in impls and cfg.NOPDL not in impls and any(i in cfg.OTHER_IMPLS + ("seed",) for i in impls):
+        return tuple(i for i in cfg.IMPLS if i in impls or i == cfg.NOPDL)
+    return impls
+
+
 def build_config(args, now: datetime.datetime | None = None) -> cfg.Config:
     """The run an argparse namespace describes; ValueError for combinations argparse cannot check."""
     if args.shapes and (args.tokens or args.hidden):
@@ -138,15 +154,20 @@ def build_config(args, now: datetime.datetime | None = None) -> cfg.Config:
         missing = [op for op in ops_mod.extras() if op not in available]
         if missing:
             notes.append(f"not in this pyrms, so not measured: {', '.join(missing)}")
+    impls = like_for_like_impls(args.impls)
+    if impls != args.impls:
+        notes.append(f"{cfg.NOPDL} added to --impls: pyrms without PDL is the figure set against "
+                     f"{_join(cfg.IMPL_LABELS[i] for i in args.impls if i in cfg.OTHER_IMPLS + ('seed',))}, "
+                     "which launch without PDL")
     compile_tokens = None
-    if quick and "compile" in args.impls:
+    if quick and "compile" in impls:
         compile_tokens = max(s.tokens for s in shapes)
         notes.append(f"--quick: torch.compile runs only for {ops_mod.headline()} at {compile_tokens} tokens (each shape "
                      "compiles for seconds); run without --quick for every shape")
     now = now or datetime.datetime.now()
     stem = args.name or f"bench-{now:%Y%m%d-%H%M%S}" + ("-quick" if quick else "")
     return cfg.Config(
-        shapes=shapes, dtypes=args.dtypes, ops=ops, impls=args.impls, quick=quick,
+        shapes=shapes, dtypes=args.dtypes, ops=ops, impls=impls, quick=quick,
         rounds=args.rounds or (2 if quick else 3), reps=args.reps or (5 if quick else 10), batch=args.batch,
         sweep=not args.no_sweep, floor=not args.no_floor, host=not args.no_host, graphs=not args.no_graphs,
         host_calls=args.host_calls or (5000 if quick else 20000), memory_cap_gib=args.memory_cap, copy_mib=args.copy_mib,

@@ -13,18 +13,26 @@ HIDDEN = (4096, 5120, 8192, 16384)
 QUICK_TOKENS = (1, 128, 4096, 16384)
 QUICK_HIDDEN = (5120, 8192)
 
-IMPLS = ("pyrms", "pyrms_nopdl", "seed", "torch", "compile", "triton", "liger")
+IMPLS = ("pyrms", "pyrms_nopdl", "seed", "torch", "compile", "triton", "liger", "flashinfer", "flashinfer_pdl")
 PYRMS_IMPLS = ("pyrms", "pyrms_nopdl")  # pyrms's own outputs: a failed validation fails the run
-OTHER_IMPLS = ("torch", "compile", "triton", "liger")  # "best other": the fastest of these
+# Programmatic dependent launch lets a kernel start before the one ahead of it on the stream has finished, which
+# at decode shapes is a large share of a launch's time: a ratio between a launch with it and one without would
+# measure PDL more than the kernels. Each pyrms figure is therefore set only against peers launched the same way.
+OTHER_IMPLS = ("torch", "compile", "triton", "liger", "flashinfer")  # the peers launched without PDL
+OTHER_PDL_IMPLS = ("flashinfer_pdl",)  # the peers launched with PDL
+NOPDL = "pyrms_nopdl"  # pyrms's figure against every peer that launches without PDL: the seed kernel, torch eager too
+LIKE_FOR_LIKE = ((NOPDL, OTHER_IMPLS), ("pyrms", OTHER_PDL_IMPLS))  # pyrms's figure -> its peers
 IMPL_ALIASES = {"eager": "torch", "liger-kernel": "liger", "liger_kernel": "liger", "torch.compile": "compile", "torch_compile": "compile", "inductor": "compile",
-                "nopdl": "pyrms_nopdl", "pyrms-nopdl": "pyrms_nopdl", "no-pdl": "pyrms_nopdl"}
+                "nopdl": "pyrms_nopdl", "pyrms-nopdl": "pyrms_nopdl", "no-pdl": "pyrms_nopdl",
+                "flashinfer-pdl": "flashinfer_pdl"}
 IMPL_LABELS = {"pyrms": "pyrms", "pyrms_nopdl": "pyrms (no pdl)", "seed": "seed", "torch": "torch eager",
-               "compile": "torch.compile", "triton": "Triton", "liger": "Liger"}
+               "compile": "torch.compile", "triton": "Triton", "liger": "Liger", "flashinfer": "FlashInfer",
+               "flashinfer_pdl": "FlashInfer (pdl)"}
 # Each implementation's colour and marker in the plot, the same in every panel and in its legend (left to
 # matplotlib, a colour follows the order lines are drawn in, which changes with the panel's implementations).
 IMPL_STYLES = {"pyrms": ("#1f77b4", "o"), "pyrms_nopdl": ("#17becf", "P"), "seed": ("#7f7f7f", "s"),
                "torch": ("#d62728", "^"), "compile": ("#ff7f0e", "v"), "triton": ("#2ca02c", "D"),
-               "liger": ("#9467bd", "X")}
+               "liger": ("#9467bd", "X"), "flashinfer": ("#8c564b", "*"), "flashinfer_pdl": ("#e377c2", "h")}
 DECODE_MAX_TOKENS = 128  # shapes up to this many tokens are latency-bound: judged against the launch floor
 FLOOR_HIDDEN = (4096, 5120, 8192)  # the launch floor's one-row copy, at these and every decode hidden of a run
 DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 PACKAGES = ("cuda-bindings", "cuda-pathfinder", "nvidia-cuda-nvrtc", "nvidia-cuda-cccl", "numpy", "ml_dtypes",
-            "torch", "triton", "matplotlib", "liger-kernel")
+            "torch", "triton", "matplotlib", "liger-kernel", "flashinfer-python")
 
 
 def command_line(argv) -> str:

@@ -10,12 +10,13 @@ from pathlib import Path
 from . import floor as floor_mod
 from . import ops as ops_mod
 from . import targets as targets_mod
-from .config import DECODE_MAX_TOKENS, DTYPE_SHORT, IMPL_LABELS, IMPL_STYLES, IMPLS, OTHER_IMPLS, PYRMS_IMPLS
+from .config import (DECODE_MAX_TOKENS, DTYPE_SHORT, IMPL_LABELS, IMPL_STYLES, IMPLS, LIKE_FOR_LIKE, NOPDL,
+                     OTHER_IMPLS, OTHER_PDL_IMPLS, PYRMS_IMPLS)
 from .results import FAILED, OK, SKIPPED, Record, best_of, find
 
 DASH = "-"
 SHORT_LABELS = {"pyrms": "pyrms", "pyrms_nopdl": "nopdl", "seed": "seed", "torch": "eager", "compile": "compile",
-                "triton": "triton", "liger": "liger"}
+                "triton": "triton", "liger": "liger", "flashinfer": "flashi", "flashinfer_pdl": "fi+pdl"}
 
 
 def _mib(nbytes: int) -> str:
@@ -50,12 +51,29 @@ def header(info: dict, ceiling, ops_run) -> str:
         "  GB/s      bytes / median time;  %ceil: GB/s / copy ceiling",
         "  +-%       run-to-run spread: (max - min of the per-round medians) / median; rounds are whole passes",
         "            over all implementations, so a difference smaller than this is noise",
-        "  xbest     (fastest of torch eager, torch.compile, Triton) time / pyrms time: > 1 means pyrms is faster",
-        "  xseed     seed kernel time / pyrms time: > 1 means pyrms is faster",
+        "  pyrms us  pyrms as it launches by default, with programmatic dependent launch (PDL); nopdl: pdl=False",
+        "  ratios    like for like, > 1 means pyrms is faster:",
+        f"  xbest     (fastest of {join_labels(OTHER_IMPLS)}, all launched without PDL) time / pyrms (no pdl) time",
+        f"  xpdl      (fastest of {join_labels(OTHER_PDL_IMPLS)}, launched with PDL) time / pyrms (with PDL) time",
+        "  xseed     seed kernel time (it launches without PDL) / pyrms (no pdl) time",
         f"  {DASH}         not run (reason under the table); FAIL: output failed validation, never timed",
         "Every implementation's output was checked against a float64 reference before it was timed.",
     ]
     return "\n".join(lines)
+
+
+def join_labels(impls) -> str:
+    """'A, B and C' of the implementations' labels."""
+    labels = [IMPL_LABELS[i] for i in impls]
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
+def ratio(records, op: str, dtype: str, tokens: int, hidden: int, mine: str, peers) -> str:
+    """(fastest timed of ``peers``) time / ``mine``'s time at one shape, two decimals, or DASH where either is
+    missing."""
+    me = find(records, op, dtype, tokens, hidden, mine)
+    best = best_of(records, op, dtype, tokens, hidden, peers)
+    return f"{best.median_us / me.median_us:.2f}" if me is not None and best is not None else DASH
 
 
 def _cell(rec, fmt, value) -> str:
@@ -78,15 +96,17 @@ def _impls(records, op, dtype, order):
 
 
 def table(records, op: str, dtype: str, ceiling_gbps: float, impl_order) -> str:
-    """Bandwidth table: pyrms in detail, the others' GB/s, and the ratios."""
+    """Bandwidth table: pyrms in detail, the others' GB/s, and the ratios, each of like with like (pyrms without
+    PDL against the peers without it, pyrms with PDL against the peers with it; the header says which)."""
     impls = _impls(records, op, dtype, impl_order)
     others = [i for i in impls if i != "pyrms"]
-    with_best = any(i in OTHER_IMPLS for i in others)
-    with_seed = "seed" in others
+    pairings = [(label, mine, peers) for label, (mine, peers) in zip(("xbest", "xpdl"), LIKE_FOR_LIKE)]
+    ratios = [(label, mine, peers) for label, mine, peers in pairings + [("xseed", NOPDL, ("seed",))]
+              if any(i in peers for i in others)]
     title = f"{op} {dtype}: GB/s per implementation (copy ceiling {ceiling_gbps:.0f} GB/s)"
     head = (f"{'tokens':>6} {'hidden':>6} {'MB':>8} {'floor us':>9} | {'pyrms us':>9} {'GB/s':>6} {'%ceil':>5} {'+-%':>5} |"
             + "".join(f" {SHORT_LABELS[i]:>7}" for i in others) + " |"
-            + (f" {'xbest':>6}" if with_best else "") + (f" {'xseed':>6}" if with_seed else ""))
+            + "".join(f" {label:>6}" for label, _, _ in ratios))
     lines = [title, head, "-" * len(head)]
     for hidden, tokens in _shapes(records, op, dtype):
         mine = find(records, op, dtype, tokens, hidden, "pyrms", ok_only=False)
@@ -101,13 +121,13 @@ def table(records, op: str, dtype: str, ceiling_gbps: float, impl_order) -> str:
         for i in others:
             rec = find(records, op, dtype, tokens, hidden, i, ok_only=False)
             row += f" {_cell(rec, '{:7.0f}', lambda r: r.gbps):>7}"
-        ok_mine = find(records, op, dtype, tokens, hidden, "pyrms")
-        best = best_of(records, op, dtype, tokens, hidden, OTHER_IMPLS)
-        seed = find(records, op, dtype, tokens, hidden, "seed")
-        xbest = f"{best.median_us / ok_mine.median_us:.2f}" if ok_mine and best else DASH
-        xseed = f"{seed.median_us / ok_mine.median_us:.2f}" if ok_mine and seed else DASH
-        lines.append(row + " |" + (f" {xbest:>6}" if with_best else "") + (f" {xseed:>6}" if with_seed else ""))
-    return "\n".join(lines + _reasons(records, op, dtype))
+        cells = [ratio(records, op, dtype, tokens, hidden, me, peers) for _, me, peers in ratios]
+        lines.append(row + " |" + "".join(f" {c:>6}" for c in cells))
+    lines += _reasons(records, op, dtype)
+    for me in dict.fromkeys(me for _, me, _ in ratios if me not in impls):
+        labels = " or ".join(label for label, m, _ in ratios if m == me)
+        lines.append(f"  note: no {labels}: the ratio is of {IMPL_LABELS[me]}, which this run did not time")
+    return "\n".join(lines)
 
 
 def latency_table(records, op: str, dtype: str, impl_order) -> str:

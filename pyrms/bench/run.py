@@ -21,7 +21,7 @@ from .impls import Context
 from .results import FAILED
 from .torch_impls import load_torch, load_triton
 
-TORCH_IMPLS = ("torch", "compile", "triton", "liger")
+TORCH_IMPLS = ("torch", "compile", "triton", "liger", "flashinfer", "flashinfer_pdl")  # those that need PyTorch
 
 
 def _progress(message: str) -> None:

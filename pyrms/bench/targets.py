@@ -9,7 +9,7 @@ from pathlib import Path
 
 from . import floor as floor_mod
 from . import ops as ops_mod
-from .config import DECODE_MAX_TOKENS, DTYPE_SHORT, FLOOR_HIDDEN, IMPL_LABELS, OTHER_IMPLS
+from .config import DECODE_MAX_TOKENS, DTYPE_SHORT, FLOOR_HIDDEN, IMPL_LABELS, LIKE_FOR_LIKE, NOPDL
 from .results import best_of, find
 
 TARGETS_FILE = Path(__file__).with_name("targets.json")
@@ -106,49 +106,70 @@ def _ceiling_targets(records, ceiling: float) -> list[Target]:
     return out
 
 
+def _peers_text(peers) -> str:
+    labels = [IMPL_LABELS[i] for i in peers]
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
+def _pairings(records, op: str, dtype: str, t: int, h: int):
+    """Like for like: (pyrms's implementation, its peers, the fastest timed peer or None) for pyrms without PDL
+    against the peers without it, and, where a peer with PDL was timed at this shape, pyrms with PDL against
+    those peers."""
+    out = []
+    for mine, peers in LIKE_FOR_LIKE:
+        best = best_of(records, op, dtype, t, h, peers)
+        if best is not None or mine == NOPDL:
+            out.append((mine, peers, best))
+    return out
+
+
 def _vs_others_targets(records, ceiling: float) -> list[Target]:
     out = []
     op = ops_mod.headline()
     shapes = sorted({(r.dtype, r.tokens, r.hidden) for r in records
                      if r.op == op and r.tokens >= VS_OTHERS_MIN_TOKENS})
     for dtype, t, h in shapes:
-        text = f"{DTYPE_SHORT[dtype]} {op} {_shape(t, h)}: pyrms no slower than the fastest other"
-        mine = find(records, op, dtype, t, h, "pyrms")
-        best = best_of(records, op, dtype, t, h, OTHER_IMPLS)
-        if mine is None or best is None:
-            missing = "pyrms" if mine is None else "no other implementation"
-            out.append(Target("vs others", text, NA, f"{missing} timed at this shape"))
-            continue
-        tolerance = max(mine.summary.spread, best.summary.spread)
-        speedup = best.median_us / mine.median_us
-        best_frac = best.gbps / ceiling
-        detail = (f"pyrms {mine.median_us:.2f} us vs {IMPL_LABELS[best.impl]} {best.median_us:.2f} us "
-                  f"({best_frac:.2f} x ceiling): {speedup:.3f}x, spread +-{tolerance * 100:.1f}%")
-        ok = mine.median_us <= best.median_us * (1 + tolerance)
-        if best_frac < SLOW_OTHER_FRACTION:
-            text += f", and >= {SLOW_OTHER_SPEEDUP:.2f}x it (it is under {SLOW_OTHER_FRACTION} x ceiling)"
-            ok = ok and speedup >= SLOW_OTHER_SPEEDUP
-        out.append(Target("vs others", text, PASS if ok else FAIL, detail))
+        for impl, peers, best in _pairings(records, op, dtype, t, h):
+            text = (f"{DTYPE_SHORT[dtype]} {op} {_shape(t, h)}: {IMPL_LABELS[impl]} no slower than the fastest of "
+                    f"{_peers_text(peers)}")
+            mine = find(records, op, dtype, t, h, impl)
+            if mine is None or best is None:
+                missing = IMPL_LABELS[impl] if mine is None else "no other implementation"
+                out.append(Target("vs others", text, NA, f"{missing} timed at this shape"))
+                continue
+            tolerance = max(mine.summary.spread, best.summary.spread)
+            speedup = best.median_us / mine.median_us
+            best_frac = best.gbps / ceiling
+            detail = (f"{IMPL_LABELS[impl]} {mine.median_us:.2f} us vs {IMPL_LABELS[best.impl]} {best.median_us:.2f} "
+                      f"us ({best_frac:.2f} x ceiling): {speedup:.3f}x, spread +-{tolerance * 100:.1f}%")
+            ok = mine.median_us <= best.median_us * (1 + tolerance)
+            if best_frac < SLOW_OTHER_FRACTION:
+                text += f", and >= {SLOW_OTHER_SPEEDUP:.2f}x it (it is under {SLOW_OTHER_FRACTION} x ceiling)"
+                ok = ok and speedup >= SLOW_OTHER_SPEEDUP
+            out.append(Target("vs others", text, PASS if ok else FAIL, detail))
     return out
 
 
 def _latency_targets(records) -> list[Target]:
+    """At decode shapes, pyrms against the seed kernel, like for like: the seed launches without PDL."""
     out = []
     op = ops_mod.headline()
+    mine_label = IMPL_LABELS[NOPDL]
     shapes = sorted({(r.dtype, r.tokens, r.hidden) for r in records
                      if r.op == op and r.tokens <= DECODE_MAX_TOKENS})
     for dtype, t, h in shapes:
-        text = f"{DTYPE_SHORT[dtype]} {op} {_shape(t, h)}: pyrms device time per launch <= {LATENCY_VS_SEED} x seed's"
-        mine = find(records, op, dtype, t, h, "pyrms")
+        text = (f"{DTYPE_SHORT[dtype]} {op} {_shape(t, h)}: {mine_label} device time per launch <= {LATENCY_VS_SEED} "
+                "x seed's")
+        mine = find(records, op, dtype, t, h, NOPDL)
         seed = find(records, op, dtype, t, h, "seed")
         if mine is None or seed is None:
-            raw = find(records, op, dtype, t, h, "seed" if mine is not None else "pyrms", ok_only=False)
-            why = f"{raw.impl} {raw.status}: {raw.reason}" if raw is not None and raw.reason else "not timed"
+            raw = find(records, op, dtype, t, h, "seed" if mine is not None else NOPDL, ok_only=False)
+            why = f"{IMPL_LABELS[raw.impl]} {raw.status}: {raw.reason}" if raw is not None and raw.reason else "not timed"
             out.append(Target("latency", text, NA, why))
             continue
         ratio = mine.median_us / seed.median_us
         out.append(Target("latency", text, PASS if ratio <= LATENCY_VS_SEED else FAIL,
-                          f"pyrms {mine.median_us:.2f} us / seed {seed.median_us:.2f} us = {ratio:.3f}"))
+                          f"{mine_label} {mine.median_us:.2f} us / seed {seed.median_us:.2f} us = {ratio:.3f}"))
     return out
 
 
@@ -186,39 +207,42 @@ def _floor_targets(records, floors) -> list[Target]:
 
 
 def _decode_targets(records) -> list[Target]:
-    others = ", ".join(IMPL_LABELS[i] for i in OTHER_IMPLS[:-1]) + f" and {IMPL_LABELS[OTHER_IMPLS[-1]]}"
+    """At each decode shape, like for like: pyrms without PDL against the fastest peer without it, and pyrms
+    with PDL against the fastest peer with it where one was timed."""
     out = []
     op = ops_mod.headline()
     for h in FLOOR_HIDDEN:
         for t in DECODE_TOKENS:
-            text = f"bf16 {op} {_shape(t, h)} (decode): pyrms <= {DECODE_VS_OTHERS} x the fastest of {others}"
-            mine = find(records, op, "bfloat16", t, h, "pyrms")
-            best = best_of(records, op, "bfloat16", t, h, OTHER_IMPLS)
-            if mine is None or best is None:
-                why = _not_timed(records, "pyrms", t, h) if mine is None else "no other implementation timed"
-                out.append(Target("decode", text, NA, why))
-                continue
-            ratio = mine.median_us / best.median_us
-            out.append(Target("decode", text, PASS if ratio <= DECODE_VS_OTHERS else FAIL,
-                              f"pyrms {mine.median_us:.2f} us / {IMPL_LABELS[best.impl]} {best.median_us:.2f} us "
-                              f"= {ratio:.3f}"))
+            for impl, peers, best in _pairings(records, op, "bfloat16", t, h):
+                text = (f"bf16 {op} {_shape(t, h)} (decode): {IMPL_LABELS[impl]} <= {DECODE_VS_OTHERS} x the fastest "
+                        f"of {_peers_text(peers)}")
+                mine = find(records, op, "bfloat16", t, h, impl)
+                if mine is None or best is None:
+                    why = _not_timed(records, impl, t, h) if mine is None else "no other implementation timed"
+                    out.append(Target("decode", text, NA, why))
+                    continue
+                ratio = mine.median_us / best.median_us
+                out.append(Target("decode", text, PASS if ratio <= DECODE_VS_OTHERS else FAIL,
+                                  f"{IMPL_LABELS[impl]} {mine.median_us:.2f} us / {IMPL_LABELS[best.impl]} "
+                                  f"{best.median_us:.2f} us = {ratio:.3f}"))
     return out
 
 
 def _vs_eager_targets(records) -> list[Target]:
-    """Each op of VS_EAGER at its shape: pyrms no slower than torch eager (the group is "backward", the op
-    these targets began with)."""
+    """Each op of VS_EAGER at its shape: pyrms without PDL (torch eager launches without it) no slower than torch
+    eager (the group is "backward", the op these targets began with)."""
     out = []
+    mine_label = IMPL_LABELS[NOPDL]
     for op, (t, h) in VS_EAGER.items():
-        text = f"bf16 {op} {_shape(t, h)}: pyrms no slower than torch eager"
-        mine = find(records, op, "bfloat16", t, h, "pyrms")
+        text = f"bf16 {op} {_shape(t, h)}: {mine_label} no slower than torch eager"
+        mine = find(records, op, "bfloat16", t, h, NOPDL)
         eager = find(records, op, "bfloat16", t, h, "torch")
         if mine is None or eager is None:
-            out.append(Target("backward", text, NA, "pyrms not timed" if mine is None else "torch eager not timed"))
+            out.append(Target("backward", text, NA, f"{mine_label} not timed" if mine is None else "torch eager not timed"))
             continue
         ratio = mine.median_us / eager.median_us
         out.append(Target("backward", text, PASS if ratio <= 1.0 else FAIL,
-                          f"pyrms {mine.median_us:.2f} us / torch eager {eager.median_us:.2f} us = {ratio:.3f}"))
+                          f"{mine_label} {mine.median_us:.2f} us / torch eager {eager.median_us:.2f} us = {ratio:.3f}"))
     return out
 
 

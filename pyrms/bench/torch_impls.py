@@ -1,4 +1,4 @@
-"""What the benchmark's PyTorch eager, torch.compile, Triton and Liger implementations share; each op's own are
+"""What the benchmark's PyTorch eager, torch.compile, Triton, Liger and FlashInfer implementations share; each op's own are
 declared in its family's bench module (pyrms/ops/<family>/bench.py), built on these.
 
 All launch on PyTorch's current stream, which the benchmark also uses for everything else (see
@@ -69,6 +69,29 @@ def liger_rms_norm(ctx):
     except Exception as exc:
         raise Unavailable(f"Liger-Kernel is not importable: {_one_line(exc)}") from None
     return LigerRMSNormFunction
+
+
+def flashinfer_function(ctx, name: str):
+    """``flashinfer.norm.<name>`` (FlashInfer is optional: ``pip install flashinfer-python``) where it takes
+    ``enable_pdl=`` (so that each of its implementations launches as its name says), or Unavailable saying why
+    not."""
+    import inspect
+
+    need_torch(ctx)
+    try:
+        from flashinfer import norm
+    except Exception as exc:
+        raise Unavailable(f"FlashInfer is not importable: {_one_line(exc)}") from None
+    fn = getattr(norm, name, None)
+    if fn is None:
+        raise Unavailable(f"flashinfer.norm has no {name}")
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        parameters = {}
+    if "enable_pdl" not in parameters:
+        raise Unavailable(f"flashinfer.norm.{name} has no enable_pdl= keyword (an older FlashInfer)")
+    return fn
 
 
 def need_torch(ctx):

@@ -4,8 +4,8 @@ a model and reports what it swapped and what it kept. Which classes it takes, an
 ``pyrms/model_norms.py`` (torch-free), from what ``_facts`` reads off each module.
 
 Hugging Face computes ``rsqrt`` with CUDA's approximate ``rsqrtf`` and sums the squares in another
-order than pyrms (which rounds every step correctly), so a few outputs in 10^5 differ by one unit
-in the last place: the same formula, not the same bits.
+order than pyrms (which rounds every step correctly), so a few outputs in a million differ by one or
+two units in the last place: the same formula, not the same bits.
 """
 from __future__ import annotations
 

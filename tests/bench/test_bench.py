@@ -195,48 +195,67 @@ def test_ceiling_targets():
 
 
 def test_backward_at_32_tokens_against_torch_eager():
-    def judged(mine_us, eager_us):
-        records = [rec("pyrms", 32, 5120, mine_us, op="rms_norm_backward")]
+    def judged(mine_us, eager_us, impl="pyrms_nopdl"):
+        records = [rec(impl, 32, 5120, mine_us, op="rms_norm_backward")]
         if eager_us is not None:
             records.append(rec("torch", 32, 5120, eager_us, op="rms_norm_backward"))
-        return by_text(targets.evaluate(records, 4000.0), "rms_norm_backward 32x5120: pyrms no slower than torch eager")
+        return by_text(targets.evaluate(records, 4000.0),
+                       "rms_norm_backward 32x5120: pyrms (no pdl) no slower than torch eager")
 
-    assert judged(8.0, 11.0).status == targets.PASS and "8.00 us / torch eager 11.00 us = 0.727" in judged(8.0, 11.0).detail
+    assert judged(8.0, 11.0).status == targets.PASS
+    assert "pyrms (no pdl) 8.00 us / torch eager 11.00 us = 0.727" in judged(8.0, 11.0).detail
     assert judged(12.0, 11.0).status == targets.FAIL
     assert judged(8.0, None).status == targets.NA
+    # like for like: torch eager launches without PDL, so pyrms's PDL figure is not the one judged
+    assert judged(8.0, 11.0, impl="pyrms").status == targets.NA
 
 
 def test_vs_others_uses_the_spread_and_the_speedup_rule():
     ceiling, t, h = 4000.0, 4096, 5120
     nbytes = ops.get("rms_norm").bytes_moved(t, h, 2)
     at = lambda frac: nbytes / (frac * ceiling) / 1e3  # noqa: E731
+    without_pdl = "4096x5120: pyrms (no pdl) no slower than the fastest of torch eager, torch.compile, Triton, Liger and"
     # pyrms 1% slower than a fast Triton, but the rounds spread by 2%: within noise, PASS
-    mine = rec("pyrms", t, h, 0, rounds=[[at(0.90) * 1.01]] * 2 + [[at(0.90) * 1.01 * 1.02]])
+    mine = rec("pyrms_nopdl", t, h, 0, rounds=[[at(0.90) * 1.01]] * 2 + [[at(0.90) * 1.01 * 1.02]])
     found = targets.evaluate([mine, rec("triton", t, h, at(0.90)), rec("torch", t, h, at(0.5))], ceiling)
-    assert by_text(found, "no slower than the fastest other").status == targets.PASS
-    # same without spread: FAIL
-    mine = rec("pyrms", t, h, at(0.90) * 1.01)
-    found = targets.evaluate([mine, rec("triton", t, h, at(0.90))], ceiling)
-    assert by_text(found, "no slower than the fastest other").status == targets.FAIL
+    assert by_text(found, without_pdl).status == targets.PASS
+    # same without spread: FAIL, though pyrms with PDL is faster than Triton: that one is not compared with it
+    mine = rec("pyrms_nopdl", t, h, at(0.90) * 1.01)
+    found = targets.evaluate([mine, rec("pyrms", t, h, at(0.95)), rec("triton", t, h, at(0.90))], ceiling)
+    target = by_text(found, without_pdl)
+    assert target.status == targets.FAIL and target.detail.startswith("pyrms (no pdl) ")
+    assert not [x for x in found if "4096x5120: pyrms no slower" in x.text]  # no peer with PDL timed
     # the best other reaches only 0.6 x ceiling: pyrms must be 1.10x faster
-    found = targets.evaluate([rec("pyrms", t, h, at(0.6) / 1.05), rec("compile", t, h, at(0.6))], ceiling)
-    target = by_text(found, "no slower than the fastest other")
+    found = targets.evaluate([rec("pyrms_nopdl", t, h, at(0.6) / 1.05), rec("compile", t, h, at(0.6))], ceiling)
+    target = by_text(found, without_pdl)
     assert target.status == targets.FAIL and ">= 1.10x" in target.text
-    found = targets.evaluate([rec("pyrms", t, h, at(0.6) / 1.2), rec("compile", t, h, at(0.6))], ceiling)
-    assert by_text(found, "no slower than the fastest other").status == targets.PASS
+    found = targets.evaluate([rec("pyrms_nopdl", t, h, at(0.6) / 1.2), rec("compile", t, h, at(0.6))], ceiling)
+    assert by_text(found, without_pdl).status == targets.PASS
+    # a peer with PDL: pyrms with PDL against it alone, beside the comparison without PDL
+    found = targets.evaluate([rec("pyrms_nopdl", t, h, at(0.9)), rec("pyrms", t, h, at(0.9)),
+                              rec("flashinfer", t, h, at(0.5)), rec("flashinfer_pdl", t, h, at(0.95))], ceiling)
+    with_pdl = by_text(found, "4096x5120: pyrms no slower than the fastest of FlashInfer (pdl)")
+    assert with_pdl.status == targets.FAIL and "vs FlashInfer (pdl)" in with_pdl.detail
+    assert by_text(found, without_pdl).status == targets.PASS  # against FlashInfer without PDL
     # no other implementation timed: N/A; and shapes under 1024 tokens are not judged
-    found = targets.evaluate([rec("pyrms", t, h, 10.0), rec("pyrms", 128, h, 5.0)], ceiling)
-    assert by_text(found, "4096x5120: pyrms no slower").status == targets.NA
-    assert not [x for x in found if "128x5120: pyrms no slower" in x.text]
+    found = targets.evaluate([rec("pyrms_nopdl", t, h, 10.0), rec("pyrms_nopdl", 128, h, 5.0)], ceiling)
+    assert by_text(found, without_pdl).status == targets.NA
+    assert not [x for x in found if "128x5120: pyrms" in x.text and x.group == "vs others"]
 
 
 def test_latency_target_arithmetic():
-    vs_seed = "32x5120: pyrms device time per launch <= 0.7 x seed's"
-    found = targets.evaluate([rec("pyrms", 32, 5120, 2.0), rec("seed", 32, 5120, 3.0)], None)
+    vs_seed = "32x5120: pyrms (no pdl) device time per launch <= 0.7 x seed's"
+    found = targets.evaluate([rec("pyrms_nopdl", 32, 5120, 2.0), rec("seed", 32, 5120, 3.0)], None)
     assert by_text(found, vs_seed).status == targets.PASS and "0.667" in by_text(found, vs_seed).detail
-    found = targets.evaluate([rec("pyrms", 32, 5120, 2.2), rec("seed", 32, 5120, 3.0)], None)
+    found = targets.evaluate([rec("pyrms_nopdl", 32, 5120, 2.2), rec("seed", 32, 5120, 3.0)], None)
     assert by_text(found, vs_seed).status == targets.FAIL
-    found = targets.evaluate([rec("pyrms", 1, 16384, 2.0),
+    # the seed launches without PDL: pyrms's PDL figure is not set against it
+    found = targets.evaluate([rec("pyrms", 32, 5120, 1.0), rec("pyrms_nopdl", 32, 5120, 2.2),
+                              rec("seed", 32, 5120, 3.0)], None)
+    assert by_text(found, vs_seed).status == targets.FAIL
+    found = targets.evaluate([rec("pyrms", 32, 5120, 1.0), rec("seed", 32, 5120, 3.0)], None)
+    assert by_text(found, vs_seed).status == targets.NA
+    found = targets.evaluate([rec("pyrms_nopdl", 1, 16384, 2.0),
                               rec("seed", 1, 16384, 0, status=SKIPPED, reason="seed kernel cannot launch")], None)
     target = by_text(found, "1x16384")
     assert target.status == targets.NA and "cannot launch" in target.detail
@@ -262,10 +281,11 @@ def test_host_targets():
 # -- reports ---------------------------------------------------------------------------------------
 
 def sample_records():
-    return [rec("pyrms", 1, 5120, 2.0), rec("seed", 1, 5120, 3.5), rec("torch", 1, 5120, 6.0),
+    return [rec("pyrms", 1, 5120, 2.0), rec("pyrms_nopdl", 1, 5120, 3.0), rec("seed", 1, 5120, 3.5),
+            rec("torch", 1, 5120, 6.0),
             rec("triton", 1, 5120, 0, status=FAILED, reason="validation: relative error of y 0.5 >= 0.01"),
-            rec("pyrms", 16384, 5120, 42.0), rec("torch", 16384, 5120, 60.0), rec("triton", 16384, 5120, 45.0),
-            rec("seed", 16384, 5120, 50.0), rec("compile", 16384, 5120, 44.0),
+            rec("pyrms", 16384, 5120, 42.0), rec("pyrms_nopdl", 16384, 5120, 43.0), rec("torch", 16384, 5120, 60.0),
+            rec("triton", 16384, 5120, 45.0), rec("seed", 16384, 5120, 50.0), rec("compile", 16384, 5120, 44.0),
             rec("compile", 1, 5120, 0, status=SKIPPED, reason="torch.compile not run at this shape in --quick")]
 
 
@@ -273,15 +293,32 @@ def test_table_cells_and_reasons():
     text = report.table(sample_records(), "rms_norm", "bfloat16", 4000.0, config.IMPLS)
     lines = text.splitlines()
     assert lines[0].startswith("rms_norm bfloat16: GB/s per implementation (copy ceiling 4000 GB/s)")
-    assert "pyrms us" in lines[1] and "xbest" in lines[1] and "xseed" in lines[1]
+    assert "pyrms us" in lines[1] and lines[1].split()[-2:] == ["xbest", "xseed"]  # no peer with PDL: no xpdl
     row = next(line for line in lines if line.split()[:2] == ["16384", "5120"])
     nbytes = ops.get("rms_norm").bytes_moved(16384, 5120, 2)
     assert f"{nbytes / 1e6:.2f}" in row and "42.00" in row
-    assert row.split()[-2:] == [f"{44.0 / 42.0:.2f}", f"{50.0 / 42.0:.2f}"]
+    # like for like: the peers and the seed launch without PDL, so both ratios are of pyrms (no pdl)
+    assert row.split()[-2:] == [f"{44.0 / 43.0:.2f}", f"{50.0 / 43.0:.2f}"]
     small = next(line for line in lines if line.split()[:2] == ["1", "5120"])
-    assert "FAIL" in small and small.split()[-2:] == [f"{6.0 / 2.0:.2f}", f"{3.5 / 2.0:.2f}"]
+    assert "FAIL" in small and small.split()[-2:] == [f"{6.0 / 3.0:.2f}", f"{3.5 / 3.0:.2f}"]
     assert any("Triton failed at 1x5120: validation" in line for line in lines)
     assert any("torch.compile skipped at 1x5120" in line for line in lines)
+    assert not any("note: no" in line for line in lines)
+
+
+def test_table_sets_pyrms_with_pdl_against_peers_with_pdl_only():
+    records = [rec("pyrms", 1, 5120, 2.0), rec("torch", 1, 5120, 6.0), rec("flashinfer", 1, 5120, 3.2),
+               rec("flashinfer_pdl", 1, 5120, 2.4), rec("seed", 1, 5120, 3.5)]
+    lines = report.table(records, "rms_norm", "bfloat16", 4000.0, config.IMPLS).splitlines()
+    assert lines[1].split()[-3:] == ["xbest", "xpdl", "xseed"]
+    row = next(line for line in lines if line.split()[:2] == ["1", "5120"])
+    # no pyrms (no pdl) timed: nothing is set against the peers without PDL, and a note says why
+    assert row.split()[-3:] == ["-", f"{2.4 / 2.0:.2f}", "-"]
+    assert "  note: no xbest or xseed: the ratio is of pyrms (no pdl), which this run did not time" in lines
+    records.append(rec("pyrms_nopdl", 1, 5120, 3.0))
+    lines = report.table(records, "rms_norm", "bfloat16", 4000.0, config.IMPLS).splitlines()
+    row = next(line for line in lines if line.split()[:2] == ["1", "5120"])
+    assert row.split()[-3:] == [f"{3.2 / 3.0:.2f}", f"{2.4 / 2.0:.2f}", f"{3.5 / 3.0:.2f}"]
 
 
 def test_latency_table_lists_every_implementation():
@@ -305,7 +342,9 @@ def test_header_explains_columns_and_json_round_trips(tmp_path):
     ceiling = Ceiling(1 << 30, [500.0, 505.0, 510.0], "start")
     text = report.header(fake_info(), ceiling, ("rms_norm", "rms_norm_backward"))
     assert f"copy ceiling: {ceiling.gbps:.0f} GB/s" in text
-    for needle in ("read x + read γ + write y", "3·T·H + 2·H", "floor us", "+-%", "xbest", "xseed", "float64 reference"):
+    for needle in ("read x + read γ + write y", "3·T·H + 2·H", "floor us", "+-%", "xbest", "xseed", "float64 reference",
+                   "time / pyrms (no pdl) time", "xpdl      (fastest of FlashInfer (pdl), launched with PDL) time / pyrms "
+                   "(with PDL) time", "seed kernel time (it launches without PDL) / pyrms (no pdl) time"):
         assert needle in text
     cfg = config.Config(shapes=(config.Shape(1, 5120), config.Shape(16384, 5120)))
     records = sample_records()
@@ -511,17 +550,27 @@ def test_floor_targets_use_the_back_to_back_copy_floor():
 
 
 def test_decode_targets_against_the_fastest_other():
-    records = [rec("pyrms", 1, 4096, 2.0), rec("torch", 1, 4096, 3.0), rec("compile", 1, 4096, 2.6),
-               rec("pyrms", 5, 4096, 2.2), rec("triton", 5, 4096, 2.6), rec("pyrms", 32, 4096, 2.0),
-               rec("seed", 32, 4096, 1.0)]
-    found = {t.text.split(" (decode)")[0].split()[-1]: t for t in targets.evaluate(records, None) if t.group == "decode"}
-    assert len(found) == 12 and set(found) == {f"{t}x{h}" for t in (1, 5, 32, 128) for h in (4096, 5120, 8192)}
+    records = [rec("pyrms_nopdl", 1, 4096, 2.0), rec("pyrms", 1, 4096, 1.0), rec("torch", 1, 4096, 3.0),
+               rec("compile", 1, 4096, 2.6), rec("pyrms_nopdl", 5, 4096, 2.2), rec("triton", 5, 4096, 2.6),
+               rec("pyrms_nopdl", 32, 4096, 2.0), rec("seed", 32, 4096, 1.0), rec("pyrms", 1, 5120, 1.0),
+               rec("torch", 1, 5120, 3.0)]
+    decode = [t for t in targets.evaluate(records, None) if t.group == "decode"]
+    found = {t.text.split(" (decode)")[0].split()[-1]: t for t in decode}
+    assert len(decode) == 12 and set(found) == {f"{t}x{h}" for t in (1, 5, 32, 128) for h in (4096, 5120, 8192)}
     assert found["1x4096"].status == targets.PASS and found["1x4096"].detail == \
-        "pyrms 2.00 us / torch.compile 2.60 us = 0.769"
-    assert "0.8 x the fastest of torch eager, torch.compile, Triton and Liger" in found["1x4096"].text
+        "pyrms (no pdl) 2.00 us / torch.compile 2.60 us = 0.769"
+    assert ("pyrms (no pdl) <= 0.8 x the fastest of torch eager, torch.compile, Triton, Liger and FlashInfer"
+            in found["1x4096"].text)
     assert found["5x4096"].status == targets.FAIL                                       # 2.2 / 2.6 = 0.846
     assert found["32x4096"].status == targets.NA and found["32x4096"].detail == "no other implementation timed"
-    assert found["1x5120"].status == targets.NA and found["1x5120"].detail == "pyrms not timed at 1x5120"
+    # pyrms with PDL (1.0 us) is never set against torch eager, which launches without it
+    assert found["1x5120"].status == targets.NA and found["1x5120"].detail == "pyrms (no pdl) not timed at 1x5120"
+    # with a peer that has PDL, pyrms with PDL is judged against that peer too, as a target of its own
+    records += [rec("flashinfer_pdl", 1, 4096, 1.5), rec("flashinfer", 1, 4096, 2.4)]
+    decode = [t for t in targets.evaluate(records, None) if t.group == "decode"]
+    assert len(decode) == 13
+    with_pdl = by_text(decode, "1x4096 (decode): pyrms <= 0.8 x the fastest of FlashInfer (pdl)")
+    assert with_pdl.status == targets.PASS and with_pdl.detail == "pyrms 1.00 us / FlashInfer (pdl) 1.50 us = 0.667"
 
 
 def test_pyrms_nopdl_calls_rms_norm_with_pdl_only_where_it_has_the_keyword(monkeypatch):
@@ -571,11 +620,52 @@ def test_defaults_and_quick():
     assert explicit.ops == ("fused_add_rms_norm", "rms_norm_backward") and explicit.extra_op_shapes is None
     assert explicit.shapes_for("rms_norm_backward") == (config.Shape(1024, 4096),)
     assert explicit.dtypes == ("bfloat16", "float16", "float32")
-    assert explicit.impls == ("pyrms", "torch", "compile")
-    assert explicit.impls_for("rms_norm_backward") == ("pyrms", "torch", "compile")  # those it has, of those asked
+    assert explicit.impls == ("pyrms", "pyrms_nopdl", "torch", "compile")  # like for like: see the test below
+    assert explicit.impls_for("rms_norm_backward") == ("pyrms", "pyrms_nopdl", "torch", "compile")
     assert full.floor and full.sweep and not parse("--no-floor").floor
     grid = parse("--tokens", "32,1", "--hidden", "4096", "--out", "/tmp/x", "--name", "n")
     assert grid.shapes == (config.Shape(1, 4096), config.Shape(32, 4096)) and str(grid.json_path) == "/tmp/x/n.json"
+
+
+def test_impls_with_pyrms_and_a_peer_without_pdl_time_pyrms_without_pdl_too():
+    asked = parse("--impls", "pyrms,torch,compile,liger")
+    assert asked.impls == ("pyrms", "pyrms_nopdl", "torch", "compile", "liger")
+    assert any(n.startswith("pyrms_nopdl added to --impls: pyrms without PDL is the figure set against torch eager, "
+                            "torch.compile and Liger") for n in asked.notes)
+    for impls in ("pyrms", "pyrms,flashinfer_pdl", "pyrms_nopdl,triton", "pyrms,pyrms_nopdl,seed"):
+        config_ = parse("--impls", impls)
+        assert config_.impls == cli.cfg.parse_impls(impls) and not any("added" in n for n in config_.notes)
+    assert parse("--impls", "pyrms,seed").impls == ("pyrms", "pyrms_nopdl", "seed")
+
+
+def test_the_run_loads_pytorch_for_every_implementation_outside_pyrms():
+    from pyrms.bench import run
+
+    assert set(run.TORCH_IMPLS) == set(config.IMPLS) - {"pyrms", "pyrms_nopdl", "seed"}
+    assert set(config.OTHER_IMPLS + config.OTHER_PDL_IMPLS) == set(run.TORCH_IMPLS)  # each peer compared somewhere
+
+
+def test_every_op_with_peers_times_pyrms_both_ways():
+    for name, bench in ops.benches().items():
+        if any(i in bench.impls for i in config.OTHER_IMPLS + ("seed",)):
+            assert {"pyrms", "pyrms_nopdl"} <= set(bench.impls), name
+
+
+@pytest.mark.parametrize("op, module, cls", [("fused_add_rms_norm", fused_add_bench, "PyrmsFusedAdd"),
+                                             ("rms_norm_backward", backward_bench, "PyrmsBackward")])
+def test_pyrms_nopdl_of_the_other_ops_launches_with_pdl_false(op, module, cls, monkeypatch):
+    calls = []
+
+    def init(self, ctx, p):  # the operands' set-up needs a GPU; the call's keywords are what is checked
+        self.fn = lambda *args, **kwargs: calls.append(kwargs)
+        self.p, self.w, self.eps, self.stream = types.SimpleNamespace(tokens=1, hidden=8), None, 1e-6, 0
+        for name in ("x", "r", "dx", "dw", "dy", "rstd"):
+            setattr(self, name, [None])
+
+    monkeypatch.setattr(getattr(module, cls), "__init__", init)
+    for name in ("pyrms", "pyrms_nopdl"):
+        ops.get(op).impls[name](None, None).launch(0)
+    assert [k["pdl"] for k in calls] == [True, False]
 
 
 @pytest.mark.parametrize("argv, fragment", [

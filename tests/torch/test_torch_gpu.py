@@ -8,7 +8,7 @@ What is compared with what, and why:
   read: each row's position in its 16-byte vector decides the kernel's summation order.
 - Against Hugging Face's own RMSNorm, within one or two units in the last place: HF computes the same
   formula (pyrms's default rounding is LLaMA's and Qwen's), but with CUDA's approximate rsqrtf and
-  torch's summation order, so a few outputs in 10^5 round the other way. Hence the models: swapped for
+  torch's summation order, so a few outputs in a million round the other way. Hence the models: swapped for
   pyrms's RMSNorm they give logits bitwise equal to the same model whose norms run the twin, and
   logits within a few bf16 units of HF's eager ones. Compiled models are compared compiled to
   compiled (a compiled graph's GEMMs and fusions round differently from eager ones).

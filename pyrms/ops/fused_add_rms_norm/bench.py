@@ -1,5 +1,5 @@
 """fused_add_rms_norm's benchmark (pyrms.bench): its problem (in place on x and the residual), its
-implementations (pyrms, PyTorch eager, torch.compile), its float64 reference, its call in the host-time
+implementations (pyrms with and without PDL, PyTorch eager, torch.compile, FlashInfer without and with PDL), its float64 reference, its call in the host-time
 section and its example call for tools/profile_launch.py. Imports no PyTorch."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyrms
 
 from ...bench.impls import Context, Impl, pyrms_function
 from ...bench.ops import Bench
-from ...bench.torch_impls import Compiled, need_torch, output_ptr
+from ...bench.torch_impls import Compiled, flashinfer_function, need_torch, output_ptr
 from .._row_twin import rms_ref
 
 
@@ -18,6 +18,7 @@ class PyrmsFusedAdd(Impl):
     (they carry dtype and shape, so a signature mismatch fails with pyrms's own message)."""
 
     name = "pyrms"
+    pdl = True  # the op's default
 
     def __init__(self, ctx: Context, p):
         super().__init__()
@@ -26,10 +27,17 @@ class PyrmsFusedAdd(Impl):
         self.eps, self.stream = ctx.epsilon, ctx.stream
 
     def launch(self, i):
-        self.fn(self.x[i], self.r[i], self.w, self.eps, self.p.tokens, self.p.hidden, stream=self.stream)
+        self.fn(self.x[i], self.r[i], self.w, self.eps, self.p.tokens, self.p.hidden, stream=self.stream, pdl=self.pdl)
 
     def results(self, i):
         return {"y": self.p.ptr("x", i), "r": self.p.ptr("r", i)}
+
+
+class PyrmsFusedAddNoPdl(PyrmsFusedAdd):
+    """The same call with pdl=False: the figure set against the implementations that launch without PDL."""
+
+    name = "pyrms_nopdl"
+    pdl = False
 
 
 class TorchFusedAdd(Impl):
@@ -69,6 +77,34 @@ class CompiledFusedAdd(Compiled, TorchFusedAdd):
     """torch.compile of the PyTorch fused add."""
 
 
+class FlashInferFusedAdd(Impl):
+    """FlashInfer's ``fused_add_rmsnorm(input, residual, weight, eps, enable_pdl=False)``: in place on the
+    benchmark's own sets, as pyrms's (its sum is normalized in fp32, pyrms's sum_precision="fp32")."""
+
+    name = "flashinfer"
+    pdl = False
+
+    def __init__(self, ctx, p):
+        super().__init__()
+        torch = need_torch(ctx)
+        self.fn = flashinfer_function(ctx, "fused_add_rmsnorm")
+        self.p, self.eps = p, ctx.epsilon
+        self.x, self.r, self.w = p.torch_rows(torch, "x"), p.torch_rows(torch, "r"), p.torch_weight(torch)
+
+    def launch(self, i):
+        self.fn(self.x[i], self.r[i], self.w, self.eps, enable_pdl=self.pdl)
+
+    def results(self, i):
+        return {"y": self.p.ptr("x", i), "r": self.p.ptr("r", i)}
+
+
+class FlashInferFusedAddPdl(FlashInferFusedAdd):
+    """The same with programmatic dependent launch (enable_pdl=True): set against pyrms with PDL."""
+
+    name = "flashinfer_pdl"
+    pdl = True
+
+
 def fused_add_ref(x, r, w, epsilon, storage):
     """vLLM's fused_add_rms_norm: the sum rounded to the storage dtype, then normalized."""
     s = (np.asarray(x).astype(np.float64) + np.asarray(r).astype(np.float64)).astype(storage)
@@ -93,7 +129,8 @@ def example(e):
 FUSED_ADD_RMS_NORM = Bench(
     "fused_add_rms_norm", inplace=("x", "r"), row_terms=4, vector_terms=1, results=("y", "r"),
     formula="read x, r, γ + write r, x = (4·T·H + H) elements",
-    impls={"pyrms": PyrmsFusedAdd, "torch": TorchFusedAdd, "compile": CompiledFusedAdd},
+    impls={"pyrms": PyrmsFusedAdd, "pyrms_nopdl": PyrmsFusedAddNoPdl, "torch": TorchFusedAdd,
+           "compile": CompiledFusedAdd, "flashinfer": FlashInferFusedAdd, "flashinfer_pdl": FlashInferFusedAddPdl},
     reference=reference, aliases=("fused_add",), host=host_call, example=example)
 
 BENCHES = (FUSED_ADD_RMS_NORM,)

@@ -1,6 +1,7 @@
 """rms_norm's benchmark (pyrms.bench): the headline problem, its implementations (pyrms with and without
-PDL, the seed kernel, PyTorch eager, torch.compile, the Triton kernel of bench_triton.py), its float64
-reference, its calls in the host-time section and its example call for tools/profile_launch.py.
+PDL, the seed kernel, PyTorch eager, torch.compile, the Triton kernel of bench_triton.py, Liger, FlashInfer
+without and with PDL), its float64 reference, its calls in the host-time section and its example call for
+tools/profile_launch.py.
 Imports no PyTorch: the torch implementations get it from the benchmark's context."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pyrms
 
 from ...bench.impls import Context, Impl, Unavailable
 from ...bench.ops import Bench
-from ...bench.torch_impls import Compiled, liger_rms_norm, need_torch, output_ptr, triton_kernel
+from ...bench.torch_impls import Compiled, flashinfer_function, liger_rms_norm, need_torch, output_ptr, triton_kernel
 from ...tensor import Tensor
 from .twin import rms_norm_ref
 
@@ -136,6 +137,34 @@ class TritonForward(Impl):
         return {"y": self.y_ptrs[i]}
 
 
+class FlashInferForward(Impl):
+    """FlashInfer's ``rmsnorm(input, weight, eps, out=, enable_pdl=False)``, writing into the benchmark's own
+    output sets (it rounds once, pyrms's round_once)."""
+
+    name = "flashinfer"
+    pdl = False
+
+    def __init__(self, ctx, p):
+        super().__init__()
+        torch = need_torch(ctx)
+        self.fn, self.eps = flashinfer_function(ctx, "rmsnorm"), ctx.epsilon
+        self.x, self.y, self.w = p.torch_rows(torch, "x"), p.torch_rows(torch, "y"), p.torch_weight(torch)
+        self.y_ptrs = p.ptrs("y")
+
+    def launch(self, i):
+        self.fn(self.x[i], self.w, self.eps, out=self.y[i], enable_pdl=self.pdl)
+
+    def results(self, i):
+        return {"y": self.y_ptrs[i]}
+
+
+class FlashInferForwardPdl(FlashInferForward):
+    """The same with programmatic dependent launch (enable_pdl=True): set against pyrms with PDL."""
+
+    name = "flashinfer_pdl"
+    pdl = True
+
+
 def reference(p, epsilon):
     return {"y": rms_norm_ref(p.host["x"], p.host_weight, epsilon)}, []
 
@@ -177,7 +206,8 @@ RMS_NORM = Bench(
     "rms_norm", inputs=("x",), outputs=("y",), row_terms=2, vector_terms=1, results=("y",),
     formula="read x + read γ + write y = (2·T·H + H) elements",
     impls={"pyrms": PyrmsForward, "pyrms_nopdl": PyrmsForwardNoPdl, "seed": SeedForward, "torch": TorchForward,
-           "compile": CompiledForward, "triton": TritonForward, "liger": LigerForward},
+           "compile": CompiledForward, "triton": TritonForward, "liger": LigerForward,
+           "flashinfer": FlashInferForward, "flashinfer_pdl": FlashInferForwardPdl},
     reference=reference, aliases=("forward",), headline=True, host=host_call, host_extras=host_extras,
     host_labels={"pyrms": "pyrms.rms_norm on raw ints (validation + plan + launch)", "torch": "torch eager F.rms_norm"},
     example=example)

@@ -1,5 +1,5 @@
 """rms_norm_backward's benchmark (pyrms.bench): its problem (dx and dγ from dy and x), its implementations
-(pyrms; through autograd: PyTorch's F.rms_norm, torch.compile of Hugging Face's formula, Liger-Kernel's
+(pyrms with and without PDL; through autograd: PyTorch's F.rms_norm, torch.compile of Hugging Face's formula, Liger-Kernel's
 function), its float64 reference, its call in the host-time section and its example call
 for tools/profile_launch.py. Imports no PyTorch."""
 from __future__ import annotations
@@ -22,6 +22,7 @@ class PyrmsBackward(Impl):
     timed), as pyrms.torch's eager autograd runs it and as Liger's backward reads its forward's."""
 
     name = "pyrms"
+    pdl = True  # the op's default
 
     def __init__(self, ctx: Context, p):
         super().__init__()
@@ -35,7 +36,7 @@ class PyrmsBackward(Impl):
 
     def launch(self, i):
         self.fn(self.dx[i], self.dw[i], self.dy[i], self.x[i], self.w, self.eps, self.p.tokens, self.p.hidden,
-                stream=self.stream, rstd=self.rstd[i])
+                stream=self.stream, rstd=self.rstd[i], pdl=self.pdl)
 
     def close(self):
         for t in self.rstd:
@@ -44,6 +45,13 @@ class PyrmsBackward(Impl):
 
     def results(self, i):
         return {"dx": self.p.ptr("dx", i), "dw": self.p.ptr("dw", i)}
+
+
+class PyrmsBackwardNoPdl(PyrmsBackward):
+    """The same call with pdl=False: the figure set against the implementations that launch without PDL."""
+
+    name = "pyrms_nopdl"
+    pdl = False
 
 
 class TorchBackward(Impl):
@@ -160,7 +168,7 @@ def example(e):
 RMS_NORM_BACKWARD = Bench(
     "rms_norm_backward", inputs=("dy", "x"), outputs=("dx",), vector_outputs=("dw",), row_terms=3, vector_terms=2,
     results=("dx", "dw"), formula="read dy, x, γ + write dx, dγ = (3·T·H + 2·H) elements",
-    impls={"pyrms": PyrmsBackward, "torch": TorchBackward, "compile": CompiledBackward, "liger": LigerBackward},
+    impls={"pyrms": PyrmsBackward, "pyrms_nopdl": PyrmsBackwardNoPdl, "torch": TorchBackward, "compile": CompiledBackward, "liger": LigerBackward},
     reference=reference, aliases=("backward",),
     host=host_call, example=example)
 
