@@ -40,7 +40,8 @@ def test_forward_options(rng, dtype, options):
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("offsets", [None, {"input": 1, "grad_bias": 3}], ids=["aligned", "misaligned"])
 def test_backward_is_bitwise_the_twin_and_the_plain_backward(dtype, hidden, rows, offsets):
-    plain = check_norm_backward(np.random.default_rng(5), dtype, rows, hidden, offsets=offsets)
+    plain = check_norm_backward(np.random.default_rng(5), dtype, rows, hidden,
+                                offsets=offsets and {k: v for k, v in offsets.items() if k != "grad_bias"})
     biased = check_norm_backward(np.random.default_rng(5), dtype, rows, hidden, offsets=offsets, bias=True)
     assert set(biased) == {*plain, "grad_bias"}
     for name, got in plain.items():
