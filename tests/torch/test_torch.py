@@ -198,7 +198,7 @@ def test_dispatch_modes_see_the_ops():
     code = make_fx(f, tracing_mode="fake")(cpu(3, 8), cpu(8), cpu(3, 8)).code
     assert "torch.ops.pyrms.fused_add_rms_norm.default(x_1, r_1, w_1, 1e-05, False, False)" in code
     assert "torch.ops.pyrms.rms_norm.default(x_1, w_1, 1e-06, True, False)" in code
-    assert "torch.ops.pyrms.layer_norm.default(x_1, w_1, None, 1e-05, False)" in code
+    assert "torch.ops.pyrms.layer_norm.default(x_1, w_1, None, 1e-05)" in code
 
 
 def test_make_fx_traces_the_backward_through_pyrms_kernels():
@@ -210,7 +210,7 @@ def test_make_fx_traces_the_backward_through_pyrms_kernels():
     x, w = cpu(4, 8).requires_grad_(), cpu(8).requires_grad_()
     code = make_fx(grads, tracing_mode="fake")(x, w, cpu(8).requires_grad_()).code
     assert "torch.ops.pyrms.rms_norm_backward.default(ones_like, x_1, w_1, 1e-06, True)" in code
-    assert "torch.ops.pyrms.layer_norm_backward.default(ones_like_1, x_1, w_1, 1e-05, True, False)" in code
+    assert "torch.ops.pyrms.layer_norm_backward.default(ones_like_1, x_1, w_1, 1e-05, True)" in code
 
 
 # --- routing and autograd, with the launches stubbed ---------------------------------------------
@@ -494,7 +494,7 @@ def test_tracing_without_weight(dynamo):
         torch.compile(f, backend=capture, fullgraph=True)(cpu(4, 8), cpu(8))
     code = graphs[0].code
     assert "torch.ops.pyrms.rms_norm.default(l_x_, None, 1e-06, False, False)" in code
-    assert "torch.ops.pyrms.layer_norm.default(l_x_, None, l_b_, 1e-05)" in code
+    assert "torch.ops.pyrms.layer_norm.default(l_x_, None, l_b_, 1e-05, False)" in code
     assert "torch.ops.pyrms.layer_norm.default(l_x_, None, None, 1e-05)" in code
 
     def grads(x, b):
