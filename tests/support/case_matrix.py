@@ -36,10 +36,11 @@ DEFAULTS = {"epsilon": 1e-5, "variant": None, "pdl": None, "gemma": False, "roun
             "out_dtype": "float8_e4m3fn", "mode": "static", "device_scale": False, "scale_ub": None,
             "round_input": False, "specials": False, "group_size": None, "ue8m0": False, "column_major": False,
             "sum_precision": None, "residual_dtype": None, "out_kind": "same", "norm_out": False,
-            "grad_output_kind": "same"}
+            "grad_output_kind": "same", "rms": False, "rms_bias": False}
 # out_kind: the output of a row op beside bf16/fp16 rows (plan.OUT_KINDS: "same", or "float32"; the checkers'
 # out_dtype), apart from out_dtype, the quantizing ops' output dtype. grad_output_kind: a backward's
-# grad_output, "same" or "float32" (beside an fp32 weight).
+# grad_output, "same" or "float32" (beside an fp32 weight). rms: layer_norm's RMSNorm with a bias; rms_bias: its
+# backward, rms_norm_backward with grad_bias.
 # The options a case of each op may set: its registry entry's case_options.
 _OPTIONS = {name: spec.case_options for name, spec in registry.REGISTRY.items()}
 
@@ -55,15 +56,17 @@ ROW_OPTIONS = ((True, False), (False, True), (True, True))  # (gemma, round_once
 
 
 def operands(op: str, *, in_place: str | None = None, bias: bool = True, weight: bool = True,
-             out: bool = False, norm_out: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
+             out: bool = False, norm_out: bool = False, rms_bias: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(row operands, vector operands) of a case of ``op``, named as tests.support.testing's checkers name them;
     an operand written in place over another is not separate, so it has no offset or stride. ``bias``:
     LayerNorm's bias (forward) or grad_bias (backward); ``weight`` False: weight=None (and no grad_weight);
     ``out``: fused add's fp32 out of its own (out_kind="float32"); ``norm_out``: the quantizing ops'
-    unquantized output beside the quantized one. The op's registry entry says which (its ``operands``)."""
+    unquantized output beside the quantized one; ``rms_bias``: RMSNorm's backward with grad_bias. The op's registry
+    entry says which (its ``operands``)."""
     if op not in registry.REGISTRY:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
-    return registry.get(op).operands(in_place=in_place, bias=bias, weight=weight, out=out, norm_out=norm_out)
+    return registry.get(op).operands(in_place=in_place, bias=bias, weight=weight, out=out, norm_out=norm_out,
+                                     rms_bias=rms_bias)
 
 
 def pointers(op: str, **options) -> tuple[str, ...]:
@@ -80,7 +83,7 @@ def _operands_of(op: str, options: dict) -> tuple[tuple[str, ...], tuple[str, ..
     return operands(op, in_place=options.get("in_place"), bias=options.get("grad_bias" if op in BACKWARD else "bias",
                                                                             True),
                     weight=options.get("weight", "same") != "none", out=options.get("out_kind", "same") != "same",
-                    norm_out=options.get("norm_out", False))
+                    norm_out=options.get("norm_out", False), rms_bias=options.get("rms_bias", False))
 
 
 def vector_elements(dtype, operand: str, *, weight: str = "same", grad_dtype: str | None = None,
@@ -434,6 +437,14 @@ def _sanitize_layer_norm(dtype: str, n: int, hidden: int) -> Iterator[Case]:
             yield case(op, dtype, 3, hidden, offsets={"out": n - 1, "bias": 1}, weight="float32", variant=variant)
     yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": n - 1}, strides={"input": hidden + 3, "out": hidden + 5})
     yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "weight": 1}, strides={"out": hidden + 1}, bias=False)
+    # RMSNorm with a bias: misaligned, strided, in place, without a weight, fp32 parameters and output
+    for variant in _ROW_VARIANTS:
+        yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": n - 1, "weight": 2, "bias": 3}, rms=True,
+                   variant=variant)
+        yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "bias": 1}, weight="none", rms=True, variant=variant)
+    yield case(op, dtype, 3, hidden, offsets={"input": n - 1}, strides={"input": hidden + 3}, in_place=True, rms=True)
+    if dtype != "float32":
+        yield case(op, dtype, 3, hidden, offsets={"out": 7, "bias": 1}, weight="float32", out_kind="float32", rms=True)
 
 
 def _sanitize_backward(op: str, dtype: str, n: int, hidden: int) -> Iterator[Case]:
@@ -446,6 +457,10 @@ def _sanitize_backward(op: str, dtype: str, n: int, hidden: int) -> Iterator[Cas
     else:
         yield case(op, dtype, 5, hidden, gemma=True, grad_dtype="float32")
         yield case(op, dtype, 17, hidden, pdl=True)
+        # with a bias: misaligned, chunks of rows with a partial last one, without a weight
+        yield case(op, dtype, 18, hidden, offsets={"grad_bias": 1, "input": n - 1}, rms_bias=True)
+        yield case(op, dtype, 33, hidden, offsets={"grad_bias": n - 1}, rows_per_block=16, rms_bias=True)
+        yield case(op, dtype, 17, hidden, offsets={"input": 1}, weight="none", rms_bias=True)
     # strided with a partial last chunk of rows; in place over the input
     yield case(op, dtype, 33, hidden, offsets={"grad_input": n - 1},
                strides={"grad_input": hidden + 5, "grad_output": hidden + 2, "input": hidden + 1})

@@ -751,7 +751,7 @@ def checker_call(case) -> tuple:
                                               sum_precision=opt("sum_precision"), residual_dtype=opt("residual_dtype"))
     if case.op == "layer_norm":
         return check_layer_norm, dict(shared, offsets=offsets, strides=strides, in_place=opt("in_place") == "input",
-                                      bias=opt("bias"), variant=opt("variant"))
+                                      bias=opt("bias"), variant=opt("variant"), rms=opt("rms"))
     if case.op in ("rms_norm_quant", "fused_add_rms_norm_quant"):
         return check_rms_norm_quant, dict(
             common, rows=case.rows, pdl=opt("pdl"), out_dtype=opt("out_dtype"), mode=opt("mode"),
@@ -763,7 +763,8 @@ def checker_call(case) -> tuple:
     return check_norm_backward, dict(
         shared, layer_norm=layer_norm, offsets=offsets, strides=strides, in_place=opt("in_place"),
         gemma=opt("gemma"), grad_dtype=opt("grad_dtype"), rows_per_block=opt("rows_per_block"),
-        own_workspace=opt("own_workspace"), grad_bias=opt("grad_bias"), grad_output_kind=opt("grad_output_kind"))
+        own_workspace=opt("own_workspace"), grad_bias=opt("grad_bias"), grad_output_kind=opt("grad_output_kind"),
+        bias=opt("rms_bias"))
 
 
 def check_case(rng, case, *, stream=None):

@@ -36,7 +36,7 @@ LAYER_NORM = OpSpec(
     option_sets=_option_sets, unit=_unit,
     inspect=Inspect("row", _ABOUT, plan_layer_norm, {"bias": True, "weightless": False, "fp32_params": False}),
     twin="pyrms.ops.layer_norm.twin",
-    check="row", operands=_operands, case_options=COMMON_CASE_OPTIONS + ("variant", "in_place", "bias", "out_kind"),
+    check="row", operands=_operands, case_options=COMMON_CASE_OPTIONS + ("variant", "in_place", "bias", "out_kind", "rms"),
     random=True, bench="pyrms.ops.layer_norm.bench")
 
 LAYER_NORM_BACKWARD = OpSpec(

@@ -37,9 +37,10 @@ def backward_unit(name: str, layer_norm: bool):
 
 def backward_operands(layer_norm: bool):
     """(rows, vectors) of a backward case: grad_input beside grad_output and input (or over grad_output), the
-    weight and the parameter gradients summed over rows."""
-    def operands(*, in_place=None, bias=True, weight=True, **_):
-        params = ("grad_weight",) * weight + ("grad_bias",) * (layer_norm and bias)
+    weight and the parameter gradients summed over rows (grad_bias: LayerNorm's unless bias is False, RMSNorm's
+    with rms_bias)."""
+    def operands(*, in_place=None, bias=True, weight=True, rms_bias=False, **_):
+        params = ("grad_weight",) * weight + ("grad_bias",) * (layer_norm and bias or not layer_norm and rms_bias)
         rows = ("grad_output", "input") if in_place else ("grad_output", "input", "grad_input")
         return rows, ("weight",) * weight + params
     return operands
@@ -55,7 +56,7 @@ RMS_NORM_BACKWARD = OpSpec(
     twin="pyrms.ops.rms_norm_backward.twin",
     check="backward", operands=backward_operands(False),
     case_options=COMMON_CASE_OPTIONS + ("in_place", "gemma", "grad_dtype", "rows_per_block", "own_workspace",
-                                          "grad_output_kind"),
+                                          "grad_output_kind", "rms_bias"),
     random=True, bench="pyrms.ops.rms_norm_backward.bench")
 
 SPECS = (RMS_NORM_BACKWARD,)
