@@ -90,15 +90,17 @@ def test_shards_partition_the_matrix(sanitize_all):
     # the mixed dtypes' (2 dtypes x 7 hidden sizes x 2 shapes x (3 + 3 + 1 + 1): an fp32 out with each weight
     # kind for rms_norm and layer_norm, fused add's fp32 out, LayerNorm's fp32 gamma/beta); each case once (the
     # separate tools' matrix had the aligned case once per pointer: 483 repeats then), 234 static_quant's, 112
-    # the backward's fp32 weight's (2 ops x 2 dtypes x 7 hidden sizes x 2 layouts x 2 grad_output dtypes).
-    assert len(everything) == len(set(everything)) == 6807
+    # the backward's fp32 weight's (2 ops x 2 dtypes x 7 hidden sizes x 2 layouts x 2 grad_output dtypes), 182
+    # RMSNorm with a bias (3 dtypes x 7 hidden sizes x 5 forward and 3 backward cases, and 2 x 7 with fp32 parameters).
+    assert len(everything) == len(set(everything)) == 6989
     for shard in shards:  # interleaved: every process gets some of each family op, not one op's slow cases
         assert {op for op, _ in shard} >= set(sanitize_all.OPS) - {"seed"}
 
 
 def test_backward_cases_without_weight(sanitize_all):
     """Both backward passes without a weight are in the matrix, each dtype and hidden size, with the
-    kernels they launch counted and the unit they compile named (the weightless kernels' own)."""
+    kernels they launch counted and the unit they compile named (the weightless kernels' own; RMSNorm's with a
+    bias sums its grad_bias too)."""
     from pyrms import dtypes
 
     from tests.support import case_matrix
@@ -110,7 +112,7 @@ def test_backward_cases_without_weight(sanitize_all):
         for hidden in case_matrix.SANITIZE_HIDDENS}
     for op, case in cases:
         layer_norm = op == "layer_norm_backward"
-        grad_bias = layer_norm and case.option("grad_bias")
+        grad_bias = case.option("grad_bias") if layer_norm else case.option("rms_bias")
         assert sanitize_all.kernels_per_call(case) == 1 + grad_bias
         p = bwd_plan.plan_norm_backward(case.dtype, case.hidden, layer_norm=layer_norm, weight=False,
                                     grad_bias=grad_bias)
