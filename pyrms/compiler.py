@@ -224,7 +224,8 @@ def compile_text(
         where = None
         if use_disk:
             where = cache.store(key, {"source_name": source_name, "arch": arch, "lowered_names": lowered,
-                                      "log": log, "options": list(all_options)}, cubin)
+                                      "log": log, "options": list(all_options),
+                                      "nvrtc": ".".join(map(str, nvrtc_version()))}, cubin)
         if seconds > SLOW_COMPILE_SECONDS and os.environ.get("PYRMS_QUIET", "").strip().lower() not in ("1", "true", "yes", "on"):
             cached = f"; cached in {where}" if where else "; not cached on disk"
             print(f"pyrms: compiled {source_name} ({len(name_expressions)} kernels) for {arch} "
