@@ -6,9 +6,13 @@ calls then read (``PYRMS_CACHE_DIR``, default ``$XDG_CACHE_HOME/pyrms`` or ``~/.
 Needs no GPU when the arch is given (``--arch sm_90`` or ``PYRMS_ARCH``); otherwise it asks the
 GPU for its arch.
 
-    python -m pyrms.precompile --arch sm_90            # every kernel, for an H100/H200
-    python -m pyrms.precompile --ops OP --dtypes bf16  # one op (--help names them), one dtype
-    python -m pyrms.precompile --list                  # what would be compiled
+    python -m pyrms.precompile --arch sm_90                 # every kernel, for an H100/H200
+    python -m pyrms.precompile --ops OP --dtypes bf16       # one op (--help names them), one dtype
+    python -m pyrms.precompile --model config.json          # the norms of a Hugging Face model (--training: backward)
+    python -m pyrms.precompile --list                       # what would be compiled
+
+Progress goes to stderr, a line per unit with the time so far and an estimate of the time left
+(``PYRMS_QUIET=1``: none, only failures); the summary to stdout.
 
 A compile unit is what ``pyrms.launch.get_kernel`` compiles in one NVRTC run: one source and every name
 expression compiled with it (for an op on the row core, all launch shapes of one dtype and option set), so
@@ -24,11 +28,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from . import dtypes
+from . import dtypes, model_config
 from .ops import registry
 from .ops._spec import Unit
+from .ops.rms_norm import plan as rms_plan
 from .ops.seed import spec as seed_spec
 
 OPS = registry.NAMES
@@ -107,8 +113,8 @@ def _compile_one(source: str, names: tuple[str, ...], arch: str) -> tuple[str, f
 def compile_units(units: Sequence[Unit], arch: str, jobs: int = 1,
                   progress: Callable[[str], None] | None = print) -> list[Result]:
     """Compile ``units`` for ``arch`` into the disk cache, ``jobs`` NVRTC processes at a time (one:
-    in this process), calling ``progress`` with one line per unit as it finishes, with an estimate of the
-    time left once a unit has compiled."""
+    in this process), calling ``progress`` with one line per unit as it finishes: units done of all, the
+    wall time so far and, once a unit has compiled, an estimate of the time left."""
     results: list[Result] = []
     width = len(str(len(units)))
     start = time.perf_counter()
@@ -117,9 +123,10 @@ def compile_units(units: Sequence[Unit], arch: str, jobs: int = 1,
         results.append(Result(u, outcome, seconds, error))
         if progress is not None:
             what = {"compiled": f"compiled in {seconds:.1f} s", "cached": "already cached"}.get(outcome, "FAILED")
-            left = time_left(results, len(units), time.perf_counter() - start)
-            progress(f"  [{len(results):>{width}}/{len(units)}] {u}: {what}" + (f"; {left}" if left else "")
-                     + (f"\n    {error}" if error else ""))
+            elapsed = time.perf_counter() - start
+            left = time_left(results, len(units), elapsed)
+            progress(f"  [{len(results):>{width}}/{len(units)}] {u}: {what}; {clock(elapsed)} elapsed"
+                     + (f", {left}" if left else "") + (f"\n    {error}" if error else ""))
 
     if jobs <= 1 or len(units) <= 1:
         for u in units:
@@ -147,6 +154,28 @@ def time_left(results: Sequence[Result], total: int, elapsed: float) -> str:
         return ""
     seconds = elapsed / len(results) * remaining
     return f"about {seconds / 60:.0f} min left" if seconds >= 90 else f"about {seconds:.0f} s left"
+
+
+def clock(seconds: float) -> str:
+    """``seconds`` as m:ss (h:mm:ss from an hour on)."""
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def model_units(model: model_config.ModelNorms, dtype_list: Iterable, training: bool = False) -> list[Unit]:
+    """The units of every norm call of ``model`` (``model_config.norm_calls``) in each dtype, sorted by label:
+    rms_norm's N-D unit too at a width whose rows pack several to a warp (QK-norm's head_dim)."""
+    found: dict[Unit, Unit] = {}
+    for dt in map(dtypes.get, dtype_list):
+        for op, width, options in model_config.norm_calls(model, dt, training):
+            ops = [op]
+            if op == "rms_norm" and rms_plan.plan_rms_norm(dt, width, **options).lanes:
+                ops.append("rms_norm_nd")
+            for name in ops:
+                u = unit(name, dt, width, **options)
+                found.setdefault(u, u)
+    return sorted(found.values(), key=lambda u: (u.source, u.label))
 
 
 def summary(results: Sequence[Result], arch: str, seconds: float, jobs: int) -> str:
@@ -198,9 +227,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      epilog="\n".join(doc.splitlines()[1:]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", help="arch to compile for, e.g. sm_90 (default: $PYRMS_ARCH, else the GPU's)")
-    parser.add_argument("--ops", type=parse_ops, default=OPS, help=f"comma list of {', '.join(OPS)} (default all)")
-    parser.add_argument("--dtypes", type=dtypes.argument_list, default=dtypes.ALL,
-                        help="comma list, e.g. bf16,fp16 (default bfloat16, float16, float32)")
+    parser.add_argument("--ops", type=parse_ops, default=None, help=f"comma list of {', '.join(OPS)} (default all)")
+    parser.add_argument("--dtypes", type=dtypes.argument_list, default=None,
+                        help="comma list, e.g. bf16,fp16 (default bfloat16, float16, float32; with --model, its "
+                             "torch_dtype)")
+    parser.add_argument("--model", type=Path, metavar="CONFIG.json",
+                        help="a Hugging Face model's config.json: compile only the units of the norms that model "
+                             "runs (rms_norm at its hidden size and QK-norm's widths, fused_add_rms_norm)")
+    parser.add_argument("--training", action="store_true",
+                        help="with --model: the backward too, and the weight in float32 beside 2-byte rows")
     parser.add_argument("--seed-hidden", type=_sizes, default=SEED_HIDDENS, metavar="LIST",
                         help=f"hidden sizes for the seed kernel (default {','.join(map(str, SEED_HIDDENS))}, "
                              "the demo's; empty for none)")
@@ -208,11 +243,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="NVRTC processes at a time (default: the CPU count)")
     parser.add_argument("--list", action="store_true", help="print the compile units and exit (compiles nothing)")
     args = parser.parse_args(argv)
-    units = every_unit(args.ops, args.dtypes, seed_hiddens=args.seed_hidden)
+    if args.model is None:
+        if args.training:
+            parser.error("--training goes with --model (without it every unit, backward included, is compiled)")
+        units = every_unit(args.ops or OPS, args.dtypes or dtypes.ALL, seed_hiddens=args.seed_hidden)
+        about = ""
+    else:
+        if args.ops is not None:
+            parser.error("--model picks the ops itself; give --ops or --model, not both")
+        try:
+            model = model_config.read(args.model)
+        except ValueError as exc:
+            parser.error(str(exc))
+        dtype_list = args.dtypes or ((model.dtype,) if model.dtype else None)
+        if dtype_list is None:
+            parser.error(f"{args.model} gives no torch_dtype: give --dtypes")
+        units = model_units(model, dtype_list, args.training)
+        about = (f" for {model.class_name} ({', '.join(dtypes.get(d).name for d in dtype_list)}, rows of "
+                 f"{', '.join(map(str, model.widths))}{', training' if args.training else ''})")
     if args.list:
         for u in units:
             print(f"{u}: {len(u.names)} kernel{'s' if len(u.names) != 1 else ''}")
-        print(f"precompile: {len(units)} compile units")
+        print(f"precompile: {len(units)} compile units{about}")
         return 0
 
     from . import cache, compiler, errors
@@ -230,9 +282,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"precompile: {exc}", file=sys.stderr)
         return 2
     jobs = max(1, min(args.jobs, len(units)))
-    print(f"precompile: {len(units)} compile units for {arch}, {jobs} processes, into {cache.directory()}", flush=True)
+    progress = None if compiler.quiet() else (lambda line: print(line, file=sys.stderr, flush=True))
+    if progress is not None:
+        progress(f"precompile: {len(units)} compile units{about} for {arch}, {jobs} processes, into {cache.directory()}")
     start = time.time()
-    results = compile_units(units, arch, jobs, progress=lambda line: print(line, flush=True))
+    results = compile_units(units, arch, jobs, progress=progress)
+    for r in results if progress is None else ():  # quiet: failures still say why (the progress lines do otherwise)
+        if r.outcome == "failed":
+            print(f"precompile: {r.unit} FAILED\n    {r.error}", file=sys.stderr)
     print(summary(results, arch, time.time() - start, jobs))
     return 1 if any(r.outcome == "failed" for r in results) else 0
 
