@@ -80,26 +80,62 @@ def every_unit(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, hidd
     return sorted(found.values(), key=lambda u: (u.source, u.label))
 
 
+def _template_arguments(expression: str) -> set[tuple]:
+    """(template,) and (template, position, argument) of each top-level template argument of a name expression
+    ("pyrms::k<float, Vec<float, 4>, true>": pyrms::k with float at 0, Vec<float, 4> at 1, true at 2)."""
+    name, _, rest = expression.partition("<")
+    found: set[tuple] = {(name,)}
+    depth, start, position = 0, 0, 0
+    for i, ch in enumerate(rest[:-1]):  # the last character closes the argument list
+        depth += (ch == "<") - (ch == ">")
+        if ch == "," and depth == 0:
+            found.add((name, position, rest[start:i].strip()))
+            start, position = i + 1, position + 1
+    if rest:
+        found.add((name, position, rest[start:-1].strip()))
+    return found
+
+
+def cover(units: Sequence[Unit]) -> list[Unit]:
+    """A few of ``units`` that together instantiate every kernel template of them with every value each of its
+    template arguments takes there (dtypes, flags, shapes): chosen greedily, the unit adding most first (ties: the
+    fewer kernels, then the earlier); about 50 of the 440 of every_unit. Sorted by label."""
+    left = set().union(*(_template_arguments(e) for u in units for e in u.names)) if units else set()
+    covered = {u: set().union(*map(_template_arguments, u.names)) for u in units}
+    chosen: list[Unit] = []
+    while left:
+        best = max(units, key=lambda u: (len(covered[u] & left), -len(u.names)))
+        chosen.append(best)
+        left -= covered[best]
+    return sorted(chosen, key=lambda u: (u.source, u.label))
+
+
 # --- compiling ----------------------------------------------------------------------------------------
 
 
 @dataclass
 class Result:
     unit: Unit
-    outcome: str  # "compiled", "cached" or "failed"
+    outcome: str  # "compiled", "cached", "checked" (syntax only) or "failed"
     seconds: float
     error: str = ""
 
 
-def _compile_one(source: str, names: tuple[str, ...], arch: str) -> tuple[str, float, str]:
-    """(outcome, seconds, error) of one unit; never raises, so that a worker's answer always pickles."""
+# NVRTC's front end only: parsing and template instantiation, where an older NVRTC rejects code a newer accepts.
+SYNTAX_ONLY = ("-fdevice-syntax-only",)
+
+
+def _compile_one(source: str, names: tuple[str, ...], arch: str, syntax_only: bool = False) -> tuple[str, float, str]:
+    """(outcome, seconds, error) of one unit, or of its front end only (nothing cached: there is no CUBIN);
+    never raises, so that a worker's answer always pickles."""
     from . import compiler
 
     start = time.perf_counter()
     quiet = os.environ.get("PYRMS_QUIET")
     os.environ["PYRMS_QUIET"] = "1"  # the progress line says what the compiler would print
     try:
-        program = compiler.compile_source(source, arch=arch, name_expressions=names)
+        program = compiler.compile_source(source, arch=arch, name_expressions=names,
+                                          **({"options": SYNTAX_ONLY, "use_cache": False} if syntax_only else {}))
     except Exception as exc:  # CompileError, HeaderNotFoundError, ...: reported, the others go on
         return "failed", time.perf_counter() - start, f"{type(exc).__name__}: {exc}"
     finally:
@@ -107,14 +143,16 @@ def _compile_one(source: str, names: tuple[str, ...], arch: str) -> tuple[str, f
             del os.environ["PYRMS_QUIET"]
         else:
             os.environ["PYRMS_QUIET"] = quiet
-    return ("compiled" if program.from_cache == "none" else "cached"), time.perf_counter() - start, ""
+    outcome = "checked" if syntax_only else "compiled" if program.from_cache == "none" else "cached"
+    return outcome, time.perf_counter() - start, ""
 
 
 def compile_units(units: Sequence[Unit], arch: str, jobs: int = 1,
-                  progress: Callable[[str], None] | None = print) -> list[Result]:
-    """Compile ``units`` for ``arch`` into the disk cache, ``jobs`` NVRTC processes at a time (one:
-    in this process), calling ``progress`` with one line per unit as it finishes: units done of all, the
-    wall time so far and, once a unit has compiled, an estimate of the time left."""
+                  progress: Callable[[str], None] | None = print, syntax_only: bool = False) -> list[Result]:
+    """Compile ``units`` for ``arch`` into the disk cache (``syntax_only``: through NVRTC's front end only,
+    nothing cached), ``jobs`` NVRTC processes at a time (one: in this process), calling ``progress`` with one
+    line per unit as it finishes: units done of all, the wall time so far and, once a unit has compiled, an
+    estimate of the time left."""
     results: list[Result] = []
     width = len(str(len(units)))
     start = time.perf_counter()
@@ -122,7 +160,8 @@ def compile_units(units: Sequence[Unit], arch: str, jobs: int = 1,
     def done(u: Unit, outcome: str, seconds: float, error: str) -> None:
         results.append(Result(u, outcome, seconds, error))
         if progress is not None:
-            what = {"compiled": f"compiled in {seconds:.1f} s", "cached": "already cached"}.get(outcome, "FAILED")
+            what = {"compiled": f"compiled in {seconds:.1f} s", "checked": f"front end passed in {seconds:.1f} s",
+                    "cached": "already cached"}.get(outcome, "FAILED")
             elapsed = time.perf_counter() - start
             left = time_left(results, len(units), elapsed)
             progress(f"  [{len(results):>{width}}/{len(units)}] {u}: {what}; {clock(elapsed)} elapsed"
@@ -130,12 +169,12 @@ def compile_units(units: Sequence[Unit], arch: str, jobs: int = 1,
 
     if jobs <= 1 or len(units) <= 1:
         for u in units:
-            done(u, *_compile_one(u.source, u.names, arch))
+            done(u, *_compile_one(u.source, u.names, arch, syntax_only))
         return results
     # spawn: the workers only run NVRTC and must not inherit a CUDA context.
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(units)), mp_context=context) as pool:
-        futures = {pool.submit(_compile_one, u.source, u.names, arch): u for u in units}
+        futures = {pool.submit(_compile_one, u.source, u.names, arch, syntax_only): u for u in units}
         for future in concurrent.futures.as_completed(futures):
             try:
                 answer = future.result()
@@ -150,10 +189,10 @@ def time_left(results: Sequence[Result], total: int, elapsed: float) -> str:
     unit done, which counts the parallel processes; "" before any unit compiled (hits of the cache take no
     time and tell nothing) and after the last."""
     remaining = total - len(results)
-    if not remaining or not any(r.outcome == "compiled" for r in results):
+    if not remaining or not any(r.outcome in ("compiled", "checked") for r in results):
         return ""
     seconds = elapsed / len(results) * remaining
-    return f"about {seconds / 60:.0f} min left" if seconds >= 90 else f"about {seconds:.0f} s left"
+    return f"about {seconds / 60:.0f} min left" if seconds >= 90 else f"about {max(1, round(seconds))} s left"
 
 
 def clock(seconds: float) -> str:
@@ -181,10 +220,11 @@ def model_units(model: model_config.ModelNorms, dtype_list: Iterable, training: 
 def summary(results: Sequence[Result], arch: str, seconds: float, jobs: int) -> str:
     from . import cache
 
-    counts = {k: sum(1 for r in results if r.outcome == k) for k in ("compiled", "cached", "failed")}
-    return (f"precompile: {len(results)} compile units for {arch} ({counts['compiled']} compiled, "
-            f"{counts['cached']} already cached, {counts['failed']} failed) in {seconds:.1f} s with {jobs} "
-            f"processes; cache {cache.directory()}")
+    counts = {k: sum(1 for r in results if r.outcome == k) for k in ("compiled", "cached", "checked", "failed")}
+    done = (f"{counts['checked']} passed NVRTC's front end" if counts["checked"] else
+            f"{counts['compiled']} compiled, {counts['cached']} already cached")
+    return (f"precompile: {len(results)} compile units for {arch} ({done}, {counts['failed']} failed) in "
+            f"{seconds:.1f} s with {jobs} processes" + ("" if counts["checked"] else f"; cache {cache.directory()}"))
 
 
 # --- the command --------------------------------------------------------------------------------------
@@ -241,6 +281,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "the demo's; empty for none)")
     parser.add_argument("--jobs", type=_jobs, default=os.cpu_count() or 1,
                         help="NVRTC processes at a time (default: the CPU count)")
+    parser.add_argument("--cover", action="store_true",
+                        help="only the few units that instantiate every kernel template with each value of each of "
+                             "its template arguments at least once (about 50 of 440)")
+    parser.add_argument("--syntax-only", action="store_true",
+                        help="run NVRTC's front end only (parsing and template instantiation, about a seventh of a compile): "
+                             "checks that this NVRTC accepts the kernels; no CUBIN, nothing cached")
     parser.add_argument("--list", action="store_true", help="print the compile units and exit (compiles nothing)")
     args = parser.parse_args(argv)
     if args.model is None:
@@ -261,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         units = model_units(model, dtype_list, args.training)
         about = (f" for {model.class_name} ({', '.join(dtypes.get(d).name for d in dtype_list)}, rows of "
                  f"{', '.join(map(str, model.widths))}{', training' if args.training else ''})")
+    if args.cover:
+        units = cover(units)
+        about += " (covering every kernel template and template argument)"
     if args.list:
         for u in units:
             print(f"{u}: {len(u.names)} kernel{'s' if len(u.names) != 1 else ''}")
@@ -269,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from . import cache, compiler, errors
 
-    if not cache.enabled():
+    if not cache.enabled() and not args.syntax_only:
         print("precompile: PYRMS_DISABLE_CACHE is set, so compiling ahead would be lost", file=sys.stderr)
         return 2
     try:
@@ -284,9 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = max(1, min(args.jobs, len(units)))
     progress = None if compiler.quiet() else (lambda line: print(line, file=sys.stderr, flush=True))
     if progress is not None:
-        progress(f"precompile: {len(units)} compile units{about} for {arch}, {jobs} processes, into {cache.directory()}")
+        into = "NVRTC's front end only" if args.syntax_only else f"into {cache.directory()}"
+        progress(f"precompile: {len(units)} compile units{about} for {arch}, {jobs} processes, {into}")
     start = time.time()
-    results = compile_units(units, arch, jobs, progress=progress)
+    results = compile_units(units, arch, jobs, progress=progress, syntax_only=args.syntax_only)
     for r in results if progress is None else ():  # quiet: failures still say why (the progress lines do otherwise)
         if r.outcome == "failed":
             print(f"precompile: {r.unit} FAILED\n    {r.error}", file=sys.stderr)

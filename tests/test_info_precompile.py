@@ -225,6 +225,29 @@ def test_compile_units_reports_each_and_caches(small, capsys):
                     f"with 1 processes; cache {cache.directory()}")
 
 
+def test_syntax_only_runs_the_front_end_and_caches_nothing(small):
+    units = [precompile.Unit("small.cu", ("k<1>",), "small.cu one"), precompile.Unit("bad.cu", ())]
+    lines = []
+    results = precompile.compile_units(units, "sm_90", progress=lines.append, syntax_only=True)
+    assert [r.outcome for r in results] == ["checked", "failed"] and "undefined_name" in results[1].error
+    assert re.match(r"  \[1/2\] small.cu one: front end passed in [0-9.]+ s; 0:0[0-9] elapsed", lines[0]), lines[0]
+    assert cache.entries() == []
+    assert precompile.summary(results, "sm_90", 2.0, 1) == \
+        "precompile: 2 compile units for sm_90 (1 passed NVRTC's front end, 1 failed) in 2.0 s with 1 processes"
+
+
+def test_cover_instantiates_every_template_argument_in_fewer_units():
+    units = precompile.every_unit()
+    chosen = precompile.cover(units)
+    every = set().union(*(precompile._template_arguments(e) for u in units for e in u.names))
+    assert set().union(*(precompile._template_arguments(e) for u in chosen for e in u.names)) == every
+    assert set(chosen) <= set(units) and len(chosen) < len(units) / 5
+    assert {u.source for u in chosen} == {u.source for u in units}
+    assert precompile._template_arguments("pyrms::k<float, Vec<float, 4>, true>") == {
+        ("pyrms::k",), ("pyrms::k", 0, "float"), ("pyrms::k", 1, "Vec<float, 4>"), ("pyrms::k", 2, "true")}
+    assert precompile.cover([]) == []
+
+
 def test_time_left_counts_the_wall_time_per_unit_done():
     unit = precompile.Unit("x.cu", ("k",))
     compiled, cached = precompile.Result(unit, "compiled", 5.0, ""), precompile.Result(unit, "cached", 0.0, "")
@@ -292,7 +315,7 @@ def test_precompile_command_with_pyrms_arch(tmp_path, monkeypatch, capsys):
 def test_quiet_precompile_prints_only_failures_and_the_summary(monkeypatch, capsys):
     unit = precompile.Unit("x.cu", ("k",), "x.cu float32")
     monkeypatch.setattr(precompile, "every_unit", lambda *a, **k: [unit])
-    monkeypatch.setattr(precompile, "compile_units", lambda units, arch, jobs, progress: [
+    monkeypatch.setattr(precompile, "compile_units", lambda units, arch, jobs, progress, syntax_only: [
         precompile.Result(unit, "failed", 0.5, "CompileError: x.cu(1): error: nope")])
     monkeypatch.setenv("PYRMS_QUIET", "1")
     monkeypatch.delenv("PYRMS_DISABLE_CACHE", raising=False)
