@@ -261,7 +261,7 @@ def _jobs(text: str) -> int:
     return value
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     doc = (__doc__ or "").split(": ", 1)[1]
     parser = argparse.ArgumentParser(prog="python -m pyrms.precompile", description=doc.splitlines()[0],
                                      epilog="\n".join(doc.splitlines()[1:]),
@@ -285,15 +285,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="only the few units that instantiate every kernel template with each value of each of "
                              "its template arguments at least once (about 50 of 440)")
     parser.add_argument("--syntax-only", action="store_true",
-                        help="run NVRTC's front end only (parsing and template instantiation, about a seventh of a compile): "
-                             "checks that this NVRTC accepts the kernels; no CUBIN, nothing cached")
+                        help="run NVRTC's front end only (parsing and template instantiation, about a seventh of a "
+                             "compile): checks that this NVRTC accepts the kernels; no CUBIN, nothing cached")
     parser.add_argument("--list", action="store_true", help="print the compile units and exit (compiles nothing)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _selection(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Unit], str]:
+    """The units the arguments select, and what they are for the messages ("" for ops and dtypes)."""
     if args.model is None:
         if args.training:
             parser.error("--training goes with --model (without it every unit, backward included, is compiled)")
-        units = every_unit(args.ops or OPS, args.dtypes or dtypes.ALL, seed_hiddens=args.seed_hidden)
-        about = ""
+        units, about = every_unit(args.ops or OPS, args.dtypes or dtypes.ALL, seed_hiddens=args.seed_hidden), ""
     else:
         if args.ops is not None:
             parser.error("--model picks the ops itself; give --ops or --model, not both")
@@ -310,26 +313,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cover:
         units = cover(units)
         about += " (covering every kernel template and template argument)"
-    if args.list:
-        for u in units:
-            print(f"{u}: {len(u.names)} kernel{'s' if len(u.names) != 1 else ''}")
-        print(f"precompile: {len(units)} compile units{about}")
-        return 0
+    return units, about
 
+
+def _arch(args: argparse.Namespace) -> str | None:
+    """The arch to compile for; None once stderr says why there is none, or why compiling would be lost."""
     from . import cache, compiler, errors
 
     if not cache.enabled() and not args.syntax_only:
         print("precompile: PYRMS_DISABLE_CACHE is set, so compiling ahead would be lost", file=sys.stderr)
-        return 2
+        return None
     try:
-        arch = compiler.resolve_arch(args.arch)  # without --arch or PYRMS_ARCH: the GPU's, asked once, here
+        return compiler.resolve_arch(args.arch)  # without --arch or PYRMS_ARCH: the GPU's, asked once, here
     except errors.NoDriverError as exc:
         print(f"precompile: no GPU to take the arch from ({exc}); pass --arch (e.g. --arch sm_90) or set "
               "PYRMS_ARCH", file=sys.stderr)
-        return 2
     except ValueError as exc:
         print(f"precompile: {exc}", file=sys.stderr)
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command; returns its exit status (1 when a unit failed, 2 when nothing could be compiled)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.list:
+        units, about = _selection(parser, args)
+        for u in units:
+            print(f"{u}: {len(u.names)} kernel{'s' if len(u.names) != 1 else ''}")
+        print(f"precompile: {len(units)} compile units{about}")
+        return 0
+    arch = _arch(args)  # refused before the units are enumerated (a second for all of them)
+    if arch is None:
         return 2
+    units, about = _selection(parser, args)
+
+    from . import cache, compiler
+
     jobs = max(1, min(args.jobs, len(units)))
     progress = None if compiler.quiet() else (lambda line: print(line, file=sys.stderr, flush=True))
     if progress is not None:

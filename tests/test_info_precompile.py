@@ -287,29 +287,30 @@ def test_refusals(monkeypatch, capsys):
 
 
 def test_precompile_command_with_pyrms_arch(tmp_path, monkeypatch, capsys):
-    """The command in a fresh process, no GPU needed: two seed units in two NVRTC processes, progress on stderr
-    and the summary on stdout, into the cache where a launch then finds them (the run again here: all cached)."""
+    """The command in a fresh process, no GPU needed: three static_quant units (the quickest to compile) in two
+    NVRTC processes, progress on stderr and the summary on stdout, into the cache where a launch then finds them
+    (the run again here: all cached)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYRMS_CACHE_DIR": str(tmp_path), "PYRMS_ARCH": "sm_90"}
     for name in ("PYRMS_DISABLE_CACHE", "PYRMS_QUIET"):
         env.pop(name, None)
-    argv = ["--ops", "seed", "--dtypes", "fp32", "--seed-hidden", "8,16", "--jobs", "2"]
+    argv = ["--ops", "static_quant", "--dtypes", "fp32", "--jobs", "2"]
     done = subprocess.run([sys.executable, "-m", "pyrms.precompile", *argv], capture_output=True, text=True, env=env,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     progress = done.stderr.splitlines()
-    assert progress[0] == f"precompile: 2 compile units for sm_90, 2 processes, into {tmp_path}"
+    assert progress[0] == f"precompile: 3 compile units for sm_90, 2 processes, into {tmp_path}"
     assert sorted(line.split("] ", 1)[1].split(":")[0] for line in progress[1:]) == \
-        ["seed_rms_norm.cu float32 hidden 16", "seed_rms_norm.cu float32 hidden 8"]
-    assert re.fullmatch(r"  \[1/2\] .*: compiled in [0-9.]+ s; [0-9]:[0-9]{2} elapsed, about [0-9]+ s left", progress[1])
-    assert done.stdout.startswith("precompile: 2 compile units for sm_90 (2 compiled, 0 already cached, 0 failed) in ")
-    assert len(list(tmp_path.glob("*.cubin"))) == 2
+        [f"static_quant.cu float32 {q}" for q in ("float8_e4m3fn", "float8_e5m2", "int8")]
+    assert re.fullmatch(r"  \[1/3\] .*: compiled in [0-9.]+ s; [0-9]:[0-9]{2} elapsed, about [0-9]+ s left", progress[1])
+    assert done.stdout.startswith("precompile: 3 compile units for sm_90 (3 compiled, 0 already cached, 0 failed) in ")
+    assert len(list(tmp_path.glob("*.cubin"))) == 3
     for name, value in env.items():
         if name.startswith("PYRMS_"):
             monkeypatch.setenv(name, value)
     monkeypatch.setenv("PYRMS_QUIET", "1")
     assert precompile.main([*argv[:-1], "1"]) == 0  # one process: this one, which reads the cache
     out, err = capsys.readouterr()
-    assert err == "" and "(0 compiled, 2 already cached, 0 failed)" in out
+    assert err == "" and "(0 compiled, 3 already cached, 0 failed)" in out
 
 
 def test_quiet_precompile_prints_only_failures_and_the_summary(monkeypatch, capsys):
