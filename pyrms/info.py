@@ -23,7 +23,7 @@ ENVIRONMENT = {
     "PYRMS_ARCH": "arch to compile for when no GPU is asked (e.g. sm_90)",
     "PYRMS_CACHE_DIR": "compiled-kernel cache directory",
     "PYRMS_DISABLE_CACHE": "1/true/yes/on: no disk cache",
-    "PYRMS_QUIET": "1/true/yes/on: no message for slow compiles",
+    "PYRMS_QUIET": "1/true/yes/on: no message for slow compiles, no precompile progress",
     "XDG_CACHE_HOME": "parent of the default cache directory (pyrms/ under it)",
     "CUDA_HOME": "CUDA toolkit searched for headers after the pip wheels",
     "CUDA_PATH": "CUDA toolkit searched for headers after CUDA_HOME",
