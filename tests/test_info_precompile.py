@@ -255,6 +255,7 @@ def test_time_left_counts_the_wall_time_per_unit_done():
     assert precompile.time_left([compiled, cached], 10, 8.0) == "about 32 s left"  # 4 s a unit, 8 to go
     assert precompile.time_left([compiled] * 4, 400, 20.0) == "about 33 min left"
     assert precompile.time_left([compiled] * 3, 3, 9.0) == ""  # the last one
+    assert precompile.time_left([compiled] * 99, 100, 10.0) == "about 1 s left"  # never "about 0 s"
     assert [precompile.clock(t) for t in (0.4, 59.9, 61, 3599, 3661)] == ["0:00", "0:59", "1:01", "59:59", "1:01:01"]
 
 
