@@ -224,12 +224,18 @@ def compile_text(
         where = None
         if use_disk:
             where = cache.store(key, {"source_name": source_name, "arch": arch, "lowered_names": lowered,
-                                      "log": log, "options": list(all_options)}, cubin)
-        if seconds > SLOW_COMPILE_SECONDS and os.environ.get("PYRMS_QUIET", "").strip().lower() not in ("1", "true", "yes", "on"):
+                                      "log": log, "options": list(all_options),
+                                      "nvrtc": ".".join(map(str, nvrtc_version()))}, cubin)
+        if seconds > SLOW_COMPILE_SECONDS and not quiet():
             cached = f"; cached in {where}" if where else "; not cached on disk"
             print(f"pyrms: compiled {source_name} ({len(name_expressions)} kernels) for {arch} "
                   f"in {seconds:.1f} s{cached}", file=sys.stderr)
         return program
+
+
+def quiet() -> bool:
+    """Whether ``PYRMS_QUIET`` (1, true, yes or on) asks for no messages on stderr about compiles."""
+    return os.environ.get("PYRMS_QUIET", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _nvrtc_compile(source_name, source, arch, options, include_options, name_expressions, want_ptx):

@@ -23,7 +23,7 @@ ENVIRONMENT = {
     "PYRMS_ARCH": "arch to compile for when no GPU is asked (e.g. sm_90)",
     "PYRMS_CACHE_DIR": "compiled-kernel cache directory",
     "PYRMS_DISABLE_CACHE": "1/true/yes/on: no disk cache",
-    "PYRMS_QUIET": "1/true/yes/on: no message for slow compiles",
+    "PYRMS_QUIET": "1/true/yes/on: no message for slow compiles, no precompile progress",
     "XDG_CACHE_HOME": "parent of the default cache directory (pyrms/ under it)",
     "CUDA_HOME": "CUDA toolkit searched for headers after the pip wheels",
     "CUDA_PATH": "CUDA toolkit searched for headers after CUDA_HOME",
@@ -161,7 +161,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines += [f"  {'by source and arch:' if k == 0 else '':<21} {name}: {g['entries']} entries, "
                   f"{g['bytes'] / 2**20:.1f} MiB" for k, (name, g) in enumerate(c["by_source"].items())]
         lines += [f"  {'kernel sources:':<21} {c['sources']}",
-                  f"  {'':<21} (python -m pyrms.info --clear-cache removes the entries)"]
+                  f"  {'':<21} (python -m pyrms.cache: by NVRTC version; --clear removes the entries)"]
     lines += ["", "Environment"]
     for name, value in report["environment"].items():
         shown = "(unset)" if value is None else repr(value)
@@ -175,15 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pyrms.info", description=(__doc__ or "").split(": ", 1)[1].splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
     parser.add_argument("--clear-cache", action="store_true",
-                        help="remove pyrms's compiled kernels from the cache directory (and nothing else there)")
+                        help="remove pyrms's compiled kernels from the cache directory (and nothing else there), "
+                             "as python -m pyrms.cache --clear does")
     args = parser.parse_args(argv)
     if args.clear_cache:
-        from . import cache
+        from .cache import cli
 
-        removed, freed = cache.clear()
-        print(f"pyrms.info: removed {removed} cached kernel file{'s' if removed != 1 else ''} "
-              f"({freed / 2**20:.1f} MiB) from {cache.directory()}")
-        return 0
+        return cli.clear_and_say("pyrms.info")
     report = collect()
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0

@@ -6,9 +6,13 @@ calls then read (``PYRMS_CACHE_DIR``, default ``$XDG_CACHE_HOME/pyrms`` or ``~/.
 Needs no GPU when the arch is given (``--arch sm_90`` or ``PYRMS_ARCH``); otherwise it asks the
 GPU for its arch.
 
-    python -m pyrms.precompile --arch sm_90            # every kernel, for an H100/H200
-    python -m pyrms.precompile --ops OP --dtypes bf16  # one op (--help names them), one dtype
-    python -m pyrms.precompile --list                  # what would be compiled
+    python -m pyrms.precompile --arch sm_90                 # every kernel, for an H100/H200
+    python -m pyrms.precompile --ops OP --dtypes bf16       # one op (--help names them), one dtype
+    python -m pyrms.precompile --model config.json          # the norms of a Hugging Face model (--training: backward)
+    python -m pyrms.precompile --list                       # what would be compiled
+
+Progress goes to stderr, a line per unit with the time so far and an estimate of the time left
+(``PYRMS_QUIET=1``: none, only failures); the summary to stdout.
 
 A compile unit is what ``pyrms.launch.get_kernel`` compiles in one NVRTC run: one source and every name
 expression compiled with it (for an op on the row core, all launch shapes of one dtype and option set), so
@@ -24,11 +28,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from . import dtypes
+from . import dtypes, model_config
 from .ops import registry
 from .ops._spec import Unit
+from .ops.rms_norm import plan as rms_plan
 from .ops.seed import spec as seed_spec
 
 OPS = registry.NAMES
@@ -74,26 +80,62 @@ def every_unit(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, hidd
     return sorted(found.values(), key=lambda u: (u.source, u.label))
 
 
+def _template_arguments(expression: str) -> set[tuple]:
+    """(template,) and (template, position, argument) of each top-level template argument of a name expression
+    ("pyrms::k<float, Vec<float, 4>, true>": pyrms::k with float at 0, Vec<float, 4> at 1, true at 2)."""
+    name, _, rest = expression.partition("<")
+    found: set[tuple] = {(name,)}
+    depth, start, position = 0, 0, 0
+    for i, ch in enumerate(rest[:-1]):  # the last character closes the argument list
+        depth += (ch == "<") - (ch == ">")
+        if ch == "," and depth == 0:
+            found.add((name, position, rest[start:i].strip()))
+            start, position = i + 1, position + 1
+    if rest:
+        found.add((name, position, rest[start:-1].strip()))
+    return found
+
+
+def cover(units: Sequence[Unit]) -> list[Unit]:
+    """A few of ``units`` that together instantiate every kernel template of them with every value each of its
+    template arguments takes there (dtypes, flags, shapes): chosen greedily, the unit adding most first (ties: the
+    fewer kernels, then the earlier); about 50 of the 440 of every_unit. Sorted by label."""
+    left = set().union(*(_template_arguments(e) for u in units for e in u.names)) if units else set()
+    covered = {u: set().union(*map(_template_arguments, u.names)) for u in units}
+    chosen: list[Unit] = []
+    while left:
+        best = max(units, key=lambda u: (len(covered[u] & left), -len(u.names)))
+        chosen.append(best)
+        left -= covered[best]
+    return sorted(chosen, key=lambda u: (u.source, u.label))
+
+
 # --- compiling ----------------------------------------------------------------------------------------
 
 
 @dataclass
 class Result:
     unit: Unit
-    outcome: str  # "compiled", "cached" or "failed"
+    outcome: str  # "compiled", "cached", "checked" (syntax only) or "failed"
     seconds: float
     error: str = ""
 
 
-def _compile_one(source: str, names: tuple[str, ...], arch: str) -> tuple[str, float, str]:
-    """(outcome, seconds, error) of one unit; never raises, so that a worker's answer always pickles."""
+# NVRTC's front end only: parsing and template instantiation, where an older NVRTC rejects code a newer accepts.
+SYNTAX_ONLY = ("-fdevice-syntax-only",)
+
+
+def _compile_one(source: str, names: tuple[str, ...], arch: str, syntax_only: bool = False) -> tuple[str, float, str]:
+    """(outcome, seconds, error) of one unit, or of its front end only (nothing cached: there is no CUBIN);
+    never raises, so that a worker's answer always pickles."""
     from . import compiler
 
     start = time.perf_counter()
     quiet = os.environ.get("PYRMS_QUIET")
     os.environ["PYRMS_QUIET"] = "1"  # the progress line says what the compiler would print
     try:
-        program = compiler.compile_source(source, arch=arch, name_expressions=names)
+        program = compiler.compile_source(source, arch=arch, name_expressions=names,
+                                          **({"options": SYNTAX_ONLY, "use_cache": False} if syntax_only else {}))
     except Exception as exc:  # CompileError, HeaderNotFoundError, ...: reported, the others go on
         return "failed", time.perf_counter() - start, f"{type(exc).__name__}: {exc}"
     finally:
@@ -101,14 +143,16 @@ def _compile_one(source: str, names: tuple[str, ...], arch: str) -> tuple[str, f
             del os.environ["PYRMS_QUIET"]
         else:
             os.environ["PYRMS_QUIET"] = quiet
-    return ("compiled" if program.from_cache == "none" else "cached"), time.perf_counter() - start, ""
+    outcome = "checked" if syntax_only else "compiled" if program.from_cache == "none" else "cached"
+    return outcome, time.perf_counter() - start, ""
 
 
 def compile_units(units: Sequence[Unit], arch: str, jobs: int = 1,
-                  progress: Callable[[str], None] | None = print) -> list[Result]:
-    """Compile ``units`` for ``arch`` into the disk cache, ``jobs`` NVRTC processes at a time (one:
-    in this process), calling ``progress`` with one line per unit as it finishes, with an estimate of the
-    time left once a unit has compiled."""
+                  progress: Callable[[str], None] | None = print, syntax_only: bool = False) -> list[Result]:
+    """Compile ``units`` for ``arch`` into the disk cache (``syntax_only``: through NVRTC's front end only,
+    nothing cached), ``jobs`` NVRTC processes at a time (one: in this process), calling ``progress`` with one
+    line per unit as it finishes: units done of all, the wall time so far and, once a unit has compiled, an
+    estimate of the time left."""
     results: list[Result] = []
     width = len(str(len(units)))
     start = time.perf_counter()
@@ -116,19 +160,21 @@ def compile_units(units: Sequence[Unit], arch: str, jobs: int = 1,
     def done(u: Unit, outcome: str, seconds: float, error: str) -> None:
         results.append(Result(u, outcome, seconds, error))
         if progress is not None:
-            what = {"compiled": f"compiled in {seconds:.1f} s", "cached": "already cached"}.get(outcome, "FAILED")
-            left = time_left(results, len(units), time.perf_counter() - start)
-            progress(f"  [{len(results):>{width}}/{len(units)}] {u}: {what}" + (f"; {left}" if left else "")
-                     + (f"\n    {error}" if error else ""))
+            what = {"compiled": f"compiled in {seconds:.1f} s", "checked": f"front end passed in {seconds:.1f} s",
+                    "cached": "already cached"}.get(outcome, "FAILED")
+            elapsed = time.perf_counter() - start
+            left = time_left(results, len(units), elapsed)
+            progress(f"  [{len(results):>{width}}/{len(units)}] {u}: {what}; {clock(elapsed)} elapsed"
+                     + (f", {left}" if left else "") + (f"\n    {error}" if error else ""))
 
     if jobs <= 1 or len(units) <= 1:
         for u in units:
-            done(u, *_compile_one(u.source, u.names, arch))
+            done(u, *_compile_one(u.source, u.names, arch, syntax_only))
         return results
     # spawn: the workers only run NVRTC and must not inherit a CUDA context.
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(units)), mp_context=context) as pool:
-        futures = {pool.submit(_compile_one, u.source, u.names, arch): u for u in units}
+        futures = {pool.submit(_compile_one, u.source, u.names, arch, syntax_only): u for u in units}
         for future in concurrent.futures.as_completed(futures):
             try:
                 answer = future.result()
@@ -143,19 +189,42 @@ def time_left(results: Sequence[Result], total: int, elapsed: float) -> str:
     unit done, which counts the parallel processes; "" before any unit compiled (hits of the cache take no
     time and tell nothing) and after the last."""
     remaining = total - len(results)
-    if not remaining or not any(r.outcome == "compiled" for r in results):
+    if not remaining or not any(r.outcome in ("compiled", "checked") for r in results):
         return ""
     seconds = elapsed / len(results) * remaining
-    return f"about {seconds / 60:.0f} min left" if seconds >= 90 else f"about {seconds:.0f} s left"
+    return f"about {seconds / 60:.0f} min left" if seconds >= 90 else f"about {max(1, round(seconds))} s left"
+
+
+def clock(seconds: float) -> str:
+    """``seconds`` as m:ss (h:mm:ss from an hour on)."""
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def model_units(model: model_config.ModelNorms, dtype_list: Iterable, training: bool = False) -> list[Unit]:
+    """The units of every norm call of ``model`` (``model_config.norm_calls``) in each dtype, sorted by label:
+    rms_norm's N-D unit too at a width whose rows pack several to a warp (QK-norm's head_dim)."""
+    found: dict[Unit, Unit] = {}
+    for dt in map(dtypes.get, dtype_list):
+        for op, width, options in model_config.norm_calls(model, dt, training):
+            ops = [op]
+            if op == "rms_norm" and rms_plan.plan_rms_norm(dt, width, **options).lanes:
+                ops.append("rms_norm_nd")
+            for name in ops:
+                u = unit(name, dt, width, **options)
+                found.setdefault(u, u)
+    return sorted(found.values(), key=lambda u: (u.source, u.label))
 
 
 def summary(results: Sequence[Result], arch: str, seconds: float, jobs: int) -> str:
     from . import cache
 
-    counts = {k: sum(1 for r in results if r.outcome == k) for k in ("compiled", "cached", "failed")}
-    return (f"precompile: {len(results)} compile units for {arch} ({counts['compiled']} compiled, "
-            f"{counts['cached']} already cached, {counts['failed']} failed) in {seconds:.1f} s with {jobs} "
-            f"processes; cache {cache.directory()}")
+    counts = {k: sum(1 for r in results if r.outcome == k) for k in ("compiled", "cached", "checked", "failed")}
+    done = (f"{counts['checked']} passed NVRTC's front end" if counts["checked"] else
+            f"{counts['compiled']} compiled, {counts['cached']} already cached")
+    return (f"precompile: {len(results)} compile units for {arch} ({done}, {counts['failed']} failed) in "
+            f"{seconds:.1f} s with {jobs} processes" + ("" if counts["checked"] else f"; cache {cache.directory()}"))
 
 
 # --- the command --------------------------------------------------------------------------------------
@@ -192,47 +261,105 @@ def _jobs(text: str) -> int:
     return value
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     doc = (__doc__ or "").split(": ", 1)[1]
     parser = argparse.ArgumentParser(prog="python -m pyrms.precompile", description=doc.splitlines()[0],
                                      epilog="\n".join(doc.splitlines()[1:]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", help="arch to compile for, e.g. sm_90 (default: $PYRMS_ARCH, else the GPU's)")
-    parser.add_argument("--ops", type=parse_ops, default=OPS, help=f"comma list of {', '.join(OPS)} (default all)")
-    parser.add_argument("--dtypes", type=dtypes.argument_list, default=dtypes.ALL,
-                        help="comma list, e.g. bf16,fp16 (default bfloat16, float16, float32)")
+    parser.add_argument("--ops", type=parse_ops, default=None, help=f"comma list of {', '.join(OPS)} (default all)")
+    parser.add_argument("--dtypes", type=dtypes.argument_list, default=None,
+                        help="comma list, e.g. bf16,fp16 (default bfloat16, float16, float32; with --model, its "
+                             "torch_dtype)")
+    parser.add_argument("--model", type=Path, metavar="CONFIG.json",
+                        help="a Hugging Face model's config.json: compile only the units of the norms that model "
+                             "runs (rms_norm at its hidden size and QK-norm's widths, fused_add_rms_norm)")
+    parser.add_argument("--training", action="store_true",
+                        help="with --model: the backward too, and the weight in float32 beside 2-byte rows")
     parser.add_argument("--seed-hidden", type=_sizes, default=SEED_HIDDENS, metavar="LIST",
                         help=f"hidden sizes for the seed kernel (default {','.join(map(str, SEED_HIDDENS))}, "
                              "the demo's; empty for none)")
     parser.add_argument("--jobs", type=_jobs, default=os.cpu_count() or 1,
                         help="NVRTC processes at a time (default: the CPU count)")
+    parser.add_argument("--cover", action="store_true",
+                        help="only the few units that instantiate every kernel template with each value of each of "
+                             "its template arguments at least once (about 50 of 440)")
+    parser.add_argument("--syntax-only", action="store_true",
+                        help="run NVRTC's front end only (parsing and template instantiation, about a seventh of a "
+                             "compile): checks that this NVRTC accepts the kernels; no CUBIN, nothing cached")
     parser.add_argument("--list", action="store_true", help="print the compile units and exit (compiles nothing)")
-    args = parser.parse_args(argv)
-    units = every_unit(args.ops, args.dtypes, seed_hiddens=args.seed_hidden)
-    if args.list:
-        for u in units:
-            print(f"{u}: {len(u.names)} kernel{'s' if len(u.names) != 1 else ''}")
-        print(f"precompile: {len(units)} compile units")
-        return 0
+    return parser
 
+
+def _selection(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Unit], str]:
+    """The units the arguments select, and what they are for the messages ("" for ops and dtypes)."""
+    if args.model is None:
+        if args.training:
+            parser.error("--training goes with --model (without it every unit, backward included, is compiled)")
+        units, about = every_unit(args.ops or OPS, args.dtypes or dtypes.ALL, seed_hiddens=args.seed_hidden), ""
+    else:
+        if args.ops is not None:
+            parser.error("--model picks the ops itself; give --ops or --model, not both")
+        try:
+            model = model_config.read(args.model)
+        except ValueError as exc:
+            parser.error(str(exc))
+        dtype_list = args.dtypes or ((model.dtype,) if model.dtype else None)
+        if dtype_list is None:
+            parser.error(f"{args.model} gives no torch_dtype: give --dtypes")
+        units = model_units(model, dtype_list, args.training)
+        about = (f" for {model.class_name} ({', '.join(dtypes.get(d).name for d in dtype_list)}, rows of "
+                 f"{', '.join(map(str, model.widths))}{', training' if args.training else ''})")
+    if args.cover:
+        units = cover(units)
+        about += " (covering every kernel template and template argument)"
+    return units, about
+
+
+def _arch(args: argparse.Namespace) -> str | None:
+    """The arch to compile for; None once stderr says why there is none, or why compiling would be lost."""
     from . import cache, compiler, errors
 
-    if not cache.enabled():
+    if not cache.enabled() and not args.syntax_only:
         print("precompile: PYRMS_DISABLE_CACHE is set, so compiling ahead would be lost", file=sys.stderr)
-        return 2
+        return None
     try:
-        arch = compiler.resolve_arch(args.arch)  # without --arch or PYRMS_ARCH: the GPU's, asked once, here
+        return compiler.resolve_arch(args.arch)  # without --arch or PYRMS_ARCH: the GPU's, asked once, here
     except errors.NoDriverError as exc:
         print(f"precompile: no GPU to take the arch from ({exc}); pass --arch (e.g. --arch sm_90) or set "
               "PYRMS_ARCH", file=sys.stderr)
-        return 2
     except ValueError as exc:
         print(f"precompile: {exc}", file=sys.stderr)
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command; returns its exit status (1 when a unit failed, 2 when nothing could be compiled)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.list:
+        units, about = _selection(parser, args)
+        for u in units:
+            print(f"{u}: {len(u.names)} kernel{'s' if len(u.names) != 1 else ''}")
+        print(f"precompile: {len(units)} compile units{about}")
+        return 0
+    arch = _arch(args)  # refused before the units are enumerated (a second for all of them)
+    if arch is None:
         return 2
+    units, about = _selection(parser, args)
+
+    from . import cache, compiler
+
     jobs = max(1, min(args.jobs, len(units)))
-    print(f"precompile: {len(units)} compile units for {arch}, {jobs} processes, into {cache.directory()}", flush=True)
+    progress = None if compiler.quiet() else (lambda line: print(line, file=sys.stderr, flush=True))
+    if progress is not None:
+        into = "NVRTC's front end only" if args.syntax_only else f"into {cache.directory()}"
+        progress(f"precompile: {len(units)} compile units{about} for {arch}, {jobs} processes, {into}")
     start = time.time()
-    results = compile_units(units, arch, jobs, progress=lambda line: print(line, flush=True))
+    results = compile_units(units, arch, jobs, progress=progress, syntax_only=args.syntax_only)
+    for r in results if progress is None else ():  # quiet: failures still say why (the progress lines do otherwise)
+        if r.outcome == "failed":
+            print(f"precompile: {r.unit} FAILED\n    {r.error}", file=sys.stderr)
     print(summary(results, arch, time.time() - start, jobs))
     return 1 if any(r.outcome == "failed" for r in results) else 0
 

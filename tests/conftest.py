@@ -1,6 +1,6 @@
 """Shared test setup: the ``gpu`` marker skips, with the reason, where no CUDA driver or device exists;
 tests marked ``slow`` are left out unless ``-m`` is given; the ``rng`` fixture (reproducible per test),
-the ``small`` source directory, the ``fake`` driver and the ``host_device`` harness."""
+the ``small`` source directory, the ``fake`` driver, ``names_only`` compiles and the ``host_device`` harness."""
 import functools
 import gc
 import importlib.util
@@ -98,6 +98,23 @@ def fake(monkeypatch):
     fresh_driver_state(monkeypatch.setattr, fake_cu)
     yield fake_cu
     gc.collect()  # run the finalizers of whatever the test left open while the fake is still in place
+
+
+@pytest.fixture
+def names_only(monkeypatch):
+    """compiler.compile_source without NVRTC, for tests of what a launch packs and picks (a compile of a real unit
+    takes seconds): each name expression's lowered name is the expression itself, the CUBIN a placeholder of the
+    unit that the fake driver loads, and nothing reaches either cache. NVRTC compiles the real units in
+    tests/test_compiler.py, tests/ops/test_fake_end_to_end.py, the tests marked slow and .ci/run's precompile."""
+    from pyrms import compiler
+
+    def compile_source(source_name, *, arch=None, name_expressions=(), **_):
+        compiler.read_source(source_name)  # a source that is not there fails as it would
+        names = tuple(name_expressions)
+        return compiler.CompiledProgram(source_name, compiler.resolve_arch(arch), (), "",
+                                        "\n".join((source_name, *names)).encode(), dict(zip(names, names)))
+
+    monkeypatch.setattr(compiler, "compile_source", compile_source)
 
 
 @pytest.fixture

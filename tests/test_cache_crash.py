@@ -70,12 +70,18 @@ def _compile(**kwargs):
     return compiler.compile_source("small.cu", arch="sm_90", name_expressions=EXPRESSIONS, **kwargs)
 
 
-def _killed_child(src: Path, moment: str) -> str:
+def _killed_children(src: Path, moment: str, count: int = 1) -> list[str]:
+    """The output of ``count`` children killed at ``moment``, started together (each one's imports take a
+    second)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.run([sys.executable, "-c", _CHILD, str(src), moment], env=env, capture_output=True,
-                           text=True, timeout=120)
-    assert child.returncode == -signal.SIGKILL, (child.returncode, child.stdout, child.stderr)
-    return child.stdout
+    children = [subprocess.Popen([sys.executable, "-c", _CHILD, str(src), moment], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(count)]
+    said = []
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == -signal.SIGKILL, (child.returncode, out, err)
+        said.append(out)
+    return said
 
 
 def _entries(directory: Path):
@@ -87,7 +93,7 @@ def _entries(directory: Path):
 def test_a_writer_killed_before_its_entry_exists_leaves_a_working_cache(small, moment):
     reference = _compile(use_cache=False)  # the right answer, compiled without the disk cache
     compiler.clear_memory_cache()
-    said = _killed_child(small, moment)
+    [said] = _killed_children(small, moment)
     entries, temps = _entries(cache.directory())
     assert entries == [] and len(temps) == 1  # no entry: only the killed writer's temporary file
     blob = temps[0].read_bytes()
@@ -106,7 +112,7 @@ def test_a_writer_killed_before_its_entry_exists_leaves_a_working_cache(small, m
 def test_a_writer_killed_right_after_os_replace_leaves_a_whole_entry(small):
     reference = _compile(use_cache=False)
     compiler.clear_memory_cache()
-    _killed_child(small, "after-replace")
+    _killed_children(small, "after-replace")
     entries, temps = _entries(cache.directory())
     assert [p.name for p in entries] == [f"{reference.key}.cubin"] and temps == []
     program = _compile()
@@ -115,8 +121,7 @@ def test_a_writer_killed_right_after_os_replace_leaves_a_whole_entry(small):
 
 def test_temporary_files_of_killed_writers_are_never_read(small):
     """Three killed writers: three leftover temporary files, none of them taken for an entry."""
-    for _ in range(3):
-        _killed_child(small, "mid-write")
+    _killed_children(small, "mid-write", 3)
     entries, temps = _entries(cache.directory())
     assert entries == [] and len(temps) == 3
     program = _compile()
@@ -126,7 +131,7 @@ def test_temporary_files_of_killed_writers_are_never_read(small):
 
 
 def test_stale_temporary_files_are_cleaned_up(small):
-    _killed_child(small, "mid-write")
+    _killed_children(small, "mid-write")
     _, temps = _entries(cache.directory())
     two_days_ago = time.time() - 2 * 86400
     for tmp in temps:  # stale beyond doubt: no live writer takes two days

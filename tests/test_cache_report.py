@@ -1,14 +1,22 @@
-"""What the cache holds and clearing it (pyrms.cache.report/clear, python -m pyrms.info --clear-cache): only
-pyrms's own entries are counted and removed; other files in the directory stay."""
+"""What the cache holds and clearing it (pyrms.cache.report/clear, python -m pyrms.cache, python -m pyrms.info
+--clear-cache): only pyrms's own entries are counted and removed; other files in the directory stay."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from pyrms import cache, info
+from pyrms import cache, compiler, info
+from pyrms.cache import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+NVRTC = ".".join(map(str, compiler.nvrtc_version()))
 
 
-def _entry(key: str, source: str, arch: str, nbytes: int) -> None:
-    assert cache.store(key, {"source_name": source, "arch": arch}, b"\0" * nbytes) is not None
+def _entry(key: str, source: str, arch: str, nbytes: int, **meta) -> None:
+    assert cache.store(key, {"source_name": source, "arch": arch, **meta}, b"\0" * nbytes) is not None
 
 
 @pytest.fixture
@@ -16,8 +24,8 @@ def folder(tmp_path, monkeypatch):
     monkeypatch.setenv("PYRMS_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PYRMS_DISABLE_CACHE", raising=False)
     _entry("a" * 64, "rms_norm.cu", "sm_90", 1000)
-    _entry("b" * 64, "rms_norm.cu", "sm_90", 2000)
-    _entry("c" * 64, "layer_norm.cu", "sm_100", 10)
+    _entry("b" * 64, "rms_norm.cu", "sm_90", 2000, nvrtc=NVRTC)
+    _entry("c" * 64, "layer_norm.cu", "sm_100", 10, nvrtc="12.8")
     (tmp_path / "notes.txt").write_text("mine")  # not pyrms's
     (tmp_path / ("d" * 64 + ".cubin")).write_bytes(b"not an entry")  # named like one, but not one
     (tmp_path / "short.cubin").write_bytes(cache._MAGIC + b"\0" * 8)  # marked, but not named like one
@@ -34,8 +42,13 @@ def test_report_counts_pyrms_entries_by_source_and_arch(folder):
         "(unreadable)": {"entries": 1, "bytes": sizes["e" * 64 + ".cubin"]},
         "layer_norm.cu sm_100": {"entries": 1, "bytes": sizes["c" * 64 + ".cubin"]},
         "rms_norm.cu sm_90": {"entries": 2, "bytes": sizes["a" * 64 + ".cubin"] + sizes["b" * 64 + ".cubin"]}}
+    assert r["by_nvrtc"] == {  # "?": stored before the version was recorded
+        "(unreadable)": {"entries": 1, "bytes": sizes["e" * 64 + ".cubin"]},
+        "NVRTC 12.8 sm_100": {"entries": 1, "bytes": sizes["c" * 64 + ".cubin"]},
+        f"NVRTC {NVRTC} sm_90": {"entries": 1, "bytes": sizes["b" * 64 + ".cubin"]},
+        "NVRTC ? sm_90": {"entries": 1, "bytes": sizes["a" * 64 + ".cubin"]}}
     assert cache.report(folder / "missing") == {"directory": str(folder / "missing"), "enabled": True, "entries": 0,
-                                                "bytes": 0, "by_source": {}}
+                                                "bytes": 0, "by_nvrtc": {}, "by_source": {}}
 
 
 def test_clear_removes_only_pyrms_entries_and_temporaries(folder):
@@ -57,3 +70,35 @@ def test_info_reports_and_clears(folder, capsys):
     assert info.main(["--clear-cache"]) == 0
     assert capsys.readouterr().out.startswith(f"pyrms.info: removed 4 cached kernel files (0.0 MiB) from {folder}")
     assert cache.report()["entries"] == 0 and (folder / "notes.txt").exists()
+
+
+def test_compiles_record_their_nvrtc(small):
+    compiler.compile_source("small.cu", arch="sm_90", name_expressions=["k<3>"])
+    [(_, meta)] = cache.entries()
+    assert meta["nvrtc"] == NVRTC and meta["source_name"] == "small.cu"
+
+
+def test_cache_command_reports_and_clears(folder, capsys):
+    assert cli.main([]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == ["pyrms kernel cache", f"  directory: {folder} (enabled)", "  entries:   4, 0.0 MiB"]
+    assert "  by NVRTC version and arch:" in lines and "  by kernel source and arch:" in lines
+    assert f"    NVRTC {NVRTC} sm_90: 1 entries, 0.0 MiB (the installed NVRTC's)" in lines
+    assert "    NVRTC 12.8 sm_100: 1 entries, 0.0 MiB (never read by the installed NVRTC)" in lines
+    assert "    rms_norm.cu sm_90: 2 entries, 0.0 MiB" in lines and lines[-1] == "  python -m pyrms.cache --clear removes them"
+    assert cli.main(["--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == cache.report()
+    assert cli.main(["--clear"]) == 0
+    assert capsys.readouterr().out.startswith(f"pyrms.cache: removed 4 cached kernel files (0.0 MiB) from {folder}")
+    assert cache.report()["entries"] == 0 and (folder / "notes.txt").exists()
+    assert cli.main([]) == 0
+    assert capsys.readouterr().out.splitlines()[2:] == ["  entries:   0, 0.0 MiB"]
+
+
+def test_python_m_pyrms_cache_runs_without_a_warning(folder):
+    # pyrms imports pyrms.cache: the command is pyrms/cache/__main__.py, so runpy never runs an imported module.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYRMS_CACHE_DIR": str(folder)}
+    done = subprocess.run([sys.executable, "-W", "error", "-m", "pyrms.cache"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith(f"pyrms kernel cache\n  directory: {folder} (enabled)\n  entries:   4,")

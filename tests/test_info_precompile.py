@@ -214,18 +214,44 @@ def test_compile_units_reports_each_and_caches(small, capsys):
     lines = []
     results = precompile.compile_units(units, "sm_90", jobs=1, progress=lines.append)
     assert [r.outcome for r in results] == ["compiled", "failed"]
-    assert re.fullmatch(r"  \[1/2\] small.cu ones: compiled in [0-9.]+ s; about [0-9]+ s left", lines[0]), lines[0]
-    assert lines[1].startswith("  [2/2] bad.cu (0 kernels): FAILED\n    CompileError: ") and "undefined_name" in lines[1]
+    assert re.fullmatch(r"  \[1/2\] small.cu ones: compiled in [0-9.]+ s; 0:0[0-9] elapsed, about [0-9]+ s left",
+                        lines[0]), lines[0]
+    assert re.match(r"  \[2/2\] bad.cu \(0 kernels\): FAILED; 0:0[0-9] elapsed\n    CompileError: ", lines[1]), lines[1]
+    assert "undefined_name" in lines[1]
     assert capsys.readouterr().err == ""  # the compiler's own slow-compile line is left out
     compiler.clear_memory_cache()
     again = precompile.compile_units(units[:1], "sm_90", jobs=1, progress=lines.append)
-    assert again[0].outcome == "cached" and lines[-1] == "  [1/1] small.cu ones: already cached"
+    assert again[0].outcome == "cached" and re.fullmatch(r"  \[1/1\] small.cu ones: already cached; 0:0[0-9] elapsed",
+                                                         lines[-1]), lines[-1]
     # what a launch compiles now comes from the disk
     compiler.clear_memory_cache()
     assert compiler.compile_source("small.cu", arch="sm_90", name_expressions=("k<1>", "k<2>")).from_cache == "disk"
     text = precompile.summary(results, "sm_90", 1.25, 1)
     assert text == (f"precompile: 2 compile units for sm_90 (1 compiled, 0 already cached, 1 failed) in 1.2 s "
                     f"with 1 processes; cache {cache.directory()}")
+
+
+def test_syntax_only_runs_the_front_end_and_caches_nothing(small):
+    units = [precompile.Unit("small.cu", ("k<1>",), "small.cu one"), precompile.Unit("bad.cu", ())]
+    lines = []
+    results = precompile.compile_units(units, "sm_90", progress=lines.append, syntax_only=True)
+    assert [r.outcome for r in results] == ["checked", "failed"] and "undefined_name" in results[1].error
+    assert re.match(r"  \[1/2\] small.cu one: front end passed in [0-9.]+ s; 0:0[0-9] elapsed", lines[0]), lines[0]
+    assert cache.entries() == []
+    assert precompile.summary(results, "sm_90", 2.0, 1) == \
+        "precompile: 2 compile units for sm_90 (1 passed NVRTC's front end, 1 failed) in 2.0 s with 1 processes"
+
+
+def test_cover_instantiates_every_template_argument_in_fewer_units():
+    units = precompile.every_unit()
+    chosen = precompile.cover(units)
+    every = set().union(*(precompile._template_arguments(e) for u in units for e in u.names))
+    assert set().union(*(precompile._template_arguments(e) for u in chosen for e in u.names)) == every
+    assert set(chosen) <= set(units) and len(chosen) < len(units) / 5
+    assert {u.source for u in chosen} == {u.source for u in units}
+    assert precompile._template_arguments("pyrms::k<float, Vec<float, 4>, true>") == {
+        ("pyrms::k",), ("pyrms::k", 0, "float"), ("pyrms::k", 1, "Vec<float, 4>"), ("pyrms::k", 2, "true")}
+    assert precompile.cover([]) == []
 
 
 def test_time_left_counts_the_wall_time_per_unit_done():
@@ -235,6 +261,8 @@ def test_time_left_counts_the_wall_time_per_unit_done():
     assert precompile.time_left([compiled, cached], 10, 8.0) == "about 32 s left"  # 4 s a unit, 8 to go
     assert precompile.time_left([compiled] * 4, 400, 20.0) == "about 33 min left"
     assert precompile.time_left([compiled] * 3, 3, 9.0) == ""  # the last one
+    assert precompile.time_left([compiled] * 99, 100, 10.0) == "about 1 s left"  # never "about 0 s"
+    assert [precompile.clock(t) for t in (0.4, 59.9, 61, 3599, 3661)] == ["0:00", "0:59", "1:01", "59:59", "1:01:01"]
 
 
 def test_without_an_arch_or_a_gpu_it_says_what_to_pass(monkeypatch, capsys):
@@ -265,23 +293,44 @@ def test_refusals(monkeypatch, capsys):
         assert fragment in capsys.readouterr().err
 
 
-def test_precompile_command_with_pyrms_arch(tmp_path):
-    """The command in a fresh process, no GPU needed: two seed units in two NVRTC processes, into the
-    cache where a launch then finds them."""
+def test_precompile_command_with_pyrms_arch(tmp_path, monkeypatch, capsys):
+    """The command in a fresh process, no GPU needed: three static_quant units (the quickest to compile) in two
+    NVRTC processes, progress on stderr and the summary on stdout, into the cache where a launch then finds them
+    (the run again here: all cached)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYRMS_CACHE_DIR": str(tmp_path), "PYRMS_ARCH": "sm_90"}
-    env.pop("PYRMS_DISABLE_CACHE", None)
-    argv = [sys.executable, "-m", "pyrms.precompile", "--ops", "seed", "--dtypes", "fp32", "--seed-hidden", "8,16",
-            "--jobs", "2"]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    for name in ("PYRMS_DISABLE_CACHE", "PYRMS_QUIET"):
+        env.pop(name, None)
+    argv = ["--ops", "static_quant", "--dtypes", "fp32", "--jobs", "2"]
+    done = subprocess.run([sys.executable, "-m", "pyrms.precompile", *argv], capture_output=True, text=True, env=env,
+                          timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0] == f"precompile: 2 compile units for sm_90, 2 processes, into {tmp_path}"
-    assert sorted(line.split("] ", 1)[1].split(":")[0] for line in lines[1:3]) == \
-        ["seed_rms_norm.cu float32 hidden 16", "seed_rms_norm.cu float32 hidden 8"]
-    assert lines[3].startswith("precompile: 2 compile units for sm_90 (2 compiled, 0 already cached, 0 failed) in ")
-    assert len(list(tmp_path.glob("*.cubin"))) == 2
-    again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
-    assert "(0 compiled, 2 already cached, 0 failed)" in again.stdout.splitlines()[-1]
+    progress = done.stderr.splitlines()
+    assert progress[0] == f"precompile: 3 compile units for sm_90, 2 processes, into {tmp_path}"
+    assert sorted(line.split("] ", 1)[1].split(":")[0] for line in progress[1:]) == \
+        [f"static_quant.cu float32 {q}" for q in ("float8_e4m3fn", "float8_e5m2", "int8")]
+    assert re.fullmatch(r"  \[1/3\] .*: compiled in [0-9.]+ s; [0-9]:[0-9]{2} elapsed, about [0-9]+ s left", progress[1])
+    assert done.stdout.startswith("precompile: 3 compile units for sm_90 (3 compiled, 0 already cached, 0 failed) in ")
+    assert len(list(tmp_path.glob("*.cubin"))) == 3
+    for name, value in env.items():
+        if name.startswith("PYRMS_"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PYRMS_QUIET", "1")
+    assert precompile.main([*argv[:-1], "1"]) == 0  # one process: this one, which reads the cache
+    out, err = capsys.readouterr()
+    assert err == "" and "(0 compiled, 3 already cached, 0 failed)" in out
+
+
+def test_quiet_precompile_prints_only_failures_and_the_summary(monkeypatch, capsys):
+    unit = precompile.Unit("x.cu", ("k",), "x.cu float32")
+    monkeypatch.setattr(precompile, "every_unit", lambda *a, **k: [unit])
+    monkeypatch.setattr(precompile, "compile_units", lambda units, arch, jobs, progress, syntax_only: [
+        precompile.Result(unit, "failed", 0.5, "CompileError: x.cu(1): error: nope")])
+    monkeypatch.setenv("PYRMS_QUIET", "1")
+    monkeypatch.delenv("PYRMS_DISABLE_CACHE", raising=False)
+    assert precompile.main(["--arch", "sm_90"]) == 1
+    out, err = capsys.readouterr()
+    assert err == "precompile: x.cu float32 FAILED\n    CompileError: x.cu(1): error: nope\n"
+    assert out.startswith("precompile: 1 compile units for sm_90 (0 compiled, 0 already cached, 1 failed)")
 
 
 def test_unit_flags_come_from_the_plans(monkeypatch):

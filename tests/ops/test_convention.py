@@ -26,7 +26,7 @@ class EveryKernel(dict):
 
 
 @pytest.fixture
-def arrays(fake):
+def arrays(fake, names_only):
     """(fake, x, weight, bias, y): bfloat16 pyrms Tensors of [ROWS, HIDDEN] rows and [HIDDEN] vectors."""
     driver.set_device(0)
     x, y = (pyrms.Tensor.empty((ROWS, HIDDEN), "bfloat16") for _ in range(2))

@@ -1,6 +1,7 @@
 """The checkout's tools as users run them (no GPU): each answers ``python -m tools.NAME --help`` from
 the root with nothing on PYTHONPATH, and none edits ``sys.path`` to find pyrms or its siblings."""
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -25,13 +26,35 @@ def test_no_tool_edits_sys_path(name):
             pytest.fail(f"tools/{name}.py:{node.lineno} uses sys.path: import through the tools package instead")
 
 
+# One interpreter runs every tool as ``python -m`` does (runpy, as __main__, with ``--help`` as its arguments):
+# a fresh interpreter per tool costs a second of imports each.
+_HELP_OF_EACH = """
+import contextlib, io, json, runpy, sys
+answers = {}
+for name in sys.argv[1:]:
+    sys.argv = [name, "--help"]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module(f"tools.{name}", run_name="__main__", alter_sys=True)
+            code = "returned without exiting"
+        except SystemExit as exc:
+            code = exc.code
+        except BaseException as exc:
+            code = f"{type(exc).__name__}: {exc}"
+    answers[name] = [code, out.getvalue(), err.getvalue()]
+print(json.dumps(answers))
+"""
+
+
 def test_each_tool_answers_help_as_a_module_of_the_checkout():
-    """One interpreter per tool, from the root and with PYTHONPATH unset: ``-m`` finds the checkout's pyrms
-    and tools there, installed or not. Started together: each one's imports take a second or so."""
+    """From the root with PYTHONPATH unset: ``-m`` finds the checkout's pyrms and tools there, installed or not."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    runs = {name: subprocess.Popen([sys.executable, "-m", f"tools.{name}", "--help"], cwd=ROOT, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in TOOLS}
-    for name, run in runs.items():
-        out, err = run.communicate(timeout=300)
-        assert run.returncode == 0, f"python -m tools.{name} --help: rc {run.returncode}\n{err}"
+    done = subprocess.run([sys.executable, "-c", _HELP_OF_EACH, *TOOLS], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    answers = json.loads(done.stdout)
+    assert sorted(answers) == TOOLS
+    for name, (code, out, err) in answers.items():
+        assert code in (0, None), f"python -m tools.{name} --help: exit {code!r}\n{err}"
         assert out.startswith("usage:"), (name, out[:200])

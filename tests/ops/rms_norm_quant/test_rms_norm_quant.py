@@ -71,7 +71,9 @@ def test_per_group_plans_refuse(kwargs, message):
         quant_plan.plan_rms_norm_quant("bf16", hidden, "int8", **kwargs)
 
 
-@pytest.mark.parametrize("out_dtype", QUANT)
+# One unit of each test in the plain run (float8_e4m3fn here, int8 below), the others with -m slow: each compiles a
+# unit of 14 kernels (3 to 7 s).
+@pytest.mark.parametrize("out_dtype", [QUANT[0], *(pytest.param(q, marks=pytest.mark.slow) for q in QUANT[1:])])
 def test_kernels_compile_and_store_through_their_conversions(out_dtype):
     """Every CACHE/shape variant of one unit compiles; the PTX converts with the saturating cvt and stores
     8-byte output vectors beside bf16 rows (Vec<T>::N one-byte elements)."""
@@ -86,7 +88,8 @@ def test_kernels_compile_and_store_through_their_conversions(out_dtype):
     assert "div.rn.f32" in ptx and "div.approx" not in ptx and ".ftz" not in ptx
 
 
-@pytest.mark.parametrize("dtype, out_dtype, residual", [("bfloat16", "float8_e4m3fn", False), ("float32", "int8", True)])
+@pytest.mark.parametrize("dtype, out_dtype, residual", [
+    pytest.param("bfloat16", "float8_e4m3fn", False, marks=pytest.mark.slow), ("float32", "int8", True)])
 def test_group_kernels_compile(dtype, out_dtype, residual):
     """The group kernels of one unit compile: the segmented butterfly of the group maxima, the group's scale
     stored, the conversions and 8- or 4-byte output vectors, every division correctly rounded."""
@@ -171,7 +174,7 @@ class _Every:
 
 
 @pytest.fixture
-def qfake(fake):
+def qfake(fake, names_only):
     fake.functions = _Every()
     return fake
 
@@ -180,7 +183,6 @@ def _launches(fake):
     return [args for name, args in fake.calls if name in ("cuLaunchKernel", "cuLaunchKernelEx")]
 
 
-@pytest.mark.slow  # each launch compiles its own unit of 14 kernels (5 to 10 s a test)
 def test_launch_arguments(qfake):
     fake = qfake
     fake.param_kinds = ("ptr",) * 6 + ("f32", "f32", "i32", "i64", "i64", "i64")
@@ -201,7 +203,6 @@ def test_launch_arguments(qfake):
     assert fused[6] == (O, 0, X, R, W, S + 4, W + 4096, 1.0, pytest.approx(1e-6), 769, 769, 771, 769, 769)
 
 
-@pytest.mark.slow  # each launch compiles its own unit of 14 kernels (5 to 10 s a test)
 def test_norm_out_launch_arguments(qfake):
     """norm_out is the kernels' second pointer and its stride their last argument, whatever comes between:
     a device scale, per-token's scale_ub, per group's layout; its kernels are the NORM_OUT ones."""
@@ -229,7 +230,6 @@ def test_norm_out_plans_name_their_own_kernels():
     assert set(p.group).isdisjoint(plain.group) and len(p.group) == len(plain.group)
 
 
-@pytest.mark.slow  # each launch compiles its own unit of 14 kernels (5 to 10 s a test)
 def test_per_group_launch_arguments(qfake):
     """The group kernels' arguments: scales, their row and group strides (row-major: groups and 1; column-major:
     1 and num_tokens, or scale_stride), epsilon; the tail group_shift, ue8m0, hidden and the row strides."""
@@ -353,7 +353,6 @@ def test_bad_fused_arguments_are_refused(overrides, message):
         call(fused=True, **overrides)
 
 
-@pytest.mark.slow  # each launch compiles its own unit of 14 kernels (5 to 10 s a test)
 def test_valid_arguments_reach_the_driver(qfake):
     """What the refusals above change, undone, launches (each case differs from a valid call in one way)."""
     fake = qfake

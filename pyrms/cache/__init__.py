@@ -10,9 +10,9 @@ magic, truncated, checksum mismatch, bad JSON) counts as a miss.
 ``PYRMS_CACHE_DIR`` picks the directory (default ``$XDG_CACHE_HOME/pyrms`` or
 ``~/.cache/pyrms``); ``PYRMS_DISABLE_CACHE=1`` (or true, yes, on) turns the disk cache off.
 
-``python -m pyrms.info`` reports what the cache holds (entries by kernel source and arch, bytes: ``report``);
-``python -m pyrms.info --clear-cache`` removes pyrms's entries (``clear``: only files named and marked as
-pyrms's entries, and leftover temporaries).
+``python -m pyrms.cache`` reports what the cache holds (entries and bytes, by NVRTC version and arch and by
+kernel source and arch: ``report``); ``python -m pyrms.cache --clear`` removes pyrms's entries (``clear``: only
+files named and marked as pyrms's entries, and leftover temporaries). The command is ``pyrms/cache/cli.py``.
 """
 from __future__ import annotations
 
@@ -138,20 +138,27 @@ def entries(folder: Path | None = None) -> list[tuple[Path, dict | None]]:
 
 def report(folder: Path | None = None) -> dict:
     """What the cache holds: its directory, whether it is enabled, its entries' count and bytes, and both
-    by (kernel source, arch)."""
+    by "NVRTC <version> <arch>" (``by_nvrtc``: an NVRTC other than the installed one never reads its entries;
+    "NVRTC ?" for entries stored before pyrms recorded it) and by "<kernel source> <arch>" (``by_source``)."""
     folder = directory() if folder is None else folder
-    groups: dict[str, dict[str, int]] = {}
+    by_nvrtc: dict[str, dict[str, int]] = {}
+    by_source: dict[str, dict[str, int]] = {}
     total = 0
     held = entries(folder)
     for path, meta in held:
         size = path.stat().st_size
         total += size
-        name = f"{meta.get('source_name', '?')} {meta.get('arch', '?')}" if meta else "(unreadable)"
-        group = groups.setdefault(name, {"entries": 0, "bytes": 0})
-        group["entries"] += 1
-        group["bytes"] += size
+        if meta is None:
+            names = ("(unreadable)", "(unreadable)")
+        else:
+            arch = meta.get("arch", "?")
+            names = (f"NVRTC {meta.get('nvrtc', '?')} {arch}", f"{meta.get('source_name', '?')} {arch}")
+        for groups, name in zip((by_nvrtc, by_source), names):
+            group = groups.setdefault(name, {"entries": 0, "bytes": 0})
+            group["entries"] += 1
+            group["bytes"] += size
     return {"directory": str(folder), "enabled": enabled(), "entries": len(held), "bytes": total,
-            "by_source": dict(sorted(groups.items()))}
+            "by_nvrtc": dict(sorted(by_nvrtc.items())), "by_source": dict(sorted(by_source.items()))}
 
 
 def clear(folder: Path | None = None) -> tuple[int, int]:
