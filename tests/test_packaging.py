@@ -62,7 +62,7 @@ def test_readme_test_command_is_what_ci_runs():
     assert venv == "python3 -m venv .venv"
     assert f"\n{command}\n" in ci, command
     install = re.search(r"# install and run the main job[^\n]*\n(.+)\n", readme).group(1)
-    assert install == "python3 -m venv .venv && . .venv/bin/activate && pip install . && python -m pyrms.demo --seed 42"
+    assert install == "python3 -m venv .venv && . .venv/bin/activate && pip install '.[cu13]' && python -m pyrms.demo --seed 42"
 
 
 def _wheel_modules():
