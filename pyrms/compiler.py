@@ -124,14 +124,15 @@ def resolve_arch(arch: str | int | None = None) -> str:
     return normalize_arch(arch)
 
 
-# Headers whose contents identify the versions of the CUDA headers the kernels include.
-_VERSIONED_HEADERS = ("cuda/std/__cccl/version.h", "cuda_bf16.h", "cuda_bf16.hpp", "cuda_fp16.h", "cuda_fp16.hpp")
+# Headers whose contents identify the versions of the CUDA headers the kernels include. CCCL's version is
+# read from cub/version.cuh, which every CCCL release has (CUDA 12's CCCL 2.x has no cuda/std/__cccl/version.h).
+_VERSIONED_HEADERS = ("cub/version.cuh", "cuda_bf16.h", "cuda_bf16.hpp", "cuda_fp16.h", "cuda_fp16.hpp")
 
 
 @functools.lru_cache(maxsize=None)
 def _header_fingerprint() -> tuple[list[str], str]:
     """Include options, and a digest of the CUDA headers' versions (an upgrade changes the binary)."""
-    dirs = headers.include_dirs()
+    dirs = headers.include_dirs(nvrtc_version()[0])
     digest = hashlib.sha256()
     for name in _VERSIONED_HEADERS:
         path = next((d / name for d in dirs if (d / name).is_file()), None)

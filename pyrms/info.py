@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 DISTRIBUTION = "pyrms-cuda"  # the name on PyPI; the import name is pyrms
 PACKAGES = ("cuda-bindings", "cuda-pathfinder", "nvidia-cuda-nvrtc", "nvidia-cuda-cccl", "nvidia-cuda-runtime",
-            "numpy", "ml_dtypes", "torch")
+            "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-cccl-cu12", "nvidia-cuda-runtime-cu12", "numpy", "ml_dtypes", "torch")
 # Every variable pyrms reads, and what it does.
 ENVIRONMENT = {
     "PYRMS_ARCH": "arch to compile for when no GPU is asked (e.g. sm_90)",
@@ -78,9 +78,10 @@ def _driver() -> dict[str, Any]:
 
 
 def _headers() -> dict[str, Any]:
-    from . import headers
+    from . import compiler, headers
 
-    return {name: _probe(lambda: str(headers.find(name))) for name in ("cccl", "cudart")}
+    # The headers of NVRTC's CUDA major (without NVRTC, each probe reports why).
+    return {name: _probe(lambda: str(headers.find(name, compiler.nvrtc_version()[0]))) for name in ("cccl", "cudart")}
 
 
 def _cache() -> dict[str, Any]:
