@@ -9,6 +9,7 @@ GPU for its arch.
     python -m pyrms.precompile --arch sm_90            # every kernel, for an H100/H200
     python -m pyrms.precompile --ops OP --dtypes bf16  # one op (--help names them), one dtype
     python -m pyrms.precompile --list                  # what would be compiled
+    python -m pyrms.precompile --arch sm_90 --cover    # a few units meeting every dtype and option (a quick check)
 
 A compile unit is what ``pyrms.launch.get_kernel`` compiles in one NVRTC run: one source and every name
 expression compiled with it (for an op on the row core, all launch shapes of one dtype and option set), so
@@ -24,7 +25,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from . import dtypes
 from .ops import registry
@@ -52,13 +53,11 @@ def unit(op: str, dtype, hidden: int, **options) -> Unit:
     return registry.get(op).unit_for(dtype, hidden, **options)
 
 
-def every_unit(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, hiddens: Iterable[int] = HIDDENS,
-               seed_hiddens: Iterable[int] = SEED_HIDDENS) -> list[Unit]:
-    """Every unit of ``ops`` for ``dtype_list``, each once, sorted by label. An op compiled per hidden size
-    (the seed) for ``seed_hiddens`` where it can launch (it cannot above 1024 threads, e.g. float32 at 5120);
-    a per-group mode only where its group divides the hidden size."""
-    found: dict[Unit, Unit] = {}
-    hiddens = tuple(hiddens)
+def _candidates(ops: Iterable[str], dtype_list: Iterable, hiddens: Iterable[int],
+                seed_hiddens: Iterable[int]) -> Iterator[tuple[str, dict, Unit]]:
+    """(op, what selects the unit: dtype and options by name, unit) for every unit of ``ops`` (see every_unit),
+    repeats included."""
+    hiddens, dtype_list = tuple(hiddens), tuple(dtype_list)
     for spec in map(registry.get, ops):
         sizes = hiddens if spec.hiddens is None else tuple(seed_hiddens)
         for dt in map(dtypes.get, dtype_list):
@@ -70,8 +69,37 @@ def every_unit(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, hidd
                         if spec.hiddens is not None or options.get("mode") == "per_group":
                             continue
                         raise
-                    found.setdefault(u, u)
+                    yield spec.name, {"dtype": dt.name, **options}, u
+
+
+def every_unit(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, hiddens: Iterable[int] = HIDDENS,
+               seed_hiddens: Iterable[int] = SEED_HIDDENS) -> list[Unit]:
+    """Every unit of ``ops`` for ``dtype_list``, each once, sorted by label. An op compiled per hidden size
+    (the seed) for ``seed_hiddens`` where it can launch (it cannot above 1024 threads, e.g. float32 at 5120);
+    a per-group mode only where its group divides the hidden size."""
+    found: dict[Unit, Unit] = {}
+    for _, _, u in _candidates(ops, dtype_list, hiddens, seed_hiddens):
+        found.setdefault(u, u)
     return sorted(found.values(), key=lambda u: (u.source, u.label))
+
+
+def covering_units(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, hiddens: Iterable[int] = HIDDENS,
+                   seed_hiddens: Iterable[int] = SEED_HIDDENS) -> list[Unit]:
+    """A few of ``every_unit``'s units in which each op meets every dtype and every value of each of its
+    options at least once (chosen greedily: each pick the unit that adds the most op, option and value
+    triples not met yet), sorted by label. Compiling them exercises every branch that a single dtype or
+    option selects, in a tenth of the units: the check of an NVRTC whose front end cannot run alone
+    (-fdevice-syntax-only is NVRTC 12.4's), where compiling every unit would take too long."""
+    offered: dict[Unit, set] = {}
+    for op, selection, u in _candidates(ops, dtype_list, hiddens, seed_hiddens):
+        offered.setdefault(u, set()).update((op, key, repr(value)) for key, value in selection.items())
+    wanted = set().union(*offered.values()) if offered else set()
+    chosen: list[Unit] = []
+    while wanted:
+        best = max(offered, key=lambda u: (len(offered[u] & wanted), -len(u.names)))
+        chosen.append(best)
+        wanted -= offered.pop(best)
+    return sorted(chosen, key=lambda u: (u.source, u.label))
 
 
 # --- compiling ----------------------------------------------------------------------------------------
@@ -206,9 +234,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "the demo's; empty for none)")
     parser.add_argument("--jobs", type=_jobs, default=os.cpu_count() or 1,
                         help="NVRTC processes at a time (default: the CPU count)")
+    parser.add_argument("--cover", action="store_true",
+                        help="only a few units in which each op meets every dtype and option value (covering_units)")
     parser.add_argument("--list", action="store_true", help="print the compile units and exit (compiles nothing)")
     args = parser.parse_args(argv)
-    units = every_unit(args.ops, args.dtypes, seed_hiddens=args.seed_hidden)
+    units = (covering_units if args.cover else every_unit)(args.ops, args.dtypes, seed_hiddens=args.seed_hidden)
     if args.list:
         for u in units:
             print(f"{u}: {len(u.names)} kernel{'s' if len(u.names) != 1 else ''}")

@@ -77,7 +77,7 @@ def test_info_survives_a_missing_piece(monkeypatch, capsys):
 
     fresh_driver_state(monkeypatch.setattr, NoDeviceDriver())
 
-    def broken(name):
+    def broken(name, major):
         raise errors.HeaderNotFoundError(f"CUDA headers '{name}' not found")
 
     monkeypatch.setattr(headers, "find", broken)
@@ -186,6 +186,36 @@ def test_every_unit_counts():
     assert {"rms_norm.cu bfloat16 weight=none", "rms_norm_backward.cu bfloat16 weight=none"} <= {u.label for u in units}
     assert {"fused_add_rms_norm.cu float16 fp32_sum", "fused_add_rms_norm.cu bfloat16 round_once fp32_sum "
             "residual=float32"} <= {u.label for u in units}
+
+
+def test_covering_units_meet_every_dtype_and_option_value_of_every_op():
+    """The cover is a few of every_unit's units, and each op's every dtype and every value of each of its
+    options is in one of them (recomputed here from the ops' own option sets, not from the cover's code)."""
+    every, cover = precompile.every_unit(), precompile.covering_units()
+    assert set(cover) <= set(every) and len(cover) == len(set(cover)) and len(cover) <= len(every) // 10
+    met = {}
+    for op in precompile.OPS:
+        spec = registry.get(op)
+        sizes = precompile.SEED_HIDDENS if spec.hiddens is not None else precompile.HIDDENS
+        for dt in map(dtypes.get, dtypes.ALL):
+            for options in spec.option_sets(dt):
+                for hidden in sizes:
+                    try:
+                        u = spec.unit_for(dt, hidden, **options)
+                    except ValueError:
+                        continue
+                    for key, value in {"dtype": dt.name, **options}.items():
+                        met.setdefault((op, key, repr(value)), set()).add(u)
+    missing = [triple for triple, units in met.items() if not units & set(cover)]
+    assert not missing, missing
+    assert {u.source for u in cover} == {u.source for u in every}
+
+
+def test_cover_lists_fewer_units(capsys):
+    assert precompile.main(["--list", "--cover", "--ops", "static_quant"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["static_quant.cu bfloat16 float8_e4m3fn: 1 kernel", "static_quant.cu float16 float8_e5m2: 1 kernel",
+                   "static_quant.cu float32 int8: 1 kernel", "precompile: 3 compile units"]
 
 
 def test_list_compiles_nothing(capsys, monkeypatch):
