@@ -12,6 +12,8 @@ options, the arch, the NVRTC version, the CCCL headers' version and pyrms's vers
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import hashlib
 import json
@@ -22,6 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from cuda.bindings import nvrtc
 
@@ -73,7 +76,7 @@ def read_source(name: str) -> str:
     path = source_dir() / name
     if not path.is_file():
         raise ValueError(f"kernel source {name!r} not found in {source_dir()}; available: {', '.join(available_sources())}")
-    return path.read_text()
+    return path.read_text(encoding="utf-8")
 
 
 def project_headers(source: str) -> dict[str, str]:
@@ -85,7 +88,7 @@ def project_headers(source: str) -> dict[str, str]:
         path = source_dir() / name
         if name in found or not path.is_file():
             continue
-        found[name] = path.read_text()
+        found[name] = path.read_text(encoding="utf-8")
         pending.extend(_INCLUDE_RE.findall(found[name]))
     return found
 
@@ -233,7 +236,39 @@ def compile_text(
         return program
 
 
+@functools.lru_cache(maxsize=None)
+def _uselocale():
+    """libc's uselocale, or None where there is none (Windows)."""
+    try:
+        function = ctypes.CDLL(None).uselocale
+    except (OSError, AttributeError, TypeError):
+        return None
+    function.restype = ctypes.c_void_p
+    function.argtypes = [ctypes.c_void_p]
+    return function
+
+
+@contextlib.contextmanager
+def _thread_locale_kept() -> Iterator[None]:
+    """The calling thread's C locale as it was before the block. NVRTC 12.0's compile leaves the thread on
+    the "C" locale (uselocale), whose codeset is ASCII: Python's default text encoding on that thread would
+    turn to ASCII, and reading any UTF-8 file without an explicit encoding would fail, pyrms's own or the
+    caller's."""
+    uselocale = _uselocale()
+    before = uselocale(None) if uselocale is not None else None  # NULL: only asks
+    try:
+        yield
+    finally:
+        if before is not None:
+            uselocale(before)
+
+
 def _nvrtc_compile(source_name, source, arch, options, include_options, name_expressions, want_ptx):
+    with _thread_locale_kept():
+        return _nvrtc_run(source_name, source, arch, options, include_options, name_expressions, want_ptx)
+
+
+def _nvrtc_run(source_name, source, arch, options, include_options, name_expressions, want_ptx):
     program = check(nvrtc.nvrtcCreateProgram(source.encode(), source_name.encode(), 0, [], []), "nvrtcCreateProgram")
     try:
         for expression in name_expressions:

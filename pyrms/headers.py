@@ -75,7 +75,7 @@ def _header_major(name: str, directory: Path) -> int | None:
     is 2 in every CUDA 12 (CUB 2.0 in 12.0 to CCCL 2.8 in 12.9) and 3 in CUDA 13, ten below CUDA's."""
     _, _, _, version_header, macro = _HEADER_SETS[name]
     try:
-        text = Path(directory, version_header).read_text(errors="replace")
+        text = Path(directory, version_header).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
     match = re.search(rf"^\s*#\s*define\s+{macro}\s+(\d+)", text, re.MULTILINE)

@@ -6,6 +6,7 @@ module; the cache mechanics use a tiny kernel in a temporary source directory th
 a tenth of a second and whose project header the tests can change.
 """
 import json
+import locale
 import os
 import re
 import subprocess
@@ -375,6 +376,22 @@ def test_headers_of_another_major_are_refused_with_the_reason(no_headers, monkey
     assert f"{toolkit}/include (CUDA 13's, not 12's)" in str(caught.value)
     assert headers.find("cudart", 13) == toolkit / "include"
     assert headers.find("cccl", 13) == toolkit / "include" / "cccl"
+
+
+def test_compiling_leaves_the_threads_text_encoding_alone():
+    """NVRTC 12.0 leaves the thread that compiled on the C locale, whose codeset is ASCII (Python's default
+    text encoding there would follow); the compiler puts the thread's locale back."""
+    before = locale.getpreferredencoding(False)
+    compiler.compile_text("locale.cu", '__global__ void k() { /* \u00b5s */ }', arch="sm_90", use_cache=False)
+    assert locale.getpreferredencoding(False) == before
+
+
+def test_sources_read_as_utf8_whatever_the_locale():
+    """The kernel sources hold UTF-8 text (quant.cuh, static_quant.cu); they read in an ASCII locale too."""
+    code = ("from pyrms import compiler; source = compiler.read_source('static_quant.cu'); "
+            "assert not source.isascii() and compiler.project_headers(source)['quant.cuh']")
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=Path(__file__).resolve().parent.parent)
 
 
 def test_slow_compile_is_reported_with_its_duration(small, monkeypatch, capsys):
