@@ -130,27 +130,27 @@ def format_report(report: dict[str, Any]) -> str:
     if "error" in versions:
         lines.append(f"  versions: {_text(versions)}")
     else:
-        lines += [f"  {name + ':':<21} {_text(v)}" for name, v in versions.items()]
-    lines += [f"  {'package:':<21} {report['package']}", f"  {'platform:':<21} {report['platform']}", "",
+        lines += [f"  {name + ':':<25} {_text(v)}" for name, v in versions.items()]
+    lines += [f"  {'package:':<25} {report['package']}", f"  {'platform:':<25} {report['platform']}", "",
               "CUDA driver"]
     drv = report["driver"]
     if "error" in drv and len(drv) == 1:
         lines.append(f"  {_text(drv)}")
     else:
-        lines.append(f"  {'version:':<21} {drv['version'] or 'none'}")
+        lines.append(f"  {'version:':<25} {drv['version'] or 'none'}")
         if "unavailable" in drv:
             lines.append(f"  no usable GPU: {drv['unavailable']}")
         for d in drv["devices"]:
             lines.append(f"  device {d['ordinal']}: {d['name']}, {d['arch']}, {d['multiprocessors']} SMs, "
                          f"{d['memory_gib']} GiB" if "error" not in d else f"  device: {_text(d)}")
     nvrtc = report["nvrtc"]
-    lines += ["", "NVRTC", f"  {'version:':<21} {nvrtc.get('version', _text(nvrtc))}"]
+    lines += ["", "NVRTC", f"  {'version:':<25} {nvrtc.get('version', _text(nvrtc))}"]
     if "archs" in nvrtc:
-        lines.append(f"  {'archs:':<21} {' '.join(nvrtc['archs'])}")
-    lines.append(f"  {'compiles for:':<21} {_text(report['arch'])}")
+        lines.append(f"  {'archs:':<25} {' '.join(nvrtc['archs'])}")
+    lines.append(f"  {'compiles for:':<25} {_text(report['arch'])}")
     lines += ["", "Headers"]
     hdrs = report["headers"]
-    lines += [f"  {name + ':':<21} {_text(v)}" for name, v in hdrs.items()]
+    lines += [f"  {name + ':':<25} {_text(v)}" for name, v in hdrs.items()]
     lines += ["", "Kernel cache"]
     c = report["cache"]
     if "error" in c and len(c) == 1:
@@ -158,17 +158,17 @@ def format_report(report: dict[str, Any]) -> str:
     else:
         state = "enabled" if c["enabled"] else "disabled (PYRMS_DISABLE_CACHE)"
         held = f"{c['entries']} entries, {c['bytes'] / 2**20:.1f} MiB" if c["exists"] else "not created yet"
-        lines += [f"  {'directory:':<21} {c['directory']}", f"  {'state:':<21} {state}, {held}"]
-        lines += [f"  {'by source and arch:' if k == 0 else '':<21} {name}: {g['entries']} entries, "
+        lines += [f"  {'directory:':<25} {c['directory']}", f"  {'state:':<25} {state}, {held}"]
+        lines += [f"  {'by source and arch:' if k == 0 else '':<25} {name}: {g['entries']} entries, "
                   f"{g['bytes'] / 2**20:.1f} MiB" for k, (name, g) in enumerate(c["by_source"].items())]
-        lines += [f"  {'kernel sources:':<21} {c['sources']}",
-                  f"  {'':<21} (python -m pyrms.info --clear-cache removes the entries)"]
+        lines += [f"  {'kernel sources:':<25} {c['sources']}",
+                  f"  {'':<25} (python -m pyrms.info --clear-cache removes the entries)"]
     lines += ["", "Environment"]
     for name, value in report["environment"].items():
         shown = "(unset)" if value is None else repr(value)
         if value is not None and name in ("PYRMS_DISABLE_CACHE", "PYRMS_QUIET"):
             shown += " (on)" if value.strip().lower() in ("1", "true", "yes", "on") else " (off)"
-        lines.append(f"  {name + ':':<21} {shown:<12} {ENVIRONMENT[name]}")
+        lines.append(f"  {name + ':':<25} {shown:<12} {ENVIRONMENT[name]}")
     return "\n".join(lines)
 
 

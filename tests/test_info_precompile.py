@@ -47,14 +47,14 @@ def test_info_without_a_gpu_prints_the_reason(monkeypatch, capsys):
     assert info.main([]) == 0
     out = capsys.readouterr().out
     assert "no usable GPU: no CUDA driver found: cuInit failed: CUDA_ERROR_NO_DEVICE" in out, out
-    assert "version:              none" in out
-    assert "compiles for:         none: no GPU to ask and PYRMS_ARCH is unset" in out
-    assert f"directory:            {cache.directory()}" in out
-    assert "PYRMS_QUIET:          '0' (off)" in out
-    assert "PYRMS_ARCH:           (unset)" in out
+    assert "version:                  none" in out
+    assert "compiles for:             none: no GPU to ask and PYRMS_ARCH is unset" in out
+    assert f"directory:                {cache.directory()}" in out
+    assert "PYRMS_QUIET:              '0' (off)" in out
+    assert "PYRMS_ARCH:               (unset)" in out
     for name in ("CUDA_HOME", "CUDA_PATH", "XDG_CACHE_HOME", "PYRMS_DISABLE_CACHE", "PYRMS_CACHE_DIR"):
         assert f"  {name}:" in out
-    assert f"numpy:                {__import__('numpy').__version__}" in out
+    assert f"numpy:                    {__import__('numpy').__version__}" in out
 
 
 def test_info_with_a_fake_gpu_lists_it(monkeypatch, capsys):
@@ -83,7 +83,7 @@ def test_info_survives_a_missing_piece(monkeypatch, capsys):
     monkeypatch.setattr(headers, "find", broken)
     assert info.main([]) == 0
     out = capsys.readouterr().out
-    assert "cccl:                 unavailable: HeaderNotFoundError: CUDA headers 'cccl' not found" in out
+    assert "cccl:                     unavailable: HeaderNotFoundError: CUDA headers 'cccl' not found" in out
     assert "Kernel cache" in out
 
 
