@@ -4,7 +4,8 @@
 # installed into a folder of their own (CU12_TARGET) that goes on PYTHONPATH, before the system's
 # site-packages. A CUBIN of NVRTC 12.0 runs on a CUDA 13 driver, so this tests the cu12 extra's code on any
 # H100/H200. Each step's output goes to $OUT; a failing step stops the ones after it.
-# Usage: bash tools/cuda12_gpu.sh OUT [STEPS]
+# Usage: bash tools/cuda12_gpu.sh OUT [STEPS]; within one 600 s device call, "install versions precompile" then
+# "versions suites" in a second call (about 4 and 2 minutes on the H200 machine's 16 cores, estimated from 2).
 #
 # Steps (default: all four, in this order):
 #   install     pip install --no-index --no-deps --target CU12_TARGET every wheel of CU12_WHEELS
@@ -19,11 +20,13 @@
 set -u
 OUT="${1:?output directory}"; STEPS="${2:-install versions precompile suites}"
 WHEELS="${CU12_WHEELS:-.carry/cu12}"
-TARGET="${CU12_TARGET:-/tmp/pyrms-cu12}"
+# Both under build/ (ignored, and kept between device calls while the machine stays up), so that one call
+# may install and precompile and the next run the suites ("versions suites").
+TARGET="${CU12_TARGET:-$PWD/build/pyrms-cu12}"
 mkdir -p "$OUT"
 # A cache of its own: entries are keyed by NVRTC version and headers, so sharing one would be safe, but a
 # separate one shows how long this NVRTC takes over every kernel.
-export PYRMS_CACHE_DIR="${PYRMS_CACHE_DIR:-/tmp/pyrms-cache-cu12}" PYRMS_QUIET=1
+export PYRMS_CACHE_DIR="${PYRMS_CACHE_DIR:-$PWD/build/pyrms-cache-cu12}" PYRMS_QUIET=1
 export PYTHONPATH="$TARGET${PYTHONPATH:+:$PYTHONPATH}"
 # cuda-pathfinder looks for NVRTC only in site-packages (not PYTHONPATH) and tries CUDA 13's layout first, so
 # it would load the system's libnvrtc.so.13 for cuda-bindings 12.9; a library already loaded is the one it
