@@ -70,7 +70,8 @@ EOF
         precompile) timeout 420 python3 -m pyrms.precompile --jobs "$(nproc)" ${PRECOMPILE_OPS:+--ops "$PRECOMPILE_OPS"} \
                         > "$OUT/cu12_precompile.txt" 2>&1
                     rc=$?; tail -n 1 "$OUT/cu12_precompile.txt"; grep -A3 FAILED "$OUT/cu12_precompile.txt" | head -20; (exit $rc) ;;
-        suites) bash tools/gpu_session.sh "$OUT" suites ;;
+        # gpu_session.sh's own exit status is its last command's; the step's is in its steps.txt.
+        suites) bash tools/gpu_session.sh "$OUT" suites; tail -n 1 "$OUT/steps.txt" | grep -q "^suites rc=0 " ;;
         *) echo "cuda12_gpu: unknown step $step (steps: install versions precompile suites)" >&2; false ;;
     esac
     rc=$?
