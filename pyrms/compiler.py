@@ -30,7 +30,7 @@ from cuda.bindings import nvrtc
 
 from . import cache, headers
 from ._version import __version__
-from .errors import CompileError, CudaError, check, register_describer
+from .errors import CompileError, CudaError, NvrtcNotFoundError, check, register_describer
 
 register_describer(
     nvrtc.nvrtcResult,
@@ -95,11 +95,21 @@ def project_headers(source: str) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=None)
 def nvrtc_version() -> tuple[int, int]:
-    return tuple(check(nvrtc.nvrtcVersion(), "nvrtcVersion"))
+    """(major, minor) of the NVRTC that compiles; the first NVRTC call, which loads the library
+    (NvrtcNotFoundError, naming the extras that bring it, where there is none)."""
+    try:
+        result = nvrtc.nvrtcVersion()
+    except RuntimeError as exc:  # cuda.pathfinder's DynamicLibNotFoundError: no libnvrtc anywhere it looked
+        raise NvrtcNotFoundError(
+            f"NVRTC not found ({' '.join(str(exc).split())}). Install it with the extra of your driver's CUDA major "
+            "(nvidia-smi shows it): `pip install pyrms-cuda[cu13]` or `pip install pyrms-cuda[cu12]`, or point "
+            "CUDA_HOME at a CUDA toolkit that has it") from None
+    return tuple(check(result, "nvrtcVersion"))
 
 
 @functools.lru_cache(maxsize=None)
 def supported_archs() -> tuple[int, ...]:
+    nvrtc_version()  # loads NVRTC, or says how to get it
     return tuple(check(nvrtc.nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs"))
 
 

@@ -19,7 +19,7 @@ import pytest
 from pyrms import cache, compiler, dtypes, headers, ptx_inspect
 
 from pyrms.ops import _row_plan as plan
-from pyrms.errors import CompileError, HeaderNotFoundError
+from pyrms.errors import CompileError, HeaderNotFoundError, NvrtcNotFoundError
 from tests.support.small_sources import BAD_CU, SMALL_CU, X_CUH
 from pyrms.ops.rms_norm import plan as rms_plan
 
@@ -376,6 +376,30 @@ def test_headers_of_another_major_are_refused_with_the_reason(no_headers, monkey
     assert f"{toolkit}/include (CUDA 13's, not 12's)" in str(caught.value)
     assert headers.find("cudart", 13) == toolkit / "include"
     assert headers.find("cccl", 13) == toolkit / "include" / "cccl"
+
+
+def test_no_nvrtc_names_the_extras(monkeypatch):
+    """Without NVRTC (a plain install on a machine without a toolkit), cuda-bindings' first NVRTC call raises
+    cuda.pathfinder's error; pyrms says which extra brings NVRTC."""
+    class NoLibrary:
+        nvrtcResult = compiler.nvrtc.nvrtcResult
+
+        def __getattr__(self, name):
+            def call(*args):
+                raise RuntimeError('Failure finding "libnvrtc.so.13 or libnvrtc.so.12": No such file')
+            return call
+
+    monkeypatch.setattr(compiler, "nvrtc", NoLibrary())
+    compiler.nvrtc_version.cache_clear()
+    compiler.supported_archs.cache_clear()
+    try:
+        for call in (compiler.nvrtc_version, compiler.supported_archs, lambda: compiler.normalize_arch("sm_90")):
+            with pytest.raises(NvrtcNotFoundError, match=r"NVRTC not found \(Failure finding .*libnvrtc.so.12.*\)\. "
+                               r"Install it .*pyrms-cuda\[cu13\].*pyrms-cuda\[cu12\]"):
+                call()
+    finally:
+        compiler.nvrtc_version.cache_clear()
+        compiler.supported_archs.cache_clear()
 
 
 def test_compiling_leaves_the_threads_text_encoding_alone():
