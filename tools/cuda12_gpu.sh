@@ -4,8 +4,9 @@
 # installed into a folder of their own (CU12_TARGET) that goes on PYTHONPATH, before the system's
 # site-packages. A CUBIN of NVRTC 12.0 runs on a CUDA 13 driver, so this tests the cu12 extra's code on any
 # H100/H200. Each step's output goes to $OUT; a failing step stops the ones after it.
-# Usage: bash tools/cuda12_gpu.sh OUT [STEPS]; within one 600 s device call, "install versions precompile" then
-# "versions suites" in a second call (about 4 and 2 minutes on the H200 machine's 16 cores, estimated from 2).
+# Usage: bash tools/cuda12_gpu.sh OUT [STEPS]. Every kernel through NVRTC 12.0 is about 27 CPU-minutes on the
+# 2-core CPU machine (2 to 3 minutes over 16 cores, if theirs are as fast) and the suites about 100 s, so all
+# four steps should fit one 600 s device call; else "install versions precompile", then "versions suites".
 #
 # Steps (default: all four, in this order):
 #   install     pip install --no-index --no-deps --target CU12_TARGET every wheel of CU12_WHEELS
