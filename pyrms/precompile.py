@@ -88,12 +88,12 @@ def covering_units(ops: Iterable[str] = OPS, dtype_list: Iterable = dtypes.ALL, 
     """A few of ``every_unit``'s units in which each op meets every dtype and every value of each of its
     options at least once (chosen greedily: each pick the unit that adds the most op, option and value
     triples not met yet), sorted by label. Compiling them exercises every branch that a single dtype or
-    option selects, in a tenth of the units: the check of an NVRTC whose front end cannot run alone
+    option selects, in under a tenth of the units: the check of an NVRTC whose front end cannot run alone
     (-fdevice-syntax-only is NVRTC 12.4's), where compiling every unit would take too long."""
     offered: dict[Unit, set] = {}
     for op, selection, u in _candidates(ops, dtype_list, hiddens, seed_hiddens):
         offered.setdefault(u, set()).update((op, key, repr(value)) for key, value in selection.items())
-    wanted = set().union(*offered.values()) if offered else set()
+    wanted = set().union(*offered.values())
     chosen: list[Unit] = []
     while wanted:
         best = max(offered, key=lambda u: (len(offered[u] & wanted), -len(u.names)))
