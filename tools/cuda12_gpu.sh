@@ -46,7 +46,11 @@ for step in $STEPS; do
         install) export LD_PRELOAD="$LD_PRELOAD_BEFORE"; rm -rf "$TARGET"
                  python3 -m pip install -q --no-index --no-deps --target "$TARGET" "$WHEELS"/*.whl \
                      > "$OUT/cu12_install.txt" 2>&1
-                 rc=$?; ls "$WHEELS" >> "$OUT/cu12_install.txt"; preload; (exit $rc) ;;
+                 rc=$?
+                 # The CUDA 12 wheels make nvidia/ a regular package; in the target, first on sys.path, it would hide
+                 # the system's nvidia.* packages (CUDA 13's, torch's cuDNN...) from imports. A namespace merges them.
+                 rm -f "$TARGET/nvidia/__init__.py"
+                 ls "$WHEELS" >> "$OUT/cu12_install.txt"; preload; (exit $rc) ;;
         versions) python3 - > "$OUT/cu12_versions.txt" 2>&1 <<EOF
 import os, sys
 import cuda.bindings, cuda.pathfinder
