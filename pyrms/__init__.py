@@ -20,7 +20,8 @@ without one raises pyrms.NoDriverError then.
 from ._version import __version__
 from .driver import DeviceBuffer, Event, PinnedBuffer, Stream, get_device, synchronize
 from .dtypes import BFLOAT16, FLOAT16, FLOAT32
-from .errors import CompileError, CudaError, HeaderNotFoundError, NoDriverError, OutOfMemoryError, PyrmsError
+from .errors import (CompileError, CudaError, HeaderNotFoundError, NoDriverError, NvrtcNotFoundError, OutOfMemoryError,
+                     PyrmsError)
 from .ops import release_workspaces
 from .ops.fused_add_rms_norm import fused_add_rms_norm
 from .ops.layer_norm import layer_norm, layer_norm_backward
@@ -36,5 +37,5 @@ __all__ = [
     "rms_norm_quant", "fused_add_rms_norm_quant", "static_quant",
     "layer_norm_backward", "backward_workspace_bytes", "release_workspaces", "Tensor", "Stream", "Event", "DeviceBuffer", "PinnedBuffer",
     "get_device", "synchronize", "BFLOAT16", "FLOAT16", "FLOAT32", "PyrmsError", "CudaError", "NoDriverError",
-    "OutOfMemoryError", "CompileError", "HeaderNotFoundError",
+    "OutOfMemoryError", "CompileError", "HeaderNotFoundError", "NvrtcNotFoundError",
 ]

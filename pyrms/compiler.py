@@ -12,6 +12,8 @@ options, the arch, the NVRTC version, the CCCL headers' version and pyrms's vers
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import hashlib
 import json
@@ -22,12 +24,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from cuda.bindings import nvrtc
 
 from . import cache, headers
 from ._version import __version__
-from .errors import CompileError, CudaError, check, register_describer
+from .errors import CompileError, CudaError, NvrtcNotFoundError, check, register_describer
 
 register_describer(
     nvrtc.nvrtcResult,
@@ -73,7 +76,7 @@ def read_source(name: str) -> str:
     path = source_dir() / name
     if not path.is_file():
         raise ValueError(f"kernel source {name!r} not found in {source_dir()}; available: {', '.join(available_sources())}")
-    return path.read_text()
+    return path.read_text(encoding="utf-8")
 
 
 def project_headers(source: str) -> dict[str, str]:
@@ -85,18 +88,28 @@ def project_headers(source: str) -> dict[str, str]:
         path = source_dir() / name
         if name in found or not path.is_file():
             continue
-        found[name] = path.read_text()
+        found[name] = path.read_text(encoding="utf-8")
         pending.extend(_INCLUDE_RE.findall(found[name]))
     return found
 
 
 @functools.lru_cache(maxsize=None)
 def nvrtc_version() -> tuple[int, int]:
-    return tuple(check(nvrtc.nvrtcVersion(), "nvrtcVersion"))
+    """(major, minor) of the NVRTC that compiles; the first NVRTC call, which loads the library
+    (NvrtcNotFoundError, naming the extras that bring it, where there is none)."""
+    try:
+        result = nvrtc.nvrtcVersion()
+    except RuntimeError as exc:  # cuda.pathfinder's DynamicLibNotFoundError: no libnvrtc anywhere it looked
+        raise NvrtcNotFoundError(
+            f"NVRTC not found ({' '.join(str(exc).split())}). Install it with the extra of your driver's CUDA major "
+            "(nvidia-smi shows it): `pip install pyrms-cuda[cu13]` or `pip install pyrms-cuda[cu12]`, or point "
+            "CUDA_HOME at a CUDA toolkit that has it") from None
+    return tuple(check(result, "nvrtcVersion"))
 
 
 @functools.lru_cache(maxsize=None)
 def supported_archs() -> tuple[int, ...]:
+    nvrtc_version()  # loads NVRTC, or says how to get it
     return tuple(check(nvrtc.nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs"))
 
 
@@ -124,14 +137,15 @@ def resolve_arch(arch: str | int | None = None) -> str:
     return normalize_arch(arch)
 
 
-# Headers whose contents identify the versions of the CUDA headers the kernels include.
-_VERSIONED_HEADERS = ("cuda/std/__cccl/version.h", "cuda_bf16.h", "cuda_bf16.hpp", "cuda_fp16.h", "cuda_fp16.hpp")
+# Headers whose contents identify the versions of the CUDA headers the kernels include. CCCL's version is
+# read from cub/version.cuh, which every CCCL release has (CUDA 12's CCCL 2.x has no cuda/std/__cccl/version.h).
+_VERSIONED_HEADERS = ("cub/version.cuh", "cuda_bf16.h", "cuda_bf16.hpp", "cuda_fp16.h", "cuda_fp16.hpp")
 
 
 @functools.lru_cache(maxsize=None)
 def _header_fingerprint() -> tuple[list[str], str]:
     """Include options, and a digest of the CUDA headers' versions (an upgrade changes the binary)."""
-    dirs = headers.include_dirs()
+    dirs = headers.include_dirs(nvrtc_version()[0])
     digest = hashlib.sha256()
     for name in _VERSIONED_HEADERS:
         path = next((d / name for d in dirs if (d / name).is_file()), None)
@@ -238,7 +252,39 @@ def quiet() -> bool:
     return os.environ.get("PYRMS_QUIET", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+@functools.lru_cache(maxsize=None)
+def _uselocale():
+    """libc's uselocale, or None where there is none (Windows)."""
+    try:
+        function = ctypes.CDLL(None).uselocale
+    except (OSError, AttributeError, TypeError):
+        return None
+    function.restype = ctypes.c_void_p
+    function.argtypes = [ctypes.c_void_p]
+    return function
+
+
+@contextlib.contextmanager
+def _thread_locale_kept() -> Iterator[None]:
+    """The calling thread's C locale as it was before the block. NVRTC 12.0's compile leaves the thread on
+    the "C" locale (uselocale), whose codeset is ASCII: Python's default text encoding on that thread would
+    turn to ASCII, and reading any UTF-8 file without an explicit encoding would fail, pyrms's own or the
+    caller's."""
+    uselocale = _uselocale()
+    before = uselocale(None) if uselocale is not None else None  # NULL: only asks
+    try:
+        yield
+    finally:
+        if before is not None:
+            uselocale(before)
+
+
 def _nvrtc_compile(source_name, source, arch, options, include_options, name_expressions, want_ptx):
+    with _thread_locale_kept():
+        return _nvrtc_run(source_name, source, arch, options, include_options, name_expressions, want_ptx)
+
+
+def _nvrtc_run(source_name, source, arch, options, include_options, name_expressions, want_ptx):
     program = check(nvrtc.nvrtcCreateProgram(source.encode(), source_name.encode(), 0, [], []), "nvrtcCreateProgram")
     try:
         for expression in name_expressions:

@@ -162,7 +162,7 @@ def parse(text: str, source: str = "") -> dict[str, Contract]:
 
 @functools.lru_cache(maxsize=None)
 def _of_source(source: str) -> dict[str, Contract]:
-    return parse((compiler.source_dir() / source).read_text(), source)
+    return parse((compiler.source_dir() / source).read_text(encoding="utf-8"), source)
 
 
 def contract(source: str, name: str) -> Contract:

@@ -39,6 +39,10 @@ class HeaderNotFoundError(PyrmsError):
     """CUDA headers needed by a kernel could not be located."""
 
 
+class NvrtcNotFoundError(PyrmsError):
+    """No NVRTC library to compile kernels with (neither the cu12 nor the cu13 extra installed, no toolkit)."""
+
+
 class CompileError(PyrmsError):
     """NVRTC rejected a kernel source. Carries the log, options, arch and source."""
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 DISTRIBUTION = "pyrms-cuda"  # the name on PyPI; the import name is pyrms
 PACKAGES = ("cuda-bindings", "cuda-pathfinder", "nvidia-cuda-nvrtc", "nvidia-cuda-cccl", "nvidia-cuda-runtime",
-            "numpy", "ml_dtypes", "torch")
+            "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-cccl-cu12", "nvidia-cuda-runtime-cu12", "numpy", "ml_dtypes", "torch")
 # Every variable pyrms reads, and what it does.
 ENVIRONMENT = {
     "PYRMS_ARCH": "arch to compile for when no GPU is asked (e.g. sm_90)",
@@ -78,9 +78,10 @@ def _driver() -> dict[str, Any]:
 
 
 def _headers() -> dict[str, Any]:
-    from . import headers
+    from . import compiler, headers
 
-    return {name: _probe(lambda: str(headers.find(name))) for name in ("cccl", "cudart")}
+    # The headers of NVRTC's CUDA major (without NVRTC, each probe reports why).
+    return {name: _probe(lambda: str(headers.find(name, compiler.nvrtc_version()[0]))) for name in ("cccl", "cudart")}
 
 
 def _cache() -> dict[str, Any]:
@@ -129,27 +130,27 @@ def format_report(report: dict[str, Any]) -> str:
     if "error" in versions:
         lines.append(f"  versions: {_text(versions)}")
     else:
-        lines += [f"  {name + ':':<21} {_text(v)}" for name, v in versions.items()]
-    lines += [f"  {'package:':<21} {report['package']}", f"  {'platform:':<21} {report['platform']}", "",
+        lines += [f"  {name + ':':<25} {_text(v)}" for name, v in versions.items()]
+    lines += [f"  {'package:':<25} {report['package']}", f"  {'platform:':<25} {report['platform']}", "",
               "CUDA driver"]
     drv = report["driver"]
     if "error" in drv and len(drv) == 1:
         lines.append(f"  {_text(drv)}")
     else:
-        lines.append(f"  {'version:':<21} {drv['version'] or 'none'}")
+        lines.append(f"  {'version:':<25} {drv['version'] or 'none'}")
         if "unavailable" in drv:
             lines.append(f"  no usable GPU: {drv['unavailable']}")
         for d in drv["devices"]:
             lines.append(f"  device {d['ordinal']}: {d['name']}, {d['arch']}, {d['multiprocessors']} SMs, "
                          f"{d['memory_gib']} GiB" if "error" not in d else f"  device: {_text(d)}")
     nvrtc = report["nvrtc"]
-    lines += ["", "NVRTC", f"  {'version:':<21} {nvrtc.get('version', _text(nvrtc))}"]
+    lines += ["", "NVRTC", f"  {'version:':<25} {nvrtc.get('version', _text(nvrtc))}"]
     if "archs" in nvrtc:
-        lines.append(f"  {'archs:':<21} {' '.join(nvrtc['archs'])}")
-    lines.append(f"  {'compiles for:':<21} {_text(report['arch'])}")
+        lines.append(f"  {'archs:':<25} {' '.join(nvrtc['archs'])}")
+    lines.append(f"  {'compiles for:':<25} {_text(report['arch'])}")
     lines += ["", "Headers"]
     hdrs = report["headers"]
-    lines += [f"  {name + ':':<21} {_text(v)}" for name, v in hdrs.items()]
+    lines += [f"  {name + ':':<25} {_text(v)}" for name, v in hdrs.items()]
     lines += ["", "Kernel cache"]
     c = report["cache"]
     if "error" in c and len(c) == 1:
@@ -157,17 +158,17 @@ def format_report(report: dict[str, Any]) -> str:
     else:
         state = "enabled" if c["enabled"] else "disabled (PYRMS_DISABLE_CACHE)"
         held = f"{c['entries']} entries, {c['bytes'] / 2**20:.1f} MiB" if c["exists"] else "not created yet"
-        lines += [f"  {'directory:':<21} {c['directory']}", f"  {'state:':<21} {state}, {held}"]
-        lines += [f"  {'by source and arch:' if k == 0 else '':<21} {name}: {g['entries']} entries, "
+        lines += [f"  {'directory:':<25} {c['directory']}", f"  {'state:':<25} {state}, {held}"]
+        lines += [f"  {'by source and arch:' if k == 0 else '':<25} {name}: {g['entries']} entries, "
                   f"{g['bytes'] / 2**20:.1f} MiB" for k, (name, g) in enumerate(c["by_source"].items())]
-        lines += [f"  {'kernel sources:':<21} {c['sources']}",
-                  f"  {'':<21} (python -m pyrms.cache: by NVRTC version; --clear removes the entries)"]
+        lines += [f"  {'kernel sources:':<25} {c['sources']}",
+                  f"  {'':<25} (python -m pyrms.cache: by NVRTC version; --clear removes the entries)"]
     lines += ["", "Environment"]
     for name, value in report["environment"].items():
         shown = "(unset)" if value is None else repr(value)
         if value is not None and name in ("PYRMS_DISABLE_CACHE", "PYRMS_QUIET"):
             shown += " (on)" if value.strip().lower() in ("1", "true", "yes", "on") else " (off)"
-        lines.append(f"  {name + ':':<21} {shown:<12} {ENVIRONMENT[name]}")
+        lines.append(f"  {name + ':':<25} {shown:<12} {ENVIRONMENT[name]}")
     return "\n".join(lines)
 
 

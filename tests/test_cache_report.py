@@ -66,7 +66,7 @@ def test_info_reports_and_clears(folder, capsys):
     assert reported["entries"] == 4 and reported["by_source"]["rms_norm.cu sm_90"]["entries"] == 2
     assert info.main([]) == 0
     text = capsys.readouterr().out
-    assert "by source and arch:   (unreadable): 1 entries" in text and "rms_norm.cu sm_90: 2 entries" in text
+    assert "by source and arch:       (unreadable): 1 entries" in text and "rms_norm.cu sm_90: 2 entries" in text
     assert info.main(["--clear-cache"]) == 0
     assert capsys.readouterr().out.startswith(f"pyrms.info: removed 4 cached kernel files (0.0 MiB) from {folder}")
     assert cache.report()["entries"] == 0 and (folder / "notes.txt").exists()

@@ -6,6 +6,7 @@ module; the cache mechanics use a tiny kernel in a temporary source directory th
 a tenth of a second and whose project header the tests can change.
 """
 import json
+import locale
 import os
 import re
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 from pyrms import cache, compiler, dtypes, headers, ptx_inspect
 
 from pyrms.ops import _row_plan as plan
-from pyrms.errors import CompileError, HeaderNotFoundError
+from pyrms.errors import CompileError, HeaderNotFoundError, NvrtcNotFoundError
 from tests.support.small_sources import BAD_CU, SMALL_CU, X_CUH
 from pyrms.ops.rms_norm import plan as rms_plan
 
@@ -176,9 +177,10 @@ def test_key_covers_the_cuda_header_versions():
     # A versioned header that is not found would mean a header upgrade no longer changes keys.
     include_options, digest = compiler._header_fingerprint()
     assert re.fullmatch(r"[0-9a-f]{64}", digest)
+    dirs = headers.include_dirs(compiler.nvrtc_version()[0])
     for name in compiler._VERSIONED_HEADERS:
-        assert any((d / name).is_file() for d in headers.include_dirs()), name
-    assert include_options == [f"-I{d}" for d in headers.include_dirs()]
+        assert any((d / name).is_file() for d in dirs), name
+    assert include_options == [f"-I{d}" for d in dirs]
 
 
 def test_disable_cache_writes_nothing(small, tmp_path, monkeypatch):
@@ -298,11 +300,13 @@ def test_arch_from_environment(small, monkeypatch):
 
 @pytest.fixture
 def no_headers(tmp_path, monkeypatch):
-    """Nothing anywhere: pathfinder finds nothing and the only toolkit root is an empty directory."""
+    """Nothing anywhere: no wheel on sys.path, pathfinder finds nothing and the only toolkit root is an empty
+    directory."""
     empty = tmp_path / "empty-cuda"
     empty.mkdir()
     monkeypatch.setenv("CUDA_HOME", str(empty))
     monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(headers, "_site_dirs", lambda: [])
     monkeypatch.setattr(headers, "_pathfinder_dir", lambda name: None)
     # /usr/local/cuda, the last fallback, is a real toolkit on many machines: leave only CUDA_HOME.
     monkeypatch.setattr(headers, "_toolkit_roots", lambda: [os.environ["CUDA_HOME"]])
@@ -314,20 +318,104 @@ def no_headers(tmp_path, monkeypatch):
 
 
 def test_missing_headers(no_headers):
+    major = compiler.nvrtc_version()[0]
     with pytest.raises(HeaderNotFoundError) as caught:
-        headers.find("cccl")
+        headers.find("cccl", major)
     message = str(caught.value)
     assert "cuda.pathfinder (found nothing)" in message
     assert f"{no_headers}/include/cccl (no cub/block/block_reduce.cuh)" in message
     assert f"{no_headers}/include (no cub/block/block_reduce.cuh)" in message
-    assert "pip install nvidia-cuda-cccl" in message
-    with pytest.raises(HeaderNotFoundError, match="pip install nvidia-cuda-cccl"):
+    assert f"pip install pyrms-cuda[cu{major}]" in message
+    with pytest.raises(HeaderNotFoundError, match=re.escape(f"pip install pyrms-cuda[cu{major}]")):
         compiler.compile_source("seed_rms_norm.cu", arch="sm_90", name_expressions=[SEED_EXPR])
 
 
-def test_missing_runtime_headers_name_their_package(no_headers):
-    with pytest.raises(HeaderNotFoundError, match=r"cuda_bf16\.h.*pip install nvidia-cuda-runtime"):
-        headers.find("cudart")
+def test_missing_runtime_headers_name_their_extra(no_headers):
+    with pytest.raises(HeaderNotFoundError, match=r"cuda_bf16\.h.*NVRTC is CUDA 12's.*pip install pyrms-cuda\[cu12\]"):
+        headers.find("cudart", 12)
+
+
+def _fake_headers(root: Path, major: int) -> dict[str, Path]:
+    """Both header sets of CUDA ``major`` as its pip wheels lay them out under ``root``: the marker headers,
+    and the version headers saying ``major`` (CUDART_VERSION 12000 or 13000; CUB 2.x or 3.x)."""
+    found = {}
+    for name, relative in headers._WHEEL_DIRS[major].items():
+        directory = root / relative
+        marker, version_header, text = {
+            "cccl": ("cub/block/block_reduce.cuh", "cub/version.cuh", f"#define CUB_VERSION {major - 10}00100\n"),
+            "cudart": ("cuda_bf16.h", "cuda_runtime_api.h", f"#define CUDART_VERSION  {major}000\n"),
+        }[name]
+        for relative_file, content in ((marker, ""), (version_header, text)):
+            (directory / relative_file).parent.mkdir(parents=True, exist_ok=True)
+            (directory / relative_file).write_text(content)
+        found[name] = directory
+    return found
+
+
+@pytest.mark.parametrize("major", [12, 13])
+def test_headers_are_those_of_nvrtcs_major_when_both_majors_are_installed(no_headers, tmp_path, monkeypatch, major):
+    """An environment may hold both majors' wheels (the cu12 extra beside CUDA 13's, or a --target install
+    before the system's site-packages): the headers taken are those of the major asked, from the first
+    sys.path entry holding them, whatever the order."""
+    other = 25 - major
+    first, second = _fake_headers(tmp_path / "first", other), _fake_headers(tmp_path / "second", major)
+    monkeypatch.setattr(headers, "_site_dirs", lambda: [str(tmp_path / "first"), str(tmp_path / "second")])
+    assert headers.include_dirs(major) == [second["cccl"], second["cudart"]]
+    assert headers.include_dirs(other) == [first["cccl"], first["cudart"]]
+
+
+def test_headers_of_another_major_are_refused_with_the_reason(no_headers, monkeypatch):
+    """A toolkit of the wrong major (CUDA_HOME at a CUDA 13 toolkit while NVRTC is 12's) is not taken: its
+    headers do not parse with the older NVRTC. The message names it and why."""
+    _fake_headers(no_headers, 13)
+    # The CUDA 13 wheel's root is laid out as a toolkit's: the runtime headers in include/, CCCL in include/cccl.
+    toolkit = no_headers / "nvidia" / "cu13"
+    monkeypatch.setattr(headers, "_toolkit_roots", lambda: [str(toolkit)])
+    with pytest.raises(HeaderNotFoundError) as caught:
+        headers.find("cudart", 12)
+    assert f"{toolkit}/include (CUDA 13's, not 12's)" in str(caught.value)
+    assert headers.find("cudart", 13) == toolkit / "include"
+    assert headers.find("cccl", 13) == toolkit / "include" / "cccl"
+
+
+def test_no_nvrtc_names_the_extras(monkeypatch):
+    """Without NVRTC (a plain install on a machine without a toolkit), cuda-bindings' first NVRTC call raises
+    cuda.pathfinder's error; pyrms says which extra brings NVRTC."""
+    class NoLibrary:
+        nvrtcResult = compiler.nvrtc.nvrtcResult
+
+        def __getattr__(self, name):
+            def call(*args):
+                raise RuntimeError('Failure finding "libnvrtc.so.13 or libnvrtc.so.12": No such file')
+            return call
+
+    monkeypatch.setattr(compiler, "nvrtc", NoLibrary())
+    compiler.nvrtc_version.cache_clear()
+    compiler.supported_archs.cache_clear()
+    try:
+        for call in (compiler.nvrtc_version, compiler.supported_archs, lambda: compiler.normalize_arch("sm_90")):
+            with pytest.raises(NvrtcNotFoundError, match=r"NVRTC not found \(Failure finding .*libnvrtc.so.12.*\)\. "
+                               r"Install it .*pyrms-cuda\[cu13\].*pyrms-cuda\[cu12\]"):
+                call()
+    finally:
+        compiler.nvrtc_version.cache_clear()
+        compiler.supported_archs.cache_clear()
+
+
+def test_compiling_leaves_the_threads_text_encoding_alone():
+    """NVRTC 12.0 leaves the thread that compiled on the C locale, whose codeset is ASCII (Python's default
+    text encoding there would follow); the compiler puts the thread's locale back."""
+    before = locale.getpreferredencoding(False)
+    compiler.compile_text("locale.cu", '__global__ void k() { /* \u00b5s */ }', arch="sm_90", use_cache=False)
+    assert locale.getpreferredencoding(False) == before
+
+
+def test_sources_read_as_utf8_whatever_the_locale():
+    """The kernel sources hold UTF-8 text (quant.cuh, static_quant.cu); they read in an ASCII locale too."""
+    code = ("from pyrms import compiler; source = compiler.read_source('static_quant.cu'); "
+            "assert not source.isascii() and compiler.project_headers(source)['quant.cuh']")
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=Path(__file__).resolve().parent.parent)
 
 
 def test_slow_compile_is_reported_with_its_duration(small, monkeypatch, capsys):

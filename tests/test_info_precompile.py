@@ -47,14 +47,14 @@ def test_info_without_a_gpu_prints_the_reason(monkeypatch, capsys):
     assert info.main([]) == 0
     out = capsys.readouterr().out
     assert "no usable GPU: no CUDA driver found: cuInit failed: CUDA_ERROR_NO_DEVICE" in out, out
-    assert "version:              none" in out
-    assert "compiles for:         none: no GPU to ask and PYRMS_ARCH is unset" in out
-    assert f"directory:            {cache.directory()}" in out
-    assert "PYRMS_QUIET:          '0' (off)" in out
-    assert "PYRMS_ARCH:           (unset)" in out
+    assert "version:                  none" in out
+    assert "compiles for:             none: no GPU to ask and PYRMS_ARCH is unset" in out
+    assert f"directory:                {cache.directory()}" in out
+    assert "PYRMS_QUIET:              '0' (off)" in out
+    assert "PYRMS_ARCH:               (unset)" in out
     for name in ("CUDA_HOME", "CUDA_PATH", "XDG_CACHE_HOME", "PYRMS_DISABLE_CACHE", "PYRMS_CACHE_DIR"):
         assert f"  {name}:" in out
-    assert f"numpy:                {__import__('numpy').__version__}" in out
+    assert f"numpy:                    {__import__('numpy').__version__}" in out
 
 
 def test_info_with_a_fake_gpu_lists_it(monkeypatch, capsys):
@@ -77,13 +77,13 @@ def test_info_survives_a_missing_piece(monkeypatch, capsys):
 
     fresh_driver_state(monkeypatch.setattr, NoDeviceDriver())
 
-    def broken(name):
+    def broken(name, major):
         raise errors.HeaderNotFoundError(f"CUDA headers '{name}' not found")
 
     monkeypatch.setattr(headers, "find", broken)
     assert info.main([]) == 0
     out = capsys.readouterr().out
-    assert "cccl:                 unavailable: HeaderNotFoundError: CUDA headers 'cccl' not found" in out
+    assert "cccl:                     unavailable: HeaderNotFoundError: CUDA headers 'cccl' not found" in out
     assert "Kernel cache" in out
 
 
@@ -187,6 +187,14 @@ def test_every_unit_counts():
     assert {"rms_norm.cu bfloat16 weight=none", "rms_norm_backward.cu bfloat16 weight=none"} <= {u.label for u in units}
     assert {"fused_add_rms_norm.cu float16 fp32_sum", "fused_add_rms_norm.cu bfloat16 round_once fp32_sum "
             "residual=float32"} <= {u.label for u in units}
+
+
+def test_cover_lists_fewer_units(capsys):
+    assert precompile.main(["--list", "--cover", "--ops", "static_quant"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["static_quant.cu bfloat16 float8_e4m3fn: 1 kernel", "static_quant.cu float16 float8_e5m2: 1 kernel",
+                   "static_quant.cu float32 int8: 1 kernel",
+                   "precompile: 3 compile units (covering every kernel template and template argument)"]
 
 
 def test_list_compiles_nothing(capsys, monkeypatch):

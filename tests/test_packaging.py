@@ -35,6 +35,35 @@ def test_console_scripts_are_the_module_commands(project):
         assert f"`{name}`" in readme and f"python -m {module}" in readme
 
 
+def test_extras_pin_one_cuda_major_each_and_the_base_none(project):
+    """cu12 and cu13 bring cuda-bindings, NVRTC, CCCL and the runtime headers of their own major, with ranges that
+    cannot meet (pip refuses the pair rather than mixing majors); the base brings no NVIDIA wheel, so either
+    extra installs that major's alone."""
+    from packaging.requirements import Requirement
+
+    def pins(requirements):
+        return {(r := Requirement(text)).name: r.specifier for text in requirements}
+
+    base = pins(project["dependencies"])
+    assert not [name for name in base if name.startswith("nvidia-")], base
+    assert base["cuda-bindings"].contains("12.9.10") and base["cuda-bindings"].contains("13.5.0")
+    extras = project["optional-dependencies"]
+    wheels = {12: ("nvidia-cuda-nvrtc-cu12", "nvidia-cuda-cccl-cu12", "nvidia-cuda-runtime-cu12"),
+              13: ("nvidia-cuda-nvrtc", "nvidia-cuda-cccl", "nvidia-cuda-runtime")}
+    for major, names in wheels.items():
+        extra = pins(extras[f"cu{major}"])
+        assert set(extra) == {"cuda-bindings", *names}
+        for name, specifier in extra.items():
+            assert specifier.contains(f"{major}.9.0") and not specifier.contains(f"{25 - major}.9.0"), (name, specifier)
+    assert not any(pins(extras["cu12"])["cuda-bindings"].contains(v) for v in ("13.0.0", "13.5.0"))
+
+
+def test_python_versions_declared(project):
+    assert project["requires-python"] == ">=3.10"
+    declared = [c.rsplit(" :: ", 1)[1] for c in project["classifiers"] if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert declared == ["3.10", "3.11", "3.12", "3.13"]
+
+
 def test_license_matches(project):
     assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
     text = (ROOT / "LICENSE").read_text()
@@ -62,7 +91,7 @@ def test_readme_test_command_is_what_ci_runs():
     assert venv == "python3 -m venv .venv"
     assert f"\n{command}\n" in ci, command
     install = re.search(r"# install and run the main job[^\n]*\n(.+)\n", readme).group(1)
-    assert install == "python3 -m venv .venv && . .venv/bin/activate && pip install . && python -m pyrms.demo --seed 42"
+    assert install == "python3 -m venv .venv && . .venv/bin/activate && pip install '.[cu13]' && python -m pyrms.demo --seed 42"
 
 
 def _wheel_modules():

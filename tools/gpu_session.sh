@@ -13,7 +13,8 @@
 set -u
 OUT="${1:?output directory}"; STEPS="${2:-suite demo host}"
 mkdir -p "$OUT"
-export PYTHONPATH=. PYRMS_CACHE_DIR="${PYRMS_CACHE_DIR:-/tmp/pyrms-cache}"
+# The checkout first; a PYTHONPATH given is kept after it (tools/cuda12_gpu.sh's CUDA 12 wheels).
+export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" PYRMS_CACHE_DIR="${PYRMS_CACHE_DIR:-/tmp/pyrms-cache}"
 { nvidia-smi -L; python3 --version; python3 -c "import torch, cuda.bindings; print('torch', torch.__version__, 'cuda-bindings', cuda.bindings.__version__)"; } > "$OUT/environment.txt" 2>&1
 for step in $STEPS; do
     start=$(date +%s)

@@ -8,8 +8,9 @@ import shlex
 import subprocess
 import sys
 
-PACKAGES = ("cuda-bindings", "cuda-pathfinder", "nvidia-cuda-nvrtc", "nvidia-cuda-cccl", "numpy", "ml_dtypes",
-            "torch", "triton", "matplotlib", "liger-kernel", "flashinfer-python")
+PACKAGES = ("cuda-bindings", "cuda-pathfinder", "nvidia-cuda-nvrtc", "nvidia-cuda-cccl", "nvidia-cuda-nvrtc-cu12",
+            "nvidia-cuda-cccl-cu12", "numpy", "ml_dtypes", "torch", "triton", "matplotlib", "liger-kernel",
+            "flashinfer-python")
 
 
 def command_line(argv) -> str:

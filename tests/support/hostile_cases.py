@@ -276,10 +276,11 @@ def demo(*argv):
 
 @contextlib.contextmanager
 def _no_headers():
-    """Nowhere to find CUDA headers: pathfinder finds nothing, the only toolkit root is empty."""
+    """Nowhere to find CUDA headers: no wheel on sys.path, pathfinder finds nothing, the only toolkit root is empty."""
     empty = Path(tempfile.mkdtemp(prefix="pyrms-no-cuda-"))
     saved = _Saved()
     try:
+        saved.set(headers, "_site_dirs", lambda: [])
         saved.set(headers, "_pathfinder_dir", lambda name: None)
         saved.set(headers, "_toolkit_roots", lambda: [str(empty)])
         headers.find.cache_clear()
