@@ -495,7 +495,7 @@ def test_tracing_without_weight(dynamo):
     code = graphs[0].code
     assert "torch.ops.pyrms.rms_norm.default(l_x_, None, 1e-06, False, False)" in code
     assert "torch.ops.pyrms.layer_norm.default(l_x_, None, l_b_, 1e-05, False)" in code
-    assert "torch.ops.pyrms.layer_norm.default(l_x_, None, None, 1e-05)" in code
+    assert "torch.ops.pyrms.layer_norm.default(l_x_, None, None, 1e-05, False)" in code
 
     def grads(x, b):
         y = torch.ops.pyrms.rms_norm(x, None, 1e-6, False, False)
