@@ -68,6 +68,8 @@ def compile_unit(case: Case) -> tuple[str, tuple[str, ...]]:
     entry its launch will look up (pyrms.launch.get_kernel compiles a plan's whole group)."""
     spec = registry.get(case.op)
     options = {"grad_dtype": case.grad_dtype} if spec.check == "backward" else {}
+    if case.op == "layer_norm":  # RMSNorm with a bias is a unit of its own
+        options["rms"] = case.rms
     unit = spec.unit_for(case.dtype, case.hidden, **{name: getattr(case, name) for name in spec.flags}, **options)
     return unit.source, unit.names
 

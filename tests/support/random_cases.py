@@ -60,8 +60,9 @@ SPECIAL_HIDDENS = _special_hiddens()
 @dataclass(frozen=True)
 class Case:
     """One randomized check. offsets/strides: (operand, elements) pairs in operands() order; bias is
-    the LayerNorm bias (forward) or grad_bias (backward); in_place names the operand overwritten
-    ('input' for rms_norm and layer_norm, 'grad_output' or 'input' for the backward passes)."""
+    the LayerNorm bias (forward) or grad_bias (backward); rms is RMSNorm with a bias (layer_norm's rms, with
+    its bias; rms_norm_backward's grad_bias); in_place names the operand overwritten ('input' for rms_norm and
+    layer_norm, 'grad_output' or 'input' for the backward passes)."""
 
     seed: int
     index: int
@@ -80,6 +81,7 @@ class Case:
     grad_dtype: str | None = None
     rows_per_block: int | None = None
     own_workspace: bool = False
+    rms: bool = False
 
     @property
     def elements(self) -> int:
@@ -95,12 +97,14 @@ class Case:
         if self.op in ("rms_norm", "fused_add_rms_norm"):
             options["round_once"] = self.round_once
         if self.op == "layer_norm":
-            options["bias"] = self.bias
+            options.update(bias=self.bias, rms=self.rms)
         if self.op in case_matrix.BACKWARD:
             options.update(grad_dtype=self.grad_dtype, rows_per_block=self.rows_per_block,
                            own_workspace=self.own_workspace)
             if self.op == "layer_norm_backward":
                 options["grad_bias"] = self.bias
+            else:
+                options["rms_bias"] = self.rms
         return case_matrix.case(self.op, self.dtype, self.rows, self.hidden, offsets=dict(self.offsets),
                                 strides=dict(self.strides), **options)
 
@@ -198,6 +202,9 @@ def draw_case(seed: int, index: int) -> Case:
         options["round_once"] = bool(rng.random() < 0.3)
     if op in ("layer_norm", "layer_norm_backward"):
         options["bias"] = bool(rng.random() < 0.7)
+    # RMSNorm with a bias: layer_norm's rms (beside a bias) and rms_norm_backward's grad_bias (without gemma)
+    if (op == "layer_norm" and options["bias"]) or (op == "rms_norm_backward" and not options["gemma"]):
+        options["rms"] = bool(rng.random() < 0.25)
     if op in ("rms_norm", "layer_norm") and rng.random() < 0.25:
         options["in_place"] = "input"
     if backward:
@@ -207,7 +214,8 @@ def draw_case(seed: int, index: int) -> Case:
             options["rows_per_block"] = bwd_plan.GRAD_CHUNK_ROWS * int(rng.choice((1, 2, 3, 4, 5, 8, 16, 64))) \
                 if rng.random() < 0.7 else 1
         options["own_workspace"] = bool(rng.random() < 0.25)
-    row_ops, vector_ops = operands(op, in_place=options.get("in_place"), bias=options.get("bias", True))
+    row_ops, vector_ops = operands(op, in_place=options.get("in_place"), bias=options.get("bias", True),
+                                   rms_bias=op == "rms_norm_backward" and options.get("rms", False))
     offsets = []
     aligned = rng.random() < 0.2  # every pointer on a 16-byte boundary, the common case in practice
     for name in (*row_ops, *vector_ops):
@@ -234,6 +242,8 @@ def features(case: Case) -> list[str]:
     names += [f"{name}" for name in ("gemma", "round_once", "own_workspace") if getattr(case, name)]
     if case.op in ("layer_norm", "layer_norm_backward") and not case.bias:
         names.append("bias=None" if case.op == "layer_norm" else "grad_bias=None")
+    if case.rms:
+        names.append("rms" if case.op == "layer_norm" else "grad_bias")
     if case.in_place:
         names.append(f"in_place={case.in_place}")
     if case.grad_dtype:

@@ -62,6 +62,7 @@ def test_every_op_dtype_and_option_is_drawn(cases):
     wanted |= {(op, "gemma") for op in rms} | {(op, "epsilon=0") for op in rms}
     wanted |= {(op, "round_once") for op in ("rms_norm", "fused_add_rms_norm")}
     wanted |= {("layer_norm", "bias=None"), ("layer_norm_backward", "grad_bias=None")}
+    wanted |= {("layer_norm", "rms"), ("rms_norm_backward", "grad_bias")}  # RMSNorm with a bias
     wanted |= {("rms_norm", "in_place=input"), ("layer_norm", "in_place=input")}
     wanted |= {(op, name) for op in backward for name in ("in_place=input", "in_place=grad_output",
                                                          "grad_dtype=float32", "rows_per_block", "own_workspace")}
@@ -97,7 +98,7 @@ def test_sizes_stay_in_range_mostly_small_a_few_big(cases):
 
 def test_offsets_strides_and_options_are_valid(cases):
     for c in cases:
-        rows, vectors = operands(c.op, in_place=c.in_place, bias=c.bias)
+        rows, vectors = operands(c.op, in_place=c.in_place, bias=c.bias, rms_bias=c.rms and c.op == "rms_norm_backward")
         assert [name for name, _ in c.offsets] == [*rows, *vectors], c.line()
         assert [name for name, _ in c.strides] == list(rows), c.line()
         for name, off in c.offsets:
@@ -112,6 +113,7 @@ def test_offsets_strides_and_options_are_valid(cases):
         backward = c.op.endswith("_backward")
         assert backward or (c.grad_dtype, c.rows_per_block, c.own_workspace) == (None, None, False), c.line()
         assert not c.gemma or "rms" in c.op, c.line()
+        assert not c.rms or (c.op == "layer_norm" and c.bias) or (c.op == "rms_norm_backward" and not c.gemma), c.line()
 
 
 def test_repro_line_round_trips(cases):
@@ -148,9 +150,9 @@ def test_checker_arguments_fit_the_checkers(cases):
 
 def test_compile_units_are_the_plans_groups(cases):
     units = {random_check.compile_unit(c) for c in cases}
-    # rms_norm and fused add: dtype x gemma x round_once; layer_norm.cu, layer_norm_backward.cu and
-    # rms_norm_backward.cu (gemma in its group): one per dtype.
-    assert len(units) == 3 * 4 + 3 * 4 + 3 + 3 + 3
+    # rms_norm and fused add: dtype x gemma x round_once; layer_norm.cu: LayerNorm's and RMSNorm with a bias's,
+    # per dtype; layer_norm_backward.cu and rms_norm_backward.cu (gemma and the bias in its group): one per dtype.
+    assert len(units) == 3 * 4 + 3 * 4 + 3 * 2 + 3 + 3
     assert {source for source, _ in units} == {"rms_norm.cu", "fused_add_rms_norm.cu", "layer_norm.cu",
                                                "layer_norm_backward.cu", "rms_norm_backward.cu"}
 
@@ -163,7 +165,8 @@ def _outputs(case: Case) -> set[str]:
         return {"out"}
     if case.op == "fused_add_rms_norm":
         return {"input", "residual"}
-    return {"grad_input", "grad_weight"} | ({"grad_bias"} if case.op == "layer_norm_backward" and case.bias else set())
+    return {"grad_input", "grad_weight"} | ({"grad_bias"} if (case.bias if case.op == "layer_norm_backward" else case.rms)
+                                            else set())
 
 
 def test_a_launch_that_writes_nothing_fails_exactly_its_outputs(host_device):
