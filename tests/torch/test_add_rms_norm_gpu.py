@@ -9,30 +9,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 import pyrms.torch as pt  # noqa: E402
+from tests.torch.checks import BF16, FP16, FP32, TOL, close, randn, same_bits  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no CUDA device")]
 
-BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
-TOL = {FP32: 2e-5, FP16: 2**-9, BF16: 2**-7}  # of the largest reference value: dx rounds once from fp32
 HIDDEN = 769  # not a multiple of any vector width: prefix, body and tail
-
-
-def randn(gen, *shape, dtype=BF16, scale=1.0, mean=0.0):
-    return (torch.randn(*shape, device="cuda", generator=gen) * scale + mean).to(dtype)
-
-
-def bits(t):
-    return t.view({FP32: torch.int32, BF16: torch.int16, FP16: torch.int16}[t.dtype])
-
-
-def same_bits(a, b, what):
-    assert a.dtype == b.dtype and a.shape == b.shape, what
-    assert torch.equal(bits(a), bits(b)), f"{what}: {(a.float() - b.float()).abs().max().item():.3g} apart"
-
-
-def close(ours, want, tol, what):
-    err = (ours.double() - want).abs().max().item()
-    assert err <= tol * want.abs().max().item() + 1e-30, f"{what}: max error {err:.3g}"
 
 
 def leaves(*tensors):

@@ -11,25 +11,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 import pyrms.torch as pt  # noqa: E402
+from tests.torch.checks import BF16, FP16, FP32, TOL, close, randn  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no CUDA device")]
 
-BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 # (x's dtype, the weight's): fp32 master weights beside 2-byte activations, and the other mixed pairs
 PAIRS = [(BF16, FP32), (FP16, FP32), (FP32, BF16), (FP16, BF16)]
-# Tolerance as a fraction of the largest reference value: two units in the last place of x's dtype (the
-# dx kernels round once, from fp32), fp32 sums for the parameters' gradients.
-TOL = {FP32: 2e-5, FP16: 2**-9, BF16: 2**-7}
-
-
-def randn(gen, *shape, dtype=BF16, scale=1.0, mean=0.0):
-    return (torch.randn(*shape, device="cuda", generator=gen) * scale + mean).to(dtype)
-
-
-def close(ours, want, tol, what):
-    assert ours.shape == want.shape, what
-    err = (ours.double() - want).abs().max().item()
-    assert err <= tol * want.abs().max().item() + 1e-30, f"{what}: max error {err:.3g}"
 
 
 def exact_rms(x, w, eps, gemma=False):

@@ -9,22 +9,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 import pyrms.torch as pt  # noqa: E402
+from tests.torch.checks import BF16, FP16, FP32, randn, same_bits  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no CUDA device")]
 
-BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 HEADS, HEAD_DIM = 6, 72  # 72: not a multiple of 16 bytes in every dtype, so heads start at every phase
-
-
-def randn(gen, *shape, dtype=BF16, scale=1.0, mean=0.0):
-    return (torch.randn(*shape, device="cuda", generator=gen) * scale + mean).to(dtype)
-
-
-def same_bits(a, b, what):
-    assert a.dtype == b.dtype and a.shape == b.shape, what
-    view = {FP32: torch.int32, BF16: torch.int16, FP16: torch.int16}[a.dtype]
-    assert torch.equal(a.contiguous().view(view), b.contiguous().view(view)), \
-        f"{what}: {(a.float() - b.float()).abs().max().item():.3g} apart"
 
 
 def layout(gen, name, x_dtype):

@@ -7,19 +7,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 import pyrms.torch as pt  # noqa: E402
+from tests.torch.checks import BF16, FP16, FP32, randn, same_bits  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no CUDA device")]
-
-BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
-
-
-def randn(gen, *shape, dtype=BF16, mean=0.0):
-    return (torch.randn(*shape, device="cuda", generator=gen) + mean).to(dtype)
-
-
-def same_bits(a, b, what):
-    view = {FP32: torch.int32, BF16: torch.int16, FP16: torch.int16}[a.dtype]
-    assert a.dtype == b.dtype and torch.equal(a.view(view), b.view(view)), what
 
 
 CASES = {  # name -> (x dtype, weight dtype or None, shape, keywords)
