@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from pyrms import cache, compiler
+from tests.support.child_env import child_env
 
-ROOT = Path(__file__).resolve().parent.parent
 EXPRESSIONS = ["k<3>"]
 
 _CHILD = r"""
@@ -73,7 +73,7 @@ def _compile(**kwargs):
 def _killed_children(src: Path, moment: str, count: int = 1) -> list[str]:
     """The output of ``count`` children killed at ``moment``, started together (each one's imports take a
     second)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     children = [subprocess.Popen([sys.executable, "-c", _CHILD, str(src), moment], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True) for _ in range(count)]
     said = []

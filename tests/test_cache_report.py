@@ -1,17 +1,15 @@
 """What the cache holds and clearing it (pyrms.cache.report/clear, python -m pyrms.cache, python -m pyrms.info
 --clear-cache): only pyrms's own entries are counted and removed; other files in the directory stay."""
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pyrms import cache, compiler, info
 from pyrms.cache import cli
+from tests.support.child_env import child_env
 
-ROOT = Path(__file__).resolve().parent.parent
 NVRTC = ".".join(map(str, compiler.nvrtc_version()))
 
 
@@ -97,7 +95,7 @@ def test_cache_command_reports_and_clears(folder, capsys):
 
 def test_python_m_pyrms_cache_runs_without_a_warning(folder):
     # pyrms imports pyrms.cache: the command is pyrms/cache/__main__.py, so runpy never runs an imported module.
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYRMS_CACHE_DIR": str(folder)}
+    env = child_env(PYRMS_CACHE_DIR=str(folder))
     done = subprocess.run([sys.executable, "-W", "error", "-m", "pyrms.cache"], capture_output=True, text=True,
                           env=env, timeout=120)
     assert (done.returncode, done.stderr) == (0, "")

@@ -22,10 +22,10 @@ from pyrms.ops import _row_plan as plan
 from pyrms.errors import CompileError, HeaderNotFoundError, NvrtcNotFoundError
 from tests.support.small_sources import BAD_CU, SMALL_CU, X_CUH
 from pyrms.ops.rms_norm import plan as rms_plan
+from tests.support.child_env import child_env
 
 CUDA_SRC = Path(__file__).resolve().parent.parent / "cuda_src"
 
-ROOT = Path(__file__).resolve().parent.parent
 SEED_EXPR = "transformer::rms_norm_kernel<__nv_bfloat16, 8, 5120, 2, 640>"
 SEED_LOWERED = "_ZN11transformer15rms_norm_kernelI13__nv_bfloat16Li8ELi5120ELi2ELi640EEEvPT_PKS2_S5_f"
 SMALL_LOWERED = {"k<3>": "_Z1kILi3EEvPi"}
@@ -238,7 +238,7 @@ print(json.dumps({"key": p.key, "lowered": p.lowered_names}))
 
 
 def test_two_processes_compile_the_same_key_at_once(small, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYRMS_CACHE_DIR": str(tmp_path / "cache")}
+    env = child_env(PYRMS_CACHE_DIR=str(tmp_path / "cache"))
     go = tmp_path / "go"
     ready = [tmp_path / f"ready{i}" for i in range(2)]
     racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(small), str(r), str(go)], env=env,

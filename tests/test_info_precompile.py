@@ -2,7 +2,6 @@
 (with the reason) and with a fake one; the enumeration of every compile unit; compiling ahead for an
 explicit arch into the cache that launches read."""
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pyrms.ops.seed import plan_seed
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm_backward import plan as bwd_plan
 from pyrms.ops.rms_norm_quant import plan as quant_plan
+from tests.support.child_env import child_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +90,7 @@ def test_info_survives_a_missing_piece(monkeypatch, capsys):
 def test_info_command_runs_here(tmp_path):
     """The real command in a fresh process, whatever this machine has: it reports the driver as
     pyrms.driver sees it here (the reason where there is no GPU)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYRMS_CACHE_DIR": str(tmp_path)}
+    env = child_env(PYRMS_CACHE_DIR=str(tmp_path))
     done = subprocess.run([sys.executable, "-m", "pyrms.info", "--json"], capture_output=True, text=True,
                           env=env, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -305,7 +305,7 @@ def test_precompile_command_with_pyrms_arch(tmp_path, monkeypatch, capsys):
     """The command in a fresh process, no GPU needed: three static_quant units (the quickest to compile) in two
     NVRTC processes, progress on stderr and the summary on stdout, into the cache where a launch then finds them
     (the run again here: all cached)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYRMS_CACHE_DIR": str(tmp_path), "PYRMS_ARCH": "sm_90"}
+    env = child_env(PYRMS_CACHE_DIR=str(tmp_path), PYRMS_ARCH="sm_90")
     for name in ("PYRMS_DISABLE_CACHE", "PYRMS_QUIET"):
         env.pop(name, None)
     argv = ["--ops", "static_quant", "--dtypes", "fp32", "--jobs", "2"]

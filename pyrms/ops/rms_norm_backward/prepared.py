@@ -105,6 +105,19 @@ class Prepared:
             hidden, [*operands, (4, 1, 1)], [*pairs, *((i, len(operands), False) for i in written)])
         self.placed = _placement.for_device(device)
 
+    def _shape(self, grad_input, grad_output, input, weight, num_tokens) -> tuple[bool, int]:
+        """(staged, rows per block) of a call: the staged kernel where planned and the pointers allow it."""
+        m_gi, m_go, m_x, m_w = self.staged_masks
+        staged = self.staged_kernel is not None and not (grad_input & m_gi or grad_output & m_go or input & m_x
+                                                         or weight & m_w)
+        return staged, self.rows_per_block or self.plan.rows_per_block(num_tokens, staged)
+
+    def workspace_bytes(self, grad_input, grad_output, input, weight, num_tokens) -> int:
+        """Bytes of workspace a call with these pointers needs (0: none), for a caller that passes its own
+        (pyrms.torch takes it from torch's caching allocator, on the stream the launch runs on)."""
+        return self.plan.workspace_bytes(num_tokens, self._shape(grad_input, grad_output, input, weight,
+                                                                 num_tokens)[1])
+
     def __call__(self, grad_input, grad_output, input, weight, grads, epsilon, num_tokens, stream, workspace,
                  rstd=0) -> bool:
         """Launch, or return False having launched nothing. weight: 0 when weightless; grads: the parameter
@@ -123,10 +136,7 @@ class Prepared:
         if placed is not None and not placed.ok(pointers, handle):
             return False
         gi_stride, go_stride, x_stride = self.strides
-        m_gi, m_go, m_x, m_w = self.staged_masks
-        staged = self.staged_kernel is not None and not (grad_input & m_gi or grad_output & m_go or input & m_x
-                                                         or weight & m_w)
-        rows_per_block = self.rows_per_block or p.rows_per_block(num_tokens, staged)
+        staged, rows_per_block = self._shape(grad_input, grad_output, input, weight, num_tokens)
         # One row per block: kernel 1 writes each row's terms, kernel 2 makes the chunks of them.
         ws_chunk, group = (1, p.chunk_rows) if rows_per_block == 1 else (p.chunk_rows, 1)
         ws_rows = p.workspace_rows(num_tokens, rows_per_block)

@@ -5,7 +5,6 @@ output, surrounds every operand with guard bands, and then compares whole alloca
 the rows against the twin, everything else (guards, the gaps between strided rows, the inputs)
 against what was there before.
 """
-import os
 import subprocess
 import sys
 import threading
@@ -20,10 +19,10 @@ from tests.support import case_matrix
 from tests.support.testing import allocate, bits, check_case
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin
+from tests.support.child_env import child_env
 
 pytestmark = pytest.mark.gpu
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the checkout
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=f"{axis}-{c}") for axis in case_matrix.GPU_AXES
@@ -161,7 +160,7 @@ def test_seed_kernel_close_to_reference(rng):
 
 
 def test_demo_runs_and_agrees_with_cpu():
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = child_env()
     for kernel in ("seed", "pyrms"):
         result = subprocess.run([sys.executable, "-m", "pyrms.demo", "--seed", "42", "--kernel", kernel],
                                 capture_output=True, text=True, env=env, timeout=300)
