@@ -27,9 +27,8 @@ from ...torch._layout import (as_float32, check_backward_meta, check_device, che
                               empty_rows_like, mixed, parameter_grad_like, ptr, rows_of)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
-from ..rms_norm_backward.op import rms_norm_backward as _rms_norm_backward
+from ..rms_norm_backward.torch_binding import norm_backward_launch
 from .op import layer_norm as _layer_norm
-from .op import layer_norm_backward as _layer_norm_backward
 
 __all__ = ["layer_norm"]
 
@@ -79,32 +78,7 @@ def launch_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     either, nothing is summed: one launch, no workspace. A weight of another dtype than x (the bias's too)
     is read as float32, both gradients summed and written in float32, then converted to its dtype. rms: of
     RMSNorm with a bias (pyrms.rms_norm_backward with grad_bias)."""
-    dtype = check_backward_meta(grad_out, x, weight)
-    device = check_device({"x": x, "grad_out": grad_out, "weight": weight})
-    mix = mixed(x, weight)
-    grads = (parameter_grad_like(x, weight is not None, torch.float32 if mix else None),
-             parameter_grad_like(x, has_bias, torch.float32 if mix else None))
-    grad_input = empty_rows_like(x)
-    numel = x.numel()
-    if numel:
-        hidden = x.shape[-1]
-        (x, x_stride), (grad_out, g_stride) = rows_of(x), rows_of(grad_out)
-        two_byte = mix and dtype != "float32"  # fp32 rows: the weight, grad_out and gradients all fp32 too
-        w = ptr(as_float32(weight) if mix else weight)
-        gw, gb = grads[0].data_ptr() if weight is not None else None, grads[1].data_ptr() if has_bias else None
-        common = dict(dtype=dtype, grad_output_stride=g_stride, input_stride=x_stride, grad_input_stride=hidden,
-                      stream=current_stream(device), weight_dtype="float32" if two_byte else None,
-                      grad_output_dtype="float32" if two_byte and grad_out.dtype == torch.float32 else None)
-        if rms:
-            _rms_norm_backward(grad_input.data_ptr(), gw, grad_out.data_ptr(), x.data_ptr(), w, eps, numel // hidden,
-                               hidden, grad_bias=gb, **common)
-        else:
-            _layer_norm_backward(grad_input.data_ptr(), gw, gb, grad_out.data_ptr(), x.data_ptr(), w, eps,
-                                 numel // hidden, hidden, **common)
-    else:
-        for g in grads:
-            g.zero_()
-    return (grad_input, *(g.to(weight.dtype) if mix else g for g in grads))
+    return norm_backward_launch(grad_out, x, weight, eps, layer_norm=not rms, grad_bias=has_bias)
 
 
 # --- the custom ops -------------------------------------------------------------------------------------
