@@ -123,6 +123,17 @@ class Result:
 
 # NVRTC's front end only: parsing and template instantiation, where an older NVRTC rejects code a newer accepts.
 SYNTAX_ONLY = ("-fdevice-syntax-only",)
+SYNTAX_ONLY_NVRTC = (12, 4)  # the first NVRTC that has the option (12.0 to 12.3 reject it as an invalid option)
+
+
+def check_syntax_only() -> None:
+    """ValueError, naming this NVRTC and the first that can, where NVRTC cannot run its front end alone."""
+    from . import compiler
+
+    found = compiler.nvrtc_version()
+    if found < SYNTAX_ONLY_NVRTC:
+        raise ValueError(f"a syntax-only run needs NVRTC {'.'.join(map(str, SYNTAX_ONLY_NVRTC))} or later (its "
+                         f"{SYNTAX_ONLY[0]}), and this NVRTC is {'.'.join(map(str, found))}: compile fully instead")
 
 
 def _compile_one(source: str, names: tuple[str, ...], arch: str, syntax_only: bool = False) -> tuple[str, float, str]:
@@ -152,7 +163,9 @@ def compile_units(units: Sequence[Unit], arch: str, jobs: int = 1,
     """Compile ``units`` for ``arch`` into the disk cache (``syntax_only``: through NVRTC's front end only,
     nothing cached), ``jobs`` NVRTC processes at a time (one: in this process), calling ``progress`` with one
     line per unit as it finishes: units done of all, the wall time so far and, once a unit has compiled, an
-    estimate of the time left."""
+    estimate of the time left. ValueError (check_syntax_only's) for ``syntax_only`` with an NVRTC before 12.4."""
+    if syntax_only:
+        check_syntax_only()
     results: list[Result] = []
     width = len(str(len(units)))
     start = time.perf_counter()
@@ -346,6 +359,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     arch = _arch(args)  # refused before the units are enumerated (a second for all of them)
     if arch is None:
         return 2
+    if args.syntax_only:
+        try:
+            check_syntax_only()
+        except ValueError as exc:
+            print(f"precompile: {exc} (leave out --syntax-only)", file=sys.stderr)
+            return 2
     units, about = _selection(parser, args)
 
     from . import cache, compiler

@@ -240,6 +240,8 @@ def test_compile_units_reports_each_and_caches(small, capsys):
 
 
 def test_syntax_only_runs_the_front_end_and_caches_nothing(small):
+    if compiler.nvrtc_version() < precompile.SYNTAX_ONLY_NVRTC:
+        pytest.skip("this NVRTC has no -fdevice-syntax-only (test_syntax_only_is_refused_before_nvrtc_12_4)")
     units = [precompile.Unit("small.cu", ("k<1>",), "small.cu one"), precompile.Unit("bad.cu", ())]
     lines = []
     results = precompile.compile_units(units, "sm_90", progress=lines.append, syntax_only=True)
@@ -248,6 +250,18 @@ def test_syntax_only_runs_the_front_end_and_caches_nothing(small):
     assert cache.entries() == []
     assert precompile.summary(results, "sm_90", 2.0, 1) == \
         "precompile: 2 compile units for sm_90 (1 passed NVRTC's front end, 1 failed) in 2.0 s with 1 processes"
+
+
+def test_syntax_only_is_refused_before_nvrtc_12_4(small, monkeypatch, capsys):
+    monkeypatch.setattr(compiler, "nvrtc_version", lambda: (12, 3))
+    units = [precompile.Unit("small.cu", ("k<1>",), "small.cu one")]
+    with pytest.raises(ValueError, match=r"needs NVRTC 12\.4 or later \(its -fdevice-syntax-only\), and this NVRTC is "
+                                         r"12\.3: compile fully instead"):
+        precompile.compile_units(units, "sm_90", progress=None, syntax_only=True)
+    assert precompile.main(["--syntax-only", "--arch", "sm_90", "--ops", "static_quant"]) == 2
+    assert "(leave out --syntax-only)" in capsys.readouterr().err
+    monkeypatch.setattr(compiler, "nvrtc_version", lambda: (12, 4))
+    precompile.check_syntax_only()  # from 12.4 on: no error
 
 
 def test_cover_instantiates_every_template_argument_in_fewer_units():
