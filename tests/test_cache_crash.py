@@ -67,9 +67,9 @@ print("not killed")
 """
 
 
-# NVRTC 12.0 names internal-linkage symbols (<nv/target>'s, which the CUDA headers include) after a hash that changes between
-# compiles a second apart and the compiling process's id, so its CUBINs of one source differ from compile to
-# compile in those names alone (NVRTC 13.0's do not differ at all).
+# NVRTC 12.0 names internal-linkage symbols (<nv/target>'s, which the CUDA headers include) after a hash that
+# changes between compiles a second apart and the compiling process's id, so its CUBINs of one source differ from
+# compile to compile in those names alone (NVRTC 13.0's do not differ at all).
 _INTERNAL_NAME = re.compile(rb"_INTERNAL_[0-9a-f]{8}_\d+_\w+?_[0-9a-f]{8}_\d+")
 
 
