@@ -87,8 +87,8 @@ def _launch(grad_input, grads, grad_out, x, weight, eps, layer_norm, gemma, grad
     w_kind = "float32" if two_byte else None
     go_kind = "float32" if two_byte and grad_out.dtype == torch.float32 else None
     rows, stream, gi_stride = x.numel() // (heads * hidden), current_stream(device), heads * hidden
-    prepared = _prepared.get(layer_norm, dtype, None, hidden, gi_stride, g_stride, x_stride, gemma, None, weight is None,
-                             grad_bias, True, w_kind, go_kind)
+    prepared = _prepared.get(layer_norm, dtype, None, hidden, gi_stride, g_stride, x_stride, gemma, None,
+                             weight is None, grad_bias, True, w_kind, go_kind)
     item, g_item, p_item = x.element_size(), grad_out.element_size(), grads[0].element_size()
     gi, go, xp, wp = grad_input.data_ptr(), grad_out.data_ptr(), x.data_ptr(), 0 if w is None else w.data_ptr()
     gw, gb = (0 if weight is None else grads[0].data_ptr()), (grads[1].data_ptr() if grad_bias else 0)
