@@ -2,20 +2,17 @@
 what to install. Both run in a child process, with torch made unimportable there, so they hold with
 or without torch installed."""
 import ast
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from pyrms.ops import registry
-
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))  # the checkout
+from tests.support.child_env import ROOT, child_env
 
 
 def run_child(code: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(), capture_output=True,
+                          text=True, timeout=120)
 
 
 def test_import_pyrms_never_imports_torch():
