@@ -7,7 +7,6 @@ get a whole, correct CUBIN (never a truncated one read from disk) and leave a wh
 Runs on the CPU (NVRTC for sm_90). Two processes compiling the same key at once: test_compiler.py.
 """
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 
 from pyrms import cache, compiler
 from tests.support.child_env import child_env
+from tests.support.cubins import same_cubin
 
 EXPRESSIONS = ["k<3>"]
 
@@ -67,17 +67,6 @@ print("not killed")
 """
 
 
-# NVRTC 12.0 names internal-linkage symbols (<nv/target>'s, which the CUDA headers include) after a hash that
-# changes between compiles a second apart and the compiling process's id, so its CUBINs of one source differ from
-# compile to compile in those names alone (NVRTC 13.0's do not differ at all).
-_INTERNAL_NAME = re.compile(rb"_INTERNAL_[0-9a-f]{8}_\d+_\w+?_[0-9a-f]{8}_\d+")
-
-
-def _same_cubin(a: bytes, b: bytes) -> bool:
-    """Whether two CUBINs of one source are the same compile's, the internal symbols' names aside."""
-    return a == b or (len(a) == len(b) and _INTERNAL_NAME.sub(b"_", a) == _INTERNAL_NAME.sub(b"_", b))
-
-
 def _compile(**kwargs):
     return compiler.compile_source("small.cu", arch="sm_90", name_expressions=EXPRESSIONS, **kwargs)
 
@@ -115,7 +104,7 @@ def test_a_writer_killed_before_its_entry_exists_leaves_a_working_cache(small, m
     program = _compile()
     assert program.from_cache == "none"  # compiled again: nothing partial was read
     assert (program.key, program.lowered_names) == (reference.key, reference.lowered_names)
-    assert _same_cubin(program.cubin, reference.cubin)
+    assert same_cubin(program.cubin, reference.cubin)
     meta, cubin = cache.load(reference.key)  # and stored whole, beside the leftover temporary file
     assert cubin == program.cubin and meta["lowered_names"] == reference.lowered_names
     compiler.clear_memory_cache()
@@ -129,7 +118,7 @@ def test_a_writer_killed_right_after_os_replace_leaves_a_whole_entry(small):
     entries, temps = _entries(cache.directory())
     assert [p.name for p in entries] == [f"{reference.key}.cubin"] and temps == []
     program = _compile()
-    assert program.from_cache == "disk" and _same_cubin(program.cubin, reference.cubin)
+    assert program.from_cache == "disk" and same_cubin(program.cubin, reference.cubin)
 
 
 def test_temporary_files_of_killed_writers_are_never_read(small):
