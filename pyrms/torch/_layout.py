@@ -183,6 +183,14 @@ def check_backward_meta(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.T
                       per_head=("weight",) if per_head else ())
 
 
+def vector_weight(weight: torch.Tensor | None, hidden: int, device: int, dtype: torch.dtype | None = None) -> bool:
+    """The eager hot paths' test of a weight they launch as is: none, or [hidden], contiguous, on ``device``, of
+    ``dtype`` (None: any of DTYPE_NAMES). One torch attribute per test, none of them a check that names what
+    is wrong: a weight that fails goes through check_meta's."""
+    return weight is None or (weight.shape == (hidden,) and weight.get_device() == device and weight.is_contiguous()
+                              and (weight.dtype is dtype if dtype is not None else weight.dtype in DTYPE_NAMES))
+
+
 def per_head(weight: torch.Tensor | None) -> bool:
     """Whether a weight (which check_meta passed) is one per head: [heads, head_dim]."""
     return weight is not None and weight.dim() == 2

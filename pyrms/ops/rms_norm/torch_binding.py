@@ -20,7 +20,7 @@ from torch.autograd.function import once_differentiable
 
 from ... import driver
 from ...torch._layout import (DTYPE_NAMES, as_float32, check_device, check_meta, current_stream, empty_rows_like, mixed,
-                              per_head, row_stride, rows_of)
+                              per_head, row_stride, rows_of, vector_weight)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
 from .. import _views
@@ -45,8 +45,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool
         dtype = DTYPE_NAMES.get(x.dtype)
         ok = (dtype is not None and (device := x.get_device()) >= 0 and device == driver.selected_device().ordinal)
         hidden = x.shape[-1]
-        ok = ok and (weight is None or (weight.dtype is x.dtype and device == weight.get_device()
-                                        and weight.shape == (hidden,) and weight.is_contiguous()))
+        ok = ok and vector_weight(weight, hidden, device, x.dtype)
     except (AttributeError, IndexError):  # not a tensor, or a 0-d one
         ok = False
     if not ok:
@@ -161,8 +160,7 @@ def _forward_saving_rstd(x, weight, eps: float, gemma: bool, round_once: bool) -
     try:
         ok = (DTYPE_NAMES.get(x.dtype) is not None and (device := x.get_device()) >= 0
               and device == driver.selected_device().ordinal and row_stride(x) is not None
-              and (weight is None or (weight.shape == x.shape[-1:] and weight.is_contiguous()
-                                      and weight.get_device() == device and weight.dtype in DTYPE_NAMES)))
+              and vector_weight(weight, x.shape[-1], device))
     except (AttributeError, IndexError):  # not tensors, or a 0-d x: launch says which
         ok = False
     if not ok or (gemma and weight is None):

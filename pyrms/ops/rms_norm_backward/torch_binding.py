@@ -20,7 +20,8 @@ from torch import Tensor
 
 from ... import driver
 from ...torch._layout import (DTYPE_NAMES, as_float32, check_backward_meta, check_device, current_stream,
-                              empty_rows_like, mixed, parameter_grad_like, per_head, rows_of)
+                              empty_rows_like, mixed, parameter_grad_like, per_head, rows_of,
+                              vector_weight)
 from .prepared import _prepared, norm_backward
 
 __all__ = []
@@ -55,8 +56,7 @@ def norm_backward_launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.
         ok = (dtype is not None and device >= 0 and device == driver.selected_device().ordinal
               and grad_out.shape == x.shape and grad_out.get_device() == device
               and (grad_out.dtype is x.dtype or (mix and grad_out.dtype is torch.float32))
-              and (weight is None or (weight.shape == (hidden,) and weight.get_device() == device
-                                      and weight.is_contiguous() and weight.dtype in DTYPE_NAMES)))
+              and vector_weight(weight, hidden, device))
     except (AttributeError, IndexError):  # not tensors, or a 0-d x
         ok = False
     if not ok:
