@@ -90,19 +90,18 @@ def test_staged_kernel_bitwise_at_every_rows_per_block(op, dtype, hidden):
 
 @pytest.fixture
 def forced_staged(monkeypatch):
-    """force(threads, stages): every backward plan made from now on takes this staged launch
-    shape (where the plan has a staged kernel at all); the prepared launches are forgotten before and after."""
-    import dataclasses
-
+    """force(threads, stages, held=None): every backward plan made from now on takes this staged launch
+    shape (where the plan has a staged kernel at all; held: NormBackwardPlan.staged_shape's); the prepared
+    launches are forgotten before and after."""
     from pyrms import driver
     from pyrms.ops.rms_norm_backward import prepared
 
     original = bwd_plan.plan_norm_backward
 
-    def force(threads, stages):
+    def force(threads, stages, held=None):
         def forced(*args, **kwargs):
             p = original(*args, **kwargs)
-            return dataclasses.replace(p, threads=threads, stages=stages) if p.stages else p
+            return p.staged_shape(threads, stages, held) if p.stages else p
         monkeypatch.setattr(bwd_plan, "plan_norm_backward", forced)
         prepared._prepared.forget(driver.current_device())
 
@@ -126,6 +125,30 @@ def test_staged_kernel_bitwise_at_every_launch_shape(forced_staged, op, dtype, h
     for rows, rows_per_block in ((150, 16), (150, 48), (37, 1), (bwd_plan.BACKWARD_STAGED_FEW_ROWS + 333, None)):
         run_case(rng, dtype, rows, hidden, layer_norm=OPS[op], rows_per_block=rows_per_block)
     run_case(rng, dtype, 37, hidden, layer_norm=OPS[op], weight="none", rows_per_block=32, in_place="input")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [64, 1000, 4096, 5120, 6144])
+def test_column_sums_held_in_registers_give_the_shared_memory_bits(forced_staged, op, dtype, hidden):
+    """The staged kernel's chunk sums in registers (HELD, where the plan holds them) and in shared memory (held
+    0): the same bits, each launch against the twin, over chunk splits, a partial last chunk and one row per
+    block, with a weight (RMSNorm) and without one (LayerNorm's dbias alone)."""
+    weight = "none" if OPS[op] else None  # the one-plane variants: held sums need one plane
+    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=OPS[op], weight=weight is None)
+    if not p.held:
+        pytest.skip(f"the plan keeps these sums in shared memory (held {p.held})")
+    results = []
+    for held in (None, 0):
+        forced_staged(p.threads, p.stages, held)
+        for rows, rows_per_block in ((150, 16), (150, 48), (37, 1)):
+            got = run_case(np.random.default_rng(rows), dtype, rows, hidden, layer_norm=OPS[op],
+                           rows_per_block=rows_per_block, **({} if weight is None else {"weight": weight}))
+            results.append((held, rows, rows_per_block, got))
+    half = len(results) // 2
+    for (_, rows, per_block, held_sums), (_, _, _, shared_sums) in zip(results[:half], results[half:]):
+        for name, got in held_sums.items():
+            assert np.array_equal(bits(got), bits(shared_sums[name])), (name, rows, per_block)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
