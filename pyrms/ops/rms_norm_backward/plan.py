@@ -62,6 +62,20 @@ STAGED_SHARED_LIMIT = 226 * 1024  # the opt-in maximum (227 KiB) less the kernel
 # weight and the row buffers, so that more blocks fit per multiprocessor (4 instead of 3 at hidden 4096 and 5120,
 # by shared memory and by registers). More vectors, or two planes, cost registers that the blocks gained need.
 STAGED_HELD_MAX = 3
+# A staged launch of few blocks per multiprocessor (a grid of at most about two blocks each, as 4096 rows make)
+# leaves shared memory unused and runs at the latency of two rows in flight per block; it takes as many
+# stages (row buffers, up to STAGED_MAX_STAGES: norm_backward.cuh's cp_async_wait) as its blocks per
+# multiprocessor leave room for (NormBackwardPlan.staged_launch). Many blocks keep the plan's stages, for more
+# blocks per multiprocessor. Shared memory per multiprocessor is Hopper's 228 KiB, the driver reserves 1 KiB per
+# block, and the kernel's static scratch takes 512 bytes.
+STAGED_MAX_STAGES = 8
+SM_SHARED_BYTES = 228 * 1024
+BLOCK_SHARED_OVERHEAD = 1024 + 512
+
+
+def staged_blocks_per_sm(shared_bytes: int) -> int:
+    """Blocks of the staged kernel that fit one multiprocessor's shared memory with this much dynamic shared memory."""
+    return SM_SHARED_BYTES // (shared_bytes + BLOCK_SHARED_OVERHEAD)
 STAGED_HELD_THREADS = 256  # the most threads of a staged block that holds its sums (the kernels' __launch_bounds__)
 
 
@@ -134,6 +148,8 @@ class NormBackwardPlan(KernelPlan):
     fp32_grad_output: bool = False
     bias: bool = False  # RMSNorm with a bias (layer_norm.cu's RMS forward): dbias summed too
     held: int = 0  # the staged kernel's vectors per thread whose column sums stay in registers (0: shared memory)
+    spread: bool = True  # the staged kernel's folds may spread their partials over the block (staged_launch)
+    deepen: bool = True  # a staged launch of few blocks per multiprocessor may take more stages (staged_launch)
 
     def __post_init__(self):
         if self.bias and (self.centered or self.gemma):
@@ -230,14 +246,36 @@ class NormBackwardPlan(KernelPlan):
     def grad_output_itemsize(self) -> int:
         return 4 if self.fp32_grad_output else self.dtype.itemsize
 
-    def staged_shared_bytes(self, slots: int) -> int:
+    def staged_shared_bytes(self, slots: int, spread: bool = False) -> int:
         """Dynamic shared memory of the staged kernel with `slots` row slots: the chunk's column sums (none
-        where they are held in registers), the weight, and per slot a row of x and one of dy."""
+        where they are held in registers), the weight, per slot a row of x and one of dy, and with `spread`
+        the folds' partials (a float per vector, for each tree a fold sums at once: LayerNorm's dot fold two)."""
         row = self.dtype.itemsize + self.grad_output_itemsize
         # an fp32 weight beside 2-byte rows is read from global memory (norm_backward.cuh: staged_weight_bytes)
         weight = 0 if self.fp32_weight else self.weight_itemsize
         sums = 0 if self.held else 4 * self.params
-        return self.hidden * (sums + weight + row * slots)
+        parts = 4 * (2 if self.centered else 1) * (self.hidden // self.dtype.vec_elems) if spread else 0
+        return self.hidden * (sums + weight + row * slots) + parts
+
+    def staged_launch(self, rows_per_block: int, blocks: int, sms: int) -> tuple[int, bool, int]:
+        """(stages, spread, dynamic shared bytes) of a staged launch of `blocks` blocks of `rows_per_block` rows
+        on `sms` multiprocessors. Stages: the plan's, or for a grid of few blocks per multiprocessor (up to two)
+        as many as leave room for them (STAGED_MAX_STAGES at most, no more than the block's rows). Spread (the
+        folds' partials made by every thread: norm_backward.cuh's staged_fold) wherever its shared memory costs
+        no block per multiprocessor. The same arithmetic either way: only the pipeline's depth and which thread
+        makes a partial change."""
+        stages = self.stages
+        per_sm = -(-blocks // sms)
+        if self.deepen and rows_per_block > 1 and per_sm <= 2:
+            while (stages < min(STAGED_MAX_STAGES, rows_per_block) and self.staged_shared_bytes(stages + 1) <= STAGED_SHARED_LIMIT
+                   and staged_blocks_per_sm(self.staged_shared_bytes(stages + 1)) >= per_sm):
+                stages += 1
+        slots = min(stages, rows_per_block)
+        plain = self.staged_shared_bytes(slots)
+        with_parts = self.staged_shared_bytes(slots, True)
+        spread = (self.spread and with_parts <= STAGED_SHARED_LIMIT
+                  and staged_blocks_per_sm(with_parts) >= min(per_sm, staged_blocks_per_sm(plain)))
+        return stages, spread, with_parts if spread else plain
 
     @property
     def sum_expression(self) -> str:

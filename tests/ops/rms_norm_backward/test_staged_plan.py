@@ -1,5 +1,8 @@
 """The staged backward's plan: where a chunk's column sums are held in registers (HELD) instead of shared memory,
-and what that leaves in shared memory. CPU only; the bits are the GPU tests' (test_norm_backward_gpu.py)."""
+what that leaves in shared memory, and the stages and spread partials of a launch (staged_launch). CPU only;
+the bits are the GPU tests' (test_norm_backward_gpu.py)."""
+from dataclasses import replace
+
 import pytest
 
 from pyrms import dtypes
@@ -43,3 +46,30 @@ def test_a_held_that_cannot_be_is_refused(threads, stages, held, why):
         bwd_plan.plan_norm_backward("bfloat16", 5120, layer_norm=True).staged_shape(256, 2, 3)
     # the planner's own rule at other launch shapes: held where the threads own few enough vectors, else 0
     assert p.staged_shape(512, 2).held == 0 and p.staged_shape(128, 2).held == 0 and p.staged_shape(224, 2).held == 3
+
+
+def test_a_grid_of_few_blocks_per_multiprocessor_takes_more_stages():
+    p = bwd_plan.plan_norm_backward("bfloat16", 5120)  # held sums: shared memory is the weight and the rows
+    assert (p.held, p.stages) == (3, 2)
+    # 4096 rows: 256 blocks of 16 on 132 multiprocessors, two each: as many stages as leave room for two
+    stages, spread, shared = p.staged_launch(16, 256, 132)
+    assert stages == 5 and spread and shared == 5120 * (2 + 5 * 4) + 4 * 640
+    assert bwd_plan.staged_blocks_per_sm(shared) == 2 and bwd_plan.staged_blocks_per_sm(shared + 1536) == 1
+    # 16384 rows: 1024 blocks keep the plan's two stages, for four blocks per multiprocessor
+    assert p.staged_launch(16, 1024, 132) == (2, True, 5120 * 10 + 4 * 640)
+    assert bwd_plan.staged_blocks_per_sm(5120 * 10 + 4 * 640) == 4
+    # one row per block uses one buffer whatever the grid; no more stages than a block has rows
+    assert p.staged_launch(1, 64, 132)[0] == 2 and p.staged_launch(16, 10, 132)[0] == 8
+    assert replace(p, deepen=False, spread=False).staged_launch(16, 256, 132) == (2, False, 5120 * 10)
+
+
+def test_spread_partials_only_where_they_cost_no_block():
+    p = bwd_plan.plan_norm_backward("bfloat16", 8192)  # sums in shared memory: two blocks per multiprocessor
+    plain = p.staged_shared_bytes(2)
+    assert bwd_plan.staged_blocks_per_sm(plain) == 2
+    assert bwd_plan.staged_blocks_per_sm(p.staged_shared_bytes(2, spread=True)) == 1
+    assert p.staged_launch(16, 1024, 132) == (2, False, plain)
+    assert p.staged_launch(16, 256, 132) == (2, False, plain)  # a third stage would cost the second block
+    assert p.staged_launch(16, 100, 132)[1]  # one block per multiprocessor anyway: spread, and deeper
+    ln = bwd_plan.plan_norm_backward("bfloat16", 5120, layer_norm=True)  # two trees in the dot fold
+    assert ln.staged_shared_bytes(2, spread=True) - ln.staged_shared_bytes(2) == 2 * 4 * 640
