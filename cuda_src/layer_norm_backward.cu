@@ -38,12 +38,12 @@ __global__ void __launch_bounds__(HELD > 0 ? 256 : 512, HELD > 0 ? 4 : 0) layer_
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
-    int stages, int spread) {
+    int stages) {
     static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
     norm_backward_staged<T, true, false, W, DBIAS, G, HELD>(grad_input, partials, grad_output, input, weight, nullptr,
                                                    epsilon, rows,
                                                    hidden, grad_input_stride, grad_output_stride, input_stride,
-                                                   chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages, spread);
+                                                   chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);
 }
 
 }  // namespace pyrms

@@ -406,11 +406,8 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
-// The most row buffers the staged kernel pipelines through (cp_async_wait's cases; the planner's limit).
-constexpr int STAGED_MAX_STAGES = 8;
-
-// Wait until at most `pending` (0 .. STAGED_MAX_STAGES - 2) of this thread's newest cp.async groups are still
-// in flight.
+// Wait until at most `pending` (0 .. 6: up to 8 stages, plan.py's STAGED_MAX_STAGES) of this thread's newest
+// cp.async groups are still in flight.
 __device__ __forceinline__ void cp_async_wait(int pending) {
     switch (pending) {
         case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
@@ -426,34 +423,16 @@ __device__ __forceinline__ void cp_async_wait(int pending) {
 // The tree of row_core.cuh for a row of `vectors` body vectors and fold width F (a multiple of 32): fold
 // position t's acc(t) = ((0 + P(t)) + P(t + F)) + ..., warp_sum, the warp totals to scratch[t >> 5], one
 // barrier, the butterfly over the F / 32 warp totals. pv(v, q) gives vector v's partial of tree q (Q trees
-// summed at once, each with its own scratch row); returns the totals in `total`. With `parts` (shared memory,
-// Q * vectors floats) the partials are made first by the whole block, vector v by thread v mod blockDim.x, and
-// stored there; after a barrier the fold positions add them in the same order: the same sums, with the
-// per-element work spread over every thread rather than the F that fold (F is the plan's, often half the block).
+// summed at once, each with its own scratch row); returns the totals in `total`.
 template <int Q, typename PV>
-__device__ __forceinline__ void staged_fold(int F, int vectors, float* parts, float (*scratch)[32], PV pv,
-                                            float (&total)[Q]) {
-    if (parts != nullptr) {
-        for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
-            float p[Q];
-            pv(v, p);
-#pragma unroll
-            for (int q = 0; q < Q; ++q) parts[q * vectors + v] = p[q];
-        }
-        __syncthreads();
-    }
+__device__ __forceinline__ void staged_fold(int F, int vectors, float (*scratch)[32], PV pv, float (&total)[Q]) {
     for (int t = threadIdx.x; t < F; t += blockDim.x) {
         float acc[Q];
 #pragma unroll
         for (int q = 0; q < Q; ++q) acc[q] = 0.0f;
         for (int v = t; v < vectors; v += F) {
             float p[Q];
-            if (parts != nullptr) {
-#pragma unroll
-                for (int q = 0; q < Q; ++q) p[q] = parts[q * vectors + v];
-            } else {
-                pv(v, p);
-            }
+            pv(v, p);
 #pragma unroll
             for (int q = 0; q < Q; ++q) acc[q] = __fadd_rn(acc[q], p[q]);
         }
@@ -495,7 +474,7 @@ __device__ __forceinline__ void norm_backward_staged(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
-    int stages, int spread) {
+    int stages) {
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
     constexpr int N = Vec<T>::N;
     constexpr bool WEIGHTED = !Weightless<W>::value;
@@ -521,8 +500,6 @@ __device__ __forceinline__ void norm_backward_staged(
     const int first = static_cast<int>(min(static_cast<long long>(blockIdx.x) * rows_per_block, static_cast<long long>(rows)));
     const int end = rows - first < rows_per_block ? rows : first + rows_per_block;
     const int count = end - first;
-    // spread: the folds' partials through shared memory after the row buffers (staged_fold), room for two trees.
-    float* parts = spread ? reinterpret_cast<float*>(buffers + min(stages, rows_per_block) * stage_bytes) : nullptr;
 
     auto issue = [&](int i) {  // row first + i into its stage, if it exists; always one group
         if (i < count) {
@@ -562,17 +539,17 @@ __device__ __forceinline__ void norm_backward_staged(
             st = {0.0f, rstd[r]};
         } else if constexpr (!CENTERED) {
             float tot[1];
-            staged_fold<1>(fold, vectors, parts, &scratch[0], [&](int v, float (&p)[1]) {
+            staged_fold<1>(fold, vectors, &scratch[0], [&](int v, float (&p)[1]) {
                 p[0] = vector_sum(shared_pack(xs + v * N), [](float x) { return __fmul_rn(x, x); });
             }, tot);
             st = {0.0f, inv_rms(tot[0], hidden, epsilon)};
         } else {
             float tot[1];
-            staged_fold<1>(fold, vectors, parts, &scratch[0], [&](int v, float (&p)[1]) {
+            staged_fold<1>(fold, vectors, &scratch[0], [&](int v, float (&p)[1]) {
                 p[0] = vector_sum(shared_pack(xs + v * N), [](float x) { return x; });
             }, tot);
             const float mean = __fdiv_rn(tot[0], static_cast<float>(hidden));
-            staged_fold<1>(fold, vectors, parts, &scratch[1], [&](int v, float (&p)[1]) {
+            staged_fold<1>(fold, vectors, &scratch[1], [&](int v, float (&p)[1]) {
                 p[0] = vector_sum(shared_pack(xs + v * N), [mean](float x) {
                     const float d = __fsub_rn(x, mean);
                     return __fmul_rn(d, d);
@@ -584,7 +561,7 @@ __device__ __forceinline__ void norm_backward_staged(
         // (2) the row sums of x_hat * g (and g), in the tree of fold width dot_fold.
         constexpr int Q = CENTERED ? 2 : 1;
         float tot[Q];
-        staged_fold<Q>(dot_fold, vectors, parts, &scratch[2], [&](int v, float (&p)[Q]) {
+        staged_fold<Q>(dot_fold, vectors, &scratch[2], [&](int v, float (&p)[Q]) {
             const Pack<T> xv = shared_pack(xs + v * N);
             const WeightVec<T, G> dv = shared_columns<T>(ds + v * N);
             const WeightVec<T, W> wv = weights_at(v * N);

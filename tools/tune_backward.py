@@ -7,11 +7,11 @@ GPU. Used to choose the backward plan's table (backward_block, BACKWARD_FEW_ROWS
 
     python -m tools.tune_backward --shapes 16384x5120,32x5120 --configs planned,128/0/16,128/0/1,160/0/1
 
-A config is `planned`, `legacy` (the plan without its staged kernel), sTxS/rows_per_block[hH][f][n] (the staged
+A config is `planned`, `legacy` (the plan without its staged kernel), sTxS/rows_per_block[hH][f] (the staged
 kernel with T threads and S row buffers, e.g. s256x2/16; hH: its column sums held in registers, H vectors a
 thread, h0 in shared memory; by default where the planner would hold them at T threads; f: S stages whatever
-the grid, n: the folds' partials not spread over the block, as NormBackwardPlan.staged_launch would choose
-otherwise) or block/V/rows_per_block
+the grid, where NormBackwardPlan.staged_launch would deepen a grid of few blocks per multiprocessor) or
+block/V/rows_per_block
 (rows_per_block 0: the planned one for the shape);
 shapes a plan refuses are reported and skipped. Every configuration computes the statistics in the
 forward's tree (NormBackwardPlan.stats_fold); the sums of x_hat * g follow the block, so dx's bits may
@@ -85,7 +85,7 @@ def main() -> int:
                         rows_per_block = int(rows_part) or None
                         try:
                             forced = dataclasses.replace(planned.staged_shape(threads, stages, int(held_part) if held_part else None),
-                                                         deepen="f" not in flags, spread="n" not in flags)
+                                                         deepen="f" not in flags)
                         except ValueError as exc:
                             print(f"  {config}: skipped: {exc}")
                             continue

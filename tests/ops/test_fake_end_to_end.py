@@ -21,7 +21,7 @@ ROWS_ARGS = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")  # fused_add_rms_n
 RMS_ROWS_ARGS = ROWS_ARGS[:3] + ("ptr",) + ROWS_ARGS[3:]  # rms_norm_kernel: rstd after the weight
 BACKWARD_ROWS_ARGS = ("ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i32", "i64", "i64", "i64", "i32", "i32",
                       "i64", "i32", "i32")  # norm_backward.cuh: backward_rows_kernel
-BACKWARD_STAGED_ARGS = BACKWARD_ROWS_ARGS[:15] + ("i32",) * 4  # norm_backward_staged: fold, dot_fold, stages, spread
+BACKWARD_STAGED_ARGS = BACKWARD_ROWS_ARGS[:15] + ("i32", "i32", "i32")  # norm_backward_staged: fold, dot_fold, stages
 BACKWARD_SUM_ARGS = ("ptr", "ptr", "i32", "i32", "i64", "i32", "i32", "i32")  # norm_backward.cuh: sum_partials_kernel
 HIDDEN = 5120
 EPS = 1e-6
@@ -145,10 +145,10 @@ def test_rms_norm_backward_launches_both_kernels_with_the_planned_arguments_and_
     if staged:
         assert first.kernel == names[p.staged_expression]
         blocks = -(-rows // rows_per_block)
-        stages, spread, shared = p.staged_launch(rows_per_block, blocks, 132)  # the fake's 132 multiprocessors
+        stages, shared = p.staged_launch(rows_per_block, blocks, 132)  # the fake's 132 multiprocessors
         assert (first.grid, first.block, first.shared) == ((blocks, 1, 1), (p.threads, 1, 1), shared)
         assert first.args == (gi.ptr, ws, go.ptr, x.ptr, w.ptr, 0, f32(EPS), rows, HIDDEN, HIDDEN, HIDDEN, HIDDEN,
-                              ws_chunk, rows_per_block, p.ws_stride, p.stats_fold, p.block, stages, int(spread))
+                              ws_chunk, rows_per_block, p.ws_stride, p.stats_fold, p.block, stages)
     else:
         assert first.kernel == names[p.expression]
         assert (first.grid, first.block, first.shared) == ((-(-rows // rows_per_block), 1, 1), (p.block, 1, 1),

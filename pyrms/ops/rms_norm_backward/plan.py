@@ -148,7 +148,6 @@ class NormBackwardPlan(KernelPlan):
     fp32_grad_output: bool = False
     bias: bool = False  # RMSNorm with a bias (layer_norm.cu's RMS forward): dbias summed too
     held: int = 0  # the staged kernel's vectors per thread whose column sums stay in registers (0: shared memory)
-    spread: bool = True  # the staged kernel's folds may spread their partials over the block (staged_launch)
     deepen: bool = True  # a staged launch of few blocks per multiprocessor may take more stages (staged_launch)
 
     def __post_init__(self):
@@ -246,36 +245,28 @@ class NormBackwardPlan(KernelPlan):
     def grad_output_itemsize(self) -> int:
         return 4 if self.fp32_grad_output else self.dtype.itemsize
 
-    def staged_shared_bytes(self, slots: int, spread: bool = False) -> int:
+    def staged_shared_bytes(self, slots: int) -> int:
         """Dynamic shared memory of the staged kernel with `slots` row slots: the chunk's column sums (none
-        where they are held in registers), the weight, per slot a row of x and one of dy, and with `spread`
-        the folds' partials (a float per vector, for each tree a fold sums at once: LayerNorm's dot fold two)."""
+        where they are held in registers), the weight, and per slot a row of x and one of dy."""
         row = self.dtype.itemsize + self.grad_output_itemsize
         # an fp32 weight beside 2-byte rows is read from global memory (norm_backward.cuh: staged_weight_bytes)
         weight = 0 if self.fp32_weight else self.weight_itemsize
         sums = 0 if self.held else 4 * self.params
-        parts = 4 * (2 if self.centered else 1) * (self.hidden // self.dtype.vec_elems) if spread else 0
-        return self.hidden * (sums + weight + row * slots) + parts
+        return self.hidden * (sums + weight + row * slots)
 
-    def staged_launch(self, rows_per_block: int, blocks: int, sms: int) -> tuple[int, bool, int]:
-        """(stages, spread, dynamic shared bytes) of a staged launch of `blocks` blocks of `rows_per_block` rows
-        on `sms` multiprocessors. Stages: the plan's, or for a grid of few blocks per multiprocessor (up to two)
-        as many as leave room for them (STAGED_MAX_STAGES at most, no more than the block's rows). Spread (the
-        folds' partials made by every thread: norm_backward.cuh's staged_fold) wherever its shared memory costs
-        no block per multiprocessor. The same arithmetic either way: only the pipeline's depth and which thread
-        makes a partial change."""
+    def staged_launch(self, rows_per_block: int, blocks: int, sms: int) -> tuple[int, int]:
+        """(stages, dynamic shared bytes) of a staged launch of `blocks` blocks of `rows_per_block` rows on `sms`
+        multiprocessors: the plan's stages, or for a grid of at most two blocks per multiprocessor as many as
+        leave room for them (STAGED_MAX_STAGES at most, no more than the block's rows). Only the pipeline's
+        depth changes, never the arithmetic."""
         stages = self.stages
         per_sm = -(-blocks // sms)
         if self.deepen and rows_per_block > 1 and per_sm <= 2:
-            while (stages < min(STAGED_MAX_STAGES, rows_per_block) and self.staged_shared_bytes(stages + 1) <= STAGED_SHARED_LIMIT
+            while (stages < min(STAGED_MAX_STAGES, rows_per_block)
+                   and self.staged_shared_bytes(stages + 1) <= STAGED_SHARED_LIMIT
                    and staged_blocks_per_sm(self.staged_shared_bytes(stages + 1)) >= per_sm):
                 stages += 1
-        slots = min(stages, rows_per_block)
-        plain = self.staged_shared_bytes(slots)
-        with_parts = self.staged_shared_bytes(slots, True)
-        spread = (self.spread and with_parts <= STAGED_SHARED_LIMIT
-                  and staged_blocks_per_sm(with_parts) >= min(per_sm, staged_blocks_per_sm(plain)))
-        return stages, spread, with_parts if spread else plain
+        return stages, self.staged_shared_bytes(min(stages, rows_per_block))
 
     @property
     def sum_expression(self) -> str:

@@ -82,9 +82,9 @@ class Prepared:
         # one: norm_backward_staged splits at phase 0).
         self.staged_kernel = None
         self.staged_masks = (15, 15, 15, self.weight_item * dt.vec_elems - 1)
-        # The staged kernel's (stages, spread, dynamic shared memory) by rows per block and blocks per
-        # multiprocessor (plan.staged_launch), resolved at the first call of each.
-        self.staged_shapes: dict[tuple[int, int], tuple[int, bool, int]] = {}
+        # The staged kernel's (stages, dynamic shared memory) by rows per block and blocks per multiprocessor
+        # (plan.staged_launch), resolved at the first call of each.
+        self.staged_shapes: dict[tuple[int, int], tuple[int, int]] = {}
         self.sms = device.multiprocessor_count
         if p.stages and all(s * item % 16 == 0 for s, item in zip(self.strides, (dt.itemsize, go_item, dt.itemsize))):
             self.staged_kernel = launch.get_kernel(p.source, p.staged_expression, p.group, p.staged_contract.signature,
@@ -156,11 +156,11 @@ class Prepared:
                 shape = self.staged_shapes.get(key)
                 if shape is None:
                     shape = self.staged_shapes[key] = p.staged_launch(rows_per_block, blocks, self.sms)
-                stages, spread, shared = shape
+                stages, shared = shape
                 self.staged_kernel.launch(blocks, p.threads,
                                           (grad_input, ws, grad_output, input, weight, *saved, epsilon, num_tokens, hidden,
                                            gi_stride, go_stride, x_stride, ws_chunk, rows_per_block, p.ws_stride,
-                                           p.stats_fold, p.block, stages, int(spread)), handle,
+                                           p.stats_fold, p.block, stages), handle,
                                           shared, pdl=self.pdl)
             else:
                 self.rows_kernel.launch(-(-num_tokens // rows_per_block), p.block,

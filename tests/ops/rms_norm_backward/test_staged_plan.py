@@ -52,24 +52,21 @@ def test_a_grid_of_few_blocks_per_multiprocessor_takes_more_stages():
     p = bwd_plan.plan_norm_backward("bfloat16", 5120)  # held sums: shared memory is the weight and the rows
     assert (p.held, p.stages) == (3, 2)
     # 4096 rows: 256 blocks of 16 on 132 multiprocessors, two each: as many stages as leave room for two
-    stages, spread, shared = p.staged_launch(16, 256, 132)
-    assert stages == 5 and spread and shared == 5120 * (2 + 5 * 4) + 4 * 640
-    assert bwd_plan.staged_blocks_per_sm(shared) == 2 and bwd_plan.staged_blocks_per_sm(shared + 1536) == 1
+    stages, shared = p.staged_launch(16, 256, 132)
+    assert (stages, shared) == (5, 5120 * (2 + 5 * 4))
+    assert bwd_plan.staged_blocks_per_sm(shared) == 2 and bwd_plan.staged_blocks_per_sm(shared + 5120 * 4) == 1
     # 16384 rows: 1024 blocks keep the plan's two stages, for four blocks per multiprocessor
-    assert p.staged_launch(16, 1024, 132) == (2, True, 5120 * 10 + 4 * 640)
-    assert bwd_plan.staged_blocks_per_sm(5120 * 10 + 4 * 640) == 4
-    # one row per block uses one buffer whatever the grid; no more stages than a block has rows
-    assert p.staged_launch(1, 64, 132)[0] == 2 and p.staged_launch(16, 10, 132)[0] == 8
-    assert replace(p, deepen=False, spread=False).staged_launch(16, 256, 132) == (2, False, 5120 * 10)
+    assert p.staged_launch(16, 1024, 132) == (2, 5120 * 10) and bwd_plan.staged_blocks_per_sm(5120 * 10) == 4
+    # one row per block uses one buffer whatever the grid; no more stages than a block has rows, nor than 8
+    assert p.staged_launch(1, 64, 132) == (2, 5120 * 6)
+    assert p.staged_launch(16, 10, 132)[0] == bwd_plan.STAGED_MAX_STAGES and p.staged_launch(4, 10, 132)[0] == 4
+    assert replace(p, deepen=False).staged_launch(16, 256, 132) == (2, 5120 * 10)
 
 
-def test_spread_partials_only_where_they_cost_no_block():
+def test_deeper_stages_only_where_they_cost_no_block():
     p = bwd_plan.plan_norm_backward("bfloat16", 8192)  # sums in shared memory: two blocks per multiprocessor
     plain = p.staged_shared_bytes(2)
-    assert bwd_plan.staged_blocks_per_sm(plain) == 2
-    assert bwd_plan.staged_blocks_per_sm(p.staged_shared_bytes(2, spread=True)) == 1
-    assert p.staged_launch(16, 1024, 132) == (2, False, plain)
-    assert p.staged_launch(16, 256, 132) == (2, False, plain)  # a third stage would cost the second block
-    assert p.staged_launch(16, 100, 132)[1]  # one block per multiprocessor anyway: spread, and deeper
-    ln = bwd_plan.plan_norm_backward("bfloat16", 5120, layer_norm=True)  # two trees in the dot fold
-    assert ln.staged_shared_bytes(2, spread=True) - ln.staged_shared_bytes(2) == 2 * 4 * 640
+    assert bwd_plan.staged_blocks_per_sm(plain) == 2 and bwd_plan.staged_blocks_per_sm(p.staged_shared_bytes(3)) == 1
+    assert p.staged_launch(16, 256, 132) == (2, plain)  # a third stage would cost the second block
+    assert p.staged_launch(16, 100, 132)[0] == 5  # one block per multiprocessor: up to the shared memory limit
+    assert p.staged_shared_bytes(5) <= bwd_plan.STAGED_SHARED_LIMIT < p.staged_shared_bytes(6)
