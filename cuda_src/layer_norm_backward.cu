@@ -30,15 +30,17 @@ __global__ void __launch_bounds__(backward_max_threads(V, true), 1) layer_norm_b
 }
 
 // The staged variant of layer_norm_backward_kernel (norm_backward.cuh's norm_backward_staged: 16-byte
-// aligned operands, rows pipelined through shared memory): the same arithmetic, so the same bits.
-template <typename T, typename W = T, bool DBIAS = true, typename G = T>
-__global__ void __launch_bounds__(512) layer_norm_backward_staged_kernel(
+// aligned operands, rows pipelined through shared memory): the same arithmetic, so the same bits. HELD: the
+// chunk's column sums in registers (dbias alone, without a weight), HELD vectors a thread, for at most 256
+// threads (0: in shared memory).
+template <typename T, typename W = T, bool DBIAS = true, typename G = T, int HELD = 0>
+__global__ void __launch_bounds__(HELD > 0 ? 256 : 512, HELD > 0 ? 4 : 0) layer_norm_backward_staged_kernel(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
     int stages) {
     static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
-    norm_backward_staged<T, true, false, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, nullptr,
+    norm_backward_staged<T, true, false, W, DBIAS, G, HELD>(grad_input, partials, grad_output, input, weight, nullptr,
                                                    epsilon, rows,
                                                    hidden, grad_input_stride, grad_output_stride, input_stride,
                                                    chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);

@@ -392,7 +392,8 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const flo
 // (in shared memory) is added to by one thread, in row order, as in norm_backward_rows.
 // Dynamic shared memory: P * hidden floats of sums, then the weight (hidden of W: staged_weight_bytes), then
 // `stages` buffers of an x row (hidden of T) and a dy row (hidden of G); only min(stages, rows_per_block)
-// are used.
+// are used. HELD > 0: each thread keeps the chunk sums of its (at most HELD) vectors in registers instead, in
+// the same order (the same bits), and shared memory holds no sums: more blocks fit per multiprocessor.
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -405,13 +406,17 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
-// Wait until at most `pending` (0 .. 3) of this thread's newest cp.async groups are still in flight.
+// Wait until at most `pending` (0 .. 6: up to 8 stages, plan.py's STAGED_MAX_STAGES) of this thread's newest
+// cp.async groups are still in flight.
 __device__ __forceinline__ void cp_async_wait(int pending) {
     switch (pending) {
         case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
         case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
         case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-        default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+        case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+        case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+        case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+        default: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
     }
 }
 
@@ -464,7 +469,7 @@ template <typename E> __device__ __forceinline__ void copy_row_async(E* dst, con
     for (int c = threadIdx.x; c < n / Vec<E>::N; c += blockDim.x) cp_async16(dst + c * Vec<E>::N, src + c * Vec<E>::N);
 }
 
-template <typename T, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G>
+template <typename T, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G, int HELD = 0>
 __device__ __forceinline__ void norm_backward_staged(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
@@ -480,8 +485,12 @@ __device__ __forceinline__ void norm_backward_staged(
     const int tid = threadIdx.x;
     const int B = blockDim.x;
     const int vectors = hidden / N;  // every row is all body vectors (the launcher's promise)
-    float* sums = reinterpret_cast<float*>(staged_shared);                      // P planes of hidden floats
-    unsigned char* after_sums = staged_shared + 4ll * P * hidden;
+    constexpr int PS = P > 0 ? P : 1;
+    // The chunk's column sums: P planes of hidden floats in shared memory, or (HELD > 0) the HELD vectors
+    // this thread owns in its registers (the launcher's promise: vectors <= HELD * blockDim.x).
+    float* sums = reinterpret_cast<float*>(staged_shared);
+    unsigned char* after_sums = staged_shared + (HELD > 0 ? 0ll : 4ll * P * hidden);
+    float held[HELD > 0 ? HELD : 1][PS][N];
     constexpr bool W_SHARED = staged_weight_bytes<T, W>() > 0;
     W* wsm = reinterpret_cast<W*>(after_sums);                                  // the weight (W_SHARED)
     unsigned char* buffers = after_sums + static_cast<long long>(staged_weight_bytes<T, W>()) * hidden;  // x, dy
@@ -512,12 +521,16 @@ __device__ __forceinline__ void norm_backward_staged(
     };
     for (int i = 0; i < stages - 1; ++i) issue(i);  // the weight travels with the first group
 
+    // Row i's stage and its place in its chunk, counted rather than divided (first is a multiple of chunk_rows).
+    int slot = 0, in_chunk = 0;
+    float* part = partials + static_cast<long long>(first / chunk_rows) * ws_stride;
     for (int i = 0; i < count; ++i) {
         const int r = first + i;
         cp_async_wait(stages - 2);  // row r's group is complete (this thread's copies)
         __syncthreads();            // everyone's; and every thread is done with row r - 1 and its stage
         issue(i + stages - 1);      // into row r - 1's stage
-        const T* xs = reinterpret_cast<const T*>(buffers + (i % stages) * stage_bytes);
+        const T* xs = reinterpret_cast<const T*>(buffers + slot * stage_bytes);
+        slot = slot + 1 == stages ? 0 : slot + 1;
         const G* ds = reinterpret_cast<const G*>(xs + hidden);
 
         // (1) statistics, in the forward's tree (fold width `fold`).
@@ -566,11 +579,15 @@ __device__ __forceinline__ void norm_backward_staged(
         const float g_mean = CENTERED ? __fdiv_rn(tot[Q - 1], static_cast<float>(hidden)) : 0.0f;
 
         // (3) dx, and the running chunk sums of the columns this thread owns.
-        const bool chunk_start = (i % chunk_rows) == 0;
-        const bool chunk_end = (i + 1) % chunk_rows == 0 || i + 1 == count;
+        const bool chunk_start = in_chunk == 0;
+        const bool chunk_end = in_chunk + 1 == chunk_rows || i + 1 == count;
         T* dx = grad_input + static_cast<long long>(r) * grad_input_stride;
-        float* part = partials + static_cast<long long>(r / chunk_rows) * ws_stride;
-        for (int v = tid; v < vectors; v += B) {
+        // The owned vectors v = tid + k * B: dx, and the columns' chunk sums in held[k] (HELD > 0: the loop
+        // unrolls, so k is a constant and held stays in registers) or in shared memory.
+#pragma unroll(HELD > 0 ? HELD : 1)
+        for (int k = 0, v = tid; HELD > 0 ? k < HELD : v < vectors; ++k, v += B) {
+            if (HELD > 0 && v >= vectors) break;
+            float (&acc)[PS][N] = held[HELD > 0 ? k : 0];
             const int at = v * N;
             const Pack<T> xv = shared_pack(xs + at);
             const WeightVec<T, G> dv = shared_columns<T>(ds + at);
@@ -593,22 +610,38 @@ __device__ __forceinline__ void norm_backward_staged(
                 if constexpr (P > 0) {
 #pragma unroll
                     for (int p = 0; p < P; ++p) {
-                        float4* a = reinterpret_cast<float4*>(sums + p * hidden + at + q);
-                        float4 s = chunk_start ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *a;
-                        s.x = __fadd_rn(s.x, terms[p][0]);
-                        s.y = __fadd_rn(s.y, terms[p][1]);
-                        s.z = __fadd_rn(s.z, terms[p][2]);
-                        s.w = __fadd_rn(s.w, terms[p][3]);
-                        if (chunk_end) {
-                            *reinterpret_cast<float4*>(part + p * plane + at + q) = s;
+                        if constexpr (HELD > 0) {
+                            float4 s = chunk_start ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                                                   : make_float4(acc[p][q], acc[p][q + 1], acc[p][q + 2], acc[p][q + 3]);
+                            s.x = __fadd_rn(s.x, terms[p][0]);
+                            s.y = __fadd_rn(s.y, terms[p][1]);
+                            s.z = __fadd_rn(s.z, terms[p][2]);
+                            s.w = __fadd_rn(s.w, terms[p][3]);
+                            if (chunk_end) {
+                                *reinterpret_cast<float4*>(part + p * plane + at + q) = s;
+                            } else {
+                                acc[p][q] = s.x, acc[p][q + 1] = s.y, acc[p][q + 2] = s.z, acc[p][q + 3] = s.w;
+                            }
                         } else {
-                            *a = s;
+                            float4* a = reinterpret_cast<float4*>(sums + p * hidden + at + q);
+                            float4 s = chunk_start ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *a;
+                            s.x = __fadd_rn(s.x, terms[p][0]);
+                            s.y = __fadd_rn(s.y, terms[p][1]);
+                            s.z = __fadd_rn(s.z, terms[p][2]);
+                            s.w = __fadd_rn(s.w, terms[p][3]);
+                            if (chunk_end) {
+                                *reinterpret_cast<float4*>(part + p * plane + at + q) = s;
+                            } else {
+                                *a = s;
+                            }
                         }
                     }
                 }
             }
             store_aligned(dx + at, out);
         }
+        if (chunk_end) part += ws_stride;
+        in_chunk = chunk_end ? 0 : in_chunk + 1;
     }
     cp_async_wait(0);  // nothing is left in flight (every group past the last row is empty)
 }

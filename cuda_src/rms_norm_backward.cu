@@ -40,14 +40,15 @@ __global__ void __launch_bounds__(backward_max_threads(V, false), 1) rms_norm_ba
 
 // The staged variant (norm_backward.cuh's norm_backward_staged: 16-byte aligned operands, rows pipelined
 // through shared memory): the same arithmetic, so the same bits. dot_fold: the plan's block (the tree of the
-// row sums that rms_norm_backward_kernel takes from its blockDim.x); stages: row buffers in flight.
-template <typename T, bool GEMMA, typename W = T, typename G = T, bool DBIAS = false>
-__global__ void __launch_bounds__(512) rms_norm_backward_staged_kernel(
+// row sums that rms_norm_backward_kernel takes from its blockDim.x); stages: row buffers in flight. HELD: the
+// chunk's column sums in registers, HELD vectors a thread, for at most 256 threads (0: in shared memory).
+template <typename T, bool GEMMA, typename W = T, typename G = T, bool DBIAS = false, int HELD = 0>
+__global__ void __launch_bounds__(HELD > 0 ? 256 : 512, HELD > 0 ? 4 : 0) rms_norm_backward_staged_kernel(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride,
     long long grad_output_stride, long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride,
     int fold, int dot_fold, int stages) {
-    norm_backward_staged<T, false, GEMMA, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, rstd, epsilon, rows,
+    norm_backward_staged<T, false, GEMMA, W, DBIAS, G, HELD>(grad_input, partials, grad_output, input, weight, rstd, epsilon, rows,
                                                     hidden, grad_input_stride, grad_output_stride, input_stride,
                                                     chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);
 }

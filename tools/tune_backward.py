@@ -7,9 +7,12 @@ GPU. Used to choose the backward plan's table (backward_block, BACKWARD_FEW_ROWS
 
     python -m tools.tune_backward --shapes 16384x5120,32x5120 --configs planned,128/0/16,128/0/1,160/0/1
 
-A config is `planned`, `legacy` (the plan without its staged kernel), sTxS/rows_per_block (the staged
-kernel with T threads and S row buffers, e.g. s256x2/16) or block/V/rows_per_block (rows_per_block 0: the
-planned one for the shape);
+A config is `planned`, `legacy` (the plan without its staged kernel), sTxS/rows_per_block[hH][f] (the staged
+kernel with T threads and S row buffers, e.g. s256x2/16; hH: its column sums held in registers, H vectors a
+thread, h0 in shared memory; by default where the planner would hold them at T threads; f: S stages whatever
+the grid, where NormBackwardPlan.staged_launch would deepen a grid of few blocks per multiprocessor) or
+block/V/rows_per_block
+(rows_per_block 0: the planned one for the shape);
 shapes a plan refuses are reported and skipped. Every configuration computes the statistics in the
 forward's tree (NormBackwardPlan.stats_fold); the sums of x_hat * g follow the block, so dx's bits may
 differ between blocks, never dweight's order.
@@ -75,10 +78,17 @@ def main() -> int:
                     if config == "legacy":
                         forced = dataclasses.replace(planned, threads=0, stages=0)
                     else:
-                        head, rows_per_block = config[1:].split("/")
+                        head, tail = config[1:].split("/")
+                        flags = tail.lstrip("0123456789h")
+                        rows_part, _, held_part = tail[:len(tail) - len(flags)].partition("h")
                         threads, stages = map(int, head.split("x"))
-                        rows_per_block = int(rows_per_block) or None
-                        forced = dataclasses.replace(planned, threads=threads, stages=stages)
+                        rows_per_block = int(rows_part) or None
+                        try:
+                            forced = dataclasses.replace(planned.staged_shape(threads, stages, int(held_part) if held_part else None),
+                                                         deepen="f" not in flags)
+                        except ValueError as exc:
+                            print(f"  {config}: skipped: {exc}")
+                            continue
                         if not planned.stages or forced.staged_shared_bytes(
                                 forced.staged_slots(rows_per_block or planned.chunk_rows)) > bwd_plan.STAGED_SHARED_LIMIT:
                             print(f"  {config}: skipped: no staged kernel, or its stages do not fit")

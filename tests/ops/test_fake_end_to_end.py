@@ -144,10 +144,11 @@ def test_rms_norm_backward_launches_both_kernels_with_the_planned_arguments_and_
     first, second = fake.launches
     if staged:
         assert first.kernel == names[p.staged_expression]
-        assert (first.grid, first.block, first.shared) == ((-(-rows // rows_per_block), 1, 1), (p.threads, 1, 1),
-                                                           p.staged_shared_bytes(p.staged_slots(rows_per_block)))
+        blocks = -(-rows // rows_per_block)
+        stages, shared = p.staged_launch(rows_per_block, blocks, 132)  # the fake's 132 multiprocessors
+        assert (first.grid, first.block, first.shared) == ((blocks, 1, 1), (p.threads, 1, 1), shared)
         assert first.args == (gi.ptr, ws, go.ptr, x.ptr, w.ptr, 0, f32(EPS), rows, HIDDEN, HIDDEN, HIDDEN, HIDDEN,
-                              ws_chunk, rows_per_block, p.ws_stride, p.stats_fold, p.block, p.stages)
+                              ws_chunk, rows_per_block, p.ws_stride, p.stats_fold, p.block, stages)
     else:
         assert first.kernel == names[p.expression]
         assert (first.grid, first.block, first.shared) == ((-(-rows // rows_per_block), 1, 1), (p.block, 1, 1),

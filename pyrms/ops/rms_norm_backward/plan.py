@@ -56,6 +56,27 @@ BACKWARD_STAGED_THREADS = 256
 BACKWARD_STAGES = 2
 BACKWARD_STAGED_FEW_ROWS = 1024
 STAGED_SHARED_LIMIT = 226 * 1024  # the opt-in maximum (227 KiB) less the kernel's static shared memory
+# Where the staged kernel sums one parameter's gradient and each thread owns at most this many vectors of the
+# row (bf16/fp16 hidden up to 6144 at 256 threads), it keeps the chunk's column sums in registers (its HELD
+# template argument) instead of shared memory, in the same order: the same bits, with shared memory left to the
+# weight and the row buffers, so that more blocks fit per multiprocessor (4 instead of 3 at hidden 4096 and 5120,
+# by shared memory and by registers). More vectors, or two planes, cost registers that the blocks gained need.
+STAGED_HELD_MAX = 3
+# A staged launch of few blocks per multiprocessor (a grid of at most about two blocks each, as 4096 rows make)
+# leaves shared memory unused and runs at the latency of two rows in flight per block; it takes as many
+# stages (row buffers, up to STAGED_MAX_STAGES: norm_backward.cuh's cp_async_wait) as its blocks per
+# multiprocessor leave room for (NormBackwardPlan.staged_launch). Many blocks keep the plan's stages, for more
+# blocks per multiprocessor. Shared memory per multiprocessor is Hopper's 228 KiB, the driver reserves 1 KiB per
+# block, and the kernel's static scratch takes 512 bytes.
+STAGED_MAX_STAGES = 8
+SM_SHARED_BYTES = 228 * 1024
+BLOCK_SHARED_OVERHEAD = 1024 + 512
+
+
+def staged_blocks_per_sm(shared_bytes: int) -> int:
+    """Blocks of the staged kernel that fit one multiprocessor's shared memory with this much dynamic shared memory."""
+    return SM_SHARED_BYTES // (shared_bytes + BLOCK_SHARED_OVERHEAD)
+STAGED_HELD_THREADS = 256  # the most threads of a staged block that holds its sums (the kernels' __launch_bounds__)
 
 
 # dweight/dbias are summed over chunks of this many rows, then over chunks (norm_backward.cuh).
@@ -93,7 +114,9 @@ def _backward_group(dtype: dtypes.DType, centered: bool, weight: str) -> tuple[s
         variants += [NormBackwardPlan(dtype, 0, 32, 0, False, False, grad_dtype, weightless=weightless, fp32_weight=fp32,
                                       fp32_grad_output=d, bias=True) for d in ((False, True) if fp32 else (False,))]
     sums = _sum_partials(dtype) if any(p.params for p in variants) else {}
-    staged = dict.fromkeys(p.staged_expression for p in variants)
+    # every variant's staged kernel, and those that sum one plane with the sums held in registers, by HELD
+    staged = dict.fromkeys(replace(p, held=held).staged_expression for p in variants
+                           for held in (0, *(range(1, STAGED_HELD_MAX + 1) if p.params == 1 else ())))
     return tuple(p.expression for p in variants) + tuple(staged) + tuple(sums)
 
 
@@ -124,6 +147,8 @@ class NormBackwardPlan(KernelPlan):
     fp32_weight: bool = False
     fp32_grad_output: bool = False
     bias: bool = False  # RMSNorm with a bias (layer_norm.cu's RMS forward): dbias summed too
+    held: int = 0  # the staged kernel's vectors per thread whose column sums stay in registers (0: shared memory)
+    deepen: bool = True  # a staged launch of few blocks per multiprocessor may take more stages (staged_launch)
 
     def __post_init__(self):
         if self.bias and (self.centered or self.gemma):
@@ -140,6 +165,11 @@ class NormBackwardPlan(KernelPlan):
         if self.vectors and self.stats_fold > self.block:  # row_core.cuh: only re-reading rows fold wider
             raise ValueError(f"a backward that keeps {self.vectors} vectors per thread needs at least the fold's "
                              f"{self.stats_fold} threads, got {self.block}")
+        if self.held and (self.params != 1 or self.threads > STAGED_HELD_THREADS
+                          or self.held * max(self.threads, 1) * self.dtype.vec_elems < self.hidden):
+            raise ValueError(f"held sums need one parameter's plane, at most {STAGED_HELD_THREADS} threads and every "
+                             f"vector owned: got held={self.held}, {self.params} planes, {self.threads} threads, "
+                             f"hidden {self.hidden}")
         if self.weightless and self.gemma:
             raise ValueError("gemma needs a weight (it multiplies by 1 + weight); got weight=None")
 
@@ -188,8 +218,19 @@ class NormBackwardPlan(KernelPlan):
     def staged_expression(self) -> str:
         """The staged kernel of the same variant."""
         if self.centered:
-            return self.staged_contract.expression(T=self.dtype.ctype, DBIAS=self.sums_bias, **self._type_args)
-        return self.staged_contract.expression(T=self.dtype.ctype, GEMMA=self.gemma, DBIAS=self.bias, **self._type_args)
+            return self.staged_contract.expression(T=self.dtype.ctype, DBIAS=self.sums_bias, HELD=self.held,
+                                                   **self._type_args)
+        return self.staged_contract.expression(T=self.dtype.ctype, GEMMA=self.gemma, DBIAS=self.bias, HELD=self.held,
+                                               **self._type_args)
+
+    def staged_shape(self, threads: int, stages: int, held: int | None = None) -> "NormBackwardPlan":
+        """This plan with the staged kernel at `threads` threads and `stages` row buffers, its column sums in
+        registers (`held` vectors a thread) or shared memory (0); held None: in registers where one plane is
+        summed and each thread owns at most STAGED_HELD_MAX vectors (ValueError for a held that cannot be)."""
+        if held is None:
+            owned = -(-(self.hidden // self.dtype.vec_elems) // threads)
+            held = owned if self.params == 1 and owned <= STAGED_HELD_MAX and threads <= STAGED_HELD_THREADS else 0
+        return replace(self, threads=threads, stages=stages, held=held)
 
     def staged_slots(self, rows_per_block: int) -> int:
         """Row buffers of the staged kernel's shared memory: its stages, or a block's rows if fewer."""
@@ -205,12 +246,27 @@ class NormBackwardPlan(KernelPlan):
         return 4 if self.fp32_grad_output else self.dtype.itemsize
 
     def staged_shared_bytes(self, slots: int) -> int:
-        """Dynamic shared memory of the staged kernel with `slots` row slots: the chunk's column sums,
-        the weight, and per slot a row of x and one of dy."""
+        """Dynamic shared memory of the staged kernel with `slots` row slots: the chunk's column sums (none
+        where they are held in registers), the weight, and per slot a row of x and one of dy."""
         row = self.dtype.itemsize + self.grad_output_itemsize
         # an fp32 weight beside 2-byte rows is read from global memory (norm_backward.cuh: staged_weight_bytes)
         weight = 0 if self.fp32_weight else self.weight_itemsize
-        return self.hidden * (4 * self.params + weight + row * slots)
+        sums = 0 if self.held else 4 * self.params
+        return self.hidden * (sums + weight + row * slots)
+
+    def staged_launch(self, rows_per_block: int, blocks: int, sms: int) -> tuple[int, int]:
+        """(stages, dynamic shared bytes) of a staged launch of `blocks` blocks of `rows_per_block` rows on `sms`
+        multiprocessors: the plan's stages, or for a grid of at most two blocks per multiprocessor as many as
+        leave room for them (STAGED_MAX_STAGES at most, no more than the block's rows). Only the pipeline's
+        depth changes, never the arithmetic."""
+        stages = self.stages
+        per_sm = -(-blocks // sms)
+        if self.deepen and rows_per_block > 1 and per_sm <= 2:
+            while (stages < min(STAGED_MAX_STAGES, rows_per_block)
+                   and self.staged_shared_bytes(stages + 1) <= STAGED_SHARED_LIMIT
+                   and staged_blocks_per_sm(self.staged_shared_bytes(stages + 1)) >= per_sm):
+                stages += 1
+        return stages, self.staged_shared_bytes(min(stages, rows_per_block))
 
     @property
     def sum_expression(self) -> str:
@@ -303,6 +359,7 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
     if hidden % dt.vec_elems == 0:
         threads = min(BACKWARD_STAGED_THREADS, -(-(hidden // dt.vec_elems) // 32) * 32)
         for stages in range(BACKWARD_STAGES, 1, -1):  # as many buffers as fit, at least two
-            if p.staged_shared_bytes(stages) <= STAGED_SHARED_LIMIT:
-                return replace(p, threads=threads, stages=stages)
+            staged = p.staged_shape(threads, stages)
+            if staged.staged_shared_bytes(stages) <= STAGED_SHARED_LIMIT:
+                return staged
     return p

@@ -46,7 +46,7 @@ class Prepared:
     the bias's gradient is asked for (LayerNorm's, or RMSNorm's with a bias); weight_dtype, grad_output_dtype:
     None for the rows' dtype."""
 
-    __slots__ = ("device", "plan", "rows_kernel", "staged_kernel", "staged_shared", "sum_kernel", "hidden", "strides",
+    __slots__ = ("device", "plan", "rows_kernel", "staged_kernel", "staged_shapes", "sms", "sum_kernel", "hidden", "strides",
                  "rows_per_block", "max_rows", "pointers", "rstd_pointers", "weight_item", "staged_masks", "weightless",
                  "pdl", "placed")
 
@@ -82,8 +82,10 @@ class Prepared:
         # one: norm_backward_staged splits at phase 0).
         self.staged_kernel = None
         self.staged_masks = (15, 15, 15, self.weight_item * dt.vec_elems - 1)
-        # The staged kernel's dynamic shared memory by rows per block, resolved at the first call of each.
-        self.staged_shared: dict[int, int] = {}
+        # The staged kernel's (stages, dynamic shared memory) by rows per block and blocks per multiprocessor
+        # (plan.staged_launch), resolved at the first call of each.
+        self.staged_shapes: dict[tuple[int, int], tuple[int, int]] = {}
+        self.sms = device.multiprocessor_count
         if p.stages and all(s * item % 16 == 0 for s, item in zip(self.strides, (dt.itemsize, go_item, dt.itemsize))):
             self.staged_kernel = launch.get_kernel(p.source, p.staged_expression, p.group, p.staged_contract.signature,
                                                    device)
@@ -148,13 +150,17 @@ class Prepared:
             self.device, handle, needed)
         with borrowed as ws:
             if staged:
-                shared = self.staged_shared.get(rows_per_block)
-                if shared is None:
-                    shared = self.staged_shared[rows_per_block] = p.staged_shared_bytes(p.staged_slots(rows_per_block))
-                self.staged_kernel.launch(-(-num_tokens // rows_per_block), p.threads,
+                blocks = -(-num_tokens // rows_per_block)
+                # staged_launch depends on the blocks per multiprocessor only up to 2 (3: more)
+                key = (rows_per_block, min(-(-blocks // self.sms), 3))
+                shape = self.staged_shapes.get(key)
+                if shape is None:
+                    shape = self.staged_shapes[key] = p.staged_launch(rows_per_block, blocks, self.sms)
+                stages, shared = shape
+                self.staged_kernel.launch(blocks, p.threads,
                                           (grad_input, ws, grad_output, input, weight, *saved, epsilon, num_tokens, hidden,
                                            gi_stride, go_stride, x_stride, ws_chunk, rows_per_block, p.ws_stride,
-                                           p.stats_fold, p.block, p.stages), handle,
+                                           p.stats_fold, p.block, stages), handle,
                                           shared, pdl=self.pdl)
             else:
                 self.rows_kernel.launch(-(-num_tokens // rows_per_block), p.block,

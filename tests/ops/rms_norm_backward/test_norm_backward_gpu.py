@@ -7,6 +7,7 @@ workspaces, also under graph capture; and the
 gradients against PyTorch autograd in float64 on the GPU.
 """
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -90,19 +91,18 @@ def test_staged_kernel_bitwise_at_every_rows_per_block(op, dtype, hidden):
 
 @pytest.fixture
 def forced_staged(monkeypatch):
-    """force(threads, stages): every backward plan made from now on takes this staged launch
-    shape (where the plan has a staged kernel at all); the prepared launches are forgotten before and after."""
-    import dataclasses
-
+    """force(threads, stages, held=None, **fields): every backward plan made from now on takes this staged
+    launch shape (where the plan has a staged kernel at all; held: NormBackwardPlan.staged_shape's; fields: the
+    plan's deepen and spread); the prepared launches are forgotten before and after."""
     from pyrms import driver
     from pyrms.ops.rms_norm_backward import prepared
 
     original = bwd_plan.plan_norm_backward
 
-    def force(threads, stages):
+    def force(threads, stages, held=None, **fields):
         def forced(*args, **kwargs):
             p = original(*args, **kwargs)
-            return dataclasses.replace(p, threads=threads, stages=stages) if p.stages else p
+            return replace(p.staged_shape(threads, stages, held), **fields) if p.stages else p
         monkeypatch.setattr(bwd_plan, "plan_norm_backward", forced)
         prepared._prepared.forget(driver.current_device())
 
@@ -126,6 +126,53 @@ def test_staged_kernel_bitwise_at_every_launch_shape(forced_staged, op, dtype, h
     for rows, rows_per_block in ((150, 16), (150, 48), (37, 1), (bwd_plan.BACKWARD_STAGED_FEW_ROWS + 333, None)):
         run_case(rng, dtype, rows, hidden, layer_norm=OPS[op], rows_per_block=rows_per_block)
     run_case(rng, dtype, 37, hidden, layer_norm=OPS[op], weight="none", rows_per_block=32, in_place="input")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [64, 1000, 4096, 5120, 8192])
+def test_deeper_stages_give_the_same_bits(forced_staged, op, dtype, hidden):
+    """A staged launch of few blocks per multiprocessor takes more stages (NormBackwardPlan.staged_launch): the
+    same bits as the plan's stages, each launch against the twin, with and without a weight and in place."""
+    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=OPS[op])
+    if not p.stages:
+        pytest.skip("no staged kernel at this size")
+    assert p.staged_launch(16, 10, 132)[0] > p.stages  # 150 rows in blocks of 16: deepened below
+    results = []
+    for fields in ({}, {"deepen": False}):
+        forced_staged(p.threads, p.stages, None, **fields)
+        for rows, rows_per_block, weight in ((150, 16, None), (150, 48, None), (70, 32, "none")):
+            got = run_case(np.random.default_rng(rows), dtype, rows, hidden, layer_norm=OPS[op],
+                           rows_per_block=rows_per_block, **({} if weight is None else {"weight": weight}))
+            results.append(((rows, rows_per_block), got))
+        run_case(np.random.default_rng(2), dtype, 37, hidden, layer_norm=OPS[op], in_place="input", rows_per_block=16)
+    for (case, deep), (_, fixed) in zip(results[:3], results[3:]):
+        for name, value in deep.items():
+            assert np.array_equal(bits(value), bits(fixed[name])), (name, case)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [64, 1000, 4096, 5120, 6144])
+def test_column_sums_held_in_registers_give_the_shared_memory_bits(forced_staged, op, dtype, hidden):
+    """The staged kernel's chunk sums in registers (HELD, where the plan holds them) and in shared memory (held
+    0): the same bits, each launch against the twin, over chunk splits, a partial last chunk and one row per
+    block, with a weight (RMSNorm) and without one (LayerNorm's dbias alone)."""
+    weight = "none" if OPS[op] else None  # the one-plane variants: held sums need one plane
+    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=OPS[op], weight=weight is None)
+    if not p.held:
+        pytest.skip(f"the plan keeps these sums in shared memory (held {p.held})")
+    results = []
+    for held in (None, 0):
+        forced_staged(p.threads, p.stages, held)
+        for rows, rows_per_block in ((150, 16), (150, 48), (37, 1)):
+            got = run_case(np.random.default_rng(rows), dtype, rows, hidden, layer_norm=OPS[op],
+                           rows_per_block=rows_per_block, **({} if weight is None else {"weight": weight}))
+            results.append((held, rows, rows_per_block, got))
+    half = len(results) // 2
+    for (_, rows, per_block, held_sums), (_, _, _, shared_sums) in zip(results[:half], results[half:]):
+        for name, got in held_sums.items():
+            assert np.array_equal(bits(got), bits(shared_sums[name])), (name, rows, per_block)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
