@@ -62,8 +62,9 @@ STAGED_SHARED_LIMIT = 226 * 1024  # the opt-in maximum (227 KiB) less the kernel
 # weight and the row buffers, so that more blocks fit per multiprocessor (4 instead of 3 at hidden 4096 and 5120,
 # by shared memory and by registers). More vectors, or two planes, cost registers that the blocks gained need.
 STAGED_HELD_MAX = 3
+STAGED_HELD_THREADS = 256  # the most threads of a staged block that holds its sums (the kernels' __launch_bounds__)
 # A staged launch of few blocks per multiprocessor (a grid of at most about two blocks each, as 4096 rows make)
-# leaves shared memory unused and runs at the latency of two rows in flight per block; it takes as many
+# leaves shared memory unused and has one row in flight per block at two stages; it takes as many
 # stages (row buffers, up to STAGED_MAX_STAGES: norm_backward.cuh's cp_async_wait) as its blocks per
 # multiprocessor leave room for (NormBackwardPlan.staged_launch). Many blocks keep the plan's stages, for more
 # blocks per multiprocessor. Shared memory per multiprocessor is Hopper's 228 KiB, the driver reserves 1 KiB per
@@ -76,7 +77,6 @@ BLOCK_SHARED_OVERHEAD = 1024 + 512
 def staged_blocks_per_sm(shared_bytes: int) -> int:
     """Blocks of the staged kernel that fit one multiprocessor's shared memory with this much dynamic shared memory."""
     return SM_SHARED_BYTES // (shared_bytes + BLOCK_SHARED_OVERHEAD)
-STAGED_HELD_THREADS = 256  # the most threads of a staged block that holds its sums (the kernels' __launch_bounds__)
 
 
 # dweight/dbias are summed over chunks of this many rows, then over chunks (norm_backward.cuh).
