@@ -34,7 +34,6 @@ from typing import Callable, Iterable, Sequence
 from . import dtypes, model_config
 from .ops import registry
 from .ops._spec import Unit
-from .ops.rms_norm import plan as rms_plan
 from .ops.seed import spec as seed_spec
 
 OPS = registry.NAMES
@@ -216,15 +215,13 @@ def clock(seconds: float) -> str:
 
 
 def model_units(model: model_config.ModelNorms, dtype_list: Iterable, training: bool = False) -> list[Unit]:
-    """The units of every norm call of ``model`` (``model_config.norm_calls``) in each dtype, sorted by label:
-    rms_norm's N-D unit too at a width whose rows pack several to a warp (QK-norm's head_dim)."""
+    """The units of every norm call of ``model`` (``model_config.norm_calls``) in each dtype, with those of the
+    entries each call also launches (its spec's companions), sorted by label."""
     found: dict[Unit, Unit] = {}
     for dt in map(dtypes.get, dtype_list):
         for op, width, options in model_config.norm_calls(model, dt, training):
-            ops = [op]
-            if op == "rms_norm" and rms_plan.plan_rms_norm(dt, width, **options).lanes:
-                ops.append("rms_norm_nd")
-            for name in ops:
+            companions = registry.get(op).companions
+            for name in (op, *(companions(dt, width, **options) if companions else ())):
                 u = unit(name, dt, width, **options)
                 found.setdefault(u, u)
     return sorted(found.values(), key=lambda u: (u.source, u.label))

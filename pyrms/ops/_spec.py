@@ -57,7 +57,9 @@ class OpSpec:
     ``random``: whether the randomized check draws it. ``torch``: the module (in the op's folder) that binds it
     for PyTorch, imported by pyrms.torch only; ``bench``: the module that declares its benchmark problems
     (None: the op has none of its own); ``twin``: the module of its float64 reference and bit-exact twin, whose
-    ``__all__`` pyrms.reference gathers."""
+    ``__all__`` pyrms.reference gathers. ``companions(dtype, hidden, **options)``: the other entries whose units
+    a call of this op with these operands also launches (None: none), so that precompiling a model's calls
+    compiles them too."""
 
     name: str
     module: str
@@ -75,6 +77,7 @@ class OpSpec:
     torch: str | None = None
     bench: str | None = None
     twin: str | None = None
+    companions: Callable[..., tuple[str, ...]] | None = None
 
     @property
     def flags(self) -> tuple[str, ...]:

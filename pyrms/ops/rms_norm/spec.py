@@ -25,6 +25,12 @@ def _nd_unit(dt, hidden, *, weight_dtype=None, out_dtype=None, **flags) -> Unit:
     return Unit(p.source, p.nd_group, f"{p.source} {dt.name} nd{label}{outs}")
 
 
+def _companions(dt, hidden, **options) -> tuple[str, ...]:
+    """The N-D entry point where this width's rows pack several to a warp (QK-norm's head_dim): pyrms.torch's
+    rms_norm launches such rows through it."""
+    return ("rms_norm_nd",) if plan_rms_norm(dt, hidden, **options).lanes else ()
+
+
 RMS_NORM = OpSpec(
     name="rms_norm", module="pyrms.ops.rms_norm.op", source=RmsNormPlan.source, plan=RmsNormPlan,
     torch="pyrms.ops.rms_norm.torch_binding",
@@ -32,7 +38,7 @@ RMS_NORM = OpSpec(
     twin="pyrms.ops.rms_norm.twin",
     check="row", operands=row_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "in_place", "out_kind"), random=True,
-    bench="pyrms.ops.rms_norm.bench")
+    bench="pyrms.ops.rms_norm.bench", companions=_companions)
 
 # rms_norm on N-D views, with a weight per outer row, and plain calls of many short rows (packed several to a
 # warp): rms_norm.cu's rms_norm_nd_kernel, a unit of its own (RmsNormPlan.nd_group).
