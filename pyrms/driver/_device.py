@@ -77,6 +77,11 @@ class Device:
         return self._attribute(_cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
 
     @functools.cached_property
+    def max_shared_memory_per_multiprocessor(self) -> int:
+        """Shared memory of one multiprocessor, which the blocks resident on it share."""
+        return self._attribute(_cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
+
+    @functools.cached_property
     def total_memory(self) -> int:
         return check(_cu.cuDeviceTotalMem(self._handle), "cuDeviceTotalMem")
 

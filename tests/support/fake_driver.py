@@ -92,6 +92,8 @@ class FakeDriver:
         self.functions = None  # the kernel names every library and module has: None for any
         self.kernel_names = {}  # CUkernel or CUfunction handle -> its kernel's name (str)
         self.kernel_params = {}  # kernel name -> the argument kinds its launches are read as
+        # shared memory a block may opt into and a multiprocessor has: an H200's (a test may set a smaller GPU's)
+        self.shared_optin, self.shared_per_sm = 232448, 233472
         self.launches = []  # Launch records of the launches accepted
         self.owners = {}  # allocation address, stream or pool handle -> the ordinal of its device
         self.lock = threading.RLock()  # handles and allocation tables, for threads that allocate at once
@@ -152,7 +154,8 @@ class FakeDriver:
         values = {a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9, a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0,
                   a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132, a.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: 50 << 20,
                   a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024,
-                  a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 232448}
+                  a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: self.shared_optin,
+                  a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: self.shared_per_sm}
         return (OK, values.get(attribute, 1024))
 
     def cuDeviceTotalMem(self, dev):

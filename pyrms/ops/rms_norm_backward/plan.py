@@ -74,9 +74,10 @@ SM_SHARED_BYTES = 228 * 1024
 BLOCK_SHARED_OVERHEAD = 1024 + 512
 
 
-def staged_blocks_per_sm(shared_bytes: int) -> int:
-    """Blocks of the staged kernel that fit one multiprocessor's shared memory with this much dynamic shared memory."""
-    return SM_SHARED_BYTES // (shared_bytes + BLOCK_SHARED_OVERHEAD)
+def staged_blocks_per_sm(shared_bytes: int, sm_shared: int = SM_SHARED_BYTES) -> int:
+    """Blocks of the staged kernel that fit a multiprocessor's `sm_shared` bytes of shared memory with this much
+    dynamic shared memory each."""
+    return sm_shared // (shared_bytes + BLOCK_SHARED_OVERHEAD)
 
 
 # dweight/dbias are summed over chunks of this many rows, then over chunks (norm_backward.cuh).
@@ -254,17 +255,18 @@ class NormBackwardPlan(KernelPlan):
         sums = 0 if self.held else 4 * self.params
         return self.hidden * (sums + weight + row * slots)
 
-    def staged_launch(self, rows_per_block: int, blocks: int, sms: int) -> tuple[int, int]:
+    def staged_launch(self, rows_per_block: int, blocks: int, sms: int, sm_shared: int = SM_SHARED_BYTES,
+                      limit: int = STAGED_SHARED_LIMIT) -> tuple[int, int]:
         """(stages, dynamic shared bytes) of a staged launch of `blocks` blocks of `rows_per_block` rows on `sms`
-        multiprocessors: the plan's stages, or for a grid of at most two blocks per multiprocessor as many as
-        leave room for them (STAGED_MAX_STAGES at most, no more than the block's rows). Only the pipeline's
-        depth changes, never the arithmetic."""
+        multiprocessors of `sm_shared` bytes of shared memory, `limit` bytes at most a block: the plan's stages,
+        or for a grid of at most two blocks per multiprocessor as many as leave room for them (STAGED_MAX_STAGES
+        at most, no more than the block's rows). Only the pipeline's depth changes, never the arithmetic."""
         stages = self.stages
         per_sm = -(-blocks // sms)
         if self.deepen and rows_per_block > 1 and per_sm <= 2:
             while (stages < min(STAGED_MAX_STAGES, rows_per_block)
-                   and self.staged_shared_bytes(stages + 1) <= STAGED_SHARED_LIMIT
-                   and staged_blocks_per_sm(self.staged_shared_bytes(stages + 1)) >= per_sm):
+                   and self.staged_shared_bytes(stages + 1) <= limit
+                   and staged_blocks_per_sm(self.staged_shared_bytes(stages + 1), sm_shared) >= per_sm):
                 stages += 1
         return stages, self.staged_shared_bytes(min(stages, rows_per_block))
 

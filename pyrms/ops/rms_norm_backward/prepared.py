@@ -46,7 +46,8 @@ class Prepared:
     the bias's gradient is asked for (LayerNorm's, or RMSNorm's with a bias); weight_dtype, grad_output_dtype:
     None for the rows' dtype."""
 
-    __slots__ = ("device", "plan", "rows_kernel", "staged_kernel", "staged_shapes", "sms", "sum_kernel", "hidden", "strides",
+    __slots__ = ("device", "plan", "rows_kernel", "rows_shared", "staged_kernel", "staged_shapes", "sms", "sm_shared",
+                 "staged_limit", "sum_kernel", "hidden", "strides",
                  "rows_per_block", "max_rows", "pointers", "rstd_pointers", "weight_item", "staged_masks", "weightless",
                  "pdl", "placed")
 
@@ -71,10 +72,15 @@ class Prepared:
         self.rows_kernel = launch.get_kernel(p.source, p.expression, p.group, p.signature, device)
         params = int(not weightless) + int(grad_bias)  # the parameter gradients written, in plane order
         self.sum_kernel = launch.get_kernel(p.source, p.sum_expression, p.group, p.sum_contract.signature, device) if params else None
-        if p.shared_bytes:  # opt in whenever dynamic shared memory is used: the kernel's static shared memory
+        # What this GPU lets a block opt into (227 KiB on Hopper, less on earlier GPUs), less 1 KiB for the
+        # kernels' static shared memory: the planned shared memory of either kernel is taken only where it fits.
+        limit = device.max_shared_memory_per_block_optin - 1024
+        # kernel 1's sums in shared memory where they fit, else in the workspace (the same order)
+        self.rows_shared = p.shared_bytes if p.shared_bytes <= limit else 0
+        if self.rows_shared:  # opt in whenever dynamic shared memory is used: the kernel's static shared memory
             # counts against the 48 KiB default too, so 48 KiB of sums alone may already not fit (found by
             # the randomized check: fp32, hidden 12280, 49,120 bytes of sums failed with INVALID_VALUE)
-            self.rows_kernel.set_max_dynamic_shared(bwd_plan.SHARED_SUMS_LIMIT)
+            self.rows_kernel.set_max_dynamic_shared(min(bwd_plan.SHARED_SUMS_LIMIT, limit))
         self.hidden, self.weight_item = hidden, p.weight_itemsize or dt.itemsize
         # The staged kernel, where planned and every row shares the first's alignment (strides of whole
         # 16-byte vectors): taken per call when grad_input, grad_output and input are 16-byte aligned and
@@ -85,11 +91,13 @@ class Prepared:
         # The staged kernel's (stages, dynamic shared memory) by rows per block and blocks per multiprocessor
         # (plan.staged_launch), resolved at the first call of each.
         self.staged_shapes: dict[tuple[int, int], tuple[int, int]] = {}
-        self.sms = device.multiprocessor_count
-        if p.stages and all(s * item % 16 == 0 for s, item in zip(self.strides, (dt.itemsize, go_item, dt.itemsize))):
+        self.sms, self.sm_shared = device.multiprocessor_count, device.max_shared_memory_per_multiprocessor
+        self.staged_limit = min(bwd_plan.STAGED_SHARED_LIMIT, limit)
+        if (p.stages and p.staged_shared_bytes(p.stages) <= self.staged_limit
+                and all(s * item % 16 == 0 for s, item in zip(self.strides, (dt.itemsize, go_item, dt.itemsize)))):
             self.staged_kernel = launch.get_kernel(p.source, p.staged_expression, p.group, p.staged_contract.signature,
                                                    device)
-            self.staged_kernel.set_max_dynamic_shared(bwd_plan.STAGED_SHARED_LIMIT)
+            self.staged_kernel.set_max_dynamic_shared(self.staged_limit)
         self.max_rows = check.max_rows(hidden, *self.strides)
         gi, go, x = self.strides
         # grad_input, grad_output, input, the weight (if any), then the parameter gradients: what is
@@ -155,7 +163,8 @@ class Prepared:
                 key = (rows_per_block, min(-(-blocks // self.sms), 3))
                 shape = self.staged_shapes.get(key)
                 if shape is None:
-                    shape = self.staged_shapes[key] = p.staged_launch(rows_per_block, blocks, self.sms)
+                    shape = self.staged_shapes[key] = p.staged_launch(rows_per_block, blocks, self.sms, self.sm_shared,
+                                                                      self.staged_limit)
                 stages, shared = shape
                 self.staged_kernel.launch(blocks, p.threads,
                                           (grad_input, ws, grad_output, input, weight, *saved, epsilon, num_tokens, hidden,
@@ -166,7 +175,8 @@ class Prepared:
                 self.rows_kernel.launch(-(-num_tokens // rows_per_block), p.block,
                                         (grad_input, ws, grad_output, input, weight, *saved, epsilon, num_tokens, hidden,
                                          gi_stride, go_stride, x_stride, ws_chunk, rows_per_block, p.ws_stride,
-                                         1 if p.shared_bytes else 0, p.stats_fold), handle, p.shared_bytes, pdl=self.pdl)
+                                         1 if self.rows_shared else 0, p.stats_fold), handle, self.rows_shared,
+                                        pdl=self.pdl)
             for k, grad in enumerate(grads):  # dweight, then dbias from the next plane
                 plane = ws + k * ws_rows * p.ws_stride * 4
                 self.sum_kernel.launch(-(-hidden // 32), (32, 32), (grad, plane, hidden, p.chunks(num_tokens), p.ws_stride,
