@@ -67,10 +67,9 @@ def compile_unit(case: Case) -> tuple[str, tuple[str, ...]]:
     """(source, name expressions compiled together) of the kernels a case launches: the disk cache
     entry its launch will look up (pyrms.launch.get_kernel compiles a plan's whole group)."""
     spec = registry.get(case.op)
-    options = {"grad_dtype": case.grad_dtype} if spec.check == "backward" else {}
-    if case.op == "layer_norm":  # RMSNorm with a bias is a unit of its own
-        options["rms"] = case.rms
-    unit = spec.unit_for(case.dtype, case.hidden, **{name: getattr(case, name) for name in spec.flags}, **options)
+    # the case's value of each option the op's unit takes (its flags, grad_dtype, layer_norm's rms, ...)
+    taken = (*spec.flags, *spec.unit_options)
+    unit = spec.unit_for(case.dtype, case.hidden, **{name: getattr(case, name) for name in taken if hasattr(case, name)})
     return unit.source, unit.names
 
 

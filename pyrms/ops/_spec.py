@@ -90,7 +90,7 @@ class OpSpec:
         UNIT_OPTIONS that its unit takes. Another of UNIT_OPTIONS may be given at its default (callers pass
         one option set to every op); TypeError for any other name, ValueError for one the op lacks set away
         from its default."""
-        taken = _parameters(self.unit)
+        taken = self.unit_options
         passed = {name: bool(options.pop(name, False)) for name in self.flags}
         for name, value in options.items():
             if name in taken:
@@ -100,6 +100,11 @@ class OpSpec:
             elif value != UNIT_OPTIONS[name]:
                 raise ValueError(f"{self.name} has no {name}, got {name}={value!r}")
         return self.unit(dtypes.get(dtype), hidden, **passed)
+
+    @property
+    def unit_options(self) -> frozenset[str]:
+        """The options beside the flags that ``unit`` takes (by keyword)."""
+        return _parameters(self.unit)
 
     def flag_sets(self) -> list[dict]:
         """Every combination of the flags, each on or off, the first flag varying slowest."""
