@@ -67,7 +67,7 @@ def compile_unit(case: Case) -> tuple[str, tuple[str, ...]]:
     """(source, name expressions compiled together) of the kernels a case launches: the disk cache
     entry its launch will look up (pyrms.launch.get_kernel compiles a plan's whole group)."""
     spec = registry.get(case.op)
-    # the case's value of each option the op's unit takes (its flags, grad_dtype, layer_norm's rms, ...)
+    # the case's value of each option the op's unit takes (its flags, a backward's grad_dtype, RMSNorm with a bias's rms)
     taken = (*spec.flags, *spec.unit_options)
     unit = spec.unit_for(case.dtype, case.hidden, **{name: getattr(case, name) for name in taken if hasattr(case, name)})
     return unit.source, unit.names
