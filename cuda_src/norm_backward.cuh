@@ -406,8 +406,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
-// Wait until at most `pending` (0 .. 6: up to 8 stages, plan.py's STAGED_MAX_STAGES) of this thread's newest
-// cp.async groups are still in flight.
+// The most row buffers the staged kernel pipelines through (plan.py's STAGED_MAX_STAGES; cp_async_wait's cases).
+constexpr int STAGED_MAX_STAGES = 8;
+
+// Wait until at most `pending` (0 .. STAGED_MAX_STAGES - 2) of this thread's newest cp.async groups are still in
+// flight.
 __device__ __forceinline__ void cp_async_wait(int pending) {
     switch (pending) {
         case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
@@ -469,6 +472,45 @@ template <typename E> __device__ __forceinline__ void copy_row_async(E* dst, con
     for (int c = threadIdx.x; c < n / Vec<E>::N; c += blockDim.x) cp_async16(dst + c * Vec<E>::N, src + c * Vec<E>::N);
 }
 
+// sm_90 and later copy each row with the bulk copy engine (TMA): one thread issues a row's x and dy as two
+// copies whose completion an mbarrier per stage counts in bytes, instead of every thread issuing 16-byte cp.async
+// copies (about ten instructions per 16 bytes, a sixth of the kernel's instructions at bf16 hidden 5120). Older
+// archs keep cp.async.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PYRMS_STAGED_BULK 1
+#else
+#define PYRMS_STAGED_BULK 0
+#endif
+
+__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
+}
+
+// One arrival that also expects `bytes` of bulk copies to complete this phase.
+__device__ __forceinline__ void mbarrier_expect_bytes(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
+                 : "memory");
+}
+
+// Until the phase of parity `parity` of the mbarrier is complete.
+__device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(shared_address(bar)), "r"(parity)
+        : "memory");
+}
+
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared by the bulk copy engine, counted
+// by the mbarrier.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(shared_address(bar)) : "memory");
+}
+
 template <typename T, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G, int HELD = 0>
 __device__ __forceinline__ void norm_backward_staged(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
@@ -501,6 +543,32 @@ __device__ __forceinline__ void norm_backward_staged(
     const int end = rows - first < rows_per_block ? rows : first + rows_per_block;
     const int count = end - first;
 
+#if PYRMS_STAGED_BULK
+    __shared__ __align__(8) unsigned long long full[STAGED_MAX_STAGES];  // per stage: its row has arrived
+    if (tid == 0) {
+        for (int s = 0; s < stages; ++s) mbarrier_init(&full[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
+    }
+    __syncthreads();
+    auto issue = [&](int i) {  // row first + i into its stage, if it exists (the weight with row 0)
+        if (tid == 0 && i < count) {
+            const long long r = first + i;
+            T* xs = reinterpret_cast<T*>(buffers + (i % stages) * stage_bytes);
+            unsigned long long* bar = &full[i % stages];
+            const unsigned x_bytes = static_cast<unsigned>(sizeof(T)) * hidden;
+            const unsigned dy_bytes = static_cast<unsigned>(sizeof(G)) * hidden;
+            const unsigned w_bytes = W_SHARED && i == 0 ? static_cast<unsigned>(staged_weight_bytes<T, W>()) * hidden : 0u;
+            // the stage was last read by this block's threads (generic proxy) before the barrier that precedes this
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            mbarrier_expect_bytes(bar, x_bytes + dy_bytes + w_bytes);
+            bulk_copy(xs, input + r * input_stride, x_bytes, bar);
+            bulk_copy(xs + hidden, grad_output + r * grad_output_stride, dy_bytes, bar);
+            if constexpr (W_SHARED) {
+                if (i == 0) bulk_copy(wsm, weight, w_bytes, bar);
+            }
+        }
+    };
+#else
     auto issue = [&](int i) {  // row first + i into its stage, if it exists; always one group
         if (i < count) {
             const long long r = first + i;
@@ -511,6 +579,7 @@ __device__ __forceinline__ void norm_backward_staged(
         cp_async_commit();
     };
     if constexpr (W_SHARED) copy_row_async(wsm, weight, hidden);
+#endif
     // The weight's columns at `at` (a multiple of N; the launcher has the weight start a vector of the split).
     auto weights_at = [&](int at) {
         if constexpr (W_SHARED) {
@@ -521,15 +590,22 @@ __device__ __forceinline__ void norm_backward_staged(
     };
     for (int i = 0; i < stages - 1; ++i) issue(i);  // the weight travels with the first group
 
-    // Row i's stage and its place in its chunk, counted rather than divided (first is a multiple of chunk_rows).
+    // Row i's stage (and the parity of its fill) and its place in its chunk, counted rather than divided (first
+    // is a multiple of chunk_rows).
     int slot = 0, in_chunk = 0;
+    unsigned parity = 0;
     float* part = partials + static_cast<long long>(first / chunk_rows) * ws_stride;
     for (int i = 0; i < count; ++i) {
         const int r = first + i;
+#if PYRMS_STAGED_BULK
+        mbarrier_wait(&full[slot], parity);  // row r is in its stage
+#else
         cp_async_wait(stages - 2);  // row r's group is complete (this thread's copies)
+#endif
         __syncthreads();            // everyone's; and every thread is done with row r - 1 and its stage
         issue(i + stages - 1);      // into row r - 1's stage
         const T* xs = reinterpret_cast<const T*>(buffers + slot * stage_bytes);
+        parity ^= slot + 1 == stages ? 1u : 0u;
         slot = slot + 1 == stages ? 0 : slot + 1;
         const G* ds = reinterpret_cast<const G*>(xs + hidden);
 
@@ -643,7 +719,9 @@ __device__ __forceinline__ void norm_backward_staged(
         if (chunk_end) part += ws_stride;
         in_chunk = chunk_end ? 0 : in_chunk + 1;
     }
+#if !PYRMS_STAGED_BULK
     cp_async_wait(0);  // nothing is left in flight (every group past the last row is empty)
+#endif
 }
 
 }  // namespace pyrms

@@ -68,10 +68,10 @@ STAGED_HELD_THREADS = 256  # the most threads of a staged block that holds its s
 # stages (row buffers, up to STAGED_MAX_STAGES: norm_backward.cuh's cp_async_wait) as its blocks per
 # multiprocessor leave room for (NormBackwardPlan.staged_launch). Many blocks keep the plan's stages, for more
 # blocks per multiprocessor. Shared memory per multiprocessor is Hopper's 228 KiB, the driver reserves 1 KiB per
-# block, and the kernel's static scratch takes 512 bytes.
+# block, and the kernel's static shared memory (scratch and mbarriers) takes 576 bytes.
 STAGED_MAX_STAGES = 8
 SM_SHARED_BYTES = 228 * 1024
-BLOCK_SHARED_OVERHEAD = 1024 + 512
+BLOCK_SHARED_OVERHEAD = 1024 + 576
 
 
 def staged_blocks_per_sm(shared_bytes: int, sm_shared: int = SM_SHARED_BYTES) -> int:
