@@ -159,6 +159,11 @@ __host__ __device__ constexpr int backward_max_threads(int v, bool centered) {
     return v >= 2 || (centered && v >= 1) ? 512 : 1024;
 }
 
+// __launch_bounds__'s blocks per multiprocessor of a staged kernel (its threads: 256 where HELD > 0, else up to
+// 512 and no minimum): held sums take 8 registers per vector and plane, so one plane's leave room for 4 blocks (64
+// registers a thread) and two planes' (dweight and dbias) for 2 (128).
+__host__ __device__ constexpr int staged_min_blocks(int held, int planes) { return held == 0 ? 0 : planes > 1 ? 2 : 4; }
+
 // Calls f(first element, count) for every column the calling thread owns: its prefix element,
 // its body vectors, its tail element. (A function template, not a generic lambda: NVRTC 13.0
 // rejects generic lambdas in device code.)

@@ -7,10 +7,12 @@ GPU. Used to choose the backward plan's table (backward_block, BACKWARD_FEW_ROWS
 
     python -m tools.tune_backward --shapes 16384x5120,32x5120 --configs planned,128/0/16,128/0/1,160/0/1
 
-A config is `planned`, `legacy` (the plan without its staged kernel), sTxS/rows_per_block[hH][f] (the staged
+A config is `planned`, `legacy` (the plan without its staged kernel), sTxS/rows_per_block[hH][cC][f] (the staged
 kernel with T threads and S row buffers, e.g. s256x2/16; hH: its column sums held in registers, H vectors a
-thread, h0 in shared memory; by default where the planner would hold them at T threads; f: S stages whatever
-the grid, where NormBackwardPlan.staged_launch would deepen a grid of few blocks per multiprocessor) or
+thread, h0 in shared memory; by default where the planner would hold them at T threads; cC: chunks of C rows
+instead of the plan's, which changes the parameter gradients' order, not dx (rows_per_block a multiple of C, or
+0 for C); f: S stages whatever the grid, where NormBackwardPlan.staged_launch would deepen a grid of few blocks per
+multiprocessor) or
 block/V/rows_per_block
 (rows_per_block 0: the planned one for the shape);
 shapes a plan refuses are reported and skipped. Every configuration computes the statistics in the
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 
 import numpy as np
@@ -79,13 +82,17 @@ def main() -> int:
                         forced = dataclasses.replace(planned, threads=0, stages=0)
                     else:
                         head, tail = config[1:].split("/")
-                        flags = tail.lstrip("0123456789h")
-                        rows_part, _, held_part = tail[:len(tail) - len(flags)].partition("h")
+                        parts = re.fullmatch(r"(\d+)(?:h(\d+))?(?:c(\d+))?(f?)", tail)
+                        if parts is None:
+                            print(f"  {config}: skipped: not sTxS/rows_per_block[hH][cC][f]")
+                            continue
+                        rows_part, held_part, chunk_part, fixed = parts.groups()
                         threads, stages = map(int, head.split("x"))
-                        rows_per_block = int(rows_part) or None
+                        chunk_rows = int(chunk_part) if chunk_part else planned.chunk_rows
+                        rows_per_block = int(rows_part) or (chunk_rows if chunk_part else None)
                         try:
                             forced = dataclasses.replace(planned.staged_shape(threads, stages, int(held_part) if held_part else None),
-                                                         deepen="f" not in flags)
+                                                         deepen=not fixed, chunk_rows=chunk_rows)
                         except ValueError as exc:
                             print(f"  {config}: skipped: {exc}")
                             continue

@@ -56,12 +56,15 @@ BACKWARD_STAGED_THREADS = 256
 BACKWARD_STAGES = 2
 BACKWARD_STAGED_FEW_ROWS = 1024
 STAGED_SHARED_LIMIT = 226 * 1024  # the opt-in maximum (227 KiB) less the kernel's static shared memory
-# Where the staged kernel sums one parameter's gradient and each thread owns at most this many vectors of the
-# row (bf16/fp16 hidden up to 6144 at 256 threads), it keeps the chunk's column sums in registers (its HELD
-# template argument) instead of shared memory, in the same order: the same bits, with shared memory left to the
-# weight and the row buffers, so that more blocks fit per multiprocessor (4 instead of 3 at hidden 4096 and 5120,
-# by shared memory and by registers). More vectors, or two planes, cost registers that the blocks gained need.
+# Where each thread of the staged kernel owns at most this many vectors of the row (bf16/fp16 hidden up to 6144
+# at 256 threads), it keeps the chunk's column sums in registers (its HELD template argument) instead of shared
+# memory, in the same order: the same bits, with shared memory left to the weight and the row buffers. One plane
+# (RMSNorm's dweight) then fits 4 blocks per multiprocessor instead of 3 at hidden 4096 and 5120, by shared memory
+# and by registers; two planes (LayerNorm's dweight and dbias, RMSNorm's with a bias) take twice the registers,
+# 2 blocks (norm_backward.cuh's staged_min_blocks), as many as their sums in shared memory left room for, and
+# leave the shared memory to deeper stages. More vectors cost registers that the blocks need.
 STAGED_HELD_MAX = 3
+STAGED_HELD_PLANES = 2  # the most planes whose sums are held (staged_min_blocks' register budget)
 STAGED_HELD_THREADS = 256  # the most threads of a staged block that holds its sums (the kernels' __launch_bounds__)
 # A staged launch of few blocks per multiprocessor (a grid of at most about two blocks each, as 4096 rows make)
 # leaves shared memory unused and has one row in flight per block at two stages; it takes as many
@@ -115,9 +118,9 @@ def _backward_group(dtype: dtypes.DType, centered: bool, weight: str) -> tuple[s
         variants += [NormBackwardPlan(dtype, 0, 32, 0, False, False, grad_dtype, weightless=weightless, fp32_weight=fp32,
                                       fp32_grad_output=d, bias=True) for d in ((False, True) if fp32 else (False,))]
     sums = _sum_partials(dtype) if any(p.params for p in variants) else {}
-    # every variant's staged kernel, and those that sum one plane with the sums held in registers, by HELD
+    # every variant's staged kernel, and those that sum a plane or two with the sums held in registers, by HELD
     staged = dict.fromkeys(replace(p, held=held).staged_expression for p in variants
-                           for held in (0, *(range(1, STAGED_HELD_MAX + 1) if p.params == 1 else ())))
+                           for held in (0, *(range(1, STAGED_HELD_MAX + 1) if p.params else ())))
     return tuple(p.expression for p in variants) + tuple(staged) + tuple(sums)
 
 
@@ -166,10 +169,10 @@ class NormBackwardPlan(KernelPlan):
         if self.vectors and self.stats_fold > self.block:  # row_core.cuh: only re-reading rows fold wider
             raise ValueError(f"a backward that keeps {self.vectors} vectors per thread needs at least the fold's "
                              f"{self.stats_fold} threads, got {self.block}")
-        if self.held and (self.params != 1 or self.threads > STAGED_HELD_THREADS
+        if self.held and (not 0 < self.params <= STAGED_HELD_PLANES or self.threads > STAGED_HELD_THREADS
                           or self.held * max(self.threads, 1) * self.dtype.vec_elems < self.hidden):
-            raise ValueError(f"held sums need one parameter's plane, at most {STAGED_HELD_THREADS} threads and every "
-                             f"vector owned: got held={self.held}, {self.params} planes, {self.threads} threads, "
+            raise ValueError(f"held sums need 1 to {STAGED_HELD_PLANES} parameter planes, at most {STAGED_HELD_THREADS} "
+                             f"threads and every vector owned: got held={self.held}, {self.params} planes, {self.threads} threads, "
                              f"hidden {self.hidden}")
         if self.weightless and self.gemma:
             raise ValueError("gemma needs a weight (it multiplies by 1 + weight); got weight=None")
@@ -226,11 +229,12 @@ class NormBackwardPlan(KernelPlan):
 
     def staged_shape(self, threads: int, stages: int, held: int | None = None) -> "NormBackwardPlan":
         """This plan with the staged kernel at `threads` threads and `stages` row buffers, its column sums in
-        registers (`held` vectors a thread) or shared memory (0); held None: in registers where one plane is
-        summed and each thread owns at most STAGED_HELD_MAX vectors (ValueError for a held that cannot be)."""
+        registers (`held` vectors a thread) or shared memory (0); held None: in registers where one or two planes
+        are summed and each thread owns at most STAGED_HELD_MAX vectors (ValueError for a held that cannot be)."""
         if held is None:
             owned = -(-(self.hidden // self.dtype.vec_elems) // threads)
-            held = owned if self.params == 1 and owned <= STAGED_HELD_MAX and threads <= STAGED_HELD_THREADS else 0
+            held = owned if (0 < self.params <= STAGED_HELD_PLANES and owned <= STAGED_HELD_MAX
+                             and threads <= STAGED_HELD_THREADS) else 0
         return replace(self, threads=threads, stages=stages, held=held)
 
     def staged_slots(self, rows_per_block: int) -> int:

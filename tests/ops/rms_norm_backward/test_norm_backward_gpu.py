@@ -150,15 +150,27 @@ def test_deeper_stages_give_the_same_bits(forced_staged, op, dtype, hidden):
             assert np.array_equal(bits(value), bits(fixed[name])), (name, case)
 
 
-@pytest.mark.parametrize("op", OPS)
+# The variants by the planes of column sums they hold: (op, the backward's options, planes).
+HELD_VARIANTS = {"rms_norm": ("rms_norm", {}, 1), "rms_norm-bias": ("rms_norm", {"bias": True}, 2),
+                 "layer_norm-weightless": ("layer_norm", {"weight": "none"}, 1), "layer_norm": ("layer_norm", {}, 2),
+                 "layer_norm-fp32-weight": ("layer_norm", {"weight": "float32"}, 2)}
+
+
+@pytest.mark.parametrize("variant", HELD_VARIANTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("hidden", [64, 1000, 4096, 5120, 6144])
-def test_column_sums_held_in_registers_give_the_shared_memory_bits(forced_staged, op, dtype, hidden):
+def test_column_sums_held_in_registers_give_the_shared_memory_bits(forced_staged, variant, dtype, hidden):
     """The staged kernel's chunk sums in registers (HELD, where the plan holds them) and in shared memory (held
     0): the same bits, each launch against the twin, over chunk splits, a partial last chunk and one row per
-    block, with a weight (RMSNorm) and without one (LayerNorm's dbias alone)."""
-    weight = "none" if OPS[op] else None  # the one-plane variants: held sums need one plane
-    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=OPS[op], weight=weight is None)
+    block, for one plane (RMSNorm's dweight, LayerNorm's dbias alone) and two (dweight and dbias)."""
+    op, options, planes = HELD_VARIANTS[variant]
+    if options.get("weight") == "float32" and dtype == "float32":
+        pytest.skip("an fp32 weight goes beside bf16 or fp16 rows")
+    fp32_weight = options.get("weight") == "float32"
+    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=OPS[op], weight=options.get("weight") != "none",
+                                    grad_bias=options.get("bias"), weight_dtype="float32" if fp32_weight else None,
+                                    grad_dtype="float32" if fp32_weight else None)
+    assert p.params == planes
     if not p.held:
         pytest.skip(f"the plan keeps these sums in shared memory (held {p.held})")
     results = []
@@ -166,7 +178,7 @@ def test_column_sums_held_in_registers_give_the_shared_memory_bits(forced_staged
         forced_staged(p.threads, p.stages, held)
         for rows, rows_per_block in ((150, 16), (150, 48), (37, 1)):
             got = run_case(np.random.default_rng(rows), dtype, rows, hidden, layer_norm=OPS[op],
-                           rows_per_block=rows_per_block, **({} if weight is None else {"weight": weight}))
+                           rows_per_block=rows_per_block, **options)
             results.append((held, rows, rows_per_block, got))
     half = len(results) // 2
     for (_, rows, per_block, held_sums), (_, _, _, shared_sums) in zip(results[:half], results[half:]):

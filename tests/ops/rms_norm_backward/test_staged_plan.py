@@ -13,14 +13,14 @@ from pyrms.ops.rms_norm_backward import plan as bwd_plan
     ("bfloat16", 64, 1), ("bfloat16", 2048, 1), ("bfloat16", 4096, 2), ("bfloat16", 5120, 3),
     ("bfloat16", 6144, 3), ("bfloat16", 6152, 0), ("bfloat16", 8192, 0), ("float16", 5120, 3),
     ("float32", 2048, 2), ("float32", 3072, 3), ("float32", 4096, 0)])
-def test_sums_are_held_where_each_thread_owns_few_vectors_of_one_plane(dtype, hidden, held):
+def test_sums_are_held_where_each_thread_owns_few_vectors(dtype, hidden, held):
     rms = bwd_plan.plan_norm_backward(dtype, hidden)
     assert rms.held == held and rms.threads == min(256, -(-hidden // dtypes.get(dtype).vec_elems // 32) * 32)
     assert rms.held * rms.threads * dtypes.get(dtype).vec_elems >= hidden if held else True
-    # two planes (LayerNorm with a weight, RMSNorm with a bias) never hold theirs; one plane (LayerNorm's dbias
-    # alone) does as RMSNorm's dweight does; no plane (RMSNorm without a weight) has nothing to hold
-    assert bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=True).held == 0
-    assert bwd_plan.plan_norm_backward(dtype, hidden, grad_bias=True).held == 0
+    # two planes (LayerNorm with a weight, RMSNorm with a bias) hold theirs as one plane (RMSNorm's dweight,
+    # LayerNorm's dbias alone) does; no plane (RMSNorm without a weight) has nothing to hold
+    assert bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=True).held == held
+    assert bwd_plan.plan_norm_backward(dtype, hidden, grad_bias=True).held == held
     assert bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=True, weight=False).held == held
     assert bwd_plan.plan_norm_backward(dtype, hidden, weight=False).held == 0
 
@@ -42,8 +42,9 @@ def test_a_held_that_cannot_be_is_refused(threads, stages, held, why):
     p = bwd_plan.plan_norm_backward("bfloat16", 5120)
     with pytest.raises(ValueError, match=why):
         p.staged_shape(threads, stages, held)
-    with pytest.raises(ValueError, match="one parameter's plane"):
-        bwd_plan.plan_norm_backward("bfloat16", 5120, layer_norm=True).staged_shape(256, 2, 3)
+    with pytest.raises(ValueError, match="1 to 2 parameter planes"):  # nothing summed: no sums to hold
+        bwd_plan.plan_norm_backward("bfloat16", 5120, weight=False).staged_shape(256, 2, 3)
+    assert bwd_plan.plan_norm_backward("bfloat16", 5120, layer_norm=True).staged_shape(256, 2, 3).held == 3
     # the planner's own rule at other launch shapes: held where the threads own few enough vectors, else 0
     assert p.staged_shape(512, 2).held == 0 and p.staged_shape(128, 2).held == 0 and p.staged_shape(224, 2).held == 3
 
