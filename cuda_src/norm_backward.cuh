@@ -33,7 +33,8 @@
 // Kernel 2 (sum_partials_kernel): the sum over chunks, per column, in a fixed order.
 //
 // The dweight order is defined per ROW INDEX, never by the launch: per column, chunk c's partial is
-// ((0 + p[cC]) + p[cC+1]) + ... over its rows in order; then lane y of 32 sums chunks y, y+32, ...
+// ((0 + p[cC]) + p[cC+1]) + ... over its rows in order (C, the chunk's rows, is chosen by the row count
+// alone: plan.py's chunk_rows_for); then lane y of 32 sums chunks y, y+32, ...
 // in order, and the 32 lane sums are added in lane order. rows_per_block only decides which block
 // computes which rows; with one row per block, kernel 1 writes each row's terms and kernel 2 makes the
 // chunks' partials of them in the same order. So the result is bitwise the same for every

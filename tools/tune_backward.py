@@ -88,7 +88,7 @@ def main() -> int:
                             continue
                         rows_part, held_part, chunk_part, fixed = parts.groups()
                         threads, stages = map(int, head.split("x"))
-                        chunk_rows = int(chunk_part) if chunk_part else planned.chunk_rows
+                        chunk_rows = int(chunk_part) if chunk_part else None  # None: by the row count
                         rows_per_block = int(rows_part) or (chunk_rows if chunk_part else None)
                         try:
                             forced = dataclasses.replace(planned.staged_shape(threads, stages, int(held_part) if held_part else None),
@@ -97,7 +97,7 @@ def main() -> int:
                             print(f"  {config}: skipped: {exc}")
                             continue
                         if not planned.stages or forced.staged_shared_bytes(
-                                forced.staged_slots(rows_per_block or planned.chunk_rows)) > bwd_plan.STAGED_SHARED_LIMIT:
+                                forced.staged_slots(rows_per_block or forced.chunk_for(tokens))) > bwd_plan.STAGED_SHARED_LIMIT:
                             print(f"  {config}: skipped: no staged kernel, or its stages do not fit")
                             continue
                     bwd_plan.plan_norm_backward = lambda d, h, _forced=forced, **kw: _forced

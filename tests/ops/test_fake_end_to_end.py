@@ -134,7 +134,7 @@ def test_rms_norm_backward_launches_both_kernels_with_the_planned_arguments_and_
     # 16-byte aligned operands of whole-vector strides take the staged kernel (norm_backward_staged)
     staged = bool(p.stages) and HIDDEN % 8 == 0 and not (gi.ptr | go.ptr | x.ptr | w.ptr) & 15
     rows_per_block = p.rows_per_block(rows, staged)
-    ws_chunk, group = (1, p.chunk_rows) if rows_per_block == 1 else (p.chunk_rows, 1)
+    ws_chunk, group = (1, p.chunk_for(rows)) if rows_per_block == 1 else (p.chunk_for(rows), 1)
     ws_rows = p.workspace_rows(rows, rows_per_block)
     allocated = [args for name, args in fake.calls if name == "cuMemAllocFromPoolAsync"]
     freed = [args for name, args in fake.calls if name == "cuMemFreeAsync"]

@@ -50,11 +50,17 @@ def backward_block(dtype: dtypes.DType, hidden: int) -> int:
 # BACKWARD_STAGES buffers of shared memory (cp.async) with BACKWARD_STAGED_THREADS threads; the same
 # arithmetic, so the same bits (its dot tree is the plan's `block`, passed as an argument). Planned where
 # hidden is a multiple of the vector and its shared memory (sums, weight, stages) fits STAGED_SHARED_LIMIT. Up
-# to BACKWARD_STAGED_FEW_ROWS rows it runs one row per block (a chunk per block was slower at 1024 rows);
+# to BACKWARD_STAGED_FEW_ROWS rows it runs one row per block, above it a chunk per block (at 1024 rows a chunk of
+# 16 was slower than one row per block, 35.7 against 25.6 us, a chunk of 4 faster, 18.5: chunk_rows_for);
 # 128, 256 and 512 threads, and 3 stages, measured in docs/perf_notes.md ("The staged backward").
 BACKWARD_STAGED_THREADS = 256
+# Where 256 threads would own more than 4 vectors each (bf16/fp16 hidden above 8192), the block takes 512, so that
+# each owns at most 4 again (4096x16384 bf16: 153.3 against 175.5 us; at 8192, 512 threads were slower, 77.3
+# against 73.3, and 384 too, 74.9).
+BACKWARD_STAGED_THREADS_WIDE = 512
+BACKWARD_STAGED_WIDE_VECTORS = 4 * BACKWARD_STAGED_THREADS
 BACKWARD_STAGES = 2
-BACKWARD_STAGED_FEW_ROWS = 1024
+BACKWARD_STAGED_FEW_ROWS = 512
 STAGED_SHARED_LIMIT = 226 * 1024  # the opt-in maximum (227 KiB) less the kernel's static shared memory
 # Where each thread of the staged kernel owns at most this many vectors of the row (bf16/fp16 hidden up to 6144
 # at 256 threads), it keeps the chunk's column sums in registers (its HELD template argument) instead of shared
@@ -83,9 +89,24 @@ def staged_blocks_per_sm(shared_bytes: int, sm_shared: int = SM_SHARED_BYTES) ->
     return sm_shared // (shared_bytes + BLOCK_SHARED_OVERHEAD)
 
 
-# dweight/dbias are summed over chunks of this many rows, then over chunks (norm_backward.cuh).
-# A constant, so the summation order depends on row indices only, never on the launch shape.
+# dweight/dbias are summed over chunks of rows, then over chunks (norm_backward.cuh). A chunk is GRAD_CHUNK_ROWS
+# rows, halved (down to GRAD_MIN_CHUNK_ROWS) while the rows make fewer than GRAD_CHUNKS_WANTED chunks: the staged
+# kernel runs a chunk per block, and 16-row chunks of 1024 to 4096 rows leave multiprocessors idle (1024x4096 bf16:
+# 35.7 us at 16 rows a chunk, 23.0 at 8, 18.5 at 4, 18.9 at 2; 4096x4096: 48.0 at 16, 41.4 at 8; 16384x5120: 163.9
+# at 16, 179.0 at 8; docs/perf_notes.md). The chunk depends on the row count alone, so the summation order depends
+# on the rows, never on the launch shape or the GPU.
 GRAD_CHUNK_ROWS = 16
+GRAD_MIN_CHUNK_ROWS = 4
+GRAD_CHUNKS_WANTED = 512
+
+
+def chunk_rows_for(rows: int) -> int:
+    """Rows per chunk of the parameter gradients' sums over `rows` rows (a power of two that divides
+    GRAD_CHUNK_ROWS, so that rows_per_block, 1 or a multiple of GRAD_CHUNK_ROWS, covers whole chunks)."""
+    chunk = GRAD_CHUNK_ROWS
+    while chunk > GRAD_MIN_CHUNK_ROWS and rows < chunk * GRAD_CHUNKS_WANTED:
+        chunk //= 2
+    return chunk
 
 
 # A chunk's column sums live in shared memory when they fit in this many bytes, else in the workspace.
@@ -143,7 +164,7 @@ class NormBackwardPlan(KernelPlan):
     centered: bool
     gemma: bool
     grad_dtype: dtypes.DType  # of dweight (and dbias): dtype or float32
-    chunk_rows: int = GRAD_CHUNK_ROWS
+    chunk_rows: int | None = None  # rows per chunk of the parameter gradients' sums; None: by the row count
     weightless: bool = False
     grad_bias: bool = True  # LayerNorm without a weight only (see above)
     threads: int = 0  # the staged kernel's threads per block (0: no staged kernel)
@@ -312,13 +333,17 @@ class NormBackwardPlan(KernelPlan):
         nbytes = self.params * self.ws_stride * 4
         return nbytes if nbytes <= SHARED_SUMS_LIMIT else 0
 
+    def chunk_for(self, rows: int) -> int:
+        """Rows per chunk of a call of `rows` rows: the plan's chunk_rows, or by the row count (chunk_rows_for)."""
+        return self.chunk_rows or chunk_rows_for(rows)
+
     def chunks(self, rows: int) -> int:
-        return -(-rows // self.chunk_rows)
+        return -(-rows // self.chunk_for(rows))
 
     def rows_per_block(self, rows: int, staged: bool = False) -> int:
         """The planned rows per block of kernel 1: one for few rows, else a chunk (staged: the staged
         kernel's threshold)."""
-        return 1 if rows <= (BACKWARD_STAGED_FEW_ROWS if staged else BACKWARD_FEW_ROWS) else self.chunk_rows
+        return 1 if rows <= (BACKWARD_STAGED_FEW_ROWS if staged else BACKWARD_FEW_ROWS) else self.chunk_for(rows)
 
     def workspace_rows(self, rows: int, rows_per_block: int | None = None) -> int:
         """Rows of each workspace plane: one per chunk, or one per input row with one row per block
@@ -363,7 +388,9 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
                          grad_bias=grad_bias is not False, fp32_weight=fp32_weight, fp32_grad_output=odt is not dt,
                          bias=bias)
     if hidden % dt.vec_elems == 0:
-        threads = min(BACKWARD_STAGED_THREADS, -(-(hidden // dt.vec_elems) // 32) * 32)
+        vectors_per_row = hidden // dt.vec_elems
+        wide = vectors_per_row > BACKWARD_STAGED_WIDE_VECTORS
+        threads = BACKWARD_STAGED_THREADS_WIDE if wide else min(BACKWARD_STAGED_THREADS, -(-vectors_per_row // 32) * 32)
         for stages in range(BACKWARD_STAGES, 1, -1):  # as many buffers as fit, at least two
             staged = p.staged_shape(threads, stages)
             if staged.staged_shared_bytes(stages) <= STAGED_SHARED_LIMIT:

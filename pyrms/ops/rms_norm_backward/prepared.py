@@ -26,14 +26,16 @@ def backward_workspace_bytes(num_tokens: int, hidden_size: int, *, layer_norm: b
     p = bwd_plan.plan_norm_backward("float32", hidden, layer_norm=check.flag("layer_norm", layer_norm),
                                    weight=check.flag("weight", weight),
                                    grad_bias=None if grad_bias is None else check.flag("grad_bias", grad_bias))
-    return p.workspace_bytes(num_tokens, rows_per_block_arg(rows_per_block, p.chunk_rows))
+    return p.workspace_bytes(num_tokens, rows_per_block_arg(rows_per_block, p))
 
 
-def rows_per_block_arg(value, chunk_rows: int) -> int | None:
-    """``rows_per_block=``: None (planned per call), 1, or a positive multiple of the chunk."""
+def rows_per_block_arg(value, plan: bwd_plan.NormBackwardPlan) -> int | None:
+    """``rows_per_block=``: None (planned per call), 1, or a positive multiple of the plan's chunk (by the row
+    count: the largest a row count takes, so that a block covers whole chunks whatever the rows)."""
     if value is None:
         return None
     value = check.size("rows_per_block", value)
+    chunk_rows = plan.chunk_rows or bwd_plan.GRAD_CHUNK_ROWS
     if value != 1 and value % chunk_rows:
         raise ValueError(f"rows_per_block must be 1 or a multiple of {chunk_rows}, got {value}")
     return value
@@ -68,7 +70,7 @@ class Prepared:
                                                    grad_bias=grad_bias, weight_dtype=weight_dtype,
                                                    grad_output_dtype=grad_output_dtype)
         pdt, go_item = p.grad_dtype, p.grad_output_itemsize
-        self.rows_per_block = rows_per_block_arg(rows_per_block, p.chunk_rows)  # None: planned per call
+        self.rows_per_block = rows_per_block_arg(rows_per_block, p)  # None: planned per call
         self.rows_kernel = launch.get_kernel(p.source, p.expression, p.group, p.signature, device)
         params = int(not weightless) + int(grad_bias)  # the parameter gradients written, in plane order
         self.sum_kernel = launch.get_kernel(p.source, p.sum_expression, p.group, p.sum_contract.signature, device) if params else None
@@ -148,7 +150,8 @@ class Prepared:
         gi_stride, go_stride, x_stride = self.strides
         staged, rows_per_block = self._shape(grad_input, grad_output, input, weight, num_tokens)
         # One row per block: kernel 1 writes each row's terms, kernel 2 makes the chunks of them.
-        ws_chunk, group = (1, p.chunk_rows) if rows_per_block == 1 else (p.chunk_rows, 1)
+        chunk = p.chunk_for(num_tokens)
+        ws_chunk, group = (1, chunk) if rows_per_block == 1 else (chunk, 1)
         ws_rows = p.workspace_rows(num_tokens, rows_per_block)
         # Where column 0 sits in a workspace row: the weight's phase in the column split (0 without one).
         weight_phase = weight // self.weight_item % p.dtype.vec_elems
@@ -281,7 +284,7 @@ def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon
     p = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
                                    weight=not weightless, grad_bias=grad_bias, weight_dtype=_float32(p0.fp32_weight),
                                    grad_output_dtype=_float32(p0.fp32_grad_output))
-    per_call = rows_per_block_arg(rows_per_block, p.chunk_rows)
+    per_call = rows_per_block_arg(rows_per_block, p)
     own = None if workspace is None else check.workspace(workspace, p.workspace_bytes(num_tokens, per_call))
     check.disjoint([r["grad_input"], *(r[name] for name in params)],
                    [r["grad_output"], r["input"], *(() if weightless else (r["weight"],)), *([own] if own else []),

@@ -5,6 +5,7 @@ import numpy as np
 
 from ... import dtypes
 from .._row_twin import F32, _as_2d, row_stats_twin, thread_sums_twin
+from .plan import chunk_rows_for
 
 __all__ = ["rms_norm_backward_ref", "layer_norm_backward_ref", "chunk_sums_twin", "sum_partials_twin", "norm_backward_twin"]  # what pyrms.reference gathers
 
@@ -66,7 +67,7 @@ def sum_partials_twin(partials):
     return total
 
 
-def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weight_phase=0, chunk_rows,
+def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weight_phase=0, chunk_rows=None,
                        layer_norm=False, gemma=False, grad_dtype=None, rstd=None, grad_bias=False):
     """Bit-exact twin of rms_norm_backward.cu / layer_norm_backward_kernel and sum_partials_kernel.
 
@@ -76,7 +77,8 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
     weight_phase is then the weight's phase in vectors of the rows' vec_elems columns (32 bytes). block: the launch's threads per
     block (the tree of the row sums of x_hat * g and g); fold: the statistics' fold width (the forward's
     block, NormBackwardPlan.stats_fold); x_phases: each input row's phase (the statistics' order);
-    weight_phase: the weight's (the order of the row sums of x_hat * g and g); chunk_rows: the plan's.
+    weight_phase: the weight's (the order of the row sums of x_hat * g and g); chunk_rows: the plan's (None: by
+    the row count, plan.chunk_rows_for, as the plans make it).
     dy's and dx's alignment and rows_per_block change no arithmetic, so they are not arguments.
 
     weight None: no weight (the kernels' W = void): g = dy, no dweight, so (dx,) for RMSNorm and (dx,
@@ -111,4 +113,5 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
         dx = (inv[:, None] * (g - x_hat * dot_mean[:, None])).astype(dt.numpy)
         terms = ([] if weight is None else [dyf * x_hat]) + ([dyf] if layer_norm or grad_bias else [])
     out = dtypes.get(grad_dtype if grad_dtype is not None else dt if weight is None else np.asarray(weight).dtype).numpy
-    return (dx, *(sum_partials_twin(chunk_sums_twin(t, chunk_rows)).astype(out) for t in terms))
+    chunk = chunk_rows or chunk_rows_for(x.shape[0])
+    return (dx, *(sum_partials_twin(chunk_sums_twin(t, chunk)).astype(out) for t in terms))

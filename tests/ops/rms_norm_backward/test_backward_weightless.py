@@ -200,9 +200,11 @@ def test_layer_norm_backward_without_weight(recorded):
     db = Tensor.empty((hidden,), "float32")
     pyrms.layer_norm_backward(dx, None, None, dy, x, None, 1e-5)  # nothing summed: kernel 1 alone
     none = bwd_plan.plan_norm_backward("bfloat16", hidden, layer_norm=True, weight=False, grad_bias=False)
+    chunk = bwd_plan.chunk_rows_for(rows)  # 8: fewer than GRAD_CHUNKS_WANTED chunks of 16
+    assert chunk == 8 and none.chunk_for(rows) == chunk
     assert [c[0] for c in calls] == [none.staged_expression if staged else none.expression] and \
-        calls[0][4][1] == 0 and calls[0][3] == (none.staged_launch(16, -(-rows // 16), 132)[1] if staged else 0)
-    assert calls[0][1] == -(-rows // bwd_plan.GRAD_CHUNK_ROWS)
+        calls[0][4][1] == 0 and calls[0][3] == (none.staged_launch(chunk, -(-rows // chunk), 132)[1] if staged else 0)
+    assert calls[0][1] == -(-rows // chunk)
     assert _pool_allocations(fake) == []
     calls.clear()
     pyrms.layer_norm_backward(dx, None, db, dy, x, None, 1e-5)  # grad_bias: one plane, one sum (fp32 by the array)
@@ -212,9 +214,9 @@ def test_layer_norm_backward_without_weight(recorded):
     assert _pool_allocations(fake) == [pyrms.backward_workspace_bytes(rows, hidden, layer_norm=True, weight=False)]
     workspace = calls[0][4][1]
     assert workspace and calls[0][4][4] == 0 and calls[0][3] == (
-        bias.staged_launch(16, -(-rows // 16), 132)[1] if staged else bias.shared_bytes) > 0
+        bias.staged_launch(chunk, -(-rows // chunk), 132)[1] if staged else bias.shared_bytes) > 0
     out, plane, n, chunks, ws_stride, phase, group, ws_rows = calls[1][4]
-    assert (out, plane, n, chunks, ws_stride, phase) == (db.ptr, workspace, hidden, -(-rows // 16), bias.ws_stride, 0)
+    assert (out, plane, n, chunks, ws_stride, phase) == (db.ptr, workspace, hidden, -(-rows // chunk), bias.ws_stride, 0)
 
 
 def test_a_workspace_given_without_anything_to_sum_is_checked_and_not_needed(recorded):

@@ -32,12 +32,13 @@ def test_a_staged_plan_that_needs_more_than_the_gpu_allows_takes_the_rows_kernel
 
 
 def test_a_staged_plan_that_fits_deepens_within_the_gpus_shared_memory(recorded):
-    (expression, grid, _, shared, args), asked, p = _backward(recorded, A100, 8192, rows=1100)
-    assert expression == p.staged_expression and grid == 69  # chunks of 16 rows, one block per SM
+    (expression, grid, _, shared, args), asked, p = _backward(recorded, A100, 8192, rows=520)
+    chunk = p.chunk_for(520)
+    assert expression == p.staged_expression and (chunk, grid) == (4, 130)  # chunks of 4 rows, a block per SM
     stages = args[-1]
     # as many stages as an A100's 163 KiB a block allow: fewer than Hopper's 227 KiB
-    assert (stages, shared) == p.staged_launch(16, 69, 132, A100[1], A100[0] - 1024)
-    assert p.stages < stages < p.staged_launch(16, 69, 132)[0] and shared == p.staged_shared_bytes(stages)
+    assert (stages, shared) == p.staged_launch(chunk, 130, 132, A100[1], A100[0] - 1024)
+    assert p.stages < stages < p.staged_launch(chunk, 130, 132)[0] and shared == p.staged_shared_bytes(stages)
     assert shared <= A100[0] - 1024 < p.staged_shared_bytes(stages + 1) and max(asked) <= A100[0] - 1024
 
 

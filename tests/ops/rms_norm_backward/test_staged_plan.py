@@ -71,3 +71,25 @@ def test_deeper_stages_only_where_they_cost_no_block():
     assert p.staged_launch(16, 256, 132) == (2, plain)  # a third stage would cost the second block
     assert p.staged_launch(16, 100, 132)[0] == 5  # one block per multiprocessor: up to the shared memory limit
     assert p.staged_shared_bytes(5) <= bwd_plan.STAGED_SHARED_LIMIT < p.staged_shared_bytes(6)
+
+
+def test_fewer_rows_take_smaller_chunks_by_the_row_count_alone():
+    assert [bwd_plan.chunk_rows_for(r) for r in (1, 512, 2047, 2048, 4095, 4096, 8191, 8192, 16384, 1 << 20)] == [
+        4, 4, 4, 4, 4, 8, 8, 16, 16, 16]
+    p = bwd_plan.plan_norm_backward("bfloat16", 4096)
+    assert p.chunk_rows is None and p.chunk_for(4096) == 8 and p.chunks(4096) == 512
+    assert replace(p, chunk_rows=16).chunk_for(4096) == 16  # a plan that names its chunk keeps it
+    # rows_per_block is 1 or a multiple of GRAD_CHUNK_ROWS: whole chunks at every row count
+    assert all(bwd_plan.GRAD_CHUNK_ROWS % bwd_plan.chunk_rows_for(r) == 0 for r in range(1, 20000, 97))
+    assert p.rows_per_block(bwd_plan.BACKWARD_STAGED_FEW_ROWS, staged=True) == 1
+    assert p.rows_per_block(bwd_plan.BACKWARD_STAGED_FEW_ROWS + 1, staged=True) == 4
+
+
+@pytest.mark.parametrize("dtype, hidden, threads", [
+    ("bfloat16", 4096, 256), ("bfloat16", 8192, 256), ("bfloat16", 8200, 512), ("bfloat16", 16384, 512),
+    ("float32", 4096, 256), ("float32", 8192, 512)])
+def test_wide_rows_take_512_threads(dtype, hidden, threads):
+    p = bwd_plan.plan_norm_backward(dtype, hidden)
+    assert p.threads == threads
+    if threads == 512:  # more than STAGED_HELD_THREADS: the sums in shared memory
+        assert p.held == 0
