@@ -50,8 +50,8 @@ def backward_block(dtype: dtypes.DType, hidden: int) -> int:
 # BACKWARD_STAGES buffers of shared memory (cp.async) with BACKWARD_STAGED_THREADS threads; the same
 # arithmetic, so the same bits (its dot tree is the plan's `block`, passed as an argument). Planned where
 # hidden is a multiple of the vector and its shared memory (sums, weight, stages) fits STAGED_SHARED_LIMIT. Up
-# to BACKWARD_STAGED_FEW_ROWS rows it runs one row per block, above it a chunk per block (at 1024 rows a chunk of
-# 16 was slower than one row per block, 35.7 against 25.6 us, a chunk of 4 faster, 18.5: chunk_rows_for);
+# to BACKWARD_STAGED_FEW_ROWS rows it runs one row per block, above it a chunk per block (chunks of 4 rows, against
+# one row per block: 512x4096 bf16 14.0 against 19.1 us, 1024x4096 18.5 against 25.6; chunk_rows_for);
 # 128, 256 and 512 threads, and 3 stages, measured in docs/perf_notes.md ("The staged backward").
 BACKWARD_STAGED_THREADS = 256
 # Where 256 threads would own more than 4 vectors each (bf16/fp16 hidden above 8192), the block takes 512, so that
@@ -60,7 +60,7 @@ BACKWARD_STAGED_THREADS = 256
 BACKWARD_STAGED_THREADS_WIDE = 512
 BACKWARD_STAGED_WIDE_VECTORS = 4 * BACKWARD_STAGED_THREADS
 BACKWARD_STAGES = 2
-BACKWARD_STAGED_FEW_ROWS = 512
+BACKWARD_STAGED_FEW_ROWS = 256
 STAGED_SHARED_LIMIT = 226 * 1024  # the opt-in maximum (227 KiB) less the kernel's static shared memory
 # Where each thread of the staged kernel owns at most this many vectors of the row (bf16/fp16 hidden up to 6144
 # at 256 threads), it keeps the chunk's column sums in registers (its HELD template argument) instead of shared
@@ -90,21 +90,27 @@ def staged_blocks_per_sm(shared_bytes: int, sm_shared: int = SM_SHARED_BYTES) ->
 
 
 # dweight/dbias are summed over chunks of rows, then over chunks (norm_backward.cuh). A chunk is GRAD_CHUNK_ROWS
-# rows, halved (down to GRAD_MIN_CHUNK_ROWS) while the rows make fewer than GRAD_CHUNKS_WANTED chunks: the staged
-# kernel runs a chunk per block, and 16-row chunks of 1024 to 4096 rows leave multiprocessors idle (1024x4096 bf16:
-# 35.7 us at 16 rows a chunk, 23.0 at 8, 18.5 at 4, 18.9 at 2; 4096x4096: 48.0 at 16, 41.4 at 8; 16384x5120: 163.9
-# at 16, 179.0 at 8; docs/perf_notes.md). The chunk depends on the row count alone, so the summation order depends
-# on the rows, never on the launch shape or the GPU.
+# rows, halved (down to GRAD_MIN_CHUNK_ROWS) while the rows make fewer chunks than the variant wants: the staged
+# kernel runs a chunk per block, and 16-row chunks of 1024 to 4096 rows leave multiprocessors idle. A variant whose
+# sums are held in registers at 256 threads (one plane, up to STAGED_HELD_MAX vectors a thread: 4 blocks per
+# multiprocessor) wants GRAD_CHUNKS_WANTED chunks, the others (2 blocks per multiprocessor, by shared memory or
+# registers) half as many (bf16, us: 1024x4096 35.7 at 16 rows a chunk, 23.0 at 8, 18.5 at 4, 18.9 at 2; 4096x4096
+# 47.8 at 16, 41.0 at 8; but 4096x8192 73.3 at 16, 79.3 at 8, and LayerNorm's 4096x5120 73.5 at 16, 80.8 at 8;
+# docs/perf_notes.md). The chunk depends on the row count and the variant alone, never on the launch shape or the
+# GPU, so neither changes the summation order.
 GRAD_CHUNK_ROWS = 16
 GRAD_MIN_CHUNK_ROWS = 4
 GRAD_CHUNKS_WANTED = 512
 
 
-def chunk_rows_for(rows: int) -> int:
-    """Rows per chunk of the parameter gradients' sums over `rows` rows (a power of two that divides
-    GRAD_CHUNK_ROWS, so that rows_per_block, 1 or a multiple of GRAD_CHUNK_ROWS, covers whole chunks)."""
+def chunk_rows_for(rows: int, dtype, hidden: int, planes: int) -> int:
+    """Rows per chunk of the parameter gradients' sums (`planes` of them: dweight, dbias) over `rows` rows of
+    `hidden` elements: a power of two that divides GRAD_CHUNK_ROWS, so that rows_per_block (1 or a multiple of
+    GRAD_CHUNK_ROWS) covers whole chunks."""
+    held = planes == 1 and -(-(hidden // dtypes.get(dtype).vec_elems) // STAGED_HELD_THREADS) <= STAGED_HELD_MAX
+    wanted = GRAD_CHUNKS_WANTED if held else GRAD_CHUNKS_WANTED // 2
     chunk = GRAD_CHUNK_ROWS
-    while chunk > GRAD_MIN_CHUNK_ROWS and rows < chunk * GRAD_CHUNKS_WANTED:
+    while chunk > GRAD_MIN_CHUNK_ROWS and rows < chunk * wanted:
         chunk //= 2
     return chunk
 
@@ -335,7 +341,7 @@ class NormBackwardPlan(KernelPlan):
 
     def chunk_for(self, rows: int) -> int:
         """Rows per chunk of a call of `rows` rows: the plan's chunk_rows, or by the row count (chunk_rows_for)."""
-        return self.chunk_rows or chunk_rows_for(rows)
+        return self.chunk_rows or chunk_rows_for(rows, self.dtype, self.hidden, self.params)
 
     def chunks(self, rows: int) -> int:
         return -(-rows // self.chunk_for(rows))

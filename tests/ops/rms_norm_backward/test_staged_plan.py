@@ -73,14 +73,21 @@ def test_deeper_stages_only_where_they_cost_no_block():
     assert p.staged_shared_bytes(5) <= bwd_plan.STAGED_SHARED_LIMIT < p.staged_shared_bytes(6)
 
 
-def test_fewer_rows_take_smaller_chunks_by_the_row_count_alone():
-    assert [bwd_plan.chunk_rows_for(r) for r in (1, 512, 2047, 2048, 4095, 4096, 8191, 8192, 16384, 1 << 20)] == [
-        4, 4, 4, 4, 4, 8, 8, 16, 16, 16]
+def test_fewer_rows_take_smaller_chunks_by_the_row_count_and_the_variant():
+    rows = (1, 512, 2047, 2048, 4095, 4096, 8191, 8192, 16384, 1 << 20)
+    # sums held in registers at 256 threads (one plane, bf16 hidden up to 6144): 512 chunks wanted
+    assert [bwd_plan.chunk_rows_for(r, "bfloat16", 4096, 1) for r in rows] == [4, 4, 4, 4, 4, 8, 8, 16, 16, 16]
+    # two planes, or more vectors a thread: 256 chunks
+    for dtype, hidden, planes in (("bfloat16", 5120, 2), ("bfloat16", 8192, 1), ("float32", 4096, 1)):
+        assert [bwd_plan.chunk_rows_for(r, dtype, hidden, planes) for r in rows] == [4, 4, 4, 8, 8, 16, 16, 16, 16, 16]
     p = bwd_plan.plan_norm_backward("bfloat16", 4096)
     assert p.chunk_rows is None and p.chunk_for(4096) == 8 and p.chunks(4096) == 512
+    assert bwd_plan.plan_norm_backward("bfloat16", 4096, layer_norm=True).chunk_for(4096) == 16
     assert replace(p, chunk_rows=16).chunk_for(4096) == 16  # a plan that names its chunk keeps it
+    # a forced launch shape (threads, held) does not change the chunk: the sums' order is the variant's
+    assert p.staged_shape(128, 2, 0).chunk_for(4096) == 8
     # rows_per_block is 1 or a multiple of GRAD_CHUNK_ROWS: whole chunks at every row count
-    assert all(bwd_plan.GRAD_CHUNK_ROWS % bwd_plan.chunk_rows_for(r) == 0 for r in range(1, 20000, 97))
+    assert all(bwd_plan.GRAD_CHUNK_ROWS % p.chunk_for(r) == 0 for r in range(1, 20000, 97))
     assert p.rows_per_block(bwd_plan.BACKWARD_STAGED_FEW_ROWS, staged=True) == 1
     assert p.rows_per_block(bwd_plan.BACKWARD_STAGED_FEW_ROWS + 1, staged=True) == 4
 
