@@ -717,7 +717,7 @@ def test_spin_kernel_compiles_with_nvrtc():
 
 
 def test_median_us_each_times_each_run_and_reports_the_ones_that_fail(capsys):
-    """The tools' side-by-side timing (tools/bench_quant.py, tools/bench_qk_norm.py) over a timer without a
+    """The tools' side-by-side timing (tools/rms_norm_quant/bench.py, tools/rms_norm/bench_qk_norm.py) over a timer without a
     device: a run that fails at its first call, at the synchronize after it, or while being timed gets None
     and one stderr line, and the next is still timed."""
     log = []
