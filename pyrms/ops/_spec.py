@@ -59,7 +59,10 @@ class OpSpec:
     (None: the op has none of its own); ``twin``: the module of its float64 reference and bit-exact twin, whose
     ``__all__`` pyrms.reference gathers. ``companions(dtype, hidden, **options)``: the other entries whose units
     a call of this op with these operands also launches (None: none), so that precompiling a model's calls
-    compiles them too."""
+    compiles them too. ``model_calls(widths, options, weights, training)``: the (row width, options) of each
+    call that a model's norms make of this op (pyrms.model_config.norm_calls), given the model's row widths (its
+    hidden size first), its norm's options, the weight dtypes to cover and whether it trains; None: a model
+    makes none."""
 
     name: str
     module: str
@@ -78,6 +81,7 @@ class OpSpec:
     bench: str | None = None
     twin: str | None = None
     companions: Callable[..., tuple[str, ...]] | None = None
+    model_calls: Callable[..., list[tuple[int, dict]]] | None = None
 
     @property
     def flags(self) -> tuple[str, ...]:

@@ -46,6 +46,12 @@ def backward_operands(layer_norm: bool):
     return operands
 
 
+def _model_calls(widths, options, weights, training) -> list[tuple[int, dict]]:
+    """In training: each width, each weight dtype, with the forward's gemma."""
+    gemma = options.get("gemma", False)
+    return [(width, {"gemma": gemma, "weight_dtype": w}) for width in widths for w in weights] if training else []
+
+
 RMS_NORM_BACKWARD = OpSpec(
     name="rms_norm_backward", module="pyrms.ops.rms_norm_backward.op", source="rms_norm_backward.cu",
     torch="pyrms.ops.rms_norm_backward.torch_binding",
@@ -57,6 +63,6 @@ RMS_NORM_BACKWARD = OpSpec(
     check="backward", operands=backward_operands(False),
     case_options=COMMON_CASE_OPTIONS + ("in_place", "gemma", "grad_dtype", "rows_per_block", "own_workspace",
                                           "grad_output_kind", "rms_bias"),
-    random=True, bench="pyrms.ops.rms_norm_backward.bench")
+    random=True, bench="pyrms.ops.rms_norm_backward.bench", model_calls=_model_calls)
 
 SPECS = (RMS_NORM_BACKWARD,)
