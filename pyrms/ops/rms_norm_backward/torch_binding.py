@@ -2,10 +2,10 @@
 its eager launch on torch tensors. The forward's autograd (its binding) calls them: the
 custom op under torch.compile and tracing, the launch eagerly. No user function of its own in pyrms.torch.
 ``norm_backward_launch`` is the eager launch of every norm backward on torch tensors: RMSNorm's here, and
-LayerNorm's and RMSNorm-with-a-bias's for layer_norm's binding.
+LayerNorm's and RMSNorm-with-a-bias's for LayerNorm's binding.
 
 Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``), and the
-forward's and layer_norm's bindings.
+bindings of the forwards whose backward it is.
 
     torch.ops.pyrms.rms_norm_backward(grad_out, x, weight?, eps, gemma) -> (grad_input, grad_weight)
 
@@ -35,7 +35,7 @@ def launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
     converted to the weight's dtype where that is not float32). A weight per head ([heads, head_dim] beside x
     [..., heads, head_dim]): each head's rows are a backward of their own over the token rows (one call per
     head, each head's weight gradient summed over its rows as a [head_dim] weight's is). rstd: the forward's
-    saved inv_rms per row (float32 [rows], rms_norm's eager autograd), read instead of recomputed: the same bits."""
+    saved inv_rms per row (float32 [rows], the forward's eager autograd), read instead of recomputed: the same bits."""
     return norm_backward_launch(grad_out, x, weight, eps, gemma=gemma, rstd=rstd)[:2]
 
 
