@@ -1,1 +1,2 @@
-"""rms_norm_backward's own lab tool: its launch-shape sweep (``python -m tools.rms_norm_backward.tune``)."""
+"""The RMSNorm backward's own lab tool: its launch-shape sweep (``tune``, run as
+``python -m tools.<this folder>.tune``)."""

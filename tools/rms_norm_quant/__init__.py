@@ -1,2 +1,2 @@
-"""rms_norm_quant's own lab tool: the norm + quantization timing against torch and others
-(``python -m tools.rms_norm_quant.bench``)."""
+"""The quantizing norms' own lab tool: their timing against torch's norm then quantize (``bench``, run as
+``python -m tools.<this folder>.bench``)."""
