@@ -1,2 +1,2 @@
-"""The quantizing norms' own lab tool: their timing against torch's norm then quantize (``bench``, run as
-``python -m tools.<this folder>.bench``)."""
+"""The quantizing norms' own lab tool: their timing against torch's norm then quantize (``bench``), which says
+how to run it."""
