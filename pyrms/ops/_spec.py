@@ -29,7 +29,8 @@ class Unit:
 class Inspect:
     """How ``tools/ptx_dump.py`` names an op's kernels: ``kind`` picks its variant grammar ("row": the row
     core's cache/few/aligned and the plan's flags; "backward", "quant", "seed"), ``planner(dtype, hidden)``
-    gives the planned default, ``extra`` the variant switches beyond the plan's FLAGS (name: default)."""
+    gives the planned default, ``extra`` the variant switches beyond the plan's FLAGS (name: default),
+    ``vectors`` the backward kinds' register-cached vector counts a variant may pick beside 0."""
 
     kind: str
     about: str
@@ -37,6 +38,7 @@ class Inspect:
     extra: dict = field(default_factory=dict)
     weight: bool = False  # the row kinds: a weight=same|float32|none variant
     out: bool = True  # the row kinds: an out=same|float32 variant
+    vectors: tuple[int, ...] = ()  # the backward kinds: vectors=0|... (beside 0, the plan's choices)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from functools import partial
 
 from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, Unit, mixed
-from .plan import NormBackwardPlan, plan_norm_backward
+from .plan import BACKWARD_VECTORS, NormBackwardPlan, plan_norm_backward
 
 
 def backward_option_sets(layer_norm: bool):
@@ -58,7 +58,8 @@ RMS_NORM_BACKWARD = OpSpec(
     plan=NormBackwardPlan, own_flags=("gemma",), option_sets=backward_option_sets(False),
     unit=backward_unit("rms_norm_backward", False),
     inspect=Inspect("backward", "pyrms::rms_norm_backward_kernel (dx and the per-chunk dweight sums); "
-                    "weightless = no weight (dx only)", partial(plan_norm_backward, layer_norm=False), {"gemma": False}),
+                    "weightless = no weight (dx only)", partial(plan_norm_backward, layer_norm=False), {"gemma": False},
+                    vectors=BACKWARD_VECTORS),
     twin="pyrms.ops.rms_norm_backward.twin",
     check="backward", operands=backward_operands(False),
     case_options=COMMON_CASE_OPTIONS + ("in_place", "gemma", "grad_dtype", "rows_per_block", "own_workspace",
