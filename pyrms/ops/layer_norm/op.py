@@ -104,8 +104,8 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
     ``rms=True``: RMSNorm with a bias, ``out = x / sqrt(mean(x^2) + epsilon) * weight + bias`` (QuACK's
     ``rmsnorm(x, weight, bias)``): the RMSNorm forward's statistics, bit for bit, nothing subtracted, the
     expression rounded once (that forward's rounding with ``round_once=True``, to which it adds the bias).
-    The bias is required then; everything else is as for LayerNorm. Its backward is the RMSNorm backward
-    with ``grad_bias``.
+    The bias is required then; everything else is as for LayerNorm. Its backward is
+    ``pyrms.rms_norm_backward`` with ``grad_bias``.
 
     Mixed dtypes (bfloat16 or float16 rows): ``weight`` and ``bias`` both float32 (FlashInfer's and vLLM's
     fp32 gamma and beta; float32 arrays, or ``weight_dtype='float32'`` for raw pointers), read exactly;
@@ -226,10 +226,10 @@ def layer_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_
     mean and r recomputed per row exactly as ``layer_norm`` computes them. grad_weight and grad_bias
     are summed in fp32 in a fixed order (bitwise reproducible for every ``rows_per_block``), written in
     the weight's dtype or, with ``grad_weight_dtype='float32'`` (or float32 arrays), in fp32; both get the
-    same dtype. Mixed precision as in the RMSNorm backward: a float32 weight beside bf16/fp16 rows
+    same dtype. Mixed precision as in ``pyrms.rms_norm_backward``: a float32 weight beside bf16/fp16 rows
     (``weight_dtype='float32'`` for a raw pointer; ``layer_norm``'s fp32 gamma and beta), both gradients then
     float32, and optionally a float32 ``grad_output`` (``grad_output_dtype='float32'``). Arguments, in-place
-    rules, the workspace and ``pdl`` as in the RMSNorm backward, with
+    rules, the workspace and ``pdl`` as in ``pyrms.rms_norm_backward``, with
     ``pyrms.backward_workspace_bytes(num_tokens, hidden_size, layer_norm=True)`` bytes of workspace
     (``weight=False`` and ``grad_bias=`` for a backward without weight).
     """

@@ -8,8 +8,8 @@ Imports torch: only pyrms.torch imports this module (the registry names it, ``Op
     torch.ops.pyrms.layer_norm(x, weight?, bias?, eps, rms=False) -> Tensor
     torch.ops.pyrms.layer_norm_backward(grad_out, x, weight?, eps, has_bias, rms=False) -> (grad_input, grad_weight, grad_bias)
 
-rms: RMSNorm with a bias (``pyrms.layer_norm``'s rms=True, its backward the RMSNorm backward with grad_bias),
-what pyrms.torch's RMSNorm runs when given a bias.
+rms: RMSNorm with a bias (``pyrms.layer_norm``'s rms=True, its backward ``pyrms.rms_norm_backward`` with grad_bias),
+what ``pyrms.torch.rms_norm`` runs when given a bias.
 
 Layouts: rows one stride apart are read in place, others from a contiguous copy; outputs are new tensors whose
 rows lie ``hidden`` apart. The backward op returns an empty tensor for a gradient it does not compute
@@ -41,7 +41,7 @@ def _check(x, weight, bias, rms: bool = False) -> tuple[str, bool]:
     weight and bias then share one dtype, read as float32; a bias alone must be of x's dtype). rms: RMSNorm with a
     bias, which needs one."""
     if rms and bias is None:
-        raise ValueError("rms=True is RMSNorm with a bias, and bias is None (without one, use pyrms.torch's RMSNorm)")
+        raise ValueError("rms=True is RMSNorm with a bias, and bias is None (without one, use pyrms.torch.rms_norm)")
     dtype = check_meta(x, {"weight": weight, "bias": bias}, mixed_vectors=("weight", "bias"))
     mix = mixed(x, weight) or mixed(x, bias)
     if mix and (weight is None or (bias is not None and bias.dtype != weight.dtype)):
@@ -77,7 +77,7 @@ def launch_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     empty without a weight, grad_bias (the sum of grad_out over rows) empty unless has_bias. Without
     either, nothing is summed: one launch, no workspace. A weight of another dtype than x (the bias's too)
     is read as float32, both gradients summed and written in float32, then converted to its dtype. rms: of
-    RMSNorm with a bias (the RMSNorm backward with grad_bias)."""
+    RMSNorm with a bias (pyrms.rms_norm_backward with grad_bias)."""
     return norm_backward_launch(grad_out, x, weight, eps, layer_norm=not rms, grad_bias=has_bias)
 
 

@@ -1,5 +1,5 @@
 """rms_norm for PyTorch: the custom op ``torch.ops.pyrms.rms_norm`` (fake implementation, autograd through
-the backward's op), its eager launch on torch tensors, the ``torch.autograd.Function`` that eager
+rms_norm_backward's op), its eager launch on torch tensors, the ``torch.autograd.Function`` that eager
 autograd goes through, and the user function ``pyrms.torch.rms_norm``.
 
 Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``).
@@ -263,7 +263,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
     ``bias``: RMSNorm with a bias, ``x / sqrt(mean(x**2, -1) + eps) * weight + bias`` (QuACK's), [hidden] of the
     weight's dtype (or x's without a weight): the same statistics, the expression rounded once (round_once is
     implied), through ``pyrms.layer_norm(..., rms=True)``; parameters of another dtype than x give a float32
-    output, as LayerNorm's do. Differentiable in the bias too (its gradient is the sum of the upstream
+    output, as ``layer_norm``'s do. Differentiable in the bias too (its gradient is the sum of the upstream
     gradient over rows, in the same fixed order). Not with gemma or a weight per head.
 
     Raises TypeError for unsupported dtypes, ValueError for CPU tensors, tensors

@@ -2,10 +2,10 @@
 its eager launch on torch tensors. The forward's autograd (its binding) calls them: the
 custom op under torch.compile and tracing, the launch eagerly. No user function of its own in pyrms.torch.
 ``norm_backward_launch`` is the eager launch of every norm backward on torch tensors: RMSNorm's here, and
-LayerNorm's and RMSNorm-with-a-bias's for LayerNorm's binding.
+LayerNorm's and RMSNorm-with-a-bias's for layer_norm's binding.
 
 Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``), and the
-bindings of the forwards whose backward it is.
+forward's and layer_norm's bindings.
 
     torch.ops.pyrms.rms_norm_backward(grad_out, x, weight?, eps, gemma) -> (grad_input, grad_weight)
 

@@ -73,13 +73,13 @@ def static_quant(out: Operand, input: Operand, num_tokens: int | None = None, hi
 
     ``scale``: a Python float (finite, > 0, within float32), or one fp32 the kernel reads (its value not
     checked, as in vLLM): a device pointer (int) or a float32 array of one element (shape () or (1,)), as
-    the quantizing norms' static mode takes it.
+    ``pyrms.rms_norm_quant``'s static mode takes it.
 
     ``input``: a device pointer (int) to ``num_tokens`` rows of ``input_stride`` (default hidden_size)
     elements of ``dtype`` (bfloat16, the default, float16 or float32), or an array of [..., hidden_size]
     rows (leading dimensions that collapse to one row stride, contiguous along the hidden dimension;
     num_tokens, hidden_size and input_stride default to its). ``out``: a device pointer (int) to rows of
-    ``out_stride`` (default hidden_size) 1-byte elements, or an 8-bit array as the quantizing norms'
+    ``out_stride`` (default hidden_size) 1-byte elements, or an 8-bit array as ``pyrms.rms_norm_quant``'s
     ``out`` (its dtype names out_dtype, which must agree with one given; 1-byte storage that names none
     needs out_dtype). ``out_dtype``: 'float8_e4m3fn' (the default for a raw pointer), 'float8_e5m2' or
     'int8', or their numpy or torch dtypes. Every pointer at any element alignment; ``out`` must not overlap

@@ -1,5 +1,5 @@
-"""static_quant's numpy references and bit-exact twin: the quantizing norms' static output step
-(quantize_static) applied to the input as fp32."""
+"""static_quant's numpy references and bit-exact twin: rms_norm_quant's static output step
+(pyrms/ops/rms_norm_quant/twin.py, quantize_static) applied to the input as fp32."""
 from __future__ import annotations
 
 import numpy as np
