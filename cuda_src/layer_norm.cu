@@ -1,5 +1,5 @@
 // LayerNorm, forward (the backward is layer_norm_backward.cu, on the same row statistics), and RMSNorm with a bias
-// (RMS: its backward is rms_norm_backward.cu's with DBIAS).
+// (RMS: its backward is the RMSNorm backward kernel's DBIAS variant).
 //
 //   mean = sum(x) / n,  var = sum((x - mean)^2) / n  (two passes, over registers),  inv = 1 / sqrt(var + eps)
 //   forward:   y  = round_O(((x - mean) * inv) * w + b)      all in fp32, rounded once at the end

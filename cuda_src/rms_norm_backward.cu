@@ -3,7 +3,7 @@
 //   inv = 1 / sqrt(mean(x^2) + eps),  x_hat = x * inv,  g = w * dy  (w = 1 + weight for GEMMA, in fp32)
 //   dx  = inv * (g - x_hat * mean(x_hat * g))               rounded once to T
 //   dw  = sum over all rows of dy * x_hat                  fp32, in a fixed order, then T or fp32
-//   db  = sum over all rows of dy                          DBIAS only: RMSNorm with a bias (layer_norm.cu's
+//   db  = sum over all rows of dy                          DBIAS only: RMSNorm with a bias (the LayerNorm source's
 //                                                          CENTERED = false forward), the same order
 //
 // Kernel 1, rms_norm_backward_kernel<T, V, GEMMA, W, G>, writes dx and per-chunk fp32 partial sums of dw;

@@ -17,6 +17,7 @@ from typing import Mapping
 
 from . import dtypes
 from .model_norms import HF_RMS_NORMS
+from .ops import registry
 
 # RMSNorm classes of the families whose attention normalizes q and k per head (q_norm, k_norm over head_dim)...
 QK_PER_HEAD = frozenset({"Qwen3RMSNorm", "Qwen3MoeRMSNorm", "Qwen3NextRMSNorm", "Qwen3VLTextRMSNorm",
@@ -97,14 +98,10 @@ def read(path: str | Path) -> ModelNorms:
 
 
 def norm_calls(model: ModelNorms, dtype: dtypes.DType, training: bool = False) -> list[tuple[str, int, dict]]:
-    """(op, row width, options) of every pyrms call the model's norms make in ``dtype``: rms_norm at each width
-    (``pyrms.torch``'s modules), fused_add_rms_norm at the hidden size (the residual add fused in, as vLLM
-    runs decoder layers); with ``training`` also rms_norm_backward at each width, both with the weight in the
-    rows' dtype and, beside bf16/fp16 rows, in float32 (mixed precision keeps fp32 parameters)."""
+    """(op, row width, options) of every pyrms call the model's norms make in ``dtype``, in the registry's order:
+    each op's own answer (``OpSpec.model_calls``: the norm at each width, the residual add fused in at the
+    hidden size, and with ``training`` the backward at each width), the weight in the rows' dtype and, in
+    training beside bf16/fp16 rows, in float32 too (mixed precision keeps fp32 parameters)."""
     weights = [None, "float32"] if training and dtype.itemsize == 2 else [None]
-    calls = [("rms_norm", width, {**model.options, "weight_dtype": w}) for width in model.widths for w in weights]
-    calls.append(("fused_add_rms_norm", model.widths[0], dict(model.options)))
-    if training:
-        calls += [("rms_norm_backward", width, {"gemma": model.options.get("gemma", False), "weight_dtype": w})
-                  for width in model.widths for w in weights]
-    return calls
+    return [(spec.name, width, options) for spec in registry.REGISTRY.values() if spec.model_calls is not None
+            for width, options in spec.model_calls(model.widths, model.options, weights, training)]

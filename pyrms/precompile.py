@@ -283,7 +283,7 @@ def _parser() -> argparse.ArgumentParser:
                              "torch_dtype)")
     parser.add_argument("--model", type=Path, metavar="CONFIG.json",
                         help="a Hugging Face model's config.json: compile only the units of the norms that model "
-                             "runs (rms_norm at its hidden size and QK-norm's widths, fused_add_rms_norm)")
+                             "runs (model_config.norm_calls: the norm at its hidden size and QK-norm's widths, the fused residual add)")
     parser.add_argument("--training", action="store_true",
                         help="with --model: the backward too, and the weight in float32 beside 2-byte rows")
     parser.add_argument("--seed-hidden", type=_sizes, default=SEED_HIDDENS, metavar="LIST",

@@ -1,10 +1,12 @@
 """pyrms.model_config, reading a Hugging Face config.json without transformers, and ``python -m pyrms.precompile
 --model``: the norms a model runs, as the units it compiles."""
+import dataclasses
 import json
 
 import pytest
 
 from pyrms import dtypes, model_config, model_norms, precompile
+from pyrms.ops import registry
 
 QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096, "head_dim": 128,
          "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "torch_dtype": "bfloat16"}
@@ -66,6 +68,19 @@ def test_norm_calls():
     assert [c for c in fp32 if c[0] == "rms_norm_backward"] == [
         ("rms_norm_backward", 4096, {"gemma": False, "weight_dtype": None}),
         ("rms_norm_backward", 128, {"gemma": False, "weight_dtype": None})]
+
+
+def test_norm_calls_are_each_ops_own_declaration(monkeypatch):
+    """norm_calls asks every op (OpSpec.model_calls) in the registry's order: an op that declares calls is called."""
+    qwen = model_config.ModelNorms("Qwen3RMSNorm", {}, dtypes.BFLOAT16, (4096, 128))
+    declared = [name for name, spec in registry.REGISTRY.items() if spec.model_calls is not None]
+    training = model_config.norm_calls(qwen, dtypes.BFLOAT16, training=True)
+    assert list(dict.fromkeys(op for op, _, _ in training)) == declared
+    last = next(reversed(registry.REGISTRY))
+    spec = dataclasses.replace(registry.get(last), model_calls=lambda widths, options, weights, training:
+                               [(widths[-1], {"weights": tuple(weights), "training": training})])
+    monkeypatch.setitem(registry.REGISTRY, last, spec)
+    assert model_config.norm_calls(qwen, dtypes.BFLOAT16)[-1] == (last, 128, {"weights": (None,), "training": False})
 
 
 def test_model_units_are_the_units_its_calls_compile():

@@ -28,7 +28,6 @@ from pyrms.ops import _row_plan as plan
 from pyrms.errors import CompileError, PyrmsError
 from pyrms.ops import registry
 from pyrms.ops._spec import OpSpec
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
 
 PTXAS_VERBOSE = "--ptxas-options=-v"
 _SASS_ARGS = {"cuobjdump": ["--dump-sass"], "nvdisasm": []}  # in order of preference
@@ -50,11 +49,15 @@ def _cache_vectors(text: str | None) -> int:
     return int(text)
 
 
-def _backward_vectors(text: str | None) -> int:
-    choices = [str(c) for c in (0, *bwd_plan.BACKWARD_VECTORS)]
-    if text not in choices:
-        raise ValueError(f"expected vectors={'|'.join(choices)}, got {'no value' if text is None else repr(text)}")
-    return int(text)
+def _backward_vectors(vectors: tuple[int, ...]) -> Callable[[str | None], int]:
+    """The vectors= switch of a backward whose plan offers ``vectors`` (Inspect.vectors) beside 0."""
+    choices = [str(c) for c in (0, *vectors)]
+
+    def parse(text: str | None) -> int:
+        if text not in choices:
+            raise ValueError(f"expected vectors={'|'.join(choices)}, got {'no value' if text is None else repr(text)}")
+        return int(text)
+    return parse
 
 
 def _grad_dtype(text: str | None):
@@ -63,7 +66,7 @@ def _grad_dtype(text: str | None):
     return dtypes.get(text).name
 
 
-def _backward_plan(planner: Callable, dt: dtypes.DType, hidden: int, v: dict) -> bwd_plan.NormBackwardPlan:
+def _backward_plan(planner: Callable, dt: dtypes.DType, hidden: int, v: dict):
     weightless = v.get("weightless", False)
     if not v.get("grad_bias", True) and not weightless:
         raise ValueError("grad_bias=false is a variant of the kernel without weight (with one, dbias is always "
@@ -80,8 +83,8 @@ def _backward_family(spec: OpSpec) -> "Family":
     def defaults(dt: dtypes.DType, hidden: int) -> dict:
         return {"vectors": _backward_plan(planner, dt, hidden, {}).vectors, **spec.inspect.extra, "weightless": False}
     return Family(spec.source, spec.inspect.about, lambda dt, hidden, v: _backward_plan(planner, dt, hidden, v).expression,
-                  defaults, {"vectors": _backward_vectors, **{key: _flag for key in spec.inspect.extra},
-                             "weightless": _flag})
+                  defaults, {"vectors": _backward_vectors(spec.inspect.vectors),
+                             **{key: _flag for key in spec.inspect.extra}, "weightless": _flag})
 
 
 def _row_expression(planner: Callable, dt: dtypes.DType, hidden: int, v: dict) -> str:

@@ -19,8 +19,6 @@ import time
 
 import numpy as np
 
-import pyrms
-
 from .. import driver, dtypes, launch
 from . import ops as ops_mod
 from . import problem as problem_mod
@@ -181,8 +179,11 @@ def host_overhead(ctx, device, rng, calls: int, epsilon: float) -> dict:
 
 
 def graphs(ctx, device, rng, reps: int, epsilon: float) -> dict:
-    """GRAPH_LAUNCHES pyrms.rms_norm launches (one per rotation set) captured on a pyrms Stream and
-    replayed, against the same launches made one by one on that stream; outputs compared bit for bit."""
+    """GRAPH_LAUNCHES calls of the headline op (its host call, ops.Bench.host: x and y one rotation set per
+    call) captured on a pyrms Stream and replayed, against the same calls made one by one on that stream;
+    outputs compared bit for bit."""
+    headline = ops_mod.headline()
+    host_call = ops_mod.benches()[headline].host
     results = []
     dt = dtypes.BFLOAT16
     with driver.Stream(device) as stream, driver.Event(device=device) as e0, driver.Event(device=device) as e1:
@@ -190,15 +191,27 @@ def graphs(ctx, device, rng, reps: int, epsilon: float) -> dict:
             row_bytes = tokens * hidden * dt.itemsize
             stride = stats.pad(row_bytes)
             n = GRAPH_LAUNCHES
+            weight_bytes = stats.pad(hidden * dt.itemsize)
             with driver.DeviceBuffer(n * stride, device) as xs, driver.DeviceBuffer(n * stride, device) as ys, \
-                    driver.DeviceBuffer(stats.pad(hidden * dt.itemsize), device) as w:
+                    driver.DeviceBuffer(stats.pad(hidden * 4), device) as w, contextlib.ExitStack() as others:
                 problem_mod.fill_random(xs.ptr, xs.nbytes, dt, rng)
-                problem_mod.fill_random(w.ptr, w.nbytes, dt, rng)
+                problem_mod.fill_random(w.ptr, weight_bytes, dt, rng)
+                # The rest of what a host call may read (HostOperands: the vectors with room for fp32, r, dy, gx),
+                # shared by every call: random data from a generator of its own, so that rng's draws (x, w) stay.
+                r, dy, gx = (others.enter_context(driver.DeviceBuffer(stride, device)) for _ in range(3))
+                bias, gw = (others.enter_context(driver.DeviceBuffer(stats.pad(hidden * 4), device)) for _ in range(2))
+                own = np.random.default_rng(tokens)
+                for ptr, nbytes in ((w.ptr + weight_bytes, w.nbytes - weight_bytes), *((b.ptr, b.nbytes)
+                                                                                       for b in (r, dy, gx, bias, gw))):
+                    if nbytes:
+                        problem_mod.fill_random(ptr, nbytes, dt, own)
+                calls = [host_call(ops_mod.HostOperands(tokens, hidden, dt, device.ordinal, stream.handle, epsilon,
+                                                        xs.ptr + i * stride, r.ptr, ys.ptr + i * stride, dy.ptr,
+                                                        gx.ptr, w.ptr, bias.ptr, gw.ptr)) for i in range(n)]
 
                 def all_launches():
-                    for i in range(n):
-                        pyrms.rms_norm(ys.ptr + i * stride, xs.ptr + i * stride, w.ptr, epsilon, tokens, hidden,
-                                       dtype="bfloat16", stream=stream)
+                    for call in calls:
+                        call()
 
                 all_launches()  # compile, load, warm
                 stream.synchronize()
@@ -231,6 +244,6 @@ def graphs(ctx, device, rng, reps: int, epsilon: float) -> dict:
                 finally:
                     graph.close()
             medians = {m: {k: float(np.median(v)) for k, v in t.items()} for m, t in timings.items()}
-            results.append({"tokens": tokens, "hidden": hidden, "dtype": dt.name, "launches": n,
+            results.append({"op": headline, "tokens": tokens, "hidden": hidden, "dtype": dt.name, "launches": n,
                             "graph_output_matches": same, "median": medians, "samples": timings})
     return {"shapes": results}

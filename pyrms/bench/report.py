@@ -258,7 +258,9 @@ def graph_section(graphs: dict | None) -> str:
         return ""
     if "shapes" not in graphs:
         return f"CUDA graphs: not measured ({graphs.get('reason', 'unknown')})"
-    lines = ["CUDA graphs: N pyrms.rms_norm launches captured on a pyrms Stream (pyrms.driver.capture) and replayed,",
+    ops = {s["op"] for s in graphs["shapes"] if "op" in s}  # the headline op's (older results do not say)
+    calls = f"pyrms.{ops.pop()}" if len(ops) == 1 else "headline-op"
+    lines = [f"CUDA graphs: N {calls} launches captured on a pyrms Stream (pyrms.driver.capture) and replayed,",
              "against the same N launches made one by one on that stream (medians; host = time to queue them,",
              "device span = first to last event on the GPU, end to end = queue + wait for completion):",
              f"  {'shape':>10} {'N':>4} {'mode':>11} {'host us':>9} {'device us':>10} {'end-to-end us':>14} {'per launch':>11}"]

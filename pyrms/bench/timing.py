@@ -128,7 +128,7 @@ def median_us_each(timer: EventTimer, runs: Mapping[str, Callable[[int], object]
                    synchronize: Callable[[], object], where: str,
                    after_first: Callable[[str], object] | None = None) -> dict[str, float | None]:
     """``median_us`` of each named ``run(i)`` in turn, for tools that set several implementations of one
-    shape side by side (tools/bench_quant.py, tools/bench_qk_norm.py). Each is first called once on set 0
+    shape side by side (the op-specific timing tools under tools/<op>/). Each is first called once on set 0
     and ``synchronize()``d, so that an error surfaces before its timing, then ``after_first(name)`` runs
     (a tool keeps that output there, before the next implementation overwrites it). One that raises
     anywhere gets None and a line ``  NAME failed at WHERE: Type: message`` on stderr: an implementation

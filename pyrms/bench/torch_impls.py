@@ -60,15 +60,16 @@ def triton_kernel(ctx, module: str):
         raise Unavailable(f"Triton is not importable: {_one_line(exc)}") from None
 
 
-def liger_rms_norm(ctx):
-    """Liger-Kernel's ``LigerRMSNormFunction`` (an optional extra: ``pip install liger-kernel``), or Unavailable
-    saying why not."""
+def liger_function(ctx, module: str, name: str):
+    """Liger-Kernel's autograd function ``name`` of ``module`` (Liger-Kernel is optional: ``pip install
+    liger-kernel``), or Unavailable saying why not."""
+    import importlib
+
     need_torch(ctx)
     try:
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        return getattr(importlib.import_module(module), name)
     except Exception as exc:
         raise Unavailable(f"Liger-Kernel is not importable: {_one_line(exc)}") from None
-    return LigerRMSNormFunction
 
 
 def flashinfer_function(ctx, name: str):

@@ -1,4 +1,4 @@
-"""The two calling conventions of the ops whose output leads in vLLM's order (rms_norm, layer_norm).
+"""The two calling conventions of the ops whose output leads in vLLM's order (the RMSNorm and LayerNorm forwards).
 
 - Input first, as FlashInfer, QuACK and ``torch.nn.functional`` call norms: ``op(input, weight, ..., eps=default,
   *, out=None)`` on arrays, positionally or by name; returns ``out``, a new pyrms.Tensor when it is None.

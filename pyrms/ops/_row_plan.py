@@ -219,7 +219,7 @@ class _WeightAndOutKinds:
 def block_and_cache(dtype: dtypes.DType, hidden: int) -> tuple[int, int]:
     """Threads per block and register-cached vectors per thread for a row of `hidden` elements.
 
-    Measured on the H200 (tools/tune_rms_norm.py; docs/perf_notes.md, "Versions"): four
+    Measured on the H200 (the RMSNorm row's launch-shape sweep; docs/perf_notes.md, "Versions"): four
     16-byte vectors per thread, held in registers, was the best or within 0.02 of the best at
     every hidden size from 1024 to 16384 (bf16), e.g. 0.93 of the copy ceiling at 16384x5120
     with 160 threads, against 0.85 with one vector per thread. Rows too short to give 32 threads

@@ -29,7 +29,8 @@ class Unit:
 class Inspect:
     """How ``tools/ptx_dump.py`` names an op's kernels: ``kind`` picks its variant grammar ("row": the row
     core's cache/few/aligned and the plan's flags; "backward", "quant", "seed"), ``planner(dtype, hidden)``
-    gives the planned default, ``extra`` the variant switches beyond the plan's FLAGS (name: default)."""
+    gives the planned default, ``extra`` the variant switches beyond the plan's FLAGS (name: default),
+    ``vectors`` the backward kinds' register-cached vector counts a variant may pick beside 0."""
 
     kind: str
     about: str
@@ -37,6 +38,7 @@ class Inspect:
     extra: dict = field(default_factory=dict)
     weight: bool = False  # the row kinds: a weight=same|float32|none variant
     out: bool = True  # the row kinds: an out=same|float32 variant
+    vectors: tuple[int, ...] = ()  # the backward kinds: vectors=0|... (beside 0, the plan's choices)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,10 @@ class OpSpec:
     (None: the op has none of its own); ``twin``: the module of its float64 reference and bit-exact twin, whose
     ``__all__`` pyrms.reference gathers. ``companions(dtype, hidden, **options)``: the other entries whose units
     a call of this op with these operands also launches (None: none), so that precompiling a model's calls
-    compiles them too."""
+    compiles them too. ``model_calls(widths, options, weights, training)``: the (row width, options) of each
+    call that a model's norms make of this op (pyrms.model_config.norm_calls), given the model's row widths (its
+    hidden size first), its norm's options, the weight dtypes to cover and whether it trains; None: a model
+    makes none."""
 
     name: str
     module: str
@@ -78,6 +83,7 @@ class OpSpec:
     bench: str | None = None
     twin: str | None = None
     companions: Callable[..., tuple[str, ...]] | None = None
+    model_calls: Callable[..., list[tuple[int, dict]]] | None = None
 
     @property
     def flags(self) -> tuple[str, ...]:

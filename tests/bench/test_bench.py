@@ -717,7 +717,7 @@ def test_spin_kernel_compiles_with_nvrtc():
 
 
 def test_median_us_each_times_each_run_and_reports_the_ones_that_fail(capsys):
-    """The tools' side-by-side timing (tools/bench_quant.py, tools/bench_qk_norm.py) over a timer without a
+    """The tools' side-by-side timing (tools/rms_norm_quant/bench.py, tools/rms_norm/bench_qk_norm.py) over a timer without a
     device: a run that fails at its first call, at the synchronize after it, or while being timed gets None
     and one stderr line, and the next is still timed."""
     log = []
@@ -1092,6 +1092,8 @@ def test_simulated_run_end_to_end(sim, tmp_path, capsys):
     assert "bare cuLaunchKernel" in out and "pyrms.rms_norm on raw ints" in out
     graphs = data["graphs"]["shapes"]
     assert [g["graph_output_matches"] for g in graphs] == [True, True]
+    assert [g["op"] for g in graphs] == [ops.headline()] * 2  # the headline's host call, captured
+    assert f"CUDA graphs: N pyrms.{ops.headline()} launches captured" in out
     assert "graph replay" in out and "identical to one-by-one's" in out
     # the launch floor: the simulator's launch cost (less its PDL saving) plus the row's bytes
     floors = {(f["kernel"], f["hidden"], f["method"], f["pdl"]): f for f in data["launch_floor"]}

@@ -8,7 +8,7 @@ import pytest
 
 import pyrms
 from pyrms import compiler, dtypes, ptx_inspect
-from pyrms.ops import _workspace
+from pyrms.ops import _workspace, registry
 from pyrms.tensor import Tensor
 from tests.support.validation_calls import A, B, C, D, E, F, backward
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
@@ -396,5 +396,10 @@ def test_ptx_dump_knows_the_family():
         "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0, void, false>"
     with pytest.raises(ValueError, match="grad_bias=false is a variant of the kernel without weight"):
         expression("layer_norm_backward", "grad_bias=false")
-    with pytest.raises(ValueError, match="vectors=0\\|1\\|2"):
-        tool.resolve_variant(tool.FAMILIES["rms_norm_backward"], "vectors=3", bf16, 64)
+    backwards = [spec for spec in registry.REGISTRY.values() if spec.inspect and spec.inspect.kind == "backward"]
+    assert len(backwards) >= 2
+    for spec in backwards:  # each backward's vectors= offers its plan's choices (Inspect.vectors), none beyond
+        assert spec.inspect.vectors == bwd_plan.BACKWARD_VECTORS
+        with pytest.raises(ValueError, match="vectors=0\\|1\\|2"):
+            tool.resolve_variant(tool.FAMILIES[spec.name], "vectors=3", bf16, 64)
+        assert tool.resolve_variant(tool.FAMILIES[spec.name], "vectors=2", bf16, 64)["vectors"] == 2

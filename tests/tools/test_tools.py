@@ -1,5 +1,6 @@
-"""The checkout's tools as users run them (no GPU): each answers ``python -m tools.NAME --help`` from
-the root with nothing on PYTHONPATH, and none edits ``sys.path`` to find pyrms or its siblings."""
+"""The checkout's tools as users run them (no GPU): each answers ``python -m tools.NAME --help`` (an op's own
+tools: ``tools.OP.NAME``) from the root with nothing on PYTHONPATH, and none edits ``sys.path`` to find pyrms or
+its siblings."""
 import ast
 import json
 import os
@@ -10,20 +11,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = sorted(path.stem for path in (ROOT / "tools").glob("*.py") if path.stem != "__init__")
+# Module names under tools: NAME, or OP.NAME for the tools in an op's folder (tools/OP/NAME.py).
+TOOLS = sorted(".".join(path.relative_to(ROOT / "tools").with_suffix("").parts)
+               for path in (ROOT / "tools").rglob("*.py") if path.stem != "__init__")
 
 
 def test_the_tools_are_all_here():
-    assert len(TOOLS) >= 14 and "ptx_dump" in TOOLS and "sanitize_all" in TOOLS
+    assert len(TOOLS) >= 14 and "ptx_dump" in TOOLS and "sanitize_all" in TOOLS and "rms_norm_backward.tune" in TOOLS
 
 
 @pytest.mark.parametrize("name", TOOLS)
 def test_no_tool_edits_sys_path(name):
-    tree = ast.parse((ROOT / "tools" / f"{name}.py").read_text())
+    tree = ast.parse((ROOT / "tools" / f"{name.replace('.', '/')}.py").read_text())
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and node.attr == "path"
                 and isinstance(node.value, ast.Name) and node.value.id == "sys"):
-            pytest.fail(f"tools/{name}.py:{node.lineno} uses sys.path: import through the tools package instead")
+            pytest.fail(f"tools/{name.replace('.', '/')}.py:{node.lineno} uses sys.path: import through the tools package instead")
 
 
 # One interpreter runs every tool as ``python -m`` does (runpy, as __main__, with ``--help`` as its arguments):

@@ -807,9 +807,9 @@ def test_quant_bad_arguments_are_named():
 
 
 def test_qk_norm_bench_lets_torch_compile_specialize_to_every_shape(monkeypatch):
-    """tools.bench_qk_norm times torch.compile at every (part, tokens) shape; past dynamo's recompile limit
+    """tools.rms_norm.bench_qk_norm times torch.compile at every (part, tokens) shape; past dynamo's recompile limit
     (8) the compiled function silently runs eagerly, so implementations() raises the limit to the count."""
-    from tools import bench_qk_norm
+    from tools.rms_norm import bench_qk_norm
 
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"

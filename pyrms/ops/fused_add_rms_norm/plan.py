@@ -16,8 +16,8 @@ SUM_PRECISIONS = ("rounded", "fp32")
 
 @dataclass(frozen=True)
 class FusedAddRmsNormPlan(RmsNormPlan):
-    """For fused_add_rms_norm.cu: rms_norm.cu's row (rms_norm_row.cuh) with the residual add as its
-    source, so rms_norm's launch shapes and variants. sum_precision "fp32" (bf16 and fp16 only) is the
+    """For fused_add_rms_norm.cu: the RMSNorm row (rms_norm_row.cuh) with the residual add as its
+    source, so the RMSNorm forward's launch shapes and variants. sum_precision "fp32" (bf16 and fp16 only) is the
     fp32-sum kernel, with the residual of the dtype or, fp32_residual, of float32. An fp32 output
     (out="float32", with the rounded sum only) is written to an out of its own
     (fused_add_rms_norm_out_kernel), not over the input."""

@@ -35,6 +35,11 @@ def _operands(*, weight=True, out=False, **_):
     return ("input", "residual") + ("out",) * out, ("weight",) * weight
 
 
+def _model_calls(widths, options, weights, training) -> list[tuple[int, dict]]:
+    """The residual add fused into the norm at the hidden size, as vLLM runs decoder layers."""
+    return [(widths[0], dict(options))]
+
+
 FUSED_ADD_RMS_NORM = OpSpec(
     name="fused_add_rms_norm", module="pyrms.ops.fused_add_rms_norm.op", source=FusedAddRmsNormPlan.source,
     torch="pyrms.ops.fused_add_rms_norm.torch_binding",
@@ -43,6 +48,6 @@ FUSED_ADD_RMS_NORM = OpSpec(
     twin="pyrms.ops.fused_add_rms_norm.twin",
     check="row", operands=_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "sum_precision", "residual_dtype", "out_kind"),
-    random=True, bench="pyrms.ops.fused_add_rms_norm.bench")
+    random=True, bench="pyrms.ops.fused_add_rms_norm.bench", model_calls=_model_calls)
 
 SPECS = (FUSED_ADD_RMS_NORM,)

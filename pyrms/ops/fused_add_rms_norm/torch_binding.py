@@ -168,7 +168,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor |
     ``gemma``, ``round_once``, and a weight of another dtype or None: as in ``fused_add_rms_norm``.
 
     The backward gives x and residual the one gradient of their sum: RMSNorm's backward at the normalized
-    rows (pyrms's kernels, as ``rms_norm``'s: the gradient of the exact function, the weight's summed in a
+    rows (pyrms's kernels, as for the plain RMSNorm: the gradient of the exact function, the weight's summed in a
     fixed order) plus the gradient reaching ``residual_out``, in each input's dtype. Works eagerly, under
     ``torch.compile(fullgraph=True)`` and in CUDA graphs (``torch.ops.pyrms.add_rms_norm``). Its forward
     copies x and residual before the in-place kernel, so it moves more memory than ``fused_add_rms_norm``.

@@ -91,7 +91,7 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
     ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``);
     ``weight=None`` without a weight (``elementwise_affine=False`` when bias is None too).
-    Returns ``out`` (a new pyrms.Tensor when ``out`` is None). Called as ``pyrms.rms_norm`` is: input first on
+    Returns ``out`` (a new pyrms.Tensor when ``out`` is None). Called in either convention: input first on
     arrays (``y = layer_norm(x, weight, bias)``, ``layer_norm(x, weight, eps=1e-5, out=y)``; bias defaults to
     None and eps to 1e-5, as in ``pyrms.torch.layer_norm``), or out first, vLLM's order, on raw device pointers
     or arrays (``layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size)``, positionally or every
@@ -102,8 +102,8 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
     dtype. A row's result does not depend on the batch it sits in.
 
     ``rms=True``: RMSNorm with a bias, ``out = x / sqrt(mean(x^2) + epsilon) * weight + bias`` (QuACK's
-    ``rmsnorm(x, weight, bias)``): ``pyrms.rms_norm``'s statistics, bit for bit, nothing subtracted, the
-    expression rounded once (the rounding of ``rms_norm(..., round_once=True)``, to which it adds the bias).
+    ``rmsnorm(x, weight, bias)``): the RMSNorm forward's statistics, bit for bit, nothing subtracted, the
+    expression rounded once (that forward's rounding with ``round_once=True``, to which it adds the bias).
     The bias is required then; everything else is as for LayerNorm. Its backward is
     ``pyrms.rms_norm_backward`` with ``grad_bias``.
 

@@ -11,7 +11,7 @@ import pyrms
 
 from ...bench.impls import Context, Impl, Unavailable
 from ...bench.ops import Bench
-from ...bench.torch_impls import Compiled, flashinfer_function, liger_rms_norm, need_torch, output_ptr, triton_kernel
+from ...bench.torch_impls import Compiled, flashinfer_function, liger_function, need_torch, output_ptr, triton_kernel
 from ...tensor import Tensor
 from .twin import rms_norm_ref
 
@@ -109,7 +109,8 @@ class LigerForward(TorchForward):
     name = "liger"
 
     def wrap(self, fn, example_args):
-        function, eps = liger_rms_norm(self.ctx), self.ctx.epsilon
+        function = liger_function(self.ctx, "liger_kernel.ops.rms_norm", "LigerRMSNormFunction")
+        eps = self.ctx.epsilon
         return lambda x, w: function.apply(x, w, eps, 0.0, "llama", False)
 
 

@@ -207,7 +207,7 @@ def rms_norm(input: Any, weight: Any = UNSET, eps: Any = UNSET, epsilon: Any = U
     most of the launch latency of back-to-back kernels (docs/perf_notes.md). False launches plainly.
 
     ``rstd``: where each row's ``inv_rms`` (``1 / sqrt(mean(x^2) + epsilon)``, float32) is stored, for
-    ``rms_norm_backward(rstd=)`` to read instead of recomputing it (the same value: the same bits, and one
+    the backward (its ``rstd=``) to read instead of recomputing it (the same value: the same bits, and one
     reduction less per row there): a raw pointer to ``num_tokens`` float32 or a float32 array of shape
     (num_tokens,) or (num_tokens, 1), disjoint from every other operand. For rows one stride apart (not
     with ``weight_stride`` or N-D leading sizes); short rows then run one per block instead of packed

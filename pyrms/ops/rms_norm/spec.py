@@ -31,6 +31,11 @@ def _companions(dt, hidden, **options) -> tuple[str, ...]:
     return ("rms_norm_nd",) if plan_rms_norm(dt, hidden, **options).lanes else ()
 
 
+def _model_calls(widths, options, weights, training) -> list[tuple[int, dict]]:
+    """A model's norms (pyrms.torch's modules): each width, each weight dtype."""
+    return [(width, {**options, "weight_dtype": w}) for width in widths for w in weights]
+
+
 RMS_NORM = OpSpec(
     name="rms_norm", module="pyrms.ops.rms_norm.op", source=RmsNormPlan.source, plan=RmsNormPlan,
     torch="pyrms.ops.rms_norm.torch_binding",
@@ -38,7 +43,7 @@ RMS_NORM = OpSpec(
     twin="pyrms.ops.rms_norm.twin",
     check="row", operands=row_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "gemma", "round_once", "in_place", "out_kind"), random=True,
-    bench="pyrms.ops.rms_norm.bench", companions=_companions)
+    bench="pyrms.ops.rms_norm.bench", companions=_companions, model_calls=_model_calls)
 
 # rms_norm on N-D views, with a weight per outer row, and plain calls of many short rows (packed several to a
 # warp): rms_norm.cu's rms_norm_nd_kernel, a unit of its own (RmsNormPlan.nd_group).

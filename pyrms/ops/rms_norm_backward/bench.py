@@ -10,7 +10,7 @@ import pyrms
 
 from ...bench.impls import Context, Impl, pyrms_function
 from ...bench.ops import Bench
-from ...bench.torch_impls import compile_function, liger_rms_norm, need_torch, output_ptr, release_compile
+from ...bench.torch_impls import compile_function, liger_function, need_torch, output_ptr, release_compile
 
 DW_FULL_LIMIT = 1 << 27  # dγ sums over all rows: checked where tokens x hidden is at most this
 DW_CHUNK_ROWS = 2048
@@ -114,7 +114,7 @@ class LigerBackward(TorchBackward):
     name = "liger"
 
     def forward(self, torch, hidden, eps):
-        function = liger_rms_norm(self.ctx)
+        function = liger_function(self.ctx, "liger_kernel.ops.rms_norm", "LigerRMSNormFunction")
         return lambda x, w: function.apply(x, w, eps, 0.0, "llama", False)
 
 

@@ -25,8 +25,8 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
     ``weight=None``, ``torch.nn.RMSNorm(elementwise_affine=False)``): g = dy, grad_input only, bitwise what a
     16-byte aligned weight of ones would give; one launch, no sum over rows and no workspace.
 
-    Nothing from the forward is needed: r is recomputed per row. Or pass the forward's ``rstd`` (``rms_norm``'s
-    ``rstd=`` output: float32, one per row, a raw pointer or a (num_tokens,) or (num_tokens, 1) array), and
+    Nothing from the forward is needed: r is recomputed per row. Or pass the forward's ``rstd`` (its ``rstd=``
+    output: float32, one per row, a raw pointer or a (num_tokens,) or (num_tokens, 1) array), and
     it is read instead: the forward's r is the one recomputed here (the same tree, for the same epsilon), so
     the results are the same bits, with one reduction per row less. Any other float32 values are used as
     given (r of each row), as QuACK's and Apex's backward take them. grad_weight is summed over chunks of
@@ -46,7 +46,7 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
     Mixed precision (bfloat16 or float16 rows): ``weight`` float32 (fp32 master weights: a float32 array,
     or ``weight_dtype='float32'`` for a raw pointer), grad_weight then float32; and ``grad_output`` float32
     too if wished (a float32 array, or ``grad_output_dtype='float32'``: the gradient of the float32 output
-    that ``rms_norm`` writes with such a weight and ``out_dtype='float32'``). Both are read exactly, so the
+    that the forward writes with such a weight and ``out_dtype='float32'``). Both are read exactly, so the
     arithmetic is the one above; grad_input stays in the rows' dtype (not in place over a float32
     grad_output).
 

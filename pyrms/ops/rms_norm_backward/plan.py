@@ -11,7 +11,7 @@ from .._row_plan import block_and_cache
 
 # The backward kernels launch at most 512 threads of their own (rms_norm_backward's V = 2 variant needs
 # 128 registers), re-reading their rows (V = 0); the register-cached V = 1, 2 variants are compiled
-# too, as candidates for tools/tune_backward.py, which measured them slower (below). Their statistics
+# too, as candidates for tools/rms_norm_backward/tune.py, which measured them slower (below). Their statistics
 # use the forward's fold width (NormBackwardPlan.stats_fold) whatever their block, so they are the forward's
 # by construction (row_core.cuh).
 BACKWARD_MAX_BLOCK = 512
@@ -21,7 +21,7 @@ BACKWARD_VECTORS = (1, 2)
 
 
 # Backward rows re-read per pass (V = 0), about this many 16-byte vectors per thread: measured on
-# the H200 at 16384x5120 bf16 (tools/tune_backward.py; docs/perf_notes.md and docs/family.md),
+# the H200 at 16384x5120 bf16 (tools/rms_norm_backward/tune.py; docs/perf_notes.md and docs/family.md),
 # 128 threads x 5 vectors took 222 us, against 480 us for the register-cached 320 x 2 (111
 # registers: one block per multiprocessor) and 252 us for 256 x 2.5 or 306 us for 64 x 10; again on
 # 2026-12-01 (the same tool): 128 threads 205 us, the

@@ -35,7 +35,7 @@ def launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
     converted to the weight's dtype where that is not float32). A weight per head ([heads, head_dim] beside x
     [..., heads, head_dim]): each head's rows are a backward of their own over the token rows (one call per
     head, each head's weight gradient summed over its rows as a [head_dim] weight's is). rstd: the forward's
-    saved inv_rms per row (float32 [rows], rms_norm's eager autograd), read instead of recomputed: the same bits."""
+    saved inv_rms per row (float32 [rows], the forward's eager autograd), read instead of recomputed: the same bits."""
     return norm_backward_launch(grad_out, x, weight, eps, gemma=gemma, rstd=rstd)[:2]
 
 

@@ -10,8 +10,8 @@ few-row one (SPREAD * FOLD threads, weights loaded early; SPREAD 1 is written x1
 all-body ALIGNED variant, which the aligned test buffers allow), as compiled (plan.FEW_ROW_SHAPES). --pdl launches with programmatic dependent launch. Used to choose the row plan's
 table; needs a GPU.
 
-    python -m tools.tune_rms_norm --shapes 16384x5120,4096x16384 --json out.json
-    python -m tools.tune_rms_norm --shapes 1x5120 --configs 160/4,160/4x4e,160/4x2e --pdl
+    python -m tools.rms_norm.tune --shapes 16384x5120,4096x16384 --json out.json
+    python -m tools.rms_norm.tune --shapes 1x5120 --configs 160/4,160/4x4e,160/4x2e --pdl
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """QK-norm at Qwen3's shapes on the H200: pyrms against torch eager, torch.compile and Triton, all on the
 same strided views of a fused QKV tensor (docs/family.md).
 
-    python -m tools.bench_qk_norm [--tokens 1,16,128,1024,4096,16384] [--reps 15] [--json out.json]
+    python -m tools.rms_norm.bench_qk_norm [--tokens 1,16,128,1024,4096,16384] [--reps 15] [--json out.json]
 
 q = qkv[:, :64*128].view(T, 64, 128) and k = qkv[:, 64*128:72*128].view(T, 8, 128) of a bf16
 [T, (64 + 2*8) * 128] tensor; each implementation writes a new contiguous [T, heads, 128] output.

@@ -1,7 +1,7 @@
 """Norm + fp8 quantization on the H200: pyrms.rms_norm_quant and fused_add_rms_norm_quant against torch's
 norm then quantize (eager, torch.compile of each step apart, torch.compile of both together); docs/family.md.
 
-    python -m tools.bench_quant [--tokens 1,16,128,1024,16384] [--hidden 5120] [--reps 15] [--json out.json]
+    python -m tools.rms_norm_quant.bench [--tokens 1,16,128,1024,16384] [--hidden 5120] [--reps 15] [--json out.json]
 
 bf16 rows of `hidden` elements, a bf16 weight, float8_e4m3fn output; modes static (one scale), per_token
 (a scale per row, written) and per_group (a scale per GROUP elements of a row, row-major fp32, written). Bytes: read x (and the residual) and the weight, write q and the scales (and

@@ -5,7 +5,7 @@ Each configuration is checked against the float64 reference, then timed like the
 (pyrms.bench.timing: CUDA events around batches queued behind a spin kernel) on rotated inputs. Needs a
 GPU. Used to choose the backward plan's table (backward_block, BACKWARD_FEW_ROWS).
 
-    python -m tools.tune_backward --shapes 16384x5120,32x5120 --configs planned,128/0/16,128/0/1,160/0/1
+    python -m tools.rms_norm_backward.tune --shapes 16384x5120,32x5120 --configs planned,128/0/16,128/0/1,160/0/1
 
 A config is `planned`, `legacy` (the plan without its staged kernel), sTxS/rows_per_block[hH][cC][f] (the staged
 kernel with T threads and S row buffers, e.g. s256x2/16; hH: its column sums held in registers, H vectors a
