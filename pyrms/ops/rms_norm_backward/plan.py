@@ -90,25 +90,25 @@ def staged_blocks_per_sm(shared_bytes: int, sm_shared: int = SM_SHARED_BYTES) ->
 
 
 # dweight/dbias are summed over chunks of rows, then over chunks (norm_backward.cuh). A chunk is GRAD_CHUNK_ROWS
-# rows, halved (down to GRAD_MIN_CHUNK_ROWS) while the rows make fewer chunks than the variant wants: the staged
-# kernel runs a chunk per block, and 16-row chunks of 1024 to 4096 rows leave multiprocessors idle. A variant whose
-# sums are held in registers at 256 threads (one plane, up to STAGED_HELD_MAX vectors a thread: 4 blocks per
-# multiprocessor) wants GRAD_CHUNKS_WANTED chunks, the others (2 blocks per multiprocessor, by shared memory or
-# registers) half as many (bf16, us: 1024x4096 35.7 at 16 rows a chunk, 23.0 at 8, 18.5 at 4, 18.9 at 2; 4096x4096
-# 47.8 at 16, 41.0 at 8; but 4096x8192 73.3 at 16, 79.3 at 8, and LayerNorm's 4096x5120 73.5 at 16, 80.8 at 8;
-# docs/perf_notes.md). The chunk depends on the row count and the variant alone, never on the launch shape or the
-# GPU, so neither changes the summation order.
+# rows, halved (down to GRAD_MIN_CHUNK_ROWS) while the rows make fewer chunks than wanted: the staged kernel runs a
+# chunk per block, and 16-row chunks of 1024 to 4096 rows leave multiprocessors idle. Rows that 256 threads cover
+# with at most STAGED_HELD_MAX vectors each (bf16 hidden up to 6144: RMSNorm's sums held in registers, 4 blocks per
+# multiprocessor) want GRAD_CHUNKS_WANTED chunks, wider rows (2 blocks per multiprocessor) half as many (bf16, us:
+# 1024x4096 35.7 at 16 rows a chunk, 23.0 at 8, 18.5 at 4, 18.9 at 2; 4096x4096 47.8 at 16, 41.0 at 8; but
+# 4096x8192 73.3 at 16, 79.3 at 8; docs/perf_notes.md). The chunk depends on the row count, the dtype and hidden
+# alone, never on the launch shape, the GPU or the variant: so a weightless backward's dbias stays the weighted
+# one's, and RMSNorm-with-a-bias's dweight the plain one's, bit for bit.
 GRAD_CHUNK_ROWS = 16
 GRAD_MIN_CHUNK_ROWS = 4
 GRAD_CHUNKS_WANTED = 512
 
 
-def chunk_rows_for(rows: int, dtype, hidden: int, planes: int) -> int:
-    """Rows per chunk of the parameter gradients' sums (`planes` of them: dweight, dbias) over `rows` rows of
-    `hidden` elements: a power of two that divides GRAD_CHUNK_ROWS, so that rows_per_block (1 or a multiple of
-    GRAD_CHUNK_ROWS) covers whole chunks."""
-    held = planes == 1 and -(-(hidden // dtypes.get(dtype).vec_elems) // STAGED_HELD_THREADS) <= STAGED_HELD_MAX
-    wanted = GRAD_CHUNKS_WANTED if held else GRAD_CHUNKS_WANTED // 2
+def chunk_rows_for(rows: int, dtype, hidden: int) -> int:
+    """Rows per chunk of the parameter gradients' sums over `rows` rows of `hidden` elements of `dtype`: a power
+    of two that divides GRAD_CHUNK_ROWS, so that rows_per_block (1 or a multiple of GRAD_CHUNK_ROWS) covers whole
+    chunks."""
+    narrow = -(-(hidden // dtypes.get(dtype).vec_elems) // STAGED_HELD_THREADS) <= STAGED_HELD_MAX
+    wanted = GRAD_CHUNKS_WANTED if narrow else GRAD_CHUNKS_WANTED // 2
     chunk = GRAD_CHUNK_ROWS
     while chunk > GRAD_MIN_CHUNK_ROWS and rows < chunk * wanted:
         chunk //= 2
@@ -341,7 +341,7 @@ class NormBackwardPlan(KernelPlan):
 
     def chunk_for(self, rows: int) -> int:
         """Rows per chunk of a call of `rows` rows: the plan's chunk_rows, or by the row count (chunk_rows_for)."""
-        return self.chunk_rows or chunk_rows_for(rows, self.dtype, self.hidden, self.params)
+        return self.chunk_rows or chunk_rows_for(rows, self.dtype, self.hidden)
 
     def chunks(self, rows: int) -> int:
         return -(-rows // self.chunk_for(rows))

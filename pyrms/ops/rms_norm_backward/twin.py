@@ -78,7 +78,7 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
     block (the tree of the row sums of x_hat * g and g); fold: the statistics' fold width (the forward's
     block, NormBackwardPlan.stats_fold); x_phases: each input row's phase (the statistics' order);
     weight_phase: the weight's (the order of the row sums of x_hat * g and g); chunk_rows: the plan's (None: by
-    the row count and the variant, plan.chunk_rows_for, as the plans make it).
+    the row count, dtype and hidden, plan.chunk_rows_for, as the plans make it).
     dy's and dx's alignment and rows_per_block change no arithmetic, so they are not arguments.
 
     weight None: no weight (the kernels' W = void): g = dy, no dweight, so (dx,) for RMSNorm and (dx,
@@ -113,5 +113,5 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
         dx = (inv[:, None] * (g - x_hat * dot_mean[:, None])).astype(dt.numpy)
         terms = ([] if weight is None else [dyf * x_hat]) + ([dyf] if layer_norm or grad_bias else [])
     out = dtypes.get(grad_dtype if grad_dtype is not None else dt if weight is None else np.asarray(weight).dtype).numpy
-    chunk = chunk_rows or chunk_rows_for(x.shape[0], dt, hidden, len(terms))
+    chunk = chunk_rows or chunk_rows_for(x.shape[0], dt, hidden)
     return (dx, *(sum_partials_twin(chunk_sums_twin(t, chunk)).astype(out) for t in terms))

@@ -73,19 +73,22 @@ def test_deeper_stages_only_where_they_cost_no_block():
     assert p.staged_shared_bytes(5) <= bwd_plan.STAGED_SHARED_LIMIT < p.staged_shared_bytes(6)
 
 
-def test_fewer_rows_take_smaller_chunks_by_the_row_count_and_the_variant():
+def test_fewer_rows_take_smaller_chunks_by_the_row_count_dtype_and_hidden():
     rows = (1, 512, 2047, 2048, 4095, 4096, 8191, 8192, 16384, 1 << 20)
-    # sums held in registers at 256 threads (one plane, bf16 hidden up to 6144): 512 chunks wanted
-    assert [bwd_plan.chunk_rows_for(r, "bfloat16", 4096, 1) for r in rows] == [4, 4, 4, 4, 4, 8, 8, 16, 16, 16]
-    # two planes, or more vectors a thread: 256 chunks
-    for dtype, hidden, planes in (("bfloat16", 5120, 2), ("bfloat16", 8192, 1), ("float32", 4096, 1)):
-        assert [bwd_plan.chunk_rows_for(r, dtype, hidden, planes) for r in rows] == [4, 4, 4, 8, 8, 16, 16, 16, 16, 16]
+    # rows that 256 threads cover with at most 3 vectors each (bf16 hidden up to 6144): 512 chunks wanted
+    for hidden in (4096, 6144):
+        assert [bwd_plan.chunk_rows_for(r, "bfloat16", hidden) for r in rows] == [4, 4, 4, 4, 4, 8, 8, 16, 16, 16]
+    # wider rows: 256 chunks
+    for dtype, hidden in (("bfloat16", 8192), ("float32", 4096)):
+        assert [bwd_plan.chunk_rows_for(r, dtype, hidden) for r in rows] == [4, 4, 4, 8, 8, 16, 16, 16, 16, 16]
     p = bwd_plan.plan_norm_backward("bfloat16", 4096)
     assert p.chunk_rows is None and p.chunk_for(4096) == 8 and p.chunks(4096) == 512
-    assert bwd_plan.plan_norm_backward("bfloat16", 4096, layer_norm=True).chunk_for(4096) == 16
     assert replace(p, chunk_rows=16).chunk_for(4096) == 16  # a plan that names its chunk keeps it
-    # a forced launch shape (threads, held) does not change the chunk: the sums' order is the variant's
+    # neither a forced launch shape (threads, held) nor the variant changes the chunk: the sums' order stays the
+    # same across them (a weightless dbias is the weighted one's, bit for bit)
     assert p.staged_shape(128, 2, 0).chunk_for(4096) == 8
+    assert {bwd_plan.plan_norm_backward("bfloat16", 4096, **kw).chunk_for(4096) for kw in (
+        {"layer_norm": True}, {"layer_norm": True, "weight": False}, {"grad_bias": True}, {"weight": False})} == {8}
     # rows_per_block is 1 or a multiple of GRAD_CHUNK_ROWS: whole chunks at every row count
     assert all(bwd_plan.GRAD_CHUNK_ROWS % p.chunk_for(r) == 0 for r in range(1, 20000, 97))
     assert p.rows_per_block(bwd_plan.BACKWARD_STAGED_FEW_ROWS, staged=True) == 1
