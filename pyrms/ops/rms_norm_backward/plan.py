@@ -198,9 +198,9 @@ class NormBackwardPlan(KernelPlan):
                              f"{self.stats_fold} threads, got {self.block}")
         if self.held and (not 0 < self.params <= STAGED_HELD_PLANES or self.threads > STAGED_HELD_THREADS
                           or self.held * max(self.threads, 1) * self.dtype.vec_elems < self.hidden):
-            raise ValueError(f"held sums need 1 to {STAGED_HELD_PLANES} parameter planes, at most {STAGED_HELD_THREADS} "
-                             f"threads and every vector owned: got held={self.held}, {self.params} planes, {self.threads} threads, "
-                             f"hidden {self.hidden}")
+            raise ValueError(f"held sums need 1 to {STAGED_HELD_PLANES} parameter planes, at most "
+                             f"{STAGED_HELD_THREADS} threads and every vector owned: got held={self.held}, "
+                             f"{self.params} planes, {self.threads} threads, hidden {self.hidden}")
         if self.weightless and self.gemma:
             raise ValueError("gemma needs a weight (it multiplies by 1 + weight); got weight=None")
 
