@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(backward_max_threads(V, true), 1) layer_norm_b
 // chunk's column sums (dweight and dbias, or dbias alone without a weight) in registers, HELD vectors a thread,
 // for at most 256 threads (0: in shared memory).
 template <typename T, typename W = T, bool DBIAS = true, typename G = T, int HELD = 0>
-__global__ void __launch_bounds__(HELD > 0 ? 256 : 512, staged_min_blocks(HELD, int(!Weightless<W>::value) + int(DBIAS))) layer_norm_backward_staged_kernel(
+__global__ void __launch_bounds__(HELD > 0 ? 256 : 512, staged_min_blocks(HELD, param_planes<W, DBIAS>())) layer_norm_backward_staged_kernel(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
     long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,

@@ -165,6 +165,11 @@ __host__ __device__ constexpr int backward_max_threads(int v, bool centered) {
 // registers a thread) and two planes' (dweight and dbias) for 2 (128).
 __host__ __device__ constexpr int staged_min_blocks(int held, int planes) { return held == 0 ? 0 : planes > 1 ? 2 : 4; }
 
+// The parameter gradients a variant sums over rows (the workspace's planes): dweight unless weightless, then dbias.
+template <typename W, bool DBIAS> __host__ __device__ constexpr int param_planes() {
+    return int(!Weightless<W>::value) + int(DBIAS);
+}
+
 // Calls f(first element, count) for every column the calling thread owns: its prefix element,
 // its body vectors, its tail element. (A function template, not a generic lambda: NVRTC 13.0
 // rejects generic lambdas in device code.)
@@ -185,7 +190,7 @@ __device__ __forceinline__ void norm_backward_rows(
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
     constexpr int N = Vec<T>::N;
     constexpr bool WEIGHTED = !Weightless<W>::value;
-    constexpr int P = int(WEIGHTED) + int(DBIAS);  // parameter gradients summed over rows: dweight, dbias
+    constexpr int P = param_planes<W, DBIAS>();  // parameter gradients summed over rows: dweight, dbias
     constexpr int PS = P > 0 ? P : 1;              // (arrays may not be empty; nothing is summed when P = 0)
     constexpr int VC = V > 0 ? V : 1;
     __shared__ float scratch[2][32];
@@ -526,7 +531,7 @@ __device__ __forceinline__ void norm_backward_staged(
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
     constexpr int N = Vec<T>::N;
     constexpr bool WEIGHTED = !Weightless<W>::value;
-    constexpr int P = int(WEIGHTED) + int(DBIAS);
+    constexpr int P = param_planes<W, DBIAS>();
     __shared__ float scratch[4][32];
     extern __shared__ __align__(16) unsigned char staged_shared[];
     begin_dependent_grid();

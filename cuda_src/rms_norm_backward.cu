@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(backward_max_threads(V, false), 1) rms_norm_ba
 // row sums that rms_norm_backward_kernel takes from its blockDim.x); stages: row buffers in flight. HELD: the
 // chunk's column sums in registers, HELD vectors a thread, for at most 256 threads (0: in shared memory).
 template <typename T, bool GEMMA, typename W = T, typename G = T, bool DBIAS = false, int HELD = 0>
-__global__ void __launch_bounds__(HELD > 0 ? 256 : 512, staged_min_blocks(HELD, int(!Weightless<W>::value) + int(DBIAS))) rms_norm_backward_staged_kernel(
+__global__ void __launch_bounds__(HELD > 0 ? 256 : 512, staged_min_blocks(HELD, param_planes<W, DBIAS>())) rms_norm_backward_staged_kernel(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride,
     long long grad_output_stride, long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride,

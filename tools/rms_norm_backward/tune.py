@@ -89,7 +89,7 @@ def main() -> int:
                         rows_part, held_part, chunk_part, fixed = parts.groups()
                         threads, stages = map(int, head.split("x"))
                         chunk_rows = int(chunk_part) if chunk_part else None  # None: by the row count
-                        rows_per_block = int(rows_part) or (chunk_rows if chunk_part else None)
+                        rows_per_block = int(rows_part) or chunk_rows
                         try:
                             forced = dataclasses.replace(planned.staged_shape(threads, stages, int(held_part) if held_part else None),
                                                          deepen=not fixed, chunk_rows=chunk_rows)

@@ -58,7 +58,7 @@ BACKWARD_STAGED_THREADS = 256
 # each owns at most 4 again (4096x16384 bf16: 153.3 against 175.5 us; at 8192, 512 threads were slower, 77.3
 # against 73.3, and 384 too, 74.9).
 BACKWARD_STAGED_THREADS_WIDE = 512
-BACKWARD_STAGED_WIDE_VECTORS = 4 * BACKWARD_STAGED_THREADS
+BACKWARD_STAGED_WIDE_OWNED = 4
 BACKWARD_STAGES = 2
 BACKWARD_STAGED_FEW_ROWS = 256
 STAGED_SHARED_LIMIT = 226 * 1024  # the opt-in maximum (227 KiB) less the kernel's static shared memory
@@ -103,11 +103,16 @@ GRAD_MIN_CHUNK_ROWS = 4
 GRAD_CHUNKS_WANTED = 512
 
 
+def owned_vectors(dtype, hidden: int, threads: int) -> int:
+    """The most 16-byte vectors of a row of `hidden` elements of `dtype` that one of `threads` threads owns."""
+    return -(-(hidden // dtypes.get(dtype).vec_elems) // threads)
+
+
 def chunk_rows_for(rows: int, dtype, hidden: int) -> int:
     """Rows per chunk of the parameter gradients' sums over `rows` rows of `hidden` elements of `dtype`: a power
     of two that divides GRAD_CHUNK_ROWS, so that rows_per_block (1 or a multiple of GRAD_CHUNK_ROWS) covers whole
     chunks."""
-    narrow = -(-(hidden // dtypes.get(dtype).vec_elems) // STAGED_HELD_THREADS) <= STAGED_HELD_MAX
+    narrow = owned_vectors(dtype, hidden, STAGED_HELD_THREADS) <= STAGED_HELD_MAX
     wanted = GRAD_CHUNKS_WANTED if narrow else GRAD_CHUNKS_WANTED // 2
     chunk = GRAD_CHUNK_ROWS
     while chunk > GRAD_MIN_CHUNK_ROWS and rows < chunk * wanted:
@@ -259,7 +264,7 @@ class NormBackwardPlan(KernelPlan):
         registers (`held` vectors a thread) or shared memory (0); held None: in registers where one or two planes
         are summed and each thread owns at most STAGED_HELD_MAX vectors (ValueError for a held that cannot be)."""
         if held is None:
-            owned = -(-(self.hidden // self.dtype.vec_elems) // threads)
+            owned = owned_vectors(self.dtype, self.hidden, threads)
             held = owned if (0 < self.params <= STAGED_HELD_PLANES and owned <= STAGED_HELD_MAX
                              and threads <= STAGED_HELD_THREADS) else 0
         return replace(self, threads=threads, stages=stages, held=held)
@@ -394,9 +399,9 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
                          grad_bias=grad_bias is not False, fp32_weight=fp32_weight, fp32_grad_output=odt is not dt,
                          bias=bias)
     if hidden % dt.vec_elems == 0:
-        vectors_per_row = hidden // dt.vec_elems
-        wide = vectors_per_row > BACKWARD_STAGED_WIDE_VECTORS
-        threads = BACKWARD_STAGED_THREADS_WIDE if wide else min(BACKWARD_STAGED_THREADS, -(-vectors_per_row // 32) * 32)
+        wide = owned_vectors(dt, hidden, BACKWARD_STAGED_THREADS) > BACKWARD_STAGED_WIDE_OWNED
+        threads = BACKWARD_STAGED_THREADS_WIDE if wide else min(BACKWARD_STAGED_THREADS,
+                                                                owned_vectors(dt, hidden, 32) * 32)
         for stages in range(BACKWARD_STAGES, 1, -1):  # as many buffers as fit, at least two
             staged = p.staged_shape(threads, stages)
             if staged.staged_shared_bytes(stages) <= STAGED_SHARED_LIMIT:
