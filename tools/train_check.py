@@ -10,9 +10,10 @@ fixed cycle of random token batches (so the loss falls: the batches are memorize
 
 Three runs per (model, precision), each from the same initial weights and batches: "eager" (HF's own
 norms), "compiled" (the whole model under torch.compile) and "pyrms" (``pyrms.torch.replace_norms``, eager
-otherwise). The check passes where pyrms's largest loss difference from eager over the steps is at most the
+otherwise), taking their steps in turn. The check passes where pyrms's largest loss difference from eager over the steps is at most the
 compiled run's (the spread that a different but valid rounding of the same model shows; ``--floor``
-raises that bound, 0 by default) and where pyrms's median step time is at most eager's. Writes a table to stdout and, with --out, a JSON of every loss and time.
+raises that bound, 0 by default) and where pyrms's median step time is at most eager's. Writes a table to
+stdout and, with --out, a JSON of every loss and time.
 
     python -m tools.train_check                       # qwen3 and gemma3, both precisions, 40 steps
     python -m tools.train_check --models qwen3 --precisions autocast --steps 20 --out /tmp/train.json
@@ -56,8 +57,9 @@ def batches(vocab: int, count: int, batch: int, seq: int):
     return [torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen) for _ in range(count)]
 
 
-def train(model, precision: str, run: str, data, steps: int, lr: float) -> tuple[list[float], list[float]]:
-    """(loss per step, seconds per step) of one run."""
+def trainer(model, precision: str, run: str, data, lr: float):
+    """One run's training step (a function of the step's index, returning (loss, seconds)), on its own copy of
+    the model and its own optimizer."""
     import torch
 
     import pyrms.torch as pt
@@ -72,9 +74,9 @@ def train(model, precision: str, run: str, data, steps: int, lr: float) -> tuple
     model.train()
     forward = torch.compile(model) if run == "compiled" else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses, times = [], []
-    for step in range(steps):
-        ids = data[step % len(data)]
+
+    def step(index: int) -> tuple[float, float]:
+        ids = data[index % len(data)]
         torch.cuda.synchronize()
         start = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "autocast"):
@@ -83,9 +85,23 @@ def train(model, precision: str, run: str, data, steps: int, lr: float) -> tuple
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-        losses.append(float(loss.detach()))
-    return losses, times
+        return float(loss.detach()), time.perf_counter() - start
+    return step
+
+
+def train(model, precision: str, data, steps: int, lr: float) -> dict[str, tuple[list[float], list[float]]]:
+    """(loss per step, seconds per step) of each run. The runs take their steps in turn, the order rotating
+    every step: the steps are host-bound at these sizes, and a drift of the host's speed over the check (a
+    compiler's worker processes still busy, another tenant, clocks) would otherwise land on one run alone."""
+    steppers = {run: trainer(model, precision, run, data, lr) for run in RUNS}
+    curves: dict[str, tuple[list[float], list[float]]] = {run: ([], []) for run in RUNS}
+    for index in range(steps):
+        for k in range(len(RUNS)):
+            run = RUNS[(index + k) % len(RUNS)]
+            loss, seconds = steppers[run](index)
+            curves[run][0].append(loss)
+            curves[run][1].append(seconds)
+    return curves
 
 
 def check(kind: str, precision: str, steps: int, lr: float, floor: float) -> dict:
@@ -94,7 +110,7 @@ def check(kind: str, precision: str, steps: int, lr: float, floor: float) -> dic
     torch._dynamo.reset()
     model = build(kind)
     data = batches(model.config.vocab_size, 4, 8, 256)
-    curves = {run: train(model, precision, run, data, steps, lr) for run in RUNS}
+    curves = train(model, precision, data, steps, lr)
     eager = curves["eager"][0]
 
     def spread(run):
