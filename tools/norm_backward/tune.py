@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Sweep the norm backward's launch shape (threads per block x cached vectors V x rows per block) per shape: RMSNorm's,
-or LayerNorm's with --layer-norm (the same plan and kernels, centered).
+"""Sweep the norm backward's launch shape (threads per block x cached vectors V x rows per block) per shape.
+
+RMSNorm's backward, or LayerNorm's with --layer-norm (the same plan and kernels, centered: the mean subtracted).
 
 Each configuration is checked against the float64 reference, then timed like the benchmark
 (pyrms.bench.timing: CUDA events around batches queued behind a spin kernel) on rotated inputs. Needs a
