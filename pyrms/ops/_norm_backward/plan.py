@@ -220,7 +220,8 @@ class NormBackwardPlan(KernelPlan):
 
     @property
     def source(self) -> str:
-        return "layer_norm_backward.cu" if self.centered else "rms_norm_backward.cu"
+        """The kernel source, named as its kernels (one source per op: docs/architecture.md)."""
+        return self.kernel.removesuffix("_kernel") + ".cu"
 
     @property
     def kernel(self) -> str:
