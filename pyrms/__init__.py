@@ -22,11 +22,11 @@ from .driver import DeviceBuffer, Event, PinnedBuffer, Stream, get_device, synch
 from .dtypes import BFLOAT16, FLOAT16, FLOAT32
 from .errors import (CompileError, CudaError, HeaderNotFoundError, NoDriverError, NvrtcNotFoundError, OutOfMemoryError,
                      PyrmsError)
-from .ops import release_workspaces
+from .ops import backward_workspace_bytes, release_workspaces
 from .ops.fused_add_rms_norm import fused_add_rms_norm
 from .ops.layer_norm import layer_norm, layer_norm_backward
 from .ops.rms_norm import rms_norm
-from .ops.rms_norm_backward import backward_workspace_bytes, rms_norm_backward
+from .ops.rms_norm_backward import rms_norm_backward
 from .ops.rms_norm_quant import fused_add_rms_norm_quant, rms_norm_quant
 from .ops.seed import seed_rms_norm
 from .ops.static_quant import static_quant

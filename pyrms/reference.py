@@ -14,13 +14,18 @@ lists in ``__all__``:
   normalized rows (docs/numerics.md, "Quantized outputs").
 - The row core's shared steps: ``block_sum_twin``, ``sum_squares_twin``, ``inv_rms_twin``, ``row_stats_twin``,
   ``scale_twin``.
+- The norm backward's, shared by RMSNorm's and LayerNorm's (``centered``: the mean subtracted; in
+  ``pyrms/ops/_norm_backward/twin.py``): ``norm_backward_ref``, ``norm_backward_twin`` and its sums over rows,
+  ``chunk_sums_twin`` and ``sum_partials_twin``.
 """
 import importlib
 
 from .ops import registry
+from .ops._norm_backward.twin import chunk_sums_twin, norm_backward_ref, norm_backward_twin, sum_partials_twin
 from .ops._row_twin import block_sum_twin, inv_rms_twin, row_stats_twin, scale_twin, sum_squares_twin
 
-__all__ = ["block_sum_twin", "sum_squares_twin", "inv_rms_twin", "row_stats_twin", "scale_twin"]
+__all__ = ["block_sum_twin", "sum_squares_twin", "inv_rms_twin", "row_stats_twin", "scale_twin", "norm_backward_ref",
+           "norm_backward_twin", "chunk_sums_twin", "sum_partials_twin"]
 
 for _module in dict.fromkeys(spec.twin for spec in registry.REGISTRY.values() if spec.twin):
     _twins = importlib.import_module(_module)

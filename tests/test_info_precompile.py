@@ -14,7 +14,7 @@ from pyrms import cache, compiler, driver, dtypes, errors, info, precompile
 from pyrms.ops import registry
 from pyrms.ops.seed import plan_seed
 from pyrms.ops.rms_norm import plan as rms_plan
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import plan as bwd_plan
 from pyrms.ops.rms_norm_quant import plan as quant_plan
 from tests.support.child_env import child_env
 
@@ -128,7 +128,7 @@ def test_units_are_what_the_ops_compile():
     p = rms_plan.plan_rms_norm(dtypes.BFLOAT16, 5120, gemma=True)
     u = precompile.unit("rms_norm", "bf16", 5120, gemma=True)
     assert (u.source, u.names) == (p.source, p.group) and str(u) == "rms_norm.cu bfloat16 gemma"
-    b = bwd_plan.plan_norm_backward(dtypes.FLOAT16, 769, layer_norm=True, grad_dtype="float32")
+    b = bwd_plan.plan_norm_backward(dtypes.FLOAT16, 769, centered=True, grad_dtype="float32")
     u = precompile.unit("layer_norm_backward", "fp16", 769, grad_dtype="float32")
     assert (u.source, u.names) == (b.source, b.group) and u.source == "layer_norm_backward.cu"
     f = precompile.unit("layer_norm", "fp16", 5, bias=False)  # one layer_norm.cu unit per dtype, with and without bias
@@ -136,7 +136,7 @@ def test_units_are_what_the_ops_compile():
     # ... and one without a weight, each (its backward's with or without grad_bias)
     none = precompile.unit("layer_norm_backward", "fp16", 769, weight_dtype="none")
     assert none != u and precompile.unit("layer_norm", "fp16", 5, weight_dtype="none") != f
-    assert none.names == bwd_plan.plan_norm_backward("fp16", 769, layer_norm=True, weight=False, grad_bias=False).group
+    assert none.names == bwd_plan.plan_norm_backward("fp16", 769, centered=True, weight=False, grad_bias=False).group
     with pytest.raises(ValueError, match="rms_norm has no mode, got mode='per_token'"):
         precompile.unit("rms_norm", "bf16", 8, mode="per_token")
     assert precompile.unit("rms_norm", "bf16", 8, mode="static", bias=True) == precompile.unit("rms_norm", "bf16", 8)

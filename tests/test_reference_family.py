@@ -5,13 +5,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from pyrms import reference
+from pyrms.ops._norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import twin as bwd_twin
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.fused_add_rms_norm import twin as fused_twin
 from pyrms.ops.layer_norm import plan as ln_plan
 from pyrms.ops.layer_norm import twin as ln_twin
 from pyrms.ops.rms_norm import twin as rms_twin
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
-from pyrms.ops.rms_norm_backward import twin as bwd_twin
 
 BF16 = ml_dtypes.bfloat16
 DTYPES = [BF16, np.float16, np.float32]
@@ -45,7 +46,7 @@ def test_rms_norm_backward_ref_matches_finite_differences(hidden, gemma):
     x, dy = rng.uniform(-2, 2, (3, hidden)), rng.uniform(-1, 1, (3, hidden))
     w = rng.uniform(-1, 1, hidden)
     loss = lambda: np.sum(rms_twin.rms_norm_ref(x, w, 1e-3, gemma=gemma) * dy)  # noqa: E731
-    dx, dw = bwd_twin.rms_norm_backward_ref(dy, x, w, 1e-3, gemma=gemma)
+    dx, dw = reference.rms_norm_backward_ref(dy, x, w, 1e-3, gemma=gemma)
     np.testing.assert_allclose(dx, finite_difference(loss, x), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(dw, finite_difference(loss, w), rtol=1e-6, atol=1e-8)
 
@@ -56,7 +57,7 @@ def test_layer_norm_backward_ref_matches_finite_differences(hidden):
     x, dy = rng.uniform(-2, 2, (3, hidden)) + 3.0, rng.uniform(-1, 1, (3, hidden))
     w, b = rng.uniform(-1, 1, hidden), rng.uniform(-1, 1, hidden)
     loss = lambda: np.sum(ln_twin.layer_norm_ref(x, w, b, 1e-3) * dy)  # noqa: E731
-    dx, dw, db = bwd_twin.layer_norm_backward_ref(dy, x, w, 1e-3)
+    dx, dw, db = reference.layer_norm_backward_ref(dy, x, w, 1e-3)
     np.testing.assert_allclose(dx, finite_difference(loss, x), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(dw, finite_difference(loss, w), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(db, finite_difference(loss, b), rtol=1e-6, atol=1e-8)
@@ -70,7 +71,7 @@ def test_seed_backward_formula_is_wrong():
     rms = np.sqrt(np.mean(x * x, axis=1, keepdims=True) + 1e-5)
     y = x / rms * w
     seed_dx = (dy - y * np.sum(dy * y, axis=1, keepdims=True) / 6) / rms * w
-    dx, _ = bwd_twin.rms_norm_backward_ref(dy, x, w, 1e-5)
+    dx, _ = reference.rms_norm_backward_ref(dy, x, w, 1e-5)
     assert rel_err(seed_dx, dx) > 0.1
 
 
@@ -124,15 +125,15 @@ def test_backward_twin_close_to_float64(dtype, hidden, layer_norm, gemma):
     x = rng.uniform(-2, 2, (rows, hidden)).astype(dtype)
     dy = rng.uniform(-1, 1, (rows, hidden)).astype(dtype)
     w = rng.uniform(-1, 1, hidden).astype(dtype)
-    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype="float32")
+    p = bwd_plan.plan_norm_backward(dtype, hidden, centered=layer_norm, gemma=gemma, grad_dtype="float32")
     if layer_norm:
-        ref = bwd_twin.layer_norm_backward_ref(dy, x, w, 1e-5)
+        ref = reference.layer_norm_backward_ref(dy, x, w, 1e-5)
     else:
-        ref = bwd_twin.rms_norm_backward_ref(dy, x, w, 1e-5, gemma=gemma)
+        ref = reference.rms_norm_backward_ref(dy, x, w, 1e-5, gemma=gemma)
     n = 16 // np.dtype(dtype).itemsize
     for x_phase, w_phase in ((0, 0), (1, n - 1), (n - 1, 2 % n)):
         got = bwd_twin.norm_backward_twin(dy, x, w, 1e-5, block=p.block, fold=p.stats_fold, x_phases=x_phase,
-                                           weight_phase=w_phase, chunk_rows=p.chunk_rows, layer_norm=layer_norm, gemma=gemma,
+                                           weight_phase=w_phase, chunk_rows=p.chunk_rows, centered=layer_norm, gemma=gemma,
                                            grad_dtype="float32")
         assert got[0].dtype == np.dtype(dtype) and all(g.dtype == np.float32 for g in got[1:])
         if hidden > 1:  # one element: dx = r * (g - x_hat^2 * g) cancels (LayerNorm: exactly 0)
@@ -159,8 +160,8 @@ def test_backward_twin_does_not_depend_on_the_batch_for_dx():
     rng = np.random.default_rng(7)
     x, dy = (rng.uniform(-2, 2, (40, 300)).astype(np.float16) for _ in range(2))
     w = rng.uniform(-1, 1, 300).astype(np.float16)
-    full = bwd_twin.norm_backward_twin(dy, x, w, 1e-5, block=64, fold=64, chunk_rows=16, layer_norm=True)
+    full = bwd_twin.norm_backward_twin(dy, x, w, 1e-5, block=64, fold=64, chunk_rows=16, centered=True)
     for r in (0, 17, 39):
         single = bwd_twin.norm_backward_twin(dy[r:r + 1], x[r:r + 1], w, 1e-5, block=64, fold=64, chunk_rows=16,
-                                              layer_norm=True)
+                                              centered=True)
         assert np.array_equal(single[0][0], full[0][r])

@@ -41,8 +41,8 @@ from tests.support import case_matrix
 from tests.support.testing import Rows, allocate, bits
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
-from pyrms.ops.rms_norm_backward import twin as bwd_twin
+from pyrms.ops._norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import twin as bwd_twin
 
 DT = dtypes.BFLOAT16
 SPOT_EVERY = 37

@@ -15,7 +15,7 @@ from pyrms import compiler, driver
 from pyrms.ops import _row_plan as planner
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.rms_norm import plan as rms_plan
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import plan as bwd_plan
 
 ROWS_ARGS = ("ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")  # fused_add_rms_norm kernels
 RMS_ROWS_ARGS = ROWS_ARGS[:3] + ("ptr",) + ROWS_ARGS[3:]  # rms_norm_kernel: rstd after the weight

@@ -16,7 +16,7 @@ from pyrms.ops.layer_norm import plan as ln_plan
 from pyrms.ops.layer_norm import twin as ln_twin
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import plan as bwd_plan
 
 DTYPES = ["bfloat16", "float16", "float32"]
 
@@ -50,7 +50,7 @@ def test_forward_plans_follow_rms_norm(hidden):
 @pytest.mark.parametrize("layer_norm", [False, True])
 def test_backward_plan(hidden, layer_norm):
     for dt in dtypes.ALL:
-        p = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, grad_dtype="float32")
+        p = bwd_plan.plan_norm_backward(dt, hidden, centered=layer_norm, grad_dtype="float32")
         assert p.block % 32 == 0 and 32 <= p.block <= bwd_plan.BACKWARD_MAX_BLOCK
         # the forward's fold width: the recomputed statistics are the forward's by construction
         assert p.stats_fold == rms_plan.plan_rms_norm(dt, hidden).block == ln_plan.plan_layer_norm(dt, hidden).block
@@ -101,7 +101,7 @@ def test_layer_norm_without_weight_has_its_own_unit():
     assert ln.latency_expression in ln.group and len(ln.group) == 2 * len(ln_plan.plan_layer_norm("fp16", 5120, bias=False)._group((True,)))
     assert not set(ln.group) & set(ln_plan.plan_layer_norm("fp16", 5120).group)
     # its backward (without weight: summing grad_bias or nothing) shares only kernel 2 with the weighted one
-    plain, weightless = (bwd_plan.plan_norm_backward("fp16", 5120, layer_norm=True, weight=w) for w in (True, False))
+    plain, weightless = (bwd_plan.plan_norm_backward("fp16", 5120, centered=True, weight=w) for w in (True, False))
     assert plain.source == weightless.source == "layer_norm_backward.cu"
     assert set(weightless.group) & set(plain.group) == {"pyrms::sum_partials_kernel<__half>", "pyrms::sum_partials_kernel<float>"}
     rng = np.random.default_rng(5)
@@ -134,12 +134,12 @@ def test_backward_plan_names_and_errors():
     assert (p.block, p.vectors, p.stats_fold) == (128, 0, 160)
     assert p.expression == "pyrms::rms_norm_backward_kernel<__half, 0, true>" and p.source == "rms_norm_backward.cu"
     assert p.sum_expression == "pyrms::sum_partials_kernel<__half>"
-    assert bwd_plan.plan_norm_backward("float16", 5120, layer_norm=True).expression == \
+    assert bwd_plan.plan_norm_backward("float16", 5120, centered=True).expression == \
         "pyrms::layer_norm_backward_kernel<__half, 0>"
     with pytest.raises(ValueError, match="grad_dtype must be bfloat16 or float32, got float16"):
         bwd_plan.plan_norm_backward("bfloat16", 64, grad_dtype="float16")
     with pytest.raises(ValueError, match="gemma applies to RMSNorm only"):
-        bwd_plan.plan_norm_backward("bfloat16", 64, layer_norm=True, gemma=True)
+        bwd_plan.plan_norm_backward("bfloat16", 64, centered=True, gemma=True)
 
 
 # --- validation: raised before any driver call, so these run anywhere ---------------------------------
@@ -316,7 +316,7 @@ def _all_variants(source):
             exprs += ln_plan.plan_layer_norm(dt, 64).group + ln_plan.plan_layer_norm(dt, 64, weight=False).group
         else:
             centered = source == "layer_norm_backward.cu"
-            exprs += [e for w in (True, False) for e in bwd_plan.plan_norm_backward(dt, 64, layer_norm=centered,
+            exprs += [e for w in (True, False) for e in bwd_plan.plan_norm_backward(dt, 64, centered=centered,
                                                                                      weight=w).group]
     return list(dict.fromkeys(exprs))
 

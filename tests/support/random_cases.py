@@ -23,7 +23,7 @@ import numpy as np
 
 from pyrms.ops import _row_plan as plan
 from pyrms.ops import registry
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import plan as bwd_plan
 from tests.support import case_matrix
 from tests.support.case_matrix import operands, vector_elements
 

@@ -18,7 +18,7 @@ from tools import random_check
 from tests.support import testing
 from tests.support.random_cases import (DTYPES, MAX_ELEMENTS, MAX_HIDDEN, OPS, SPECIAL_HIDDENS, Case, draw_case, draw_cases,
                                 features, operands)
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import plan as bwd_plan
 
 COUNT = 5000
 

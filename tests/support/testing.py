@@ -21,8 +21,8 @@ from pyrms.ops.layer_norm import plan as ln_plan
 from pyrms.ops.layer_norm import twin as ln_twin
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
-from pyrms.ops.rms_norm_backward import twin as bwd_twin
+from pyrms.ops._norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import twin as bwd_twin
 from pyrms.ops.rms_norm_quant import plan as quant_plan
 from pyrms.ops.rms_norm_quant import twin as quant_twin
 from pyrms.ops._row_twin import row_stats_twin
@@ -457,7 +457,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
                   if kind == "float32"}
     if bias and layer_norm:
         raise ValueError("bias is RMSNorm's (a LayerNorm's bias gradient is grad_bias)")
-    p = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=gemma, grad_dtype=grad_dtype, weight=weighted,
+    p = bwd_plan.plan_norm_backward(dt, hidden, centered=layer_norm, gemma=gemma, grad_dtype=grad_dtype, weight=weighted,
                                     grad_bias=grad_bias if layer_norm else bias, weight_dtype=own_dtypes.get("weight"),
                                     grad_output_dtype=own_dtypes.get("grad_output"))
     # The twin's parameter gradients, in its order, and those this launch writes.
@@ -488,7 +488,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
                                             # in the column split's vectors of the rows' vec_elems columns
                                             weight_phase=w.index(0).start % dt.vec_elems if w else 0,
                                             chunk_rows=p.chunk_rows,
-                                            layer_norm=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype,
+                                            centered=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype,
                                             rstd=ops["rstd"].values()[0] if rstd else None, grad_bias=bias)
         wanted = dict(zip(sums, want[1:]))
         grads = {"grad_weight": None, "grad_bias": None, **{name: ops[name].ptr for name in params}}

@@ -1,5 +1,5 @@
 """Raw-pointer calls at fake addresses, for the CPU tests of argument validation
-(tests/ops/test_family.py, tests/ops/rms_norm_backward/test_backward_weightless.py): validation raises
+(tests/ops/test_family.py, tests/ops/test_norm_backward_weightless.py): validation raises
 before any driver call, so the pointers are never dereferenced; every argument a test leaves alone is valid, so the error it sees is the one its own
 arguments cause."""
 import pyrms

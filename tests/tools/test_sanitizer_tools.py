@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from pyrms.ops.rms_norm import plan as rms_plan
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import plan as bwd_plan
 from pyrms.ops.rms_norm_quant import plan as quant_plan
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
@@ -114,7 +114,7 @@ def test_backward_cases_without_weight(sanitize_all):
         layer_norm = op == "layer_norm_backward"
         grad_bias = case.option("grad_bias") if layer_norm else case.option("rms_bias")
         assert sanitize_all.kernels_per_call(case) == 1 + grad_bias
-        p = bwd_plan.plan_norm_backward(case.dtype, case.hidden, layer_norm=layer_norm, weight=False,
+        p = bwd_plan.plan_norm_backward(case.dtype, case.hidden, centered=layer_norm, weight=False,
                                     grad_bias=grad_bias)
         assert p.expression in sanitize_all.compile_unit(op, case).names
     assert {sanitize_all.kernels_per_call(case) for op, case in cases} == {1, 2}

@@ -7,7 +7,7 @@ from ... import driver, dtypes
 from .. import _row_plan as planner
 from .. import _operands as check
 from .. import _placement
-from ..rms_norm_backward.prepared import norm_backward
+from .._norm_backward.prepared import norm_backward
 from ..._types import Array, ArrayT, DTypeLike, OptionalOperand, Operand, OperandT, StreamLike, Workspace
 from ...tensor import Tensor
 from .. import _convention
@@ -233,7 +233,7 @@ def layer_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_
     ``pyrms.backward_workspace_bytes(num_tokens, hidden_size, layer_norm=True)`` bytes of workspace
     (``weight=False`` and ``grad_bias=`` for a backward without weight).
     """
-    norm_backward(layer_norm=True, grad_input=grad_input, grad_weight=grad_weight, grad_bias=grad_bias,
+    norm_backward(centered=True, grad_input=grad_input, grad_weight=grad_weight, grad_bias=grad_bias,
                   grad_output=grad_output, input=input, weight=weight, epsilon=epsilon, num_tokens=num_tokens,
                   hidden_size=hidden_size, dtype=dtype, grad_output_stride=grad_output_stride,
                   input_stride=input_stride, grad_input_stride=grad_input_stride, gemma=False,

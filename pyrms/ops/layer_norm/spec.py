@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from functools import partial
 
+from .._norm_backward.plan import BACKWARD_VECTORS, NormBackwardPlan, plan_norm_backward
+from .._norm_backward.spec import backward_operands, backward_option_sets, backward_unit
 from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, out_options, Unit, weight_options
-from ..rms_norm_backward.plan import BACKWARD_VECTORS, NormBackwardPlan, plan_norm_backward
-from ..rms_norm_backward.spec import backward_operands, backward_option_sets, backward_unit
 from .plan import LayerNormPlan, plan_layer_norm
 
 _ABOUT = ("pyrms::layer_norm_kernel (forward), planned on the row core; weightless = no weight; fp32_params = fp32 "
@@ -45,9 +45,9 @@ LAYER_NORM_BACKWARD = OpSpec(
     own_flags=(),
     option_sets=backward_option_sets(True), unit=backward_unit("layer_norm_backward", True),
     inspect=Inspect("backward", "pyrms::layer_norm_backward_kernel (dx and the per-chunk dweight, dbias sums); "
-                    "weightless = no weight (dx, and dbias unless grad_bias=false)", partial(plan_norm_backward, layer_norm=True),
+                    "weightless = no weight (dx, and dbias unless grad_bias=false)", partial(plan_norm_backward, centered=True),
                     {"grad_bias": True}, vectors=BACKWARD_VECTORS),
-    twin="pyrms.ops.rms_norm_backward.twin",
+    twin="pyrms.ops.layer_norm.twin",
     check="backward", operands=backward_operands(True),
     case_options=COMMON_CASE_OPTIONS + ("in_place", "grad_bias", "grad_dtype", "rows_per_block", "own_workspace",
                                       "grad_output_kind"),

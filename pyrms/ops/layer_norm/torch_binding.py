@@ -8,7 +8,7 @@ Imports torch: only pyrms.torch imports this module (the registry names it, ``Op
     torch.ops.pyrms.layer_norm(x, weight?, bias?, eps, rms=False) -> Tensor
     torch.ops.pyrms.layer_norm_backward(grad_out, x, weight?, eps, has_bias, rms=False) -> (grad_input, grad_weight, grad_bias)
 
-rms: RMSNorm with a bias (``pyrms.layer_norm``'s rms=True, its backward ``pyrms.rms_norm_backward`` with grad_bias),
+rms: RMSNorm with a bias (``pyrms.layer_norm``'s rms=True, its backward RMSNorm's with grad_bias),
 what ``pyrms.torch.rms_norm`` runs when given a bias.
 
 Layouts: rows one stride apart are read in place, others from a contiguous copy; outputs are new tensors whose
@@ -27,7 +27,7 @@ from ...torch._layout import (as_float32, check_backward_meta, check_device, che
                               empty_rows_like, mixed, parameter_grad_like, ptr, rows_of)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
-from ..rms_norm_backward.torch_binding import norm_backward_launch
+from .._norm_backward.torch_launch import norm_backward_launch
 from .op import layer_norm as _layer_norm
 
 __all__ = ["layer_norm"]
@@ -77,8 +77,8 @@ def launch_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     empty without a weight, grad_bias (the sum of grad_out over rows) empty unless has_bias. Without
     either, nothing is summed: one launch, no workspace. A weight of another dtype than x (the bias's too)
     is read as float32, both gradients summed and written in float32, then converted to its dtype. rms: of
-    RMSNorm with a bias (pyrms.rms_norm_backward with grad_bias)."""
-    return norm_backward_launch(grad_out, x, weight, eps, layer_norm=not rms, grad_bias=has_bias)
+    RMSNorm with a bias (RMSNorm's backward with grad_bias)."""
+    return norm_backward_launch(grad_out, x, weight, eps, centered=not rms, grad_bias=has_bias)
 
 
 # --- the custom ops -------------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
-"""layer_norm's numpy references and bit-exact twin (on the row core's twin, pyrms/ops/_row_twin.py)."""
+"""layer_norm's numpy references and bit-exact twin (on the row core's twin, pyrms/ops/_row_twin.py), and
+layer_norm_backward's float64 reference (its twin is the norm backward's, pyrms/ops/_norm_backward/twin.py)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ... import dtypes
+from .._norm_backward.twin import norm_backward_ref
 from .._row_twin import F32, _as_2d, _one_nan, _out, row_stats_twin
 
-__all__ = ["layer_norm_ref", "layer_norm_twin"]  # what pyrms.reference gathers
+__all__ = ["layer_norm_ref", "layer_norm_twin", "layer_norm_backward_ref"]  # what pyrms.reference gathers
 
 
 def layer_norm_ref(x, weight, bias, epsilon, *, rms=False):
@@ -36,3 +38,9 @@ def layer_norm_twin(x, weight, bias, epsilon, *, block, row_phases=0, out_dtype=
     if bias is not None:
         y = y + np.asarray(bias).astype(F32)
     return _one_nan(y.astype(_out(dt, out_dtype).numpy))
+
+
+def layer_norm_backward_ref(dy, x, weight, epsilon):
+    """float64 (dx, dweight, dbias) of LayerNorm: dx = r * (g - mean(g) - x_hat * mean(x_hat * g)).
+    weight None: g = dy, and (dx, dbias)."""
+    return norm_backward_ref(dy, x, weight, epsilon, centered=True, grad_bias=True)

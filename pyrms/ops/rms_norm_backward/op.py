@@ -1,7 +1,7 @@
 """``pyrms.rms_norm_backward``: dx and dweight of RMSNorm (kernels: cuda_src/rms_norm_backward.cu)."""
 from __future__ import annotations
 
-from .prepared import norm_backward
+from .._norm_backward.prepared import norm_backward
 from ..._types import DTypeLike, Operand, OptionalOperand, StreamLike, Workspace
 
 
@@ -62,7 +62,7 @@ def rms_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_ou
     the argument (grad_weight given with ``weight=None``, or gemma without a weight, too). Two launches are
     queued on ``stream`` (one without a weight), asynchronously.
     """
-    norm_backward(layer_norm=False, grad_input=grad_input, grad_weight=grad_weight, grad_bias=grad_bias,
+    norm_backward(centered=False, grad_input=grad_input, grad_weight=grad_weight, grad_bias=grad_bias,
                   grad_output=grad_output, input=input, weight=weight, epsilon=epsilon, num_tokens=num_tokens,
                   hidden_size=hidden_size, dtype=dtype, grad_output_stride=grad_output_stride,
                   input_stride=input_stride, grad_input_stride=grad_input_stride, gemma=gemma,

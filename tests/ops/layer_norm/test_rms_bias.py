@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 from pyrms import precompile
+from pyrms.ops._norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward.twin import norm_backward_twin
+from pyrms.ops._norm_backward.workspace import backward_workspace_bytes
 from pyrms.ops.layer_norm import plan as ln_plan
 from pyrms.ops.layer_norm.twin import layer_norm_ref, layer_norm_twin
 from pyrms.ops.rms_norm.twin import rms_norm_twin
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
-from pyrms.ops.rms_norm_backward.prepared import backward_workspace_bytes
-from pyrms.ops.rms_norm_backward.twin import norm_backward_twin, rms_norm_backward_ref
+from pyrms.ops.rms_norm_backward.twin import rms_norm_backward_ref
 
 DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
 
@@ -41,7 +42,7 @@ def test_the_backward_sums_a_bias_only_when_asked():
     assert backward_workspace_bytes(10, 64, weight=False) == 0 < backward_workspace_bytes(10, 64, weight=False,
                                                                                           grad_bias=True)
     # LayerNorm's default is unchanged: grad_bias summed
-    assert bwd_plan.plan_norm_backward("bf16", 64, layer_norm=True, weight=False).params == 1
+    assert bwd_plan.plan_norm_backward("bf16", 64, centered=True, weight=False).params == 1
     with pytest.raises(ValueError, match="gemma with a bias"):
         bwd_plan.plan_norm_backward("bf16", 4096, gemma=True, grad_bias=True)
     for weight_dtype, weight in ((None, True), ("float32", True), (None, False)):

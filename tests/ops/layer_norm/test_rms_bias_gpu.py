@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import plan as bwd_plan
 from tests.support.testing import bits, check_layer_norm, check_norm_backward
 
 pytestmark = pytest.mark.gpu

@@ -6,8 +6,8 @@ import pytest
 
 import pyrms
 from pyrms.ops._row_twin import row_stats_twin
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
-from pyrms.ops.rms_norm_backward import twin as bwd_twin
+from pyrms.ops._norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import twin as bwd_twin
 from pyrms.tensor import Tensor
 from tests.support.testing import bits
 from tests.support.validation_calls import A, B, C, D, E, F, backward
@@ -42,7 +42,7 @@ def test_twin_uses_other_values_as_given(rng):
     assert np.allclose(dx, want, rtol=1e-5, atol=1e-6)
     assert np.allclose(dw, (dy * x * r[:, None]).sum(axis=0), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="rstd is RMSNorm's saved statistic"):
-        bwd_twin.norm_backward_twin(dy, x, w, 1e-5, rstd=r, layer_norm=True, **kw)
+        bwd_twin.norm_backward_twin(dy, x, w, 1e-5, rstd=r, centered=True, **kw)
 
 
 def test_validation_of_rstd():

@@ -4,7 +4,7 @@ with the forward's values bitwise what recomputing gives; other values are used 
 import numpy as np
 import pytest
 
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import plan as bwd_plan
 from tests.support.testing import bits, check_norm_backward as run_case
 
 pytestmark = pytest.mark.gpu

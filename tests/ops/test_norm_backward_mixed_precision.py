@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import dtypes
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
-from pyrms.ops.rms_norm_backward import twin as bwd_twin
-from pyrms.ops.rms_norm_backward.spec import backward_option_sets, backward_unit
+from pyrms import dtypes, reference
+from pyrms.ops._norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import twin as bwd_twin
+from pyrms.ops._norm_backward.spec import backward_option_sets, backward_unit
 from pyrms.tensor import Tensor
 from tests.support.testing import bits
 from tests.support.validation_calls import A, B, C, D, E, backward
@@ -23,9 +23,9 @@ MIXED = ("bfloat16", "float16")
 @pytest.mark.parametrize("layer_norm", [False, True])
 def test_plans_with_an_fp32_weight(dtype, layer_norm):
     dt = dtypes.get(dtype)
-    same = bwd_plan.plan_norm_backward(dt, 5120, layer_norm=layer_norm)
-    fp32 = bwd_plan.plan_norm_backward(dt, 5120, layer_norm=layer_norm, weight_dtype="float32")
-    dy32 = bwd_plan.plan_norm_backward(dt, 5120, layer_norm=layer_norm, weight_dtype="float32",
+    same = bwd_plan.plan_norm_backward(dt, 5120, centered=layer_norm)
+    fp32 = bwd_plan.plan_norm_backward(dt, 5120, centered=layer_norm, weight_dtype="float32")
+    dy32 = bwd_plan.plan_norm_backward(dt, 5120, centered=layer_norm, weight_dtype="float32",
                                        grad_output_dtype="float32")
     # the same trees (block, fold, chunks): only storage differs
     assert {(p.block, p.stats_fold, p.chunk_rows, p.threads) for p in (same, fp32, dy32)} == {
@@ -80,18 +80,18 @@ def test_twin_with_an_fp32_weight_against_float64(rng, dtype, layer_norm, fp32_d
     x = rng.uniform(-2, 2, (rows, hidden)).astype(dt.numpy)
     dy = rng.uniform(-1, 1, (rows, hidden)).astype(np.float32 if fp32_dy else dt.numpy)
     w = rng.uniform(-1, 1, hidden).astype(np.float32)  # not representable in the rows' dtype
-    p = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, weight_dtype="float32",
+    p = bwd_plan.plan_norm_backward(dt, hidden, centered=layer_norm, weight_dtype="float32",
                                     grad_output_dtype="float32" if fp32_dy else None)
     got = bwd_twin.norm_backward_twin(dy, x, w, 1e-5, block=p.block, fold=p.stats_fold, weight_phase=5,
-                                      chunk_rows=p.chunk_rows, layer_norm=layer_norm)
-    ref = (bwd_twin.layer_norm_backward_ref if layer_norm else bwd_twin.rms_norm_backward_ref)(dy, x, w, 1e-5)
+                                      chunk_rows=p.chunk_rows, centered=layer_norm)
+    ref = (reference.layer_norm_backward_ref if layer_norm else reference.rms_norm_backward_ref)(dy, x, w, 1e-5)
     assert got[0].dtype == dt.numpy and all(g.dtype == np.float32 for g in got[1:])  # dγ (dβ) in the weight's fp32
     np.testing.assert_allclose(got[0].astype(np.float64), ref[0], rtol=2e-2, atol=2e-2)
     for g, r in zip(got[1:], ref[1:]):
         np.testing.assert_allclose(g.astype(np.float64), r, rtol=1e-4, atol=1e-3)
     # the weight read exactly: rounding it to the rows' dtype changes the gradients
     rounded = bwd_twin.norm_backward_twin(dy, x, w.astype(dt.numpy), 1e-5, block=p.block, fold=p.stats_fold,
-                                          weight_phase=5, chunk_rows=p.chunk_rows, layer_norm=layer_norm,
+                                          weight_phase=5, chunk_rows=p.chunk_rows, centered=layer_norm,
                                           grad_dtype="float32")
     assert not np.array_equal(bits(rounded[0]), bits(got[0]))
 
@@ -130,7 +130,7 @@ def test_fp32_weight_and_grad_output_arrays_pick_their_kernel(recorded, layer_no
         pyrms.layer_norm_backward(dx, dw, db, dy, x, w, 1e-5)
     else:
         pyrms.rms_norm_backward(dx, dw, dy, x, w, 1e-5)
-    p = bwd_plan.plan_norm_backward("bfloat16", hidden, layer_norm=layer_norm, weight_dtype="float32",
+    p = bwd_plan.plan_norm_backward("bfloat16", hidden, centered=layer_norm, weight_dtype="float32",
                                     grad_output_dtype="float32")
     staged = not (dx.ptr | dy.ptr | x.ptr) & 15 and not w.ptr & 31
     assert calls[0][0] == (p.staged_expression if staged else p.expression)

@@ -1,4 +1,4 @@
-"""Fixtures of the backward's CPU tests."""
+"""Fixtures of the ops' CPU tests: the backward's launches recorded on a fake device (``recorded``)."""
 import pytest
 
 from pyrms import launch

@@ -15,8 +15,8 @@ import pyrms
 from pyrms import dtypes
 from pyrms.ops import _workspace
 from tests.support.testing import allocate, bits, check_norm_backward, phases
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
-from pyrms.ops.rms_norm_backward import twin as bwd_twin
+from pyrms.ops._norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import twin as bwd_twin
 
 pytestmark = pytest.mark.gpu
 
@@ -158,9 +158,9 @@ def test_own_workspace_guards_stay_untouched(rng, kind):
 def test_captured_backward_without_weight(rng, layer_norm):
     rows, hidden = 40, 5125
     dy, x = allocate(rng, "bfloat16", rows, hidden), allocate(rng, "bfloat16", rows, hidden)
-    p = bwd_plan.plan_norm_backward("bfloat16", hidden, layer_norm=layer_norm, weight=False)
+    p = bwd_plan.plan_norm_backward("bfloat16", hidden, centered=layer_norm, weight=False)
     want = bwd_twin.norm_backward_twin(dy.values(), x.values(), None, 1e-5, block=p.block, fold=p.stats_fold,
-                                        x_phases=phases(x), chunk_rows=p.chunk_rows, layer_norm=layer_norm)
+                                        x_phases=phases(x), chunk_rows=p.chunk_rows, centered=layer_norm)
     dx = allocate(rng, "bfloat16", rows, hidden, poison=True)
     params = [allocate(rng, "bfloat16", 1, hidden, poison=True)] if layer_norm else []
     with pyrms.Stream() as s:

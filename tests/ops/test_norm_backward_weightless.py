@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import dtypes
+from pyrms import dtypes, reference
 from pyrms.tensor import Tensor
 from tests.support.testing import bits
 from tests.support.validation_calls import A, B, D, E, backward
 from pyrms.ops.layer_norm import twin as ln_twin
 from pyrms.ops.rms_norm import twin as rms_twin
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
-from pyrms.ops.rms_norm_backward import twin as bwd_twin
+from pyrms.ops._norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import twin as bwd_twin
 
 
 # --- plans --------------------------------------------------------------------------------------------
@@ -33,8 +33,8 @@ def test_plans_without_a_weight(hidden):
         # its own compile unit: only the sums over rows are in both
         sums = {e for e in weighted.group if e.startswith("pyrms::sum_partials_kernel<")}
         assert sums and set(rms.group) & set(weighted.group) == sums
-        ln_bias = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True, weight=False)
-        ln_none = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True, weight=False, grad_bias=False)
+        ln_bias = bwd_plan.plan_norm_backward(dt, hidden, centered=True, weight=False)
+        ln_none = bwd_plan.plan_norm_backward(dt, hidden, centered=True, weight=False, grad_bias=False)
         assert ln_bias.expression == f"pyrms::layer_norm_backward_kernel<{dt.ctype}, 0, void>"  # DBIAS = true: the default
         assert ln_none.expression == f"pyrms::layer_norm_backward_kernel<{dt.ctype}, 0, void, false>"
         assert (ln_bias.params, ln_none.params) == (1, 0)
@@ -44,9 +44,9 @@ def test_plans_without_a_weight(hidden):
         assert ln_bias.expression in ln_bias.group and ln_none.expression in ln_bias.group
         assert ln_bias.sum_expression in ln_bias.group
         # with a weight, LayerNorm's kernel sums dbias whether grad_bias is asked for or not (one variant)
-        ln = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True, grad_bias=False)
-        assert ln == bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True, grad_bias=False) and ln.params == 2
-        assert ln.expression == bwd_plan.plan_norm_backward(dt, hidden, layer_norm=True).expression
+        ln = bwd_plan.plan_norm_backward(dt, hidden, centered=True, grad_bias=False)
+        assert ln == bwd_plan.plan_norm_backward(dt, hidden, centered=True, grad_bias=False) and ln.params == 2
+        assert ln.expression == bwd_plan.plan_norm_backward(dt, hidden, centered=True).expression
 
 
 def test_workspace_bytes_without_a_weight():
@@ -76,9 +76,9 @@ def test_twin_without_weight_is_the_weighted_twin_with_aligned_ones(dtype, hidde
     rows = 37
     x = rng.uniform(-2, 2, (rows, hidden)).astype(dtype.numpy)
     dy = rng.uniform(-1, 1, (rows, hidden)).astype(dtype.numpy)
-    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=layer_norm, weight=False)
+    p = bwd_plan.plan_norm_backward(dtype, hidden, centered=layer_norm, weight=False)
     phases = rng.integers(0, dtype.vec_elems, rows)  # the statistics' order, row by row
-    common = dict(block=p.block, fold=p.stats_fold, x_phases=phases, chunk_rows=p.chunk_rows, layer_norm=layer_norm)
+    common = dict(block=p.block, fold=p.stats_fold, x_phases=phases, chunk_rows=p.chunk_rows, centered=layer_norm)
     without = bwd_twin.norm_backward_twin(dy, x, None, 1e-5, **common)
     ones = bwd_twin.norm_backward_twin(dy, x, np.ones(hidden, dtype.numpy), 1e-5, weight_phase=0, **common)
     assert len(without) == (2 if layer_norm else 1)  # dx (and dbias): no dweight
@@ -105,10 +105,10 @@ def test_references_without_weight(hidden):
     rng = np.random.default_rng(hidden)
     x, dy = rng.uniform(-2, 2, (5, hidden)) + 0.5, rng.uniform(-1, 1, (5, hidden))
     ones = np.ones(hidden)
-    (dx,) = bwd_twin.rms_norm_backward_ref(dy, x, None, 1e-3)
-    np.testing.assert_allclose(dx, bwd_twin.rms_norm_backward_ref(dy, x, ones, 1e-3)[0], rtol=0, atol=0)
-    ln_dx, ln_db = bwd_twin.layer_norm_backward_ref(dy, x, None, 1e-3)
-    want = bwd_twin.layer_norm_backward_ref(dy, x, ones, 1e-3)
+    (dx,) = reference.rms_norm_backward_ref(dy, x, None, 1e-3)
+    np.testing.assert_allclose(dx, reference.rms_norm_backward_ref(dy, x, ones, 1e-3)[0], rtol=0, atol=0)
+    ln_dx, ln_db = reference.layer_norm_backward_ref(dy, x, None, 1e-3)
+    want = reference.layer_norm_backward_ref(dy, x, ones, 1e-3)
     np.testing.assert_allclose(ln_dx, want[0], rtol=0, atol=0)
     np.testing.assert_allclose(ln_db, want[2], rtol=0, atol=0)
     # the gradient of the weightless forward: sum(forward * dy) perturbed along x
@@ -124,7 +124,7 @@ def test_references_without_weight(hidden):
         p = bwd_plan.plan_norm_backward(dt, hidden, weight=False)
         (twin_dx,) = bwd_twin.norm_backward_twin(dys, xs, None, 1e-3, block=p.block, fold=p.stats_fold,
                                                   chunk_rows=p.chunk_rows)
-        want_dx = bwd_twin.rms_norm_backward_ref(dys, xs, None, 1e-3)[0]
+        want_dx = reference.rms_norm_backward_ref(dys, xs, None, 1e-3)[0]
         if hidden > 1:  # one element: dx = r * (dy - x_hat^2 * dy) cancels
             err = np.linalg.norm(twin_dx.astype(np.float64) - want_dx) / np.linalg.norm(want_dx)
             assert err < tolerance[dt.name], (dt.name, err)
@@ -199,7 +199,7 @@ def test_layer_norm_backward_without_weight(recorded):
     staged = not (dx.ptr | dy.ptr | x.ptr) & 15
     db = Tensor.empty((hidden,), "float32")
     pyrms.layer_norm_backward(dx, None, None, dy, x, None, 1e-5)  # nothing summed: kernel 1 alone
-    none = bwd_plan.plan_norm_backward("bfloat16", hidden, layer_norm=True, weight=False, grad_bias=False)
+    none = bwd_plan.plan_norm_backward("bfloat16", hidden, centered=True, weight=False, grad_bias=False)
     chunk = none.chunk_for(rows)  # 8: fewer than 512 chunks of 16
     assert [c[0] for c in calls] == [none.staged_expression if staged else none.expression] and \
         calls[0][4][1] == 0 and calls[0][3] == (none.staged_launch(chunk, -(-rows // chunk), 132)[1] if staged else 0)
@@ -207,7 +207,7 @@ def test_layer_norm_backward_without_weight(recorded):
     assert _pool_allocations(fake) == []
     calls.clear()
     pyrms.layer_norm_backward(dx, None, db, dy, x, None, 1e-5)  # grad_bias: one plane, one sum (fp32 by the array)
-    bias = bwd_plan.plan_norm_backward("bfloat16", hidden, layer_norm=True, weight=False, grad_dtype="float32")
+    bias = bwd_plan.plan_norm_backward("bfloat16", hidden, centered=True, weight=False, grad_dtype="float32")
     assert chunk == bias.chunk_for(rows) == 8
     assert [c[0] for c in calls] == [bias.staged_expression if staged else bias.expression,
                                      "pyrms::sum_partials_kernel<float>"]

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Sweep the backward's launch shape (threads per block x cached vectors V x rows per block) per shape.
+"""Sweep the norm backward's launch shape (threads per block x cached vectors V x rows per block) per shape.
+
+RMSNorm's backward, or LayerNorm's with --layer-norm (the same plan and kernels, centered: the mean subtracted).
 
 Each configuration is checked against the float64 reference, then timed like the benchmark
 (pyrms.bench.timing: CUDA events around batches queued behind a spin kernel) on rotated inputs. Needs a
 GPU. Used to choose the backward plan's table (backward_block, BACKWARD_FEW_ROWS).
 
-    python -m tools.rms_norm_backward.tune --shapes 16384x5120,32x5120 --configs planned,128/0/16,128/0/1,160/0/1
+    python -m tools.norm_backward.tune --shapes 16384x5120,32x5120 --configs planned,128/0/16,128/0/1,160/0/1
 
 A config is `planned`, `legacy` (the plan without its staged kernel), sTxS/rows_per_block[hH][cC][f] (the staged
 kernel with T threads and S row buffers, e.g. s256x2/16; hH: its column sums held in registers, H vectors a
@@ -31,24 +33,25 @@ import numpy as np
 import pyrms
 from pyrms import driver, dtypes
 from pyrms.bench import timing
-from pyrms.ops.rms_norm_backward import prepared as _backward
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
-from pyrms.ops.rms_norm_backward import twin as bwd_twin
+from pyrms.ops._norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import prepared as _backward
+from pyrms.ops._norm_backward import twin as bwd_twin
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="16384x5120")
     parser.add_argument("--dtype", type=dtypes.argument, default="bfloat16", help="default bfloat16 (or bf16, fp16, ...)")
-    parser.add_argument("--layer-norm", action="store_true", help="layer_norm_backward instead of rms_norm_backward")
+    parser.add_argument("--layer-norm", dest="centered", action="store_true",
+                        help="LayerNorm's backward (centered) instead of RMSNorm's")
     parser.add_argument("--configs", default="planned,128/0/16,128/0/1,160/0/1,256/0/1,160/4/16")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the device-to-device copy ceiling")
     args = parser.parse_args()
-    dt, ln = args.dtype, args.layer_norm
+    dt, ln = args.dtype, args.centered
     original = bwd_plan.plan_norm_backward
     device = driver.current_device()
     timer = timing.EventTimer(device, 0)  # the op launches on the legacy default stream
-    op = "layer_norm_backward" if ln else "rms_norm_backward"
+    op = "LayerNorm's backward" if ln else "RMSNorm's backward"
     ceiling_gbps = None
     if not args.no_ceiling:
         from pyrms.bench import ceiling
@@ -68,16 +71,15 @@ def main() -> int:
             dw, db = pyrms.Tensor.empty((hidden,), dt), pyrms.Tensor.empty((hidden,), dt)
             wt = pyrms.Tensor.from_numpy(w)
             check = min(tokens, 64)
-            refs = (bwd_twin.layer_norm_backward_ref if ln else bwd_twin.rms_norm_backward_ref)(
-                dy[:check], x[:check], w, 1e-6)
+            dx_ref = bwd_twin.norm_backward_ref(dy[:check], x[:check], w, 1e-6, centered=ln)[0]
             nbytes = (3 * tokens * hidden + (3 if ln else 2) * hidden) * dt.itemsize
-            print(f"{op} {dt.name} {tokens}x{hidden}: planned {original(dt, hidden, layer_norm=ln)}", flush=True)
+            print(f"{op} {dt.name} {tokens}x{hidden}: planned {original(dt, hidden, centered=ln)}", flush=True)
             for config in args.configs.split(","):
                 rows_per_block = None
                 if config == "planned":
                     bwd_plan.plan_norm_backward = original
                 elif config == "legacy" or config.startswith("s"):
-                    planned = original(dt, hidden, layer_norm=ln)
+                    planned = original(dt, hidden, centered=ln)
                     if config == "legacy":
                         forced = dataclasses.replace(planned, threads=0, stages=0)
                     else:
@@ -112,18 +114,17 @@ def main() -> int:
                     bwd_plan.plan_norm_backward = lambda d, h, _forced=forced, **kw: _forced
                 _backward._prepared.forget(device)  # prepared launches hold the plan they were made with
 
-                def launch(i, rows_per_block=rows_per_block):
-                    if ln:
-                        pyrms.layer_norm_backward(dxs[i], dw, db, dys[i], xs[i], wt, 1e-6, tokens, hidden,
-                                                  rows_per_block=rows_per_block)
-                    else:
-                        pyrms.rms_norm_backward(dxs[i], dw, dys[i], xs[i], wt, 1e-6, tokens, hidden,
-                                                rows_per_block=rows_per_block)
+                def launch(i, rows_per_block=rows_per_block):  # the ops' call with their defaults
+                    _backward.norm_backward(
+                        centered=ln, grad_input=dxs[i], grad_weight=dw, grad_bias=db if ln else None,
+                        grad_output=dys[i], input=xs[i], weight=wt, epsilon=1e-6, num_tokens=tokens, hidden_size=hidden,
+                        dtype=None, grad_output_stride=None, input_stride=None, grad_input_stride=None, gemma=False,
+                        grad_weight_dtype=None, workspace=None, rows_per_block=rows_per_block, stream=None, pdl=True)
 
                 launch(0)
                 driver.synchronize()
                 got = dxs[0].to_numpy()[:check].astype(np.float64)
-                err = np.linalg.norm(got - refs[0]) / np.linalg.norm(refs[0])
+                err = np.linalg.norm(got - dx_ref) / np.linalg.norm(dx_ref)
                 us = timing.median_us(timer, launch, sets, 8, batch=6)
                 frac = f", {nbytes / us / 1e3 / ceiling_gbps:.2f} of the ceiling" if ceiling_gbps else ""
                 print(f"  {config}: {us:.2f} us, {nbytes / us / 1e3:.0f} GB/s{frac}, dx rel err {err:.2e}", flush=True)

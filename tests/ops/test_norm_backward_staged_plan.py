@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from pyrms import dtypes
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import plan as bwd_plan
 
 
 @pytest.mark.parametrize("dtype, hidden, held", [
@@ -19,9 +19,9 @@ def test_sums_are_held_where_each_thread_owns_few_vectors(dtype, hidden, held):
     assert rms.held * rms.threads * dtypes.get(dtype).vec_elems >= hidden if held else True
     # two planes (LayerNorm with a weight, RMSNorm with a bias) hold theirs as one plane (RMSNorm's dweight,
     # LayerNorm's dbias alone) does; no plane (RMSNorm without a weight) has nothing to hold
-    assert bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=True).held == held
+    assert bwd_plan.plan_norm_backward(dtype, hidden, centered=True).held == held
     assert bwd_plan.plan_norm_backward(dtype, hidden, grad_bias=True).held == held
-    assert bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=True, weight=False).held == held
+    assert bwd_plan.plan_norm_backward(dtype, hidden, centered=True, weight=False).held == held
     assert bwd_plan.plan_norm_backward(dtype, hidden, weight=False).held == 0
 
 
@@ -44,7 +44,7 @@ def test_a_held_that_cannot_be_is_refused(threads, stages, held, why):
         p.staged_shape(threads, stages, held)
     with pytest.raises(ValueError, match="1 to 2 parameter planes"):  # nothing summed: no sums to hold
         bwd_plan.plan_norm_backward("bfloat16", 5120, weight=False).staged_shape(256, 2, 3)
-    assert bwd_plan.plan_norm_backward("bfloat16", 5120, layer_norm=True).staged_shape(256, 2, 3).held == 3
+    assert bwd_plan.plan_norm_backward("bfloat16", 5120, centered=True).staged_shape(256, 2, 3).held == 3
     # the planner's own rule at other launch shapes: held where the threads own few enough vectors, else 0
     assert p.staged_shape(512, 2).held == 0 and p.staged_shape(128, 2).held == 0 and p.staged_shape(224, 2).held == 3
 
@@ -88,7 +88,7 @@ def test_fewer_rows_take_smaller_chunks_by_the_row_count_dtype_and_hidden():
     # same across them (a weightless dbias is the weighted one's, bit for bit)
     assert p.staged_shape(128, 2, 0).chunk_for(4096) == 8
     assert {bwd_plan.plan_norm_backward("bfloat16", 4096, **kw).chunk_for(4096) for kw in (
-        {"layer_norm": True}, {"layer_norm": True, "weight": False}, {"grad_bias": True}, {"weight": False})} == {8}
+        {"centered": True}, {"centered": True, "weight": False}, {"grad_bias": True}, {"weight": False})} == {8}
     # rows_per_block is 1 or a multiple of GRAD_CHUNK_ROWS: whole chunks at every row count
     assert all(bwd_plan.GRAD_CHUNK_ROWS % p.chunk_for(r) == 0 for r in range(1, 20000, 97))
     assert p.rows_per_block(bwd_plan.BACKWARD_STAGED_FEW_ROWS, staged=True) == 1

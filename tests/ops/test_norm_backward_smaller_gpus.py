@@ -5,7 +5,7 @@ import pytest
 
 import pyrms
 from pyrms.tensor import Tensor
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import plan as bwd_plan
 
 A100 = (166912, 167936)  # (shared memory a block may opt into, a multiprocessor's)
 TURING = (65536, 65536)

@@ -1,5 +1,5 @@
-"""The launch shared by ``pyrms.rms_norm_backward`` and ``pyrms.layer_norm_backward``
-(kernels: cuda_src/norm_backward.cuh, instantiated in rms_norm_backward.cu and layer_norm_backward.cu)."""
+"""The prepared launch of the norm backward, RMSNorm's or LayerNorm's (centered: the mean subtracted), and its
+call path from raw pointers or arrays (kernels: cuda_src/norm_backward.cuh, instantiated per op)."""
 from __future__ import annotations
 
 import contextlib
@@ -9,24 +9,6 @@ from .. import _operands as check
 from .. import _placement, _workspace
 from .._prepared import Pointers, PreparedCache, scalars_ok, use_pdl
 from . import plan as bwd_plan
-
-
-
-def backward_workspace_bytes(num_tokens: int, hidden_size: int, *, layer_norm: bool = False,
-                             rows_per_block: int | None = None, weight: bool = True, grad_bias: bool | None = None) -> int:
-    """Bytes of ``workspace=`` that one backward launch of this shape needs (any dtype), with the
-    planned launch shape or the given ``rows_per_block``.
-
-    ``weight=False``: a backward without weight (``weight=None``), which sums no weight gradient: 0
-    bytes for RMSNorm, and for LayerNorm the grad_bias sums unless ``grad_bias=False`` (then 0 too).
-    With a weight, LayerNorm's workspace holds both sums whether grad_bias is asked for or not.
-    ``grad_bias=True`` for RMSNorm: a backward that sums a bias's gradient too (RMSNorm with a bias)."""
-    num_tokens = check.size("num_tokens", num_tokens)
-    hidden = check.size("hidden_size", hidden_size)
-    p = bwd_plan.plan_norm_backward("float32", hidden, layer_norm=check.flag("layer_norm", layer_norm),
-                                   weight=check.flag("weight", weight),
-                                   grad_bias=None if grad_bias is None else check.flag("grad_bias", grad_bias))
-    return p.workspace_bytes(num_tokens, rows_per_block_arg(rows_per_block, p))
 
 
 def rows_per_block_arg(value, plan: bwd_plan.NormBackwardPlan) -> int | None:
@@ -53,7 +35,7 @@ class Prepared:
                  "rows_per_block", "max_rows", "pointers", "rstd_pointers", "weight_item", "staged_masks", "weightless",
                  "pdl", "placed")
 
-    def __init__(self, device, layer_norm, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
+    def __init__(self, device, centered, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
                  input_stride, gemma, rows_per_block, weightless, grad_bias, pdl, weight_dtype=None,
                  grad_output_dtype=None):
         self.device = device
@@ -65,7 +47,7 @@ class Prepared:
             ("input_stride", input_stride)))
         grad_bias = bool(grad_bias)
         self.weightless = weightless = bool(weightless)
-        p = self.plan = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma),
+        p = self.plan = bwd_plan.plan_norm_backward(dt, hidden, centered=centered, gemma=bool(gemma),
                                                    grad_dtype=grad_weight_dtype, weight=not weightless,
                                                    grad_bias=grad_bias, weight_dtype=weight_dtype,
                                                    grad_output_dtype=grad_output_dtype)
@@ -206,16 +188,18 @@ def parameter_gradients(weight, grad_weight, grad_bias, grad_weight_dtype) -> di
     return grads
 
 
-def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon,
+def norm_backward(*, centered, grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon,
                   num_tokens, hidden_size, dtype, grad_output_stride, input_stride, grad_input_stride, gemma,
                   grad_weight_dtype, workspace, rows_per_block, stream, pdl, weight_dtype=None, grad_output_dtype=None,
                   rstd=None):
+    """The backward of RMSNorm, or of LayerNorm where centered (the mean subtracted): each op's function, whose
+    docstring says what the arguments are. Raw pointers go to the prepared launch; arrays are read first."""
     params = parameter_gradients(weight, grad_weight, grad_bias, grad_weight_dtype)
     grads = tuple(params.values())
     if (type(grad_input) is int and type(grad_output) is int and type(input) is int
             and (weight is None or type(weight) is int) and all(type(g) is int for g in grads) and workspace is None
             and (rstd is None or (type(rstd) is int and rstd > 0))):
-        static = (layer_norm, dtype, grad_weight_dtype, hidden_size, grad_input_stride, grad_output_stride,
+        static = (centered, dtype, grad_weight_dtype, hidden_size, grad_input_stride, grad_output_stride,
                   input_stride, gemma, rows_per_block, weight is None, "grad_bias" in params, pdl, weight_dtype,
                   grad_output_dtype)
         prepared = _prepared.get(*static)
@@ -242,12 +226,12 @@ def norm_backward(*, layer_norm, grad_input, grad_weight, grad_bias, grad_output
     if rstd is not None and type(rstd) is not int:
         rstd = check.float32_per_row("rstd", rstd, check.sizes(num_tokens, hidden_size)[0], "a saved rstd's values",
                                      written=False)
-    _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
+    _general(centered, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
              stream, pdl, weight_dtype, grad_output_dtype, rstd)
 
 
-def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
+def _general(centered, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
              stream, pdl, weight_dtype, grad_output_dtype, rstd):
     """Every check with its message (the rows, the weight and rstd are raw pointers by now; the parameter
@@ -261,7 +245,7 @@ def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon
         check.no_weight(weight_dtype)
     dt0 = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
     # The plan names what may be float32 beside the rows (the weight, then grad_output) before any pointer is read.
-    p0 = bwd_plan.plan_norm_backward(dt0, 1, layer_norm=layer_norm, weight=not weightless, grad_bias="grad_bias" in params,
+    p0 = bwd_plan.plan_norm_backward(dt0, 1, centered=centered, weight=not weightless, grad_bias="grad_bias" in params,
                                     weight_dtype=None if weightless else weight_dtype, grad_output_dtype=grad_output_dtype)
     if p0.fp32_weight and grad_weight_dtype is not None and dtypes.get(grad_weight_dtype) is not dtypes.FLOAT32:
         raise ValueError(f"grad_weight_dtype must be float32 beside a float32 weight (the parameter gradients take "
@@ -281,7 +265,7 @@ def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon
         r.update(check.layout(num_tokens, hidden, dtypes.FLOAT32, rows=own_dy, vectors={})[2])
     strides = (r["grad_input"].stride, r["grad_output"].stride, r["input"].stride)
     grad_bias = "grad_bias" in params
-    p = bwd_plan.plan_norm_backward(dt, hidden, layer_norm=layer_norm, gemma=bool(gemma), grad_dtype=pdt,
+    p = bwd_plan.plan_norm_backward(dt, hidden, centered=centered, gemma=bool(gemma), grad_dtype=pdt,
                                    weight=not weightless, grad_bias=grad_bias, weight_dtype=_float32(p0.fp32_weight),
                                    grad_output_dtype=_float32(p0.fp32_grad_output))
     per_call = rows_per_block_arg(rows_per_block, p)
@@ -294,7 +278,7 @@ def _general(layer_norm, grad_input, params, grad_output, input, weight, epsilon
     check.same_device([region.op for region in r.values()], device.ordinal)
     pointers = {name: region.ptr for name, region in r.items()} | ({"rstd": saved.ptr} if saved else {})
     _placement.check(device, {**pointers, "workspace": own.ptr} if own else pointers, stream)
-    prepared = _prepared.require(layer_norm, dt, pdt, hidden, *strides, gemma, rows_per_block, weightless, grad_bias,
+    prepared = _prepared.require(centered, dt, pdt, hidden, *strides, gemma, rows_per_block, weightless, grad_bias,
                                  pdl, _float32(p.fp32_weight), _float32(p.fp32_grad_output))
     launched = prepared(r["grad_input"].ptr, r["grad_output"].ptr, r["input"].ptr, 0 if weightless else r["weight"].ptr,
                         tuple(r[name].ptr for name in params), eps, num_tokens, stream, own.ptr if own else None,

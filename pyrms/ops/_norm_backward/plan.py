@@ -1,4 +1,5 @@
-"""rms_norm_backward's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
+"""The launch plans of the norm backward that RMSNorm's and LayerNorm's backward share (centered: LayerNorm's,
+the mean subtracted): pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -9,9 +10,9 @@ from ...contract import Contract, KernelPlan, contract
 from .._row_plan import block_and_cache
 
 
-# The backward kernels launch at most 512 threads of their own (rms_norm_backward's V = 2 variant needs
+# The backward kernels launch at most 512 threads of their own (RMSNorm's V = 2 variant needs
 # 128 registers), re-reading their rows (V = 0); the register-cached V = 1, 2 variants are compiled
-# too, as candidates for tools/rms_norm_backward/tune.py, which measured them slower (below). Their statistics
+# too, as candidates for tools/norm_backward/tune.py, which measured them slower (below). Their statistics
 # use the forward's fold width (NormBackwardPlan.stats_fold) whatever their block, so they are the forward's
 # by construction (row_core.cuh).
 BACKWARD_MAX_BLOCK = 512
@@ -21,7 +22,7 @@ BACKWARD_VECTORS = (1, 2)
 
 
 # Backward rows re-read per pass (V = 0), about this many 16-byte vectors per thread: measured on
-# the H200 at 16384x5120 bf16 (tools/rms_norm_backward/tune.py; docs/perf_notes.md and docs/family.md),
+# the H200 at 16384x5120 bf16 (tools/norm_backward/tune.py; docs/perf_notes.md and docs/family.md),
 # 128 threads x 5 vectors took 222 us, against 480 us for the register-cached 320 x 2 (111
 # registers: one block per multiprocessor) and 252 us for 256 x 2.5 or 306 us for 64 x 10; again on
 # 2026-12-01 (the same tool): 128 threads 205 us, the
@@ -182,7 +183,7 @@ class NormBackwardPlan(KernelPlan):
     stages: int = 0  # the staged kernel's row buffers (0: no staged kernel)
     fp32_weight: bool = False
     fp32_grad_output: bool = False
-    bias: bool = False  # RMSNorm with a bias (layer_norm.cu's RMS forward): dbias summed too
+    bias: bool = False  # RMSNorm with a bias (LayerNorm's kernel's RMS forward): dbias summed too
     held: int = 0  # the staged kernel's vectors per thread whose column sums stay in registers (0: shared memory)
     deepen: bool = True  # a staged launch of few blocks per multiprocessor may take more stages (staged_launch)
 
@@ -219,7 +220,8 @@ class NormBackwardPlan(KernelPlan):
 
     @property
     def source(self) -> str:
-        return "layer_norm_backward.cu" if self.centered else "rms_norm_backward.cu"
+        """The kernel source, named as its kernels (one source per op: docs/architecture.md)."""
+        return self.kernel.removesuffix("_kernel") + ".cu"
 
     @property
     def kernel(self) -> str:
@@ -367,10 +369,11 @@ class NormBackwardPlan(KernelPlan):
         return self.params * self.workspace_rows(rows, rows_per_block) * self.ws_stride * 4
 
 
-def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: bool = False,
+def plan_norm_backward(dtype, hidden: int, *, centered: bool = False, gemma: bool = False,
                        grad_dtype=None, weight: bool = True, grad_bias: bool | None = None, weight_dtype=None,
                        grad_output_dtype=None) -> NormBackwardPlan:
-    """weight=False: no weight (weight=None); grad_bias: LayerNorm's grad_bias is summed (the default; False:
+    """centered: LayerNorm's backward (the mean subtracted; no gemma), else RMSNorm's. weight=False: no weight
+    (weight=None); grad_bias: LayerNorm's grad_bias is summed (the default; False:
     a LayerNorm without a weight sums none either), RMSNorm's a bias's gradient (default none: NormBackwardPlan
     says what each sums). weight_dtype: None or the dtype (the
     default), or float32 beside bf16/fp16 rows (then grad_dtype, by default the weight's, must be
@@ -389,13 +392,13 @@ def plan_norm_backward(dtype, hidden: int, *, layer_norm: bool = False, gemma: b
     if odt is not dt and not (fp32_weight and odt is dtypes.FLOAT32):
         also = " or float32" if fp32_weight else " (float32 only beside a float32 weight)" if dt.itemsize == 2 else ""
         raise ValueError(f"grad_output_dtype must be {dt.name}{also}, got {odt.name}")
-    if layer_norm and gemma:
+    if centered and gemma:
         raise ValueError("gemma applies to RMSNorm only")
     block, vectors = backward_block(dt, hidden), 0
-    bias = not layer_norm and bool(grad_bias)
+    bias = not centered and bool(grad_bias)
     if bias and gemma:
-        raise ValueError("gemma with a bias is not offered (the bias's forward, layer_norm(rms=True), has no gemma)")
-    p = NormBackwardPlan(dt, hidden, block, vectors, bool(layer_norm), bool(gemma), gdt, weightless=not weight,
+        raise ValueError("gemma with a bias is not offered (the forward of RMSNorm with a bias has no gemma)")
+    p = NormBackwardPlan(dt, hidden, block, vectors, bool(centered), bool(gemma), gdt, weightless=not weight,
                          grad_bias=grad_bias is not False, fp32_weight=fp32_weight, fp32_grad_output=odt is not dt,
                          bias=bias)
     if hidden % dt.vec_elems == 0:

@@ -15,8 +15,8 @@ import pytest
 import pyrms
 from tests.support import case_matrix
 from tests.support.testing import allocate, bits, check_case, check_norm_backward as run_case, phases
-from pyrms.ops.rms_norm_backward import plan as bwd_plan
-from pyrms.ops.rms_norm_backward import twin as bwd_twin
+from pyrms.ops._norm_backward import plan as bwd_plan
+from pyrms.ops._norm_backward import twin as bwd_twin
 
 pytestmark = pytest.mark.gpu
 
@@ -95,7 +95,7 @@ def forced_staged(monkeypatch):
     launch shape (where the plan has a staged kernel at all; held: NormBackwardPlan.staged_shape's; fields: the
     plan's deepen and spread); the prepared launches are forgotten before and after."""
     from pyrms import driver
-    from pyrms.ops.rms_norm_backward import prepared
+    from pyrms.ops._norm_backward import prepared
 
     original = bwd_plan.plan_norm_backward
 
@@ -118,7 +118,7 @@ def forced_staged(monkeypatch):
 def test_staged_kernel_bitwise_at_every_launch_shape(forced_staged, op, dtype, hidden, shape):
     """The staged kernel's threads and stages change no bit: each launch against the twin."""
     threads, stages = shape
-    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=OPS[op])
+    p = bwd_plan.plan_norm_backward(dtype, hidden, centered=OPS[op])
     if p.staged_shared_bytes(stages) > bwd_plan.STAGED_SHARED_LIMIT:
         pytest.skip("the stages do not fit")
     forced_staged(threads, stages)
@@ -134,7 +134,7 @@ def test_staged_kernel_bitwise_at_every_launch_shape(forced_staged, op, dtype, h
 def test_deeper_stages_give_the_same_bits(forced_staged, op, dtype, hidden):
     """A staged launch of few blocks per multiprocessor takes more stages (NormBackwardPlan.staged_launch): the
     same bits as the plan's stages, each launch against the twin, with and without a weight and in place."""
-    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=OPS[op])
+    p = bwd_plan.plan_norm_backward(dtype, hidden, centered=OPS[op])
     if not p.stages or p.staged_launch(16, 10, 132)[0] == p.stages:  # 150 rows in blocks of 16: deepened below
         pytest.skip("no staged kernel at this size, or no room for another stage")
     results = []
@@ -167,7 +167,7 @@ def test_column_sums_held_in_registers_give_the_shared_memory_bits(forced_staged
     if options.get("weight") == "float32" and dtype == "float32":
         pytest.skip("an fp32 weight goes beside bf16 or fp16 rows")
     fp32_weight = options.get("weight") == "float32"
-    p = bwd_plan.plan_norm_backward(dtype, hidden, layer_norm=OPS[op], weight=options.get("weight") != "none",
+    p = bwd_plan.plan_norm_backward(dtype, hidden, centered=OPS[op], weight=options.get("weight") != "none",
                                     grad_bias=options.get("bias"), weight_dtype="float32" if fp32_weight else None,
                                     grad_dtype="float32" if fp32_weight else None)
     assert p.params == planes
@@ -240,11 +240,11 @@ def test_captured_backward_owns_its_workspace(rng, op):
     layer_norm = OPS[op]
     rows, hidden = 40, 5125
     dy, x, w = allocate(rng, "bfloat16", rows, hidden), allocate(rng, "bfloat16", rows, hidden), allocate(rng, "bfloat16", 1, hidden)
-    p = bwd_plan.plan_norm_backward("bfloat16", hidden, layer_norm=layer_norm)
+    p = bwd_plan.plan_norm_backward("bfloat16", hidden, centered=layer_norm)
     # Rows of an odd hidden size start at varying phases: the twin needs each row's.
     want = bwd_twin.norm_backward_twin(dy.values(), x.values(), w.values()[0], 1e-5, block=p.block, fold=p.stats_fold,
                                         x_phases=phases(x), weight_phase=int(phases(w)[0]), chunk_rows=p.chunk_rows,
-                                        layer_norm=layer_norm)
+                                        centered=layer_norm)
     dx = allocate(rng, "bfloat16", rows, hidden, poison=True)
     params = [allocate(rng, "bfloat16", 1, hidden, poison=True) for _ in range(2 if layer_norm else 1)]
     with pyrms.Stream() as s:

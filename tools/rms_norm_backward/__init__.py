@@ -1,1 +1,0 @@
-"""The RMSNorm backward's own lab tool: its launch-shape sweep (``tune``), which says how to run it."""
