@@ -199,7 +199,8 @@ def test_cover_lists_fewer_units(capsys):
 
 def test_list_compiles_nothing(capsys, monkeypatch):
     monkeypatch.setattr(precompile, "compile_units", None)  # would fail if called
-    assert precompile.main(["--list", "--ops", "layer_norm,seed_rms_norm", "--dtypes", "bf16", "--seed-hidden", "769,4096"]) == 0
+    assert precompile.main(["--list", "--ops", "layer_norm,seed_rms_norm", "--dtypes", "bf16",
+                            "--seed-hidden", "769,4096"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == ["layer_norm.cu bfloat16: 28 kernels", "layer_norm.cu bfloat16 out=float32: 28 kernels",
                    "layer_norm.cu bfloat16 rms: 14 kernels", "layer_norm.cu bfloat16 rms out=float32: 14 kernels",

@@ -1,8 +1,8 @@
 """pyrms.torch's modules and ``replace_norms``, which swaps the norms of a model for them (Hugging Face's
 RMSNorm modules, ``torch.nn.RMSNorm``, ``torch.nn.LayerNorm``) and reports what it swapped and what it kept.
 Each module sits beside its op's PyTorch binding (``RMSNorm`` in its op's folder) and says so with
-``swaps_in``; ``LayerNorm`` is here. Which classes replace_norms takes, and as which options: ``pyrms/model_norms.py``
-(torch-free), from what ``facts`` reads off each module.
+``swaps_in``; ``LayerNorm`` is here. Which classes replace_norms takes, and as which options:
+``pyrms/model_norms.py`` (torch-free), from what ``facts`` reads off each module.
 """
 from __future__ import annotations
 

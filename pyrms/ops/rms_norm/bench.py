@@ -68,8 +68,8 @@ class SeedForward(PyrmsForward):
 
 
 class TorchForward(Impl):
-    """torch.nn.functional.rms_norm(x, (hidden,), w, eps), eager (pyrms.bench.eager). F.rms_norm has no ``out=``: the outputs
-    are kept in a ring with one slot per rotation set (see pyrms.bench.torch_impls)."""
+    """torch.nn.functional.rms_norm(x, (hidden,), w, eps), eager (pyrms.bench.eager). F.rms_norm has no
+    ``out=``: the outputs are kept in a ring with one slot per rotation set (see pyrms.bench.torch_impls)."""
 
     name = "torch"
 
