@@ -109,9 +109,9 @@ class Work:
     def expected_slots(self, i: int) -> list[tuple[str, int, np.ndarray]]:
         """(output name, first element, expected elements) of launch i's slots, whole."""
         c, h = self.case(i), self.hidden
-        values = {name: self._rows(name, i) for name in self.inputs}
-        phases = {name: p if name not in self.vectors else p[0] for name, (_, p) in values.items()}
-        rows = raw_calls.twin(c, {name: v for name, (v, _) in values.items()}, phases)
+        read = {name: self._rows(name, i) for name in self.inputs}
+        phases = {name: p if name not in self.vectors else p[0] for name, (_, p) in read.items()}
+        rows = raw_calls.twin(c, {name: v for name, (v, _) in read.items()}, phases)
         slots = []
         for name, values in rows.items():
             slot = np.full(self.slots[name] * DT.itemsize, 0xFF, np.uint8).view(DT.numpy)
