@@ -151,9 +151,9 @@ def test_units_are_what_the_ops_compile():
                                          "weight_dtype='float16'"):
         precompile.unit("rms_norm_backward", "bf16", 8, weight_dtype="float16")
     s = plan_seed(dtypes.BFLOAT16, 5120)
-    assert precompile.unit("seed", "bf16", 5120).names == (s.expression,)
+    assert precompile.unit("seed_rms_norm", "bf16", 5120).names == (s.expression,)
     with pytest.raises(ValueError, match="1024 a block allows"):
-        precompile.unit("seed", "float32", 5120)
+        precompile.unit("seed_rms_norm", "float32", 5120)
     with pytest.raises(ValueError, match="unknown op 'rms'"):
         precompile.unit("rms", "bf16", 8)
 
@@ -199,7 +199,8 @@ def test_cover_lists_fewer_units(capsys):
 
 def test_list_compiles_nothing(capsys, monkeypatch):
     monkeypatch.setattr(precompile, "compile_units", None)  # would fail if called
-    assert precompile.main(["--list", "--ops", "layer_norm,seed", "--dtypes", "bf16", "--seed-hidden", "769,4096"]) == 0
+    assert precompile.main(["--list", "--ops", "layer_norm,seed_rms_norm", "--dtypes", "bf16",
+                            "--seed-hidden", "769,4096"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == ["layer_norm.cu bfloat16: 28 kernels", "layer_norm.cu bfloat16 out=float32: 28 kernels",
                    "layer_norm.cu bfloat16 rms: 14 kernels", "layer_norm.cu bfloat16 rms out=float32: 14 kernels",
@@ -295,7 +296,7 @@ def test_without_an_arch_or_a_gpu_it_says_what_to_pass(monkeypatch, capsys):
         raise errors.NoDriverError("no CUDA driver found: none in this test")
 
     monkeypatch.setattr(driver, "current_device", no_gpu)
-    assert precompile.main(["--ops", "seed"]) == 2
+    assert precompile.main(["--ops", "seed_rms_norm"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("precompile: no GPU to take the arch from (no CUDA driver found: none in this test); "
                           "pass --arch (e.g. --arch sm_90) or set PYRMS_ARCH"), err

@@ -209,11 +209,11 @@ def test_cli_seed_kernel_end_to_end(tmp_path):
     fake = fake_bin / "cuobjdump"
     fake.write_text('#!/bin/sh\necho "FAKE SASS $@"\n')
     fake.chmod(0o755)
-    done = _run(["--kernel", "seed", "--dtype", "bfloat16", "--hidden", "5120", "--arch", "sm_90",
+    done = _run(["--kernel", "seed_rms_norm", "--dtype", "bfloat16", "--hidden", "5120", "--arch", "sm_90",
                  "--out", "dump", "--show-loads", "--context", "1"], tmp_path, fake_bin)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    stem = tmp_path / "dump" / "seed-bfloat16-h5120-sm_90"
+    stem = tmp_path / "dump" / "seed_rms_norm-bfloat16-h5120-sm_90"
     lowered = "_ZN11transformer15rms_norm_kernelI13__nv_bfloat16Li8ELi5120ELi2ELi640EEEvPT_PKS2_S5_f"
     assert f".entry {lowered}\n  = transformer::rms_norm_kernel<__nv_bfloat16, 8, 5120, 2, 640>\n" in out
     loads = re.search(r"global loads : .*16 B ×(\d+)", out)
@@ -263,7 +263,7 @@ def test_cli_help(tmp_path):
     (["--kernel", "nope"], "'nope'"),
     (["--variant", "cache=3"], "'3'"),
     (["--variant", "fast=1"], "'fast'"),
-    (["--kernel", "seed", "--variant", "gemma"], "no variants"),
+    (["--kernel", "seed_rms_norm", "--variant", "gemma"], "no variants"),
     (["--context", "-1"], "'-1'"),
 ])
 def test_cli_bad_arguments_one_line(tool, args, names, capsys):
@@ -302,7 +302,7 @@ def test_resolve_variant_and_stem(tool):
         "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 4, false, false, true, true>"
     with pytest.raises(ValueError, match="aligned is a variant of the few-row kernel"):
         family.expression(dtypes.BFLOAT16, 5120, tool.resolve_variant(family, "aligned", dtypes.BFLOAT16, 5120))
-    seed = tool.FAMILIES["seed"].expression(dtypes.FLOAT32, 1000, {})
+    seed = tool.FAMILIES["seed_rms_norm"].expression(dtypes.FLOAT32, 1000, {})
     assert seed == "transformer::rms_norm_kernel<float, 4, 1000, 2, 250>"  # VEC = gcd(4, 1000), BLOCK = 1000 / 4
 
 

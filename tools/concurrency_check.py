@@ -1,22 +1,24 @@
 #!/usr/bin/env python3
 """Threads launching pyrms ops at once give the bits of a single-threaded run.
 
-Three phases, each run twice on the same inputs into separate, poisoned (0xFF) output buffers: once
-by THREADS threads started together (each with its own pyrms.Stream, created in the thread, or all
-on one shared stream), once by the main thread alone on one stream, in order. The two sets of output
-buffers must be bytewise equal, whole (rows, gaps and unused slots); every 37th launch is also
-compared with the numpy twin, its slot whole (rows bit for bit, the rest still poison). Operands are
-tests.support.testing's guarded allocations (flat, slots inside), and launch i of thread t is the case
-tests.support.case_matrix.concurrency(op)[(i + 7 t) % N]: its rows, each pointer's offset past a 16-byte
-boundary, its strides and options.
+A phase per op of the case matrix's concurrency cases (tests.support.case_matrix.CONCURRENCY_HIDDEN:
+the RMSNorm forward and backward), then a shared-stream phase per backward among them, each run twice on
+the same inputs into separate, poisoned (0xFF) output buffers: once by THREADS threads started together
+(each with its own pyrms.Stream, created in the thread, or all on one shared stream), once by the main
+thread alone on one stream, in order. The two sets of output buffers must be bytewise equal, whole (rows,
+gaps and unused slots); every 37th launch is also compared with the numpy twin, its slot whole (rows bit
+for bit, the rest still poison). Operands are tests.support.testing's guarded allocations (flat, slots
+inside), and launch i of thread t is the case tests.support.case_matrix.concurrency(op)[(i + 7 t) % N]: its
+rows, each pointer's offset past a 16-byte boundary, its strides and options, launched on raw pointers
+through tests.support.raw_calls.
 
-  rms_norm           THREADS x LAUNCHES launches, each into its own output slot; every launch at its
-                     own row count (1-4), pointer misalignments, epsilon, strided rows, plain or
-                     Gemma/round-once; even threads call with raw stream handles (the raw-pointer fast
-                     path), odd threads with the Stream object (the general path).
-  rms_norm_backward  the same with the backward pass (1-33 rows: one to three 16-row chunks of the
-                     dweight sum), each thread on its own stream, each call with its own stream-ordered workspace.
-  shared stream      rms_norm_backward again, all threads queueing on ONE stream: each launch pair must
+  <op>               THREADS x LAUNCHES launches, each into its own output slot; every launch at its
+                     own row count (the forward 1-4 rows; the backward 1-33: one to three 16-row chunks
+                     of the dweight sum), pointer misalignments, epsilon, strided rows, options (the
+                     forward plain or Gemma/round-once); even threads call with raw stream handles (the
+                     fast path), odd threads with the Stream object; each backward call with its own
+                     stream-ordered workspace.
+  shared stream      a backward again, all threads queueing on ONE stream: each launch pair must
                      stay with its own workspace while the threads' calls interleave on the stream.
 
     python -m tools.concurrency_check [--quick] [--threads 8] [--launches 1000] [--out FILE.json]
@@ -37,12 +39,8 @@ import numpy as np
 
 import pyrms
 from pyrms import driver, dtypes
-from tests.support import case_matrix
+from tests.support import case_matrix, raw_calls
 from tests.support.testing import Rows, allocate, bits
-from pyrms.ops.rms_norm import plan as rms_plan
-from pyrms.ops.rms_norm import twin as rms_twin
-from pyrms.ops._norm_backward import plan as bwd_plan
-from pyrms.ops._norm_backward import twin as bwd_twin
 
 DT = dtypes.BFLOAT16
 SPOT_EVERY = 37
@@ -74,16 +72,14 @@ class Work:
         self.hidden = h = case_matrix.CONCURRENCY_HIDDEN[op]
         span = max(c.rows * (max((s for _, s in c.strides), default=h)) for c in self.cases)
         self.block = _round_up(span + BLOCK)  # one launch's rows, at any offset
-        self.backward = op in case_matrix.BACKWARD  # the other workload: the forward's rows
-        self.row_inputs = ("grad_output", "input") if self.backward else ("input",)
-        self.row_outputs = ("grad_input",) if self.backward else ("out",)
+        rows, vectors = case_matrix.operands(op)
+        written = raw_calls.outputs(op)
+        self.vectors = vectors
         self.inputs = {name: allocate(rng, DT, 1, self.SOURCES * self.block, low=-1.0 if name != "input" else -2.0,
-                                      high=1.0 if name != "input" else 2.0) for name in self.row_inputs}
-        self.inputs["weight"] = allocate(rng, DT, 1, h + BLOCK, low=-1.0, high=1.0)
-        self.slots = {name: self.block for name in self.row_outputs}
-        if self.backward:
-            self.slots["grad_weight"] = _round_up(h + BLOCK)
-            self.plan = bwd_plan.plan_norm_backward(DT, h)
+                                      high=1.0 if name != "input" else 2.0) for name in rows if name not in written}
+        self.inputs.update({name: allocate(rng, DT, 1, h + BLOCK, low=-1.0, high=1.0)
+                            for name in vectors if name not in written})
+        self.slots = {name: _round_up(h + BLOCK) if name in vectors else self.block for name in written}
 
     def case(self, i: int) -> case_matrix.Case:
         return self.cases[(i + 7 * self.thread) % len(self.cases)]
@@ -97,44 +93,25 @@ class Work:
         c = self.case(i)
         if name in self.slots:
             return i * self.slots[name] + c.offset(name)
-        return (0 if name == "weight" else (i % self.SOURCES) * self.block) + c.offset(name)
+        return (0 if name in self.vectors else (i % self.SOURCES) * self.block) + c.offset(name)
 
     def launch(self, i: int, outputs: dict[str, Rows], stream) -> None:
-        c, h = self.case(i), self.hidden
         ptr = {name: at(op, self._start(name, i)) for name, op in {**self.inputs, **outputs}.items()}
-        if self.backward:
-            pyrms.rms_norm_backward(ptr["grad_input"], ptr["grad_weight"], ptr["grad_output"], ptr["input"],
-                                    ptr["weight"], c.option("epsilon"), c.rows, h, dtype=DT,
-                                    grad_output_stride=c.stride("grad_output"), input_stride=c.stride("input"),
-                                    grad_input_stride=c.stride("grad_input"), stream=stream)
-        else:
-            pyrms.rms_norm(ptr["out"], ptr["input"], ptr["weight"], c.option("epsilon"), c.rows, h, dtype=DT,
-                           input_stride=c.stride("input"), out_stride=c.stride("out"), gemma=c.option("gemma"),
-                           round_once=c.option("round_once"), stream=stream)
+        raw_calls.launch(self.case(i), ptr, stream)
 
     def _rows(self, name: str, i: int) -> tuple[np.ndarray, list[int]]:
         """Launch i's [rows, hidden] values of input `name`, and each row's phase in its vector."""
         c, op = self.case(i), self.inputs[name]
-        rows = 1 if name == "weight" else c.rows
+        rows = 1 if name in self.vectors else c.rows
         starts = [op.offset + self._start(name, i) + r * (c.stride(name) or self.hidden) for r in range(rows)]
         return np.stack([op.host[a:a + self.hidden] for a in starts]), [a % BLOCK for a in starts]
 
     def expected_slots(self, i: int) -> list[tuple[str, int, np.ndarray]]:
         """(output name, first element, expected elements) of launch i's slots, whole."""
         c, h = self.case(i), self.hidden
-        w, (w_phase,) = self._rows("weight", i)
-        x, x_phases = self._rows("input", i)
-        if self.backward:
-            p = self.plan
-            dy, _ = self._rows("grad_output", i)
-            dx, dw = bwd_twin.norm_backward_twin(dy, x, w[0], c.option("epsilon"), block=p.block, fold=p.stats_fold,
-                                                  x_phases=x_phases, weight_phase=w_phase, chunk_rows=p.chunk_rows,
-                                                  grad_dtype=p.grad_dtype)
-            rows = {"grad_input": dx, "grad_weight": dw[None]}
-        else:
-            block = rms_plan.plan_rms_norm(DT, h, gemma=c.option("gemma"), round_once=c.option("round_once")).block
-            rows = {"out": rms_twin.rms_norm_twin(x, w[0], c.option("epsilon"), block=block, row_phases=x_phases,
-                                                   gemma=c.option("gemma"), round_once=c.option("round_once"))}
+        read = {name: self._rows(name, i) for name in self.inputs}
+        phases = {name: p if name not in self.vectors else p[0] for name, (_, p) in read.items()}
+        rows = raw_calls.twin(c, {name: v for name, (v, _) in read.items()}, phases)
         slots = []
         for name, values in rows.items():
             slot = np.full(self.slots[name] * DT.itemsize, 0xFF, np.uint8).view(DT.numpy)
@@ -164,7 +141,7 @@ def run_threads(works, outputs, shared_stream: bool) -> tuple[float, list[str]]:
             stream = shared if shared_stream else pyrms.Stream()
             if not shared_stream:
                 streams.append(stream)
-            # Even threads pass the raw handle (rms_norm's fast path), odd ones the Stream object.
+            # Even threads pass the raw handle (the fast path), odd ones the Stream object.
             arg = stream.handle if t % 2 == 0 else stream
             barrier.wait()
             for i in range(works[t].launches):

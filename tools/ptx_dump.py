@@ -5,7 +5,7 @@ Needs no GPU: NVRTC compiles for the arch given (default $PYRMS_ARCH, else sm_90
 --ptxas-options=-v so that the log carries registers, stack and spills per kernel.
 
     python -m tools.ptx_dump                          # pyrms::rms_norm_kernel, bfloat16, hidden 5120
-    python -m tools.ptx_dump --kernel seed            # the seed kernel, VEC and BLOCK as the seed picks
+    python -m tools.ptx_dump --kernel seed_rms_norm   # the seed kernel, VEC and BLOCK as the seed picks
     python -m tools.ptx_dump --variant cache=0,round_once --show-loads --context 2
 
 Writes <out>/<kernel>-<dtype>-h<hidden>-<arch>[-<variant>].ptx, .cubin and .ptxas.txt, and .sass

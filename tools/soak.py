@@ -2,22 +2,25 @@
 """Soak: many launches and allocations without growth of device memory or host RSS; out of memory
 as a clear exception that leaves the runtime usable.
 
-  launches     LAUNCHES rms_norm launches (bf16, 8 x 4096) on one pyrms.Stream, nine in ten through the
-               raw-pointer fast path, one in ten through pyrms.Tensor arguments (the general path);
-               the output checked bit for bit against the twin at the end.
+  launches     LAUNCHES launches of the case matrix's "launches" case (an RMSNorm forward, bf16, 8 x 4096)
+               on one pyrms.Stream, nine in ten through the raw-pointer fast path, one in ten through
+               pyrms.Tensor arguments (the general path); the output checked bit for bit against the twin
+               at the end.
   allocations  CYCLES allocate/free cycles of 1 KiB to 64 MiB: DeviceBuffer + close(), DeviceBuffer
                as a context manager with a memset, Tensor.empty + close(), DeviceBuffer dropped without
                close() (freed by its finalizer), PinnedBuffer written through numpy + close().
-  short-lived streams  STREAMS times: a new pyrms.Stream, one rms_norm_backward on it, the stream closed
-               (a server's stream per request); the backward's workspace must not outlive its stream.
+  short-lived streams  STREAMS times: a new pyrms.Stream, one launch of the "streams" case (an RMSNorm
+               backward) on it, the stream closed (a server's stream per request); the backward's
+               workspace must not outlive its stream.
   out of memory  an allocation of (free device memory + 1 GiB) must raise pyrms.OutOfMemoryError
                naming the size and the free memory, and so must Tensor.empty of that size; then a
                normal allocation and launch must work. Then (unless --no-exhaust) device memory is
-               filled to the last 2 MiB, an already loaded kernel and a kernel not yet loaded are
-               launched (each either works or raises a pyrms error; the process must survive), the
-               memory is freed, and both kernels must then give the twin's bits (no broken kernel
-               left cached).
+               filled to the last 2 MiB, an already loaded kernel and a kernel not yet loaded (the
+               "exhausted" case's, a LayerNorm forward) are launched (each either works or raises a
+               pyrms error; the process must survive), the memory is freed, and both kernels must
+               then give the twin's bits (no broken kernel left cached).
 
+The cases are tests.support.case_matrix.SOAK's, each launched through tests.support.raw_calls.
 Before and after each phase (after a warm-up, a synchronize and gc.collect()): device free memory
 (Device.mem_info) and host RSS (VmRSS of /proc/self/status); sampled ten times during each phase.
 Bounds: device free memory may drop by at most DEVICE_BOUND, RSS grow by at most RSS_BOUND per phase.
@@ -41,12 +44,8 @@ import numpy as np
 
 import pyrms
 from pyrms import driver, dtypes, errors
-from tests.support import case_matrix
+from tests.support import case_matrix, raw_calls
 from tests.support.testing import bits
-from pyrms.ops.layer_norm import plan as ln_plan
-from pyrms.ops.layer_norm import twin as ln_twin
-from pyrms.ops.rms_norm import plan as rms_plan
-from pyrms.ops.rms_norm import twin as rms_twin
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -55,7 +54,6 @@ RSS_BOUND = 16 * MiB
 # The shapes are tests.support.case_matrix.SOAK's, as the other checks take theirs from the matrix.
 LAUNCHES, EXHAUSTED, STREAMS = (case_matrix.SOAK[k] for k in ("launches", "exhausted", "streams"))
 DT = dtypes.get(LAUNCHES.dtype)
-ROWS, HIDDEN, EPS = LAUNCHES.rows, LAUNCHES.hidden, LAUNCHES.option("epsilon")
 SIZES = (1 << 10, 1 << 16, MiB + 17, 3 * MiB, 16 * MiB, 64 * MiB)
 
 
@@ -103,37 +101,56 @@ def mib(n: int) -> str:
     return f"{n / MiB:+.1f} MiB"
 
 
-class RmsOperands:
-    """x, weight and a poisoned out for rms_norm, the twin's answer, and Tensor views of them."""
+class Operands:
+    """A case's operands (tests.support.case_matrix: dense and aligned, as a server's tensors are), its
+    outputs poisoned, and its call on them (tests.support.raw_calls): on the raw pointers (the fast path) or
+    on the pyrms Tensors (the general path); the twin's answer to check them against."""
 
-    def __init__(self, rng):
-        self.x_host = rng.uniform(-2, 2, (ROWS, HIDDEN)).astype(DT.numpy)
-        self.w_host = rng.uniform(-1, 1, HIDDEN).astype(DT.numpy)
-        self.x = pyrms.Tensor.from_numpy(self.x_host)
-        self.w = pyrms.Tensor.from_numpy(self.w_host)
-        self.out = pyrms.Tensor.empty((ROWS, HIDDEN), DT)
-        self.out.fill_bytes(0xFF)
-        block = rms_plan.plan_rms_norm(DT, HIDDEN).block
-        self.want = rms_twin.rms_norm_twin(self.x_host, self.w_host, EPS, block=block, row_phases=0)
+    def __init__(self, case, rng):
+        self.case, dt = case, dtypes.get(case.dtype)
+        vectors = case_matrix.operands(case.op)[1]
+        self.outputs = raw_calls.outputs(case.op)
+        shapes = {name: (1 if name in vectors else case.rows, case.hidden) for name in case_matrix.pointers(case.op)}
+        self.host = {name: rng.uniform(*((-2, 2) if name == "input" else (-1, 1)), shape).astype(dt.numpy)
+                     for name, shape in shapes.items() if name not in self.outputs}
+        self.tensors = {name: pyrms.Tensor.from_numpy(values[0] if name in vectors else values)
+                        for name, values in self.host.items()}
+        self.tensors.update({name: pyrms.Tensor.empty((case.hidden,) if name in vectors else shapes[name], dt)
+                             for name in self.outputs})
+        self.ptrs = {name: tensor.ptr for name, tensor in self.tensors.items()}
+        self.want = raw_calls.twin(case, self.host, {"input": 0, "weight": 0})  # aligned rows: every phase 0
+        self.poison()
+
+    def poison(self) -> None:
+        for name in self.outputs:
+            self.tensors[name].fill_bytes(0xFF)
 
     def launch(self, stream, general: bool = False) -> None:
         if general:
-            pyrms.rms_norm(self.out, self.x, self.w, EPS, ROWS, HIDDEN, stream=stream)
+            raw_calls.launch(self.case, self.tensors, stream)
         else:
             handle = stream.handle if isinstance(stream, pyrms.Stream) else stream
-            pyrms.rms_norm(self.out.ptr, self.x.ptr, self.w.ptr, EPS, ROWS, HIDDEN, dtype=DT, stream=handle)
+            raw_calls.launch(self.case, self.ptrs, handle)
 
     def correct(self) -> bool:
+        """Whether every output holds the twin's bits."""
         driver.synchronize()
-        return bool(np.array_equal(bits(self.out.to_numpy()), bits(self.want)))
+        return all(np.array_equal(bits(self.tensors[name].to_numpy().reshape(self.want[name].shape)),
+                                  bits(self.want[name])) for name in self.outputs)
+
+    def run(self) -> bool:
+        """Poison, one launch through the general path on the default stream, and the check."""
+        self.poison()
+        self.launch(None, general=True)
+        return self.correct()
 
     def close(self):
-        for t in (self.x, self.w, self.out):
+        for t in self.tensors.values():
             t.close()
 
 
 def launches_phase(device, count: int, rng) -> dict:
-    ops = RmsOperands(rng)
+    ops = Operands(LAUNCHES, rng)
     stream = pyrms.Stream()
     meter = Meter(device)
     for i in range(2000):  # warm-up: the kernel loaded, both paths' caches filled
@@ -154,7 +171,7 @@ def launches_phase(device, count: int, rng) -> dict:
     stream.close()
     result.update(launches=count, seconds=round(seconds, 3), host_us_per_launch=round(seconds / count * 1e6, 2),
                   output_bitwise_equal_to_twin=correct, ok=result["within_bounds"] and correct)
-    print(f"launches: {count} rms_norm launches in {seconds:.2f} s ({result['host_us_per_launch']} us each); "
+    print(f"launches: {count} {LAUNCHES.op} launches in {seconds:.2f} s ({result['host_us_per_launch']} us each); "
           f"device free memory {mib(-result['device_drop'])} (bound {mib(-DEVICE_BOUND)}), host RSS "
           f"{mib(result['rss_growth'])} (bound {mib(RSS_BOUND)}, max {result['rss_max'] / MiB:.1f} MiB); output "
           f"equal to the twin: {'yes' if correct else 'NO'} -> {'ok' if result['ok'] else 'FAIL'}", flush=True)
@@ -200,15 +217,12 @@ def allocations_phase(device, cycles: int) -> dict:
 
 
 def streams_phase(device, count: int, rng) -> dict:
-    """A server's pattern: a new stream per request, one rms_norm_backward on it, the stream closed."""
-    rows, h = STREAMS.rows, STREAMS.hidden
-    x, dy = (pyrms.Tensor.from_numpy(rng.uniform(-1, 1, (rows, h)).astype(DT.numpy)) for _ in range(2))
-    w = pyrms.Tensor.from_numpy(rng.uniform(-1, 1, h).astype(DT.numpy))
-    gi, gw = pyrms.Tensor.empty((rows, h), DT), pyrms.Tensor.empty((h,), DT)
+    """A server's pattern: a new stream per request, one launch of the STREAMS case on it, the stream closed."""
+    ops = Operands(STREAMS, rng)
 
     def request() -> None:
         stream = pyrms.Stream()
-        pyrms.rms_norm_backward(gi, gw, dy, x, w, EPS, rows, h, stream=stream)
+        ops.launch(stream, general=True)
         stream.synchronize()
         stream.close()
 
@@ -224,10 +238,9 @@ def streams_phase(device, count: int, rng) -> dict:
             meter.sample()
     seconds = time.perf_counter() - start
     result = meter.finish("short-lived streams")
-    for t in (x, dy, w, gi, gw):
-        t.close()
+    ops.close()
     result.update(requests=count, seconds=round(seconds, 3), ok=result["within_bounds"])
-    print(f"short-lived streams: {count} x (new Stream, rms_norm_backward, close) in {seconds:.2f} s; device free "
+    print(f"short-lived streams: {count} x (new Stream, {STREAMS.op}, close) in {seconds:.2f} s; device free "
           f"memory {mib(-result['device_drop'])} (bound {mib(-DEVICE_BOUND)}; "
           f"{result['device_drop'] / count / 1024:.0f} KiB per stream), host RSS {mib(result['rss_growth'])} "
           f"(bound {mib(RSS_BOUND)}) -> {'ok' if result['ok'] else 'FAIL'}", flush=True)
@@ -248,27 +261,6 @@ def _expect_oom(what: str, make, nbytes: int, device) -> dict:
     return dict(what=what, raised=None, message="no exception: the allocation succeeded", clear=False, ok=False)
 
 
-class LayerNormOperands:
-    def __init__(self, rng, rows=EXHAUSTED.rows, hidden=EXHAUSTED.hidden):
-        self.x_host = rng.uniform(-2, 2, (rows, hidden)).astype(DT.numpy)
-        self.w_host = rng.uniform(-1, 1, hidden).astype(DT.numpy)
-        self.b_host = rng.uniform(-1, 1, hidden).astype(DT.numpy)
-        self.x, self.w, self.b = (pyrms.Tensor.from_numpy(a) for a in (self.x_host, self.w_host, self.b_host))
-        self.out = pyrms.Tensor.empty((rows, hidden), DT)
-        self.want = ln_twin.layer_norm_twin(self.x_host, self.w_host, self.b_host, EPS,
-                                              block=ln_plan.plan_layer_norm(DT, hidden).block, row_phases=0)
-
-    def run(self) -> bool:
-        self.out.fill_bytes(0xFF)
-        pyrms.layer_norm(self.out, self.x, self.w, self.b, EPS, *self.x_host.shape)
-        driver.synchronize()
-        return bool(np.array_equal(bits(self.out.to_numpy()), bits(self.want)))
-
-    def close(self):
-        for t in (self.x, self.w, self.b, self.out):
-            t.close()
-
-
 def _attempt(fn) -> str:
     try:
         return "ok" if fn() else "ran, but the output differs from the twin"
@@ -281,7 +273,7 @@ def out_of_memory_phase(device, rng, exhaust: bool) -> dict:
     nbytes = (free + GiB) // 2 * 2  # even: Tensor.empty asks for whole bf16 elements
     checks = [_expect_oom("DeviceBuffer(free + 1 GiB)", lambda: driver.DeviceBuffer(nbytes), nbytes, device),
               _expect_oom("Tensor.empty(free + 1 GiB)", lambda: pyrms.Tensor.empty((nbytes // 2,), DT), nbytes, device)]
-    ops = RmsOperands(rng)  # a normal allocation and launch right after
+    ops = Operands(LAUNCHES, rng)  # a normal allocation and launch right after
     ops.launch(None)
     after_oom = ops.correct()
     result = dict(phase="out of memory", free_before=free, total=total, asked=nbytes, checks=checks,
@@ -291,7 +283,7 @@ def out_of_memory_phase(device, rng, exhaust: bool) -> dict:
             f"then allocation + launch: {'ok' if after_oom else 'FAILED'}")
     ok = all(c["ok"] for c in checks) and after_oom
     if exhaust:
-        layer = LayerNormOperands(rng)  # its memory now; its kernel is loaded only when memory is full
+        other = Operands(EXHAUSTED, rng)  # its memory now; its kernel is loaded only when memory is full
         held, size, start = [], GiB, time.perf_counter()
         while size >= 2 * MiB and len(held) < 4096:
             try:
@@ -299,27 +291,27 @@ def out_of_memory_phase(device, rng, exhaust: bool) -> dict:
             except errors.OutOfMemoryError:
                 size //= 2
         exhausted_free = device.mem_info()[0]
-        loaded_kernel = _attempt(lambda: (ops.out.fill_bytes(0xFF), ops.launch(None), ops.correct())[-1])
-        new_kernel = _attempt(layer.run)
+        loaded_kernel = _attempt(lambda: (ops.poison(), ops.launch(None), ops.correct())[-1])
+        new_kernel = _attempt(other.run)
         held_bytes = sum(b.nbytes for b in held)
         for b in held:
             b.close()
         held.clear()
         restored_free = device.mem_info()[0]
-        ops.out.fill_bytes(0xFF)
+        ops.poison()
         ops.launch(None)
-        rms_after = ops.correct()
-        layer_after = layer.run()
-        layer.close()
+        launches_after = ops.correct()
+        other_after = other.run()
+        other.close()
         result.update(exhaust=dict(held_bytes=held_bytes, free_when_exhausted=exhausted_free,
                                    seconds=round(time.perf_counter() - start, 2),
                                    loaded_kernel_while_exhausted=loaded_kernel, new_kernel_while_exhausted=new_kernel,
-                                   free_after_release=restored_free, rms_norm_after=rms_after,
-                                   layer_norm_after=layer_after))
-        ok = ok and rms_after and layer_after
+                                   free_after_release=restored_free, **{f"{LAUNCHES.op}_after": launches_after,
+                                                                        f"{EXHAUSTED.op}_after": other_after}))
+        ok = ok and launches_after and other_after
         line += (f"; memory filled ({held_bytes / GiB:.1f} GiB held, {exhausted_free / MiB:.1f} MiB left): loaded "
-                 f"kernel: {loaded_kernel}; kernel not yet loaded: {new_kernel}; after freeing: rms_norm "
-                 f"{'ok' if rms_after else 'FAILED'}, layer_norm {'ok' if layer_after else 'FAILED'}")
+                 f"kernel: {loaded_kernel}; kernel not yet loaded: {new_kernel}; after freeing: {LAUNCHES.op} "
+                 f"{'ok' if launches_after else 'FAILED'}, {EXHAUSTED.op} {'ok' if other_after else 'FAILED'}")
     ops.close()
     result["ok"] = ok
     print(line + f" -> {'ok' if ok else 'FAIL'}", flush=True)

@@ -25,6 +25,8 @@ Layout, one job per module:
   impls      what an implementation is (torch_impls: what PyTorch's and Triton's share); registry
              finds an (op, implementation)
   ceiling    device-to-device copy bandwidth
+  eager      PyTorch's eager RMSNorm (and its residual add): the baseline every benchmark spells once
+  lab        what the lab benches under tools/ share: a row's like-for-like figures, their JSON file
   floor      the launch floor: its kernels, measurement and lookups
   host       host time per call, and CUDA graph capture against one-by-one launches
   sweep      the shape sweep: build, validate, warm up, time each implementation

@@ -1,100 +1,30 @@
-"""``RMSNorm`` and ``LayerNorm`` modules over pyrms's kernels, state-dict compatible with Hugging Face's
-RMSNorm modules, ``torch.nn.RMSNorm`` and ``torch.nn.LayerNorm``, and ``replace_norms``, which swaps those in
-a model and reports what it swapped and what it kept. Which classes it takes, and as which options:
-``pyrms/model_norms.py`` (torch-free), from what ``_facts`` reads off each module.
-
-Hugging Face computes ``rsqrt`` with CUDA's approximate ``rsqrtf`` and sums the squares in another
-order than pyrms (which rounds every step correctly), so a few outputs in a million differ by one or
-two units in the last place: the same formula, not the same bits.
+"""pyrms.torch's modules and ``replace_norms``, which swaps the norms of a model for them (Hugging Face's
+RMSNorm modules, ``torch.nn.RMSNorm``, ``torch.nn.LayerNorm``) and reports what it swapped and what it kept.
+Each module sits beside its op's PyTorch binding (``RMSNorm`` in its op's folder) and says so with
+``swaps_in``; ``LayerNorm`` is here. Which classes replace_norms takes, and as which options:
+``pyrms/model_norms.py`` (torch-free), from what ``facts`` reads off each module.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from ..model_norms import Facts, Keep, Kept, NormReport, Swap, Swapped, decide
+from ..model_norms import Facts, Keep, Kept, NormReport, Swapped, decide
 from ..ops.layer_norm.torch_binding import layer_norm
-from ..ops.rms_norm.torch_binding import rms_norm
+
+# pyrms.torch's modules that replace_norms puts in a norm's place, by class name (the name pyrms.model_norms
+# decides, Swap.module): each registers itself with swaps_in.
+_SWAPS_IN: dict[str, type[nn.Module]] = {}
 
 
-class RMSNorm(nn.Module):
-    """RMSNorm over the last dimension through ``pyrms.torch.rms_norm``; one parameter, ``weight``
-    [hidden_size] (initialized to ones, or zeros with ``gemma=True``, where it scales by 1 + weight),
-    so Hugging Face's RMSNorm state dicts load as they are. ``variance_epsilon`` is ``eps`` under
-    Hugging Face's name. ``elementwise_affine=False``: no weight (``weight`` is None, the state dict
-    empty), as ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma. ``hidden_size`` may then be
-    None (a norm of any size, as Gemma 4's weightless norms, which say none). ``bias=True``: a second parameter,
-    ``bias`` [hidden_size] (zeros), added after the weight (``pyrms.torch.rms_norm``'s bias: rounded once); not
-    with gemma."""
-
-    def __init__(self, hidden_size: int | None, eps: float = 1e-6, *, gemma: bool = False, round_once: bool = False,
-                 elementwise_affine: bool = True, bias: bool = False, device=None, dtype: torch.dtype | None = None):
-        super().__init__()
-        if gemma and not elementwise_affine:
-            raise ValueError("gemma scales by 1 + weight, so it needs a weight: elementwise_affine=False was given")
-        if bias and (gemma or hidden_size is None):
-            raise ValueError("bias=True needs hidden_size and goes without gemma; got "
-                             + ("gemma=True" if gemma else "hidden_size=None"))
-        if hidden_size is None and elementwise_affine:
-            raise ValueError("hidden_size=None leaves the weight without a size: give hidden_size, or "
-                             "elementwise_affine=False for a norm without weight")
-        self.hidden_size = hidden_size
-        self.eps = float(eps)
-        self.gemma = bool(gemma)
-        self.round_once = bool(round_once)
-        self.elementwise_affine = bool(elementwise_affine)
-        if self.elementwise_affine:
-            init = torch.zeros if gemma else torch.ones
-            self.weight = nn.Parameter(init(hidden_size, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
-        if bias:
-            self.bias = nn.Parameter(torch.zeros(hidden_size, device=device, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
-
-    @property
-    def variance_epsilon(self) -> float:
-        return self.eps
-
-    @variance_epsilon.setter
-    def variance_epsilon(self, value: float) -> None:
-        self.eps = float(value)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps, gemma=self.gemma, round_once=self.round_once, bias=self.bias)
-
-    def extra_repr(self) -> str:
-        options = "".join(f", {name}=True" for name in ("gemma", "round_once") if getattr(self, name))
-        affine = "" if self.elementwise_affine else ", elementwise_affine=False"
-        bias = ", bias=True" if self.bias is not None else ""
-        return f"{self.hidden_size}, eps={self.eps}{options}{affine}{bias}"
-
-    @classmethod
-    def from_module(cls, norm: nn.Module, *, gemma: bool | None = None, round_once: bool | None = None) -> "RMSNorm":
-        """An RMSNorm computing what ``norm`` computes, sharing its weight Parameter (tied weights and
-        optimizer state stay as they are): a Hugging Face RMSNorm, a ``torch.nn.RMSNorm``, or any module with
-        a 1-D ``weight`` Parameter and ``variance_epsilon`` or ``eps``. ``gemma``/``round_once`` default to
-        its formula's (``pyrms.model_norms``), and to False for a class pyrms knows no formula for. TypeError,
-        with the reason, for a module pyrms cannot take over this way."""
-        found = decide(_facts(norm), assume={})
-        if not isinstance(found, Swap) or found.module != "RMSNorm":
-            reason = found.reason if isinstance(found, Keep) else f"it is a torch.nn.{found.module}"
-            raise TypeError(f"{type(norm).__name__} is not an RMSNorm that pyrms can take over: {reason}")
-        return cls._taking_over(norm, found, gemma, round_once)
-
-    @classmethod
-    def _taking_over(cls, norm: nn.Module, swap: Swap, gemma: bool | None = None,
-                     round_once: bool | None = None) -> "RMSNorm":
-        module = cls(swap.hidden, swap.eps, gemma=swap.gemma if gemma is None else gemma,
-                     round_once=swap.round_once if round_once is None else round_once,
-                     elementwise_affine=swap.weighted, device="meta")
-        if swap.weighted:
-            module.weight = norm.weight
-        module.train(norm.training)
-        return module
+def swaps_in(cls: type[nn.Module]) -> type[nn.Module]:
+    """Class decorator: ``cls`` is the module replace_norms swaps in where pyrms.model_norms decides a
+    ``Swap(cls.__name__)``, built by ``cls.taking_over(norm, swap)``."""
+    _SWAPS_IN[cls.__name__] = cls
+    return cls
 
 
+@swaps_in
 class LayerNorm(nn.Module):
     """``torch.nn.LayerNorm`` over the last dimension through ``pyrms.torch.layer_norm``: the same
     arguments, attributes (``normalized_shape``, ``eps``, ``elementwise_affine``) and state dict
@@ -138,8 +68,13 @@ class LayerNorm(nn.Module):
         module.train(norm.training)
         return module
 
+    @classmethod
+    def taking_over(cls, norm: nn.LayerNorm, swap=None) -> "LayerNorm":
+        """The LayerNorm replace_norms puts in ``norm``'s place (``from_module``; the Swap says nothing more)."""
+        return cls.from_module(norm)
 
-def _facts(module: nn.Module) -> Facts:
+
+def facts(module: nn.Module) -> Facts:
     """What pyrms.model_norms decides from: the module's class and the attributes the norms it knows keep."""
     base = next((b for b in (nn.RMSNorm, nn.LayerNorm) if isinstance(module, b)), None)
     weight = getattr(module, "weight", None)
@@ -170,13 +105,12 @@ def replace_norms(model: nn.Module) -> NormReport:
 
     def replacement(path: str, module: nn.Module) -> nn.Module | None:
         if id(module) not in done:
-            found = None if isinstance(module, (RMSNorm, LayerNorm)) else decide(_facts(module))
+            found = None if isinstance(module, tuple(_SWAPS_IN.values())) else decide(facts(module))
             new = None
             if isinstance(found, Keep):
                 kept.append(Kept(path, type(module).__name__, found.reason))
             elif found is not None:
-                new = (LayerNorm.from_module(module) if found.module == "LayerNorm"
-                       else RMSNorm._taking_over(module, found))
+                new = _SWAPS_IN[found.module].taking_over(module, found)
                 swapped.append(Swapped(path, type(module).__name__, repr(new)))
             done[id(module)] = new
         return done[id(module)]

@@ -577,9 +577,9 @@ def _sanitize(family: str, dtype: str) -> Iterator[Case]:
     if family == "rms_norm_nd":
         yield from _sanitize_nd(dtype, n)
         return
-    if family == "seed":  # the inputs the seed accepts: aligned, dense, hidden / VEC_SIZE <= 1024
+    if family == "seed_rms_norm":  # the inputs the seed accepts: aligned, dense, hidden / VEC_SIZE <= 1024
         for hidden in (769, 4096):  # VEC_SIZE 1 (769 threads) and 8/8/4 (512/512/1024 threads)
-            yield case("seed", dtype, 3, hidden)
+            yield case("seed_rms_norm", dtype, 3, hidden)
         return
     for hidden in SANITIZE_HIDDENS:
         if family == "rms_norm":

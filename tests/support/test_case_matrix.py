@@ -82,7 +82,7 @@ def test_deterministic_and_counted():
     assert Counter(c.op for c in _all_sanitize()) == {
         "rms_norm": 1054, "rms_norm_nd": 138, "fused_add_rms_norm": 973, "layer_norm": 1414,
         "rms_norm_backward": 882, "layer_norm_backward": 938, "rms_norm_quant": 603,
-        "fused_add_rms_norm_quant": 747, "seed": 6, "static_quant": 234}
+        "fused_add_rms_norm_quant": 747, "seed_rms_norm": 6, "static_quant": 234}
     # the quantizing ops' offsets are all 1 or VEC-1 (108 of their cases with a norm_out), and so are the 238
     # mixed-dtype cases' (an fp32 out at 7); static_quant's quick cases: its offsets 0, 1 and VEC-1 (156); the
     # backward's 112 fp32-weight cases (a weight at 0 or VEC-1); and 140 of the 182 RMSNorm-with-a-bias cases (14 of
@@ -119,7 +119,7 @@ def test_cases_are_canonical_and_equal_when_they_mean_the_same():
     (lambda: case("rms_norm", "bfloat16", 2, 8, offsets={"residual": 1}), r"unknown operands \['residual'\]"),
     (lambda: case("rms_norm", "bfloat16", 2, 8, in_place=True, offsets={"out": 1}), r"unknown operands \['out'\]"),
     (lambda: case("fused_add_rms_norm", "bfloat16", 2, 8, bias=False), r"got \['bias'\]"),
-    (lambda: case("seed", "float32", 0, 8), "rows and hidden must be >= 1"),
+    (lambda: case("seed_rms_norm", "float32", 0, 8), "rows and hidden must be >= 1"),
     (lambda: case("rms", "float32", 1, 8), "op must be one of"),
     (lambda: case_matrix.Case("rms_norm", "bfloat16", 2, 8, offsets=(("input", 0),)), "canonical form"),
     (lambda: gpu("rms_norm", "sideways"), "axis must be one of"),
@@ -153,7 +153,7 @@ def test_each_case_compares_exactly_its_operands(host_device, rng):
     # Not the quantizing ops: their checker allocates the byte output and fp32 scales itself (testing._raw),
     # which the host-memory stand-in does not replace.
     small = [c for c in _all_sanitize() if c.rows * c.hidden <= 4096
-             and c.op not in ("seed", "rms_norm_nd", *case_matrix.QUANT, *case_matrix.STATIC_QUANT)]
+             and c.op not in ("seed_rms_norm", "rms_norm_nd", *case_matrix.QUANT, *case_matrix.STATIC_QUANT)]
     for c in small[::37]:
         differences.clear()
         compared.clear()

@@ -722,7 +722,7 @@ def checker_call(case) -> tuple:
     """(checker, its keyword arguments but rng and stream) that run a tests.support.case_matrix.Case; pure."""
     o, s, opt = case.offset, case.stride, case.option
     common = dict(dtype=case.dtype, hidden=case.hidden, epsilon=opt("epsilon"))
-    if case.op == "seed":
+    if case.op == "seed_rms_norm":
         return check_seed, dict(common, rows=case.rows)
     if registry.get(case.op).check == "static_quant":
         return check_static_quant, dict(dtype=case.dtype, hidden=case.hidden, rows=case.rows,

@@ -377,6 +377,22 @@ def test_replace_norms_of_a_norm_returns_its_replacement():
     assert [(s.path, s.was, s.now) for s in report.swapped] == [("", "LlamaRMSNorm", "RMSNorm(8, eps=1e-05)")]
 
 
+def test_the_modules_replace_norms_swaps_in_are_pyrms_torchs():
+    """Every module a decision of pyrms.model_norms names is registered (swaps_in) and exported by pyrms.torch,
+    wherever it is defined (beside its op's binding); a user's subclass of one is not registered."""
+    from pyrms.torch import modules
+
+    assert {name: cls.__module__ for name, cls in modules._SWAPS_IN.items()} == {
+        "RMSNorm": registry.get("rms_norm").torch, "LayerNorm": "pyrms.torch.modules"}
+    assert all(name in pt.__all__ and getattr(pt, name) is cls for name, cls in modules._SWAPS_IN.items())
+
+    class RMSNorm(pt.RMSNorm):  # the same name, not registered: replace_norms still builds pyrms's
+        pass
+
+    assert type(pt.replace_norms(nn.RMSNorm(4)).model) is pt.RMSNorm
+    assert type(pt.replace_norms(RMSNorm(4)).model) is RMSNorm  # pyrms's own (a subclass of one): left alone
+
+
 class Olmo2RMSNorm(LlamaRMSNorm):
     """transformers' Olmo2RMSNorm keeps LLaMA's attributes and computes (weight * x_hat).to(x.dtype)."""
 

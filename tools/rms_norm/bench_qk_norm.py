@@ -16,12 +16,11 @@ PyTorch (and Triton for its column).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import pyrms
 from pyrms import driver
-from pyrms.bench import ceiling, timing
+from pyrms.bench import ceiling, eager, lab, timing
 
 HEAD_DIM, HEADS, KV_HEADS = 128, 64, 8
 EPS = 1e-6
@@ -63,10 +62,9 @@ def implementations(shapes: int):
     """The implementations' calls (x, w, y); torch.compile's is specialized to each of the `shapes` shapes."""
     import torch
 
-    def fn(x, w):
-        return torch.nn.functional.rms_norm(x, (HEAD_DIM,), w, EPS)
-
     import pyrms.torch as pt
+
+    fn = eager.norm(torch, EPS)
 
     # One specialization per shape: past dynamo's recompile limit (8 by default) fn would run eagerly, and the
     # torch.compile column would be torch eager's (the H200 runs before 2026-12-02 hit it from the fourth k row on).
@@ -80,7 +78,7 @@ def implementations(shapes: int):
         # pyrms.torch: a new output, the view read where it lies (its N-D path), torch's host conventions
         "pyrms.torch": lambda x, w, y: pt.rms_norm(x, w, EPS),
         # torch's: a new output (copy_ into y would add a kernel); pyrms and Triton write into y.
-        "torch eager": lambda x, w, y: torch.nn.functional.rms_norm(x, (HEAD_DIM,), w, EPS),
+        "torch eager": lambda x, w, y: fn(x, w),
         "torch.compile": lambda x, w, y: compiled_fn(x, w),
     }
     impls.update(triton_impl() or {})
@@ -116,6 +114,7 @@ def main(argv=None) -> int:
     ceil = ceiling.measure(timer, device, 1024, 10, "dtod 1 GiB")
     print(f"copy ceiling {ceil.gbps:.0f} GB/s", flush=True)
     weight = torch.randn(HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    torch_norm = eager.norm(torch, EPS)  # what the rows' largest difference is taken against
     impls = ({"pyrms": lambda x, w, y: pyrms.rms_norm(y, x, w, EPS)} if args.only_pyrms
              else implementations(2 * len(tokens_list)))  # q and k at each token count
     results = []
@@ -141,21 +140,16 @@ def main(argv=None) -> int:
             ref = kept.get("pyrms")
             # pyrms (the seed's two roundings by default) against torch eager (one): the largest difference
             x = data[0][1][part][0]
-            torch_out = torch.nn.functional.rms_norm(x, (HEAD_DIM,), weight, EPS)
+            torch_out = torch_norm(x, weight)
             row["max_abs_diff_vs_torch"] = float((ref.float() - torch_out.float()).abs().max())
-            others = [v for k, v in row["us"].items() if not k.startswith("pyrms") and v]
-            best_other = min(others) if others else None
-            p, p_nopdl = row["us"].get("pyrms"), row["us"].get("pyrms (no pdl)")
-            row["speedup_vs_fastest_other"] = best_other / p_nopdl if p_nopdl and best_other else None
-            row["fraction_of_ceiling"] = (nbytes / (p * 1e-6)) / (ceil.gbps * 1e9) if p else None
+            row.update(lab.figures(row["us"], nbytes, ceil.gbps, fraction_of="pyrms"))
             results.append(row)
             print(f"{part} T={tokens:6d} H={heads:2d}: {timing.cells(row['us'])} | "
                   f"speedup {row['speedup_vs_fastest_other'] or 0:.2f}x "
                   f"ceiling {row['fraction_of_ceiling'] or 0:.3f}", flush=True)
             del data
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"ceiling_gbps": ceil.gbps, "results": results, "argv": sys.argv}, f, indent=1)
+        lab.write_json(args.json, ceil.gbps, results)
     return 0
 
 

@@ -15,12 +15,11 @@ does so too with round_input, the vLLM rounding the rows here use). Needs PyTorc
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import pyrms
 from pyrms import driver
-from pyrms.bench import ceiling, timing
+from pyrms.bench import ceiling, eager, lab, timing
 
 EPS = 1e-6
 QMAX = 448.0  # float8_e4m3fn
@@ -32,14 +31,6 @@ MODES = ("static", "per_token", "per_group")
 
 def torch_steps(torch):
     """(norm, add-then-norm, {mode: quantize}) as torch code, the pair an unfused stack runs."""
-    f = torch.nn.functional
-
-    def norm(x, w):
-        return f.rms_norm(x, (x.shape[-1],), w, EPS)
-
-    def add_norm(x, r, w):
-        r = x + r
-        return norm(r, w), r
 
     def static(y):
         return (y.float() * (1.0 / STATIC_SCALE)).clamp(-QMAX, QMAX).to(torch.float8_e4m3fn)
@@ -53,7 +44,7 @@ def torch_steps(torch):
         s = (g.abs().amax(-1, keepdim=True) / QMAX).clamp(min=MIN_SCALE)
         return (g / s).clamp(-QMAX, QMAX).to(torch.float8_e4m3fn).view(y.shape), s.squeeze(-1)
 
-    return norm, add_norm, {"static": static, "per_token": per_token, "per_group": per_group}
+    return eager.norm(torch, EPS), eager.add_norm(torch, EPS), {"static": static, "per_token": per_token, "per_group": per_group}
 
 
 def implementations(torch, fused: bool, mode: str):
@@ -138,11 +129,7 @@ def main(argv=None) -> int:
                 row["us"] = timing.median_us_each(timer, runs, sets, args.reps, synchronize=torch.cuda.synchronize,
                                                   where=f"T={tokens}")
                 # Like for like: torch's kernels launch without PDL, so the ratios are of pyrms without it.
-                p, pair = row["us"].get("pyrms (no pdl)"), row["us"].get("compile pair")
-                others = [v for k, v in row["us"].items() if not k.startswith("pyrms") and v]
-                row["speedup_vs_compile_pair"] = pair / p if p and pair else None
-                row["speedup_vs_fastest_other"] = min(others) / p if p and others else None
-                row["fraction_of_ceiling"] = (nbytes / (p * 1e-6)) / (ceil.gbps * 1e9) if p else None
+                row.update(lab.figures(row["us"], nbytes, ceil.gbps, versus={"compile_pair": "compile pair"}))
                 results.append(row)
                 print(f"{row['op']} {mode} T={tokens:6d}: {timing.cells(row['us'])} | "
                       f"vs pair {row['speedup_vs_compile_pair'] or 0:.2f}x "
@@ -150,8 +137,7 @@ def main(argv=None) -> int:
                       f"{row['fraction_of_ceiling'] or 0:.3f} agree {row['agree']:.4f}", flush=True)
                 del data
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"ceiling_gbps": ceil.gbps, "results": results, "argv": sys.argv}, f, indent=1)
+        lab.write_json(args.json, ceil.gbps, results)
     return 0
 
 

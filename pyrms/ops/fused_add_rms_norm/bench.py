@@ -7,6 +7,7 @@ import numpy as np
 
 import pyrms
 
+from ...bench import eager
 from ...bench.impls import Context, Impl, pyrms_function
 from ...bench.ops import Bench
 from ...bench.torch_impls import Compiled, flashinfer_function, need_torch, output_ptr
@@ -41,7 +42,7 @@ class PyrmsFusedAddNoPdl(PyrmsFusedAdd):
 
 
 class TorchFusedAdd(Impl):
-    """s = x + r; y = F.rms_norm(s): vLLM's fused_add_rms_norm written in PyTorch (out of place)."""
+    """s = x + r; y = RMSNorm(s): vLLM's fused add written in PyTorch, out of place (pyrms.bench.eager)."""
 
     name = "torch"
 
@@ -51,13 +52,7 @@ class TorchFusedAdd(Impl):
         self.ctx = ctx
         self.x, self.r, self.w = p.torch_rows(torch, "x"), p.torch_rows(torch, "r"), p.torch_weight(torch)
         self.ring = [None] * p.sets
-        F, shape, eps = torch.nn.functional, (p.hidden,), ctx.epsilon
-
-        def fused_add(x, r, w):
-            s = x + r
-            return F.rms_norm(s, shape, w, eps), s
-
-        self.fn = self.wrap(fused_add, (self.x[0], self.r[0], self.w))
+        self.fn = self.wrap(eager.add_norm(torch, ctx.epsilon), (self.x[0], self.r[0], self.w))
 
     def wrap(self, fn, example_args):
         return fn

@@ -9,6 +9,7 @@ import inspect
 
 import pyrms
 
+from ...bench import eager
 from ...bench.impls import Context, Impl, Unavailable
 from ...bench.ops import Bench
 from ...bench.torch_impls import Compiled, flashinfer_function, liger_function, need_torch, output_ptr, triton_kernel
@@ -67,8 +68,8 @@ class SeedForward(PyrmsForward):
 
 
 class TorchForward(Impl):
-    """torch.nn.functional.rms_norm(x, (hidden,), w, eps), eager. F.rms_norm has no ``out=``: the outputs
-    are kept in a ring with one slot per rotation set (see pyrms.bench.torch_impls)."""
+    """torch.nn.functional.rms_norm(x, (hidden,), w, eps), eager (pyrms.bench.eager). F.rms_norm has no
+    ``out=``: the outputs are kept in a ring with one slot per rotation set (see pyrms.bench.torch_impls)."""
 
     name = "torch"
 
@@ -78,12 +79,7 @@ class TorchForward(Impl):
         self.ctx = ctx
         self.x, self.w = p.torch_rows(torch, "x"), p.torch_weight(torch)
         self.ring = [None] * p.sets
-        F, shape, eps = torch.nn.functional, (p.hidden,), ctx.epsilon
-
-        def forward(x, w):
-            return F.rms_norm(x, shape, w, eps)
-
-        self.fn = self.wrap(forward, (self.x[0], self.w))
+        self.fn = self.wrap(eager.norm(torch, ctx.epsilon), (self.x[0], self.w))
 
     def wrap(self, fn, example_args):
         return fn

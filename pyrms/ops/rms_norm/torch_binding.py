@@ -1,6 +1,6 @@
 """rms_norm for PyTorch: the custom op ``torch.ops.pyrms.rms_norm`` (fake implementation, autograd through
 rms_norm_backward's op), its eager launch on torch tensors, the ``torch.autograd.Function`` that eager
-autograd goes through, and the user function ``pyrms.torch.rms_norm``.
+autograd goes through, the user function ``pyrms.torch.rms_norm`` and the module over it, ``RMSNorm``.
 
 Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``).
 
@@ -15,14 +15,16 @@ The output is a new tensor whose rows lie ``hidden`` apart. Routing: pyrms/torch
 from typing import Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from ... import driver
+from ...model_norms import Keep, Swap, decide
 from ...torch._layout import (DTYPE_NAMES, as_float32, check_device, check_meta, current_stream, empty_rows_like, mixed,
                               per_head, row_stride, rows_of, vector_weight)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
+from ...torch.modules import facts, swaps_in
 from .. import _views
 from ..layer_norm import torch_binding as _layer_norm
 from ..rms_norm_backward import torch_binding as _backward
@@ -30,7 +32,7 @@ from .._row_plan import FEW_ROWS
 from .op import prepared as _prepared_rms_norm
 from .op import rms_norm as _rms_norm
 
-__all__ = ["rms_norm"]
+__all__ = ["rms_norm", "RMSNorm"]
 
 
 # --- the eager launch ---------------------------------------------------------------------------------
@@ -279,3 +281,91 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
     if _records(x, weight):
         return RmsNormFunction.apply(x, weight, eps, gemma, round_once)
     return launch(x, weight, eps, gemma, round_once)
+
+
+# --- the module ------------------------------------------------------------------------------------
+
+
+@swaps_in
+class RMSNorm(nn.Module):
+    """RMSNorm over the last dimension through ``pyrms.torch.rms_norm``; one parameter, ``weight``
+    [hidden_size] (initialized to ones, or zeros with ``gemma=True``, where it scales by 1 + weight),
+    so Hugging Face's RMSNorm state dicts load as they are. ``variance_epsilon`` is ``eps`` under
+    Hugging Face's name. ``elementwise_affine=False``: no weight (``weight`` is None, the state dict
+    empty), as ``torch.nn.RMSNorm(elementwise_affine=False)``; not with gemma. ``hidden_size`` may then be
+    None (a norm of any size, as Gemma 4's weightless norms, which say none). ``bias=True``: a second parameter,
+    ``bias`` [hidden_size] (zeros), added after the weight (``pyrms.torch.rms_norm``'s bias: rounded once); not
+    with gemma.
+
+    Hugging Face computes ``rsqrt`` with CUDA's approximate ``rsqrtf`` and sums the squares in another
+    order than pyrms (which rounds every step correctly), so a few outputs in a million differ by one or
+    two units in the last place: the same formula, not the same bits."""
+
+    def __init__(self, hidden_size: int | None, eps: float = 1e-6, *, gemma: bool = False, round_once: bool = False,
+                 elementwise_affine: bool = True, bias: bool = False, device=None, dtype: torch.dtype | None = None):
+        super().__init__()
+        if gemma and not elementwise_affine:
+            raise ValueError("gemma scales by 1 + weight, so it needs a weight: elementwise_affine=False was given")
+        if bias and (gemma or hidden_size is None):
+            raise ValueError("bias=True needs hidden_size and goes without gemma; got "
+                             + ("gemma=True" if gemma else "hidden_size=None"))
+        if hidden_size is None and elementwise_affine:
+            raise ValueError("hidden_size=None leaves the weight without a size: give hidden_size, or "
+                             "elementwise_affine=False for a norm without weight")
+        self.hidden_size = hidden_size
+        self.eps = float(eps)
+        self.gemma = bool(gemma)
+        self.round_once = bool(round_once)
+        self.elementwise_affine = bool(elementwise_affine)
+        if self.elementwise_affine:
+            init = torch.zeros if gemma else torch.ones
+            self.weight = nn.Parameter(init(hidden_size, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(hidden_size, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+
+    @property
+    def variance_epsilon(self) -> float:
+        return self.eps
+
+    @variance_epsilon.setter
+    def variance_epsilon(self, value: float) -> None:
+        self.eps = float(value)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps, gemma=self.gemma, round_once=self.round_once, bias=self.bias)
+
+    def extra_repr(self) -> str:
+        options = "".join(f", {name}=True" for name in ("gemma", "round_once") if getattr(self, name))
+        affine = "" if self.elementwise_affine else ", elementwise_affine=False"
+        bias = ", bias=True" if self.bias is not None else ""
+        return f"{self.hidden_size}, eps={self.eps}{options}{affine}{bias}"
+
+    @classmethod
+    def from_module(cls, norm: nn.Module, *, gemma: bool | None = None, round_once: bool | None = None) -> "RMSNorm":
+        """An RMSNorm computing what ``norm`` computes, sharing its weight Parameter (tied weights and
+        optimizer state stay as they are): a Hugging Face RMSNorm, a ``torch.nn.RMSNorm``, or any module with
+        a 1-D ``weight`` Parameter and ``variance_epsilon`` or ``eps``. ``gemma``/``round_once`` default to
+        its formula's (``pyrms.model_norms``), and to False for a class pyrms knows no formula for. TypeError,
+        with the reason, for a module pyrms cannot take over this way."""
+        found = decide(facts(norm), assume={})
+        if not isinstance(found, Swap) or found.module != "RMSNorm":
+            reason = found.reason if isinstance(found, Keep) else f"it is a torch.nn.{found.module}"
+            raise TypeError(f"{type(norm).__name__} is not an RMSNorm that pyrms can take over: {reason}")
+        return cls.taking_over(norm, found, gemma, round_once)
+
+    @classmethod
+    def taking_over(cls, norm: nn.Module, swap: Swap, gemma: bool | None = None,
+                    round_once: bool | None = None) -> "RMSNorm":
+        """The RMSNorm that ``swap`` (pyrms.model_norms' decision on ``norm``) puts in ``norm``'s place, sharing
+        its weight Parameter; ``gemma``/``round_once`` override the decision's."""
+        module = cls(swap.hidden, swap.eps, gemma=swap.gemma if gemma is None else gemma,
+                     round_once=swap.round_once if round_once is None else round_once,
+                     elementwise_affine=swap.weighted, device="meta")
+        if swap.weighted:
+            module.weight = norm.weight
+        module.train(norm.training)
+        return module

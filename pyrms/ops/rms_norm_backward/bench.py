@@ -1,5 +1,5 @@
 """rms_norm_backward's benchmark (pyrms.bench): its problem (dx and dγ from dy and x), its implementations
-(pyrms with and without PDL; through autograd: PyTorch's F.rms_norm, torch.compile of Hugging Face's formula, Liger-Kernel's
+(pyrms with and without PDL; through autograd: PyTorch's eager RMSNorm, torch.compile of Hugging Face's formula, Liger-Kernel's
 function), its float64 reference, its call in the host-time section and its example call
 for tools/profile_launch.py. Imports no PyTorch."""
 from __future__ import annotations
@@ -8,6 +8,7 @@ import numpy as np
 
 import pyrms
 
+from ...bench import eager
 from ...bench.impls import Context, Impl, pyrms_function
 from ...bench.ops import Bench
 from ...bench.torch_impls import compile_function, liger_function, need_torch, output_ptr, release_compile
@@ -55,8 +56,9 @@ class PyrmsBackwardNoPdl(PyrmsBackward):
 
 
 class TorchBackward(Impl):
-    """dx, dγ of F.rms_norm through autograd: one forward per rotation set at setup (not timed), then
-    ``torch.autograd.grad(y, (x, w), dy, retain_graph=True)`` per call runs the backward kernels only."""
+    """dx, dγ of PyTorch's eager RMSNorm (pyrms.bench.eager) through autograd: one forward per rotation set at
+    setup (not timed), then ``torch.autograd.grad(y, (x, w), dy, retain_graph=True)`` per call runs the backward
+    kernels only."""
 
     name = "torch"
 
@@ -74,8 +76,7 @@ class TorchBackward(Impl):
 
     def forward(self, torch, hidden, eps):
         """The forward whose graph the timed calls differentiate."""
-        F = torch.nn.functional
-        return lambda x, w: F.rms_norm(x, (hidden,), w, eps)
+        return eager.norm(torch, eps)
 
     def launch(self, i):
         self.ring[i] = self.torch.autograd.grad(self.y[i], (self.x[i], self.w), self.dy[i], retain_graph=True)

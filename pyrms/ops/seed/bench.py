@@ -10,4 +10,4 @@ def example(e):
     return lambda: seed_rms_norm(e.c.ptr, e.a.ptr, e.w.ptr, 1e-6, e.rows, e.hidden, dtype=e.dt)
 
 
-BENCHES = (Bench("seed", example=example),)
+BENCHES = (Bench("seed_rms_norm", example=example),)

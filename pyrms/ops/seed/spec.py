@@ -18,7 +18,7 @@ def _operands(*, in_place=None, weight=True, **_):
 
 
 SEED = OpSpec(
-    name="seed", module="pyrms.ops.seed.op", source="seed_rms_norm.cu", plan=SeedPlan, own_flags=(),
+    name="seed_rms_norm", module="pyrms.ops.seed.op", source="seed_rms_norm.cu", plan=SeedPlan, own_flags=(),
     option_sets=lambda dt: [{}], unit=_unit,
     inspect=Inspect("seed", "transformer::rms_norm_kernel with VEC = gcd(16 / itemsize, hidden), BLOCK = hidden / VEC",
                     lambda dt, hidden: plan_seed(dt, hidden)),

@@ -6,7 +6,7 @@ for several token counts and dtypes. Device time per launch comes from CUDA grap
 launches (so host time does not count), inputs rotated so the working set exceeds the L2.
 Prints a markdown table and writes it with --out. Needs a GPU.
 
-    python -m tools.norm_table --hidden 4096 --tokens 1,32,1024,4096,16384,32768 --dtypes float16,bfloat16
+    python -m tools.layer_norm.norm_table --hidden 4096 --tokens 1,32,1024,4096,16384,32768 --dtypes float16,bfloat16
 """
 from __future__ import annotations
 
