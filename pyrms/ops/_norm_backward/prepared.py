@@ -32,8 +32,8 @@ class Prepared:
 
     __slots__ = ("device", "plan", "rows_kernel", "rows_shared", "staged_kernel", "staged_shapes", "sms", "sm_shared",
                  "staged_limit", "sum_kernel", "hidden", "strides",
-                 "rows_per_block", "max_rows", "pointers", "rstd_pointers", "weight_item", "staged_masks", "weightless",
-                 "pdl", "placed")
+                 "rows_per_block", "max_rows", "pointers", "saved_pointers", "weight_item", "staged_masks",
+                 "weightless", "pdl", "placed")
 
     def __init__(self, device, centered, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
                  input_stride, gemma, rows_per_block, weightless, grad_bias, pdl, weight_dtype=None,
@@ -94,9 +94,11 @@ class Prepared:
         pairs = [(i, j, (i, j) in ((0, 1), (0, 2))) for i in written for j in range(len(operands))
                  if j != i and not (j in written and j < i)]
         self.pointers = Pointers(hidden, operands, pairs)
-        # RMSNorm's saved rstd, last: one float32 per row, read, disjoint from what is written.
-        self.rstd_pointers = None if p.centered else Pointers(
-            hidden, [*operands, (4, 1, 1)], [*pairs, *((i, len(operands), False) for i in written)])
+        # The forward's saved statistics, last (LayerNorm's mean, then rstd; RMSNorm's rstd): one float32 per row
+        # each, read, disjoint from what is written.
+        stats = range(len(operands), len(operands) + (2 if p.centered else 1))
+        self.saved_pointers = Pointers(hidden, [*operands, *[(4, 1, 1)] * len(stats)],
+                                       [*pairs, *((i, j, False) for i in written for j in stats)])
         self.placed = _placement.for_device(device)
 
     def _shape(self, grad_input, grad_output, input, weight, num_tokens) -> tuple[bool, int]:
@@ -113,17 +115,19 @@ class Prepared:
                                                                  num_tokens)[1])
 
     def __call__(self, grad_input, grad_output, input, weight, grads, epsilon, num_tokens, stream, workspace,
-                 rstd=0) -> bool:
+                 rstd=0, mean=0) -> bool:
         """Launch, or return False having launched nothing. weight: 0 when weightless; grads: the parameter
-        gradients' pointers in plane order (grad_weight unless weightless, then grad_bias if asked for); rstd:
-        RMSNorm's saved rstd (float32, one per row), or 0 to recompute it."""
+        gradients' pointers in plane order (grad_weight unless weightless, then grad_bias if asked for); rstd,
+        mean: the forward's saved statistics (float32, one per row; LayerNorm's both, RMSNorm's rstd alone), or
+        0 to recompute them."""
         pointers = (grad_input, grad_output, input, *grads) if self.weightless else (
             grad_input, grad_output, input, weight, *grads)
-        checked = self.pointers
-        if rstd:
-            checked, pointers = self.rstd_pointers, (*pointers, rstd)
-            if checked is None:  # LayerNorm takes none
+        checked, centered = self.pointers, self.plan.centered
+        saved = (mean, rstd) if centered else (rstd,)  # the kernels' statistics pointers (null: recompute)
+        if rstd or mean:
+            if not (rstd and (mean if centered else not mean)):  # LayerNorm's two go together; RMSNorm has no mean
                 return False
+            checked, pointers = self.saved_pointers, (*pointers, *saved)
         if not (scalars_ok(epsilon, num_tokens, self.max_rows) and checked.ok(pointers, num_tokens)):
             return False
         p, hidden, handle, placed = self.plan, self.hidden, check.stream(stream), self.placed
@@ -138,7 +142,6 @@ class Prepared:
         # Where column 0 sits in a workspace row: the weight's phase in the column split (0 without one).
         weight_phase = weight // self.weight_item % p.dtype.vec_elems
         needed = p.workspace_bytes(num_tokens, rows_per_block)  # 0 where nothing is summed: none borrowed
-        saved = () if p.centered else (rstd,)  # RMSNorm's kernels take the rstd pointer (null: recompute)
         borrowed = contextlib.nullcontext(workspace or 0) if workspace or not needed else _workspace.borrowed(
             self.device, handle, needed)
         with borrowed as ws:
@@ -191,20 +194,21 @@ def parameter_gradients(weight, grad_weight, grad_bias, grad_weight_dtype) -> di
 def norm_backward(*, centered, grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon,
                   num_tokens, hidden_size, dtype, grad_output_stride, input_stride, grad_input_stride, gemma,
                   grad_weight_dtype, workspace, rows_per_block, stream, pdl, weight_dtype=None, grad_output_dtype=None,
-                  rstd=None):
+                  rstd=None, mean=None):
     """The backward of RMSNorm, or of LayerNorm where centered (the mean subtracted): each op's function, whose
     docstring says what the arguments are. Raw pointers go to the prepared launch; arrays are read first."""
     params = parameter_gradients(weight, grad_weight, grad_bias, grad_weight_dtype)
     grads = tuple(params.values())
     if (type(grad_input) is int and type(grad_output) is int and type(input) is int
             and (weight is None or type(weight) is int) and all(type(g) is int for g in grads) and workspace is None
-            and (rstd is None or (type(rstd) is int and rstd > 0))):
+            and (rstd is None or (type(rstd) is int and rstd > 0))
+            and (mean is None or (type(mean) is int and mean > 0))):
         static = (centered, dtype, grad_weight_dtype, hidden_size, grad_input_stride, grad_output_stride,
                   input_stride, gemma, rows_per_block, weight is None, "grad_bias" in params, pdl, weight_dtype,
                   grad_output_dtype)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(grad_input, grad_output, input, weight or 0, grads, epsilon, num_tokens,
-                                             stream, None, rstd or 0):
+                                             stream, None, rstd or 0, mean or 0):
             return
     rows_or_vectors = (grad_input, grad_output, input, *(() if weight is None else (weight,)))
     if not all(isinstance(v, int) for v in rows_or_vectors):  # arrays: read once, then the raw-pointer path
@@ -223,22 +227,31 @@ def norm_backward(*, centered, grad_input, grad_weight, grad_bias, grad_output, 
             weight, _, w_dtype = found["weight"]
             weight_dtype = check.dtype_operand("weight", w_dtype, weight_dtype)
         dtype = dt
-    if rstd is not None and type(rstd) is not int:
-        rstd = check.float32_per_row("rstd", rstd, check.sizes(num_tokens, hidden_size)[0], "a saved rstd's values",
-                                     written=False)
+    saved = {name: value for name, value in (("mean", mean), ("rstd", rstd)) if value is not None}
+    for name, value in saved.items():
+        if type(value) is not int:
+            saved[name] = check.float32_per_row(name, value, check.sizes(num_tokens, hidden_size)[0],
+                                                f"a saved {name}'s values", written=False)
     _general(centered, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
-             stream, pdl, weight_dtype, grad_output_dtype, rstd)
+             stream, pdl, weight_dtype, grad_output_dtype, saved)
 
 
 def _general(centered, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
-             stream, pdl, weight_dtype, grad_output_dtype, rstd):
-    """Every check with its message (the rows, the weight and rstd are raw pointers by now; the parameter
-    gradients, by name, may still be arrays), then the prepared launch on the pointers."""
+             stream, pdl, weight_dtype, grad_output_dtype, saved):
+    """Every check with its message (the rows, the weight and the saved statistics, ``saved`` by name, are raw
+    pointers by now; the parameter gradients, by name, may still be arrays), then the prepared launch on the
+    pointers."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
-    saved = None if rstd is None else check.float32_per_row_pointer("rstd", rstd, num_tokens)
+    if not centered and "mean" in saved:
+        raise TypeError("RMSNorm's backward takes no mean (its statistic is rstd alone)")
+    if centered and len(saved) == 1:
+        given, missing = (*saved, *({"mean", "rstd"} - set(saved)))
+        raise ValueError(f"{given} was given without {missing}: LayerNorm's backward reads the forward's mean and "
+                         f"rstd together (pass both, or neither to recompute them)")
+    saved = {name: check.float32_per_row_pointer(name, value, num_tokens) for name, value in saved.items()}
     eps = check.epsilon(epsilon)
     weightless = weight is None
     if weightless:
@@ -272,17 +285,17 @@ def _general(centered, grad_input, params, grad_output, input, weight, epsilon, 
     own = None if workspace is None else check.workspace(workspace, p.workspace_bytes(num_tokens, per_call))
     check.disjoint([r["grad_input"], *(r[name] for name in params)],
                    [r["grad_output"], r["input"], *(() if weightless else (r["weight"],)), *([own] if own else []),
-                    *([saved] if saved else [])],
+                    *saved.values()],
                    in_place={("grad_input", "grad_output"), ("grad_input", "input")})
     device = driver.selected_device()
     check.same_device([region.op for region in r.values()], device.ordinal)
-    pointers = {name: region.ptr for name, region in r.items()} | ({"rstd": saved.ptr} if saved else {})
+    pointers = {name: region.ptr for name, region in r.items()} | {name: region.ptr for name, region in saved.items()}
     _placement.check(device, {**pointers, "workspace": own.ptr} if own else pointers, stream)
     prepared = _prepared.require(centered, dt, pdt, hidden, *strides, gemma, rows_per_block, weightless, grad_bias,
                                  pdl, _float32(p.fp32_weight), _float32(p.fp32_grad_output))
     launched = prepared(r["grad_input"].ptr, r["grad_output"].ptr, r["input"].ptr, 0 if weightless else r["weight"].ptr,
                         tuple(r[name].ptr for name in params), eps, num_tokens, stream, own.ptr if own else None,
-                        saved.ptr if saved else 0)
+                        saved["rstd"].ptr if saved else 0, saved["mean"].ptr if "mean" in saved else 0)
     assert launched, "the checks above accept what the prepared launch declines"
 
 
