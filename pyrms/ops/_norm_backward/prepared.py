@@ -10,6 +10,8 @@ from .. import _placement, _workspace
 from .._prepared import Pointers, PreparedCache, scalars_ok, use_pdl
 from . import plan as bwd_plan
 
+CALL_SHAPES = 256  # row counts whose launch shape a prepared backward keeps (Prepared._call_shape)
+
 
 def rows_per_block_arg(value, plan: bwd_plan.NormBackwardPlan) -> int | None:
     """``rows_per_block=``: None (planned per call), 1, or a positive multiple of the plan's chunk (by the row
@@ -33,7 +35,7 @@ class Prepared:
     __slots__ = ("device", "plan", "rows_kernel", "rows_shared", "staged_kernel", "staged_shapes", "sms", "sm_shared",
                  "staged_limit", "sum_kernel", "hidden", "strides",
                  "rows_per_block", "max_rows", "pointers", "saved_pointers", "weight_item", "staged_masks",
-                 "weightless", "pdl", "placed")
+                 "weightless", "pdl", "placed", "call_shapes")
 
     def __init__(self, device, centered, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
                  input_stride, gemma, rows_per_block, weightless, grad_bias, pdl, weight_dtype=None,
@@ -75,6 +77,9 @@ class Prepared:
         # The staged kernel's (stages, dynamic shared memory) by rows per block and blocks per multiprocessor
         # (plan.staged_launch), resolved at the first call of each.
         self.staged_shapes: dict[tuple[int, int], tuple[int, int]] = {}
+        # A call's launch shape by (row count, staged), resolved at its first call (_call_shape): the plan's
+        # arithmetic for it is a few dozen Python calls, which a training step would pay per norm.
+        self.call_shapes: dict[tuple[int, bool], tuple[int, int, int, int, int, int]] = {}
         self.sms, self.sm_shared = device.multiprocessor_count, device.max_shared_memory_per_multiprocessor
         self.staged_limit = min(bwd_plan.STAGED_SHARED_LIMIT, limit)
         if (p.stages and p.staged_shared_bytes(p.stages) <= self.staged_limit
@@ -101,18 +106,33 @@ class Prepared:
                                        [*pairs, *((i, j, False) for i in written for j in stats)])
         self.placed = _placement.for_device(device)
 
-    def _shape(self, grad_input, grad_output, input, weight, num_tokens) -> tuple[bool, int]:
-        """(staged, rows per block) of a call: the staged kernel where planned and the pointers allow it."""
+    def _staged(self, grad_input, grad_output, input, weight) -> bool:
+        """Whether a call takes the staged kernel: where planned and the pointers allow it."""
         m_gi, m_go, m_x, m_w = self.staged_masks
-        staged = self.staged_kernel is not None and not (grad_input & m_gi or grad_output & m_go or input & m_x
-                                                         or weight & m_w)
-        return staged, self.rows_per_block or self.plan.rows_per_block(num_tokens, staged)
+        return self.staged_kernel is not None and not (grad_input & m_gi or grad_output & m_go or input & m_x
+                                                       or weight & m_w)
+
+    def _call_shape(self, num_tokens: int, staged: bool) -> tuple[int, int, int, int, int, int]:
+        """(rows per block, the kernel's chunk argument, sum_partials' group, workspace rows, workspace bytes,
+        chunks) of a call, from the plan."""
+        shape = self.call_shapes.get((num_tokens, staged))
+        if shape is None:
+            p = self.plan
+            rows_per_block = self.rows_per_block or p.rows_per_block(num_tokens, staged)
+            # One row per block: kernel 1 writes each row's terms, kernel 2 makes the chunks of them.
+            chunk = p.chunk_for(num_tokens)
+            ws_chunk, group = (1, chunk) if rows_per_block == 1 else (chunk, 1)
+            if len(self.call_shapes) >= CALL_SHAPES:  # a server's row counts vary without end
+                self.call_shapes.clear()
+            shape = self.call_shapes[(num_tokens, staged)] = (
+                rows_per_block, ws_chunk, group, p.workspace_rows(num_tokens, rows_per_block),
+                p.workspace_bytes(num_tokens, rows_per_block), p.chunks(num_tokens))
+        return shape
 
     def workspace_bytes(self, grad_input, grad_output, input, weight, num_tokens) -> int:
         """Bytes of workspace a call with these pointers needs (0: none), for a caller that passes its own
         (pyrms.torch takes it from torch's caching allocator, on the stream the launch runs on)."""
-        return self.plan.workspace_bytes(num_tokens, self._shape(grad_input, grad_output, input, weight,
-                                                                 num_tokens)[1])
+        return self._call_shape(num_tokens, self._staged(grad_input, grad_output, input, weight))[4]
 
     def __call__(self, grad_input, grad_output, input, weight, grads, epsilon, num_tokens, stream, workspace,
                  rstd=0, mean=0) -> bool:
@@ -134,14 +154,11 @@ class Prepared:
         if placed is not None and not placed.ok(pointers, handle):
             return False
         gi_stride, go_stride, x_stride = self.strides
-        staged, rows_per_block = self._shape(grad_input, grad_output, input, weight, num_tokens)
-        # One row per block: kernel 1 writes each row's terms, kernel 2 makes the chunks of them.
-        chunk = p.chunk_for(num_tokens)
-        ws_chunk, group = (1, chunk) if rows_per_block == 1 else (chunk, 1)
-        ws_rows = p.workspace_rows(num_tokens, rows_per_block)
+        staged = self._staged(grad_input, grad_output, input, weight)
+        rows_per_block, ws_chunk, group, ws_rows, needed, chunks = self._call_shape(num_tokens, staged)
         # Where column 0 sits in a workspace row: the weight's phase in the column split (0 without one).
         weight_phase = weight // self.weight_item % p.dtype.vec_elems
-        needed = p.workspace_bytes(num_tokens, rows_per_block)  # 0 where nothing is summed: none borrowed
+        # needed: 0 where nothing is summed, and then no workspace is borrowed
         borrowed = contextlib.nullcontext(workspace or 0) if workspace or not needed else _workspace.borrowed(
             self.device, handle, needed)
         with borrowed as ws:
@@ -167,7 +184,7 @@ class Prepared:
                                         pdl=self.pdl)
             for k, grad in enumerate(grads):  # dweight, then dbias from the next plane
                 plane = ws + k * ws_rows * p.ws_stride * 4
-                self.sum_kernel.launch(-(-hidden // 32), (32, 32), (grad, plane, hidden, p.chunks(num_tokens), p.ws_stride,
+                self.sum_kernel.launch(-(-hidden // 32), (32, 32), (grad, plane, hidden, chunks, p.ws_stride,
                                                                      weight_phase, group, ws_rows), handle, pdl=self.pdl)
         return True
 
