@@ -24,7 +24,8 @@
 
 namespace pyrms {
 
-// bias is not read when BIAS is false (it may be null).
+// bias is not read when BIAS is false (it may be null). mean, rstd: null, or where row r's mean and inv go
+// (fp32, mean[r] and rstd[r]; mean is 0 with RMS), for the backward to read instead of recomputing them.
 // W: the weight's type, T, float (bf16/fp16 rows; the bias is then fp32 too: row_core.cuh's Bias) or void
 // (no weight: y = round_O((x - mean) * inv [+ b]), weight not read, the bias of T).
 // O: the output's type, T or float (bf16/fp16 rows; no in place then).
@@ -32,8 +33,8 @@ namespace pyrms {
 template <typename T, int CACHE, int SPREAD, bool BIAS, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T, typename O = T,
           bool RMS = false>
 __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_kernel(
-    O* out, const T* input, const W* __restrict__ weight, const Bias<T, W>* __restrict__ bias, float epsilon,
-    int hidden, long long input_stride, long long out_stride) {
+    O* out, const T* input, const W* __restrict__ weight, const Bias<T, W>* __restrict__ bias, float* mean, float* rstd,
+    float epsilon, int hidden, long long input_stride, long long out_stride) {
     using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
     __shared__ float scratch[2][32];
     __shared__ float partials[Shape::PARTIALS];
@@ -49,6 +50,10 @@ __global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) layer_norm_ker
     if constexpr (EARLY_WEIGHTS) load_held_weights(sh, out_row, in_row, weight, hidden, held_w);
     const RowStats st = row_stats<T, CACHE, SPREAD, ALIGNED, !RMS>(sh, s, hidden, epsilon, src, held, scratch[0], scratch[1],
                                                           partials);
+    if (threadIdx.x == 0) {  // the statistics, where the caller keeps them for the backward
+        if (mean != nullptr) mean[blockIdx.x] = st.mean;
+        if (rstd != nullptr) rstd[blockIdx.x] = st.inv;
+    }
     write_row<T, W, CACHE, SPREAD, ALIGNED, BIAS, false, EARLY_WEIGHTS>(sh, out_row, in_row, weight, bias, hidden, held,
                                                                 held_w, [st](T x, float w, Bias<T, W> b) {
         // without a weight, w = 1: the product by 1 is exact; b: the bias, of T or float (T() without one,

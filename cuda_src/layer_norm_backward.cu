@@ -1,5 +1,7 @@
-// LayerNorm backward, with nothing saved by the forward: the row statistics are recomputed in
-// the forward's order (pyrms::row_stats with the forward's fold width), so they are the forward's bit for bit.
+// LayerNorm backward: the row statistics recomputed in the forward's order (pyrms::row_stats with the forward's
+// fold width), so they are the forward's bit for bit; or read from `mean` and `rstd` (fp32, one per row; null:
+// recompute), the forward's own when it saved them (layer_norm_kernel's): the same values, so the same bits, and
+// two block reductions less per row.
 //
 //   x_hat = (x - mean) * inv,  g = w * dy
 //   dx = inv * ((g - mean(g)) - x_hat * mean(x_hat * g))
@@ -20,12 +22,12 @@ namespace pyrms {
 template <typename T, int V, typename W = T, bool DBIAS = true, typename G = T>
 __global__ void __launch_bounds__(backward_max_threads(V, true), 1) layer_norm_backward_kernel(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
-    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
-    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
-    int fold) {
+    const float* __restrict__ mean, const float* __restrict__ rstd, float epsilon, int rows, int hidden,
+    long long grad_input_stride, long long grad_output_stride, long long input_stride, int chunk_rows,
+    int rows_per_block, long long ws_stride, int sums_in_shared, int fold) {
     static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
-    norm_backward_rows<T, V, true, false, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, nullptr, epsilon, rows,
-                                                    hidden, grad_input_stride, grad_output_stride, input_stride,
+    norm_backward_rows<T, V, true, false, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, mean, rstd,
+                                                    epsilon, rows, hidden, grad_input_stride, grad_output_stride, input_stride,
                                                     chunk_rows, rows_per_block, ws_stride, sums_in_shared, fold);
 }
 
@@ -36,11 +38,11 @@ __global__ void __launch_bounds__(backward_max_threads(V, true), 1) layer_norm_b
 template <typename T, typename W = T, bool DBIAS = true, typename G = T, int HELD = 0>
 __global__ void __launch_bounds__(HELD > 0 ? 256 : 512, staged_min_blocks(HELD, param_planes<W, DBIAS>())) layer_norm_backward_staged_kernel(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
-    float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
-    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
-    int stages) {
+    const float* __restrict__ mean, const float* __restrict__ rstd, float epsilon, int rows, int hidden,
+    long long grad_input_stride, long long grad_output_stride, long long input_stride, int chunk_rows,
+    int rows_per_block, long long ws_stride, int fold, int dot_fold, int stages) {
     static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
-    norm_backward_staged<T, true, false, W, DBIAS, G, HELD>(grad_input, partials, grad_output, input, weight, nullptr,
+    norm_backward_staged<T, true, false, W, DBIAS, G, HELD>(grad_input, partials, grad_output, input, weight, mean, rstd,
                                                    epsilon, rows,
                                                    hidden, grad_input_stride, grad_output_stride, input_stride,
                                                    chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);

@@ -10,9 +10,11 @@
 // arithmetic is the same whatever their storage: an fp32 weight or dy only skips a rounding. DBIAS: sums dbias
 // (LayerNorm always beside a weight, without one only when asked, so that a backward without weight and
 // bias sums nothing over rows: no workspace, no kernel 2; RMSNorm when it has a bias).
-// Nothing is saved by the forward: each row's statistics are recomputed by the row core's row_stats
-// (row_core.cuh) with the forward's fold width `fold` (the planner passes it; the backward's own block
-// may be narrower), so they are the forward's bit for bit by construction.
+// Each row's statistics are recomputed by the row core's row_stats (row_core.cuh) with the forward's fold
+// width `fold` (the planner passes it; the backward's own block may be narrower), so they are the forward's
+// bit for bit by construction; or, where the forward saved them, read: `rstd` (its inv, fp32 per row) and, for
+// LayerNorm, `mean`, the same values, so the same bits, without the statistics' block reductions (one for
+// RMSNorm, two for LayerNorm).
 //
 // Kernel 1 (norm_backward_rows, one block per rows_per_block rows: a multiple of chunk_rows, or, for few
 // rows, one row per block with chunk_rows = 1, so that each workspace row holds one row's terms):
@@ -184,9 +186,9 @@ __device__ __forceinline__ void for_owned_columns(const RowSplit& ws, int hidden
 template <typename T, int V, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G>
 __device__ __forceinline__ void norm_backward_rows(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
-    const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
-    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int sums_in_shared,
-    int fold) {
+    const float* __restrict__ mean, const float* __restrict__ rstd, float epsilon, int rows, int hidden,
+    long long grad_input_stride, long long grad_output_stride, long long input_stride, int chunk_rows,
+    int rows_per_block, long long ws_stride, int sums_in_shared, int fold) {
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
     constexpr int N = Vec<T>::N;
     constexpr bool WEIGHTED = !Weightless<W>::value;
@@ -227,9 +229,9 @@ __device__ __forceinline__ void norm_backward_rows(
             const RowSplit xs = split_row(x, hidden);
             const RowIn<T, false> src{x};
             load_held(sh, xs, src, xc);
-            // RMSNorm given the forward's rstd (its inv_rms, the same tree's): no sum of squares to make.
-            const bool saved = !CENTERED && rstd != nullptr;
-            const RowStats st = saved ? RowStats{0.0f, rstd[r]}
+            // Given the forward's statistics (the same tree's): no sums to make for them.
+            const bool saved = rstd != nullptr;
+            const RowStats st = saved ? RowStats{CENTERED ? mean[r] : 0.0f, rstd[r]}
                                       : row_stats<T, V, 1, false, CENTERED>(sh, xs, hidden, epsilon, src, xc, scratch[0],
                                                                             scratch[1], nullptr);
 
@@ -272,7 +274,8 @@ __device__ __forceinline__ void norm_backward_rows(
                 add(dot, g_sum, to_float(x[at]), weight_at(weight, at), to_float(dy[at]));
             }
             // RMSNorm's stats used scratch[0], LayerNorm's scratch[0] then [1]: keep alternating (block_sum
-            // needs a barrier before its scratch is reused); with a saved rstd, by the row's parity.
+            // needs a barrier before its scratch is reused); RMSNorm's one sum with a saved rstd, by the row's
+            // parity (LayerNorm's two alternate by themselves).
             const int warps = B >> 5;
             float* dot_scratch = scratch[CENTERED ? 0 : saved ? (r & 1) : 1];
             const float dot_mean = __fdiv_rn(block_sum(dot, dot_scratch, warps), static_cast<float>(hidden));
@@ -525,9 +528,9 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
 template <typename T, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G, int HELD = 0>
 __device__ __forceinline__ void norm_backward_staged(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
-    const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride, long long grad_output_stride,
-    long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride, int fold, int dot_fold,
-    int stages) {
+    const float* __restrict__ mean, const float* __restrict__ rstd, float epsilon, int rows, int hidden,
+    long long grad_input_stride, long long grad_output_stride, long long input_stride, int chunk_rows,
+    int rows_per_block, long long ws_stride, int fold, int dot_fold, int stages) {
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
     constexpr int N = Vec<T>::N;
     constexpr bool WEIGHTED = !Weightless<W>::value;
@@ -622,8 +625,8 @@ __device__ __forceinline__ void norm_backward_staged(
 
         // (1) statistics, in the forward's tree (fold width `fold`).
         RowStats st;
-        if (!CENTERED && rstd != nullptr) {  // the forward's, given
-            st = {0.0f, rstd[r]};
+        if (rstd != nullptr) {  // the forward's, given
+            st = {CENTERED ? mean[r] : 0.0f, rstd[r]};
         } else if constexpr (!CENTERED) {
             float tot[1];
             staged_fold<1>(fold, vectors, &scratch[0], [&](int v, float (&p)[1]) {

@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(backward_max_threads(V, false), 1) rms_norm_ba
     const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride,
     long long grad_output_stride, long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride,
     int sums_in_shared, int fold) {
-    norm_backward_rows<T, V, false, GEMMA, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, rstd, epsilon,
+    norm_backward_rows<T, V, false, GEMMA, W, DBIAS, G>(grad_input, partials, grad_output, input, weight, nullptr, rstd, epsilon,
                                                     rows, hidden,
                                                     grad_input_stride, grad_output_stride, input_stride, chunk_rows,
                                                     rows_per_block, ws_stride, sums_in_shared, fold);
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(HELD > 0 ? 256 : 512, staged_min_blocks(HELD, 
     const float* __restrict__ rstd, float epsilon, int rows, int hidden, long long grad_input_stride,
     long long grad_output_stride, long long input_stride, int chunk_rows, int rows_per_block, long long ws_stride,
     int fold, int dot_fold, int stages) {
-    norm_backward_staged<T, false, GEMMA, W, DBIAS, G, HELD>(grad_input, partials, grad_output, input, weight, rstd, epsilon, rows,
+    norm_backward_staged<T, false, GEMMA, W, DBIAS, G, HELD>(grad_input, partials, grad_output, input, weight, nullptr, rstd, epsilon, rows,
                                                     hidden, grad_input_stride, grad_output_stride, input_stride,
                                                     chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);
 }

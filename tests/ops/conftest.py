@@ -1,7 +1,9 @@
-"""Fixtures of the ops' CPU tests: the backward's launches recorded on a fake device (``recorded``)."""
+"""Fixtures of the ops' CPU tests: the backward's launches recorded on a fake device (``recorded``), and small
+operands on the fake driver (``arrays``)."""
 import pytest
 
-from pyrms import launch
+import pyrms
+from pyrms import driver, launch
 from tests.support.hostile_cases import environment
 
 
@@ -28,3 +30,17 @@ def recorded(monkeypatch):
         monkeypatch.setattr(launch.Kernel, "launch", launch_kernel)
         yield calls, driver._memory._cu  # the fake, as every driver module holds it (tests/support/fake_driver.py)
         monkeypatch.undo()
+
+
+ROWS, HIDDEN = 4, 64  # arrays' shape
+
+
+@pytest.fixture
+def arrays(fake, names_only):
+    """(fake, x, weight, bias, y): bfloat16 pyrms Tensors of [ROWS, HIDDEN] rows and [HIDDEN] vectors."""
+    driver.set_device(0)
+    x, y = (pyrms.Tensor.empty((ROWS, HIDDEN), "bfloat16") for _ in range(2))
+    w, b = (pyrms.Tensor.empty((HIDDEN,), "bfloat16") for _ in range(2))
+    yield fake, x, w, b, y
+    for t in (x, w, b, y):
+        t.close()

@@ -5,12 +5,12 @@ neither raises TypeError showing both conventions, before any launch."""
 import pytest
 
 import pyrms
-from pyrms import driver
+from tests.ops.conftest import HIDDEN, ROWS
 from tests.ops.test_fake_end_to_end import RMS_ROWS_ARGS, f32
 
-# cuda_src/layer_norm.cu, layer_norm_kernel: out, input, weight, bias, epsilon, hidden, input_stride, out_stride
-LAYER_NORM_ARGS = ("ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
-ROWS, HIDDEN = 4, 64
+# cuda_src/layer_norm.cu, layer_norm_kernel: out, input, weight, bias, mean, rstd, epsilon, hidden, input_stride,
+# out_stride
+LAYER_NORM_ARGS = ("ptr", "ptr", "ptr", "ptr", "ptr", "ptr", "f32", "i32", "i64", "i64")
 
 
 class EveryKernel(dict):
@@ -23,17 +23,6 @@ class EveryKernel(dict):
 
     def get(self, name, default=None):
         return self.kinds
-
-
-@pytest.fixture
-def arrays(fake, names_only):
-    """(fake, x, weight, bias, y): bfloat16 pyrms Tensors of [ROWS, HIDDEN] rows and [HIDDEN] vectors."""
-    driver.set_device(0)
-    x, y = (pyrms.Tensor.empty((ROWS, HIDDEN), "bfloat16") for _ in range(2))
-    w, b = (pyrms.Tensor.empty((HIDDEN,), "bfloat16") for _ in range(2))
-    yield fake, x, w, b, y
-    for t in (x, w, b, y):
-        t.close()
 
 
 def launched(fake, call):
@@ -76,7 +65,7 @@ def test_layer_norm_input_first_launches_what_out_first_launches(arrays):
     fake, x, w, b, y = arrays
     fake.kernel_params = EveryKernel(LAYER_NORM_ARGS)
     result, expected = launched(fake, lambda: pyrms.layer_norm(y, x, w, b, 1e-3))
-    assert result is y and expected.args[:5] == (y.ptr, x.ptr, w.ptr, b.ptr, f32(1e-3))
+    assert result is y and expected.args[:7] == (y.ptr, x.ptr, w.ptr, b.ptr, 0, 0, f32(1e-3))
     for call in (lambda: pyrms.layer_norm(x, w, b, 1e-3, out=y),
                  lambda: pyrms.layer_norm(x, w, bias=b, eps=1e-3, out=y),
                  lambda: pyrms.layer_norm(out=y, input=x, weight=w, bias=b, epsilon=1e-3)):
@@ -84,7 +73,7 @@ def test_layer_norm_input_first_launches_what_out_first_launches(arrays):
         assert result is y and launch == expected
     z, launch = launched(fake, lambda: pyrms.layer_norm(x, w))  # no bias; pyrms.torch.layer_norm's default eps
     with z:
-        assert (z.shape, launch.args[:5]) == (x.shape, (z.ptr, x.ptr, w.ptr, 0, f32(1e-5)))
+        assert (z.shape, launch.args[:7]) == (x.shape, (z.ptr, x.ptr, w.ptr, 0, 0, 0, f32(1e-5)))
 
 
 def test_raw_pointers_out_first_are_unchanged(arrays):
@@ -102,7 +91,7 @@ def test_raw_pointers_out_first_are_unchanged(arrays):
                  lambda: pyrms.layer_norm(out=y.ptr, input=x.ptr, weight=w.ptr, bias=None, epsilon=1e-5,
                                           num_tokens=ROWS, hidden_size=HIDDEN)):
         result, launch = launched(fake, call)
-        assert result == y.ptr and launch.args == (y.ptr, x.ptr, w.ptr, 0, f32(1e-5), HIDDEN, HIDDEN, HIDDEN)
+        assert result == y.ptr and launch.args == (y.ptr, x.ptr, w.ptr, 0, 0, 0, f32(1e-5), HIDDEN, HIDDEN, HIDDEN)
 
 
 RMS_NORM_CALLS = ("input first (arrays): pyrms.rms_norm(input, weight, eps=1e-06, out=None), returning out (a new "

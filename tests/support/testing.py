@@ -395,12 +395,15 @@ def check_fused_add_rms_norm(rng, dtype, rows, hidden, *, offsets=None, strides=
 
 
 def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in_place=False, bias=True,
-                     epsilon=1e-5, stream=None, variant=None, pdl=None, weight="same", out_dtype=None, rms=False):
+                     epsilon=1e-5, stream=None, variant=None, pdl=None, weight="same", out_dtype=None, rms=False,
+                     stats_off=None):
     """One pyrms.layer_norm launch on guarded operands ('input', 'out', 'weight', 'bias'), compared bit
     for bit with the twin; in_place writes over the input (then 'out' takes no offset or stride);
     bias=False passes bias=None (a LayerNorm without bias), weight="none" weight=None ("same": the
     dtype's, "float32": fp32 weight and bias beside bf16/fp16 rows, as in check_rms_norm); ``out_dtype``
-    as in check_rms_norm; rms: RMSNorm with a bias (layer_norm's rms=True)."""
+    as in check_rms_norm; rms: RMSNorm with a bias (layer_norm's rms=True). ``stats_off``: also store each row's
+    statistics (``mean=`` and ``rstd=``; rstd alone with rms) into guarded float32 operands at this element
+    offset, compared bit for bit with the row core twin's (None: none stored)."""
     from pyrms.ops.layer_norm import layer_norm
 
     if weight not in plan.WEIGHT_KINDS:
@@ -414,18 +417,24 @@ def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in
                     dtypes_of={"out": odt, "weight": pdt, "bias": pdt})
     x, w, b = ops["input"], ops.get("weight"), ops.get("bias")
     out = x if in_place else ops["out"]
-    with _closing(*ops.values()):
+    stat_names = () if stats_off is None else ("rstd",) if rms else ("mean", "rstd")
+    stats = {name: _guarded(np.float32, 1, rows, stats_off, None, np.nan) for name in stat_names}
+    with _closing(*ops.values(), *stats.values()):
         p = ln_plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight != "none", rms=rms)
         want = ln_twin.layer_norm_twin(x.values(), w.values()[0] if w else None, b.values()[0] if b else None,
                                          epsilon, block=p.block, row_phases=phases(x), out_dtype=out_dtype, rms=rms)
+        # the forward's statistics: the row core's tree at the forward's fold
+        twin_stats = dict(zip(("mean", "rstd"), row_stats_twin(x.values().astype(np.float32), epsilon, p.block,
+                                                               phases(x), dt.vec_elems, centered=not rms)))
         with forced_row_variant(variant):
             run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place, no_bias=not bias,
                                weight=weight, variant=variant, pdl=pdl, out_dtype=out_dtype, rms=rms),
                         lambda: layer_norm(out.ptr, x.ptr, w.ptr if w else None, b.ptr if b else None, epsilon, rows,
                                            hidden, dtype=dt, input_stride=x.stride, out_stride=out.stride,
                                            stream=stream, weight_dtype="float32" if weight == "float32" else None,
-                                           out_dtype=out_dtype, rms=rms, **_pdl(pdl)),
-                        outputs={"out": (out, want)},
+                                           out_dtype=out_dtype, rms=rms, **{k: v.ptr for k, v in stats.items()},
+                                           **_pdl(pdl)),
+                        outputs={"out": (out, want), **{k: (v, twin_stats[k][None]) for k, v in stats.items()}},
                         inputs={name: ops[name] for name in (*vectors, *(() if in_place else ("input",)))})
 
 
@@ -440,9 +449,10 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
     LayerNorm without bias (grad_bias=None). weight: "same" (random, of the dtype), "ones" (the dtype's,
     every element 1), "float32" (an fp32 weight beside bf16/fp16 rows: fp32 parameter gradients) or
     "none" (weight=None, grad_weight=None: dx and LayerNorm's grad_bias only). grad_output_kind: "same",
-    or "float32" (an fp32 grad_output, beside an fp32 weight). rstd (RMSNorm): None (recomputed), "forward"
-    (a guarded float32 per row holding the forward's inv_rms, the row core twin's: the same bits as
-    recomputing) or "random" (any positive values, used as given). bias (RMSNorm): the backward of an RMSNorm with
+    or "float32" (an fp32 grad_output, beside an fp32 weight). rstd: None (recomputed), "forward"
+    (a guarded float32 per row holding the forward's inv, the row core twin's, and for LayerNorm a guarded mean
+    beside it: the same bits as recomputing) or "random" (any positive rstd, and LayerNorm's any mean, used as
+    given). bias (RMSNorm): the backward of an RMSNorm with
     a bias, grad_bias written too.
     Returns the outputs as computed, by name (grad_input as [rows, hidden]), for comparisons between
     launches."""
@@ -464,7 +474,7 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
     sums = ("grad_weight",) * weighted + ("grad_bias",) * (layer_norm or bias)
     params = tuple(name for name in sums if name != "grad_bias" or grad_bias)
     names = ("grad_output", "input") if in_place else ("grad_output", "input", "grad_input")
-    rows_offsets = {k: v for k, v in (offsets or {}).items() if k != "rstd"} or None  # rstd's is its own, below
+    rows_offsets = {k: v for k, v in (offsets or {}).items() if k not in ("mean", "rstd")} or None  # theirs: below
     ops = _allocate(rng, dt, rows, hidden, names, rows_offsets, strides, vectors=("weight",) * weighted + params,
                     outputs=("grad_input", *params), out_dtype=p.grad_dtype, dtypes_of=own_dtypes)
     dy, x, w = ops["grad_output"], ops["input"], ops.get("weight")
@@ -473,15 +483,19 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
         w.upload()
     dx = ops[in_place] if in_place else ops["grad_input"]
     ws = allocate(rng, "float32", 1, p.workspace_bytes(rows, rows_per_block) // 4, poison=True) if own_workspace else None
+    saved_names = ("mean", "rstd") if layer_norm else ("rstd",)
     if rstd is not None:
-        if layer_norm or rstd not in ("forward", "random"):
-            raise ValueError(f"rstd must be None, 'forward' or 'random', for RMSNorm only; got {rstd!r}")
-        values = (row_stats_twin(x.values().astype(np.float32), epsilon, p.stats_fold, phases(x), dt.vec_elems)[1]
-                  if rstd == "forward" else rng.uniform(0.1, 3.0, rows).astype(np.float32))
-        saved = _guarded(np.float32, 1, rows, (offsets or {}).get("rstd", 0), None, np.nan)
-        saved.set_values(values[None])
-        saved.upload()
-        ops["rstd"] = saved
+        if rstd not in ("forward", "random"):
+            raise ValueError(f"rstd must be None, 'forward' or 'random'; got {rstd!r}")
+        values = dict(zip(("mean", "rstd"), row_stats_twin(x.values().astype(np.float32), epsilon, p.stats_fold,
+                                                           phases(x), dt.vec_elems, centered=layer_norm)
+                          if rstd == "forward" else (rng.uniform(-1.0, 1.0, rows).astype(np.float32),
+                                                     rng.uniform(0.1, 3.0, rows).astype(np.float32))))
+        for name in saved_names:
+            saved = _guarded(np.float32, 1, rows, (offsets or {}).get(name, 0), None, np.nan)
+            saved.set_values(values[name][None])
+            saved.upload()
+            ops[name] = saved
     with _closing(*ops.values(), *([ws] if ws else [])):
         want = bwd_twin.norm_backward_twin(dy.values(), x.values(), w.values()[0] if w else None, epsilon,
                                             block=p.block, fold=p.stats_fold, x_phases=phases(x),
@@ -489,7 +503,8 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
                                             weight_phase=w.index(0).start % dt.vec_elems if w else 0,
                                             chunk_rows=p.chunk_rows,
                                             centered=layer_norm, gemma=gemma, grad_dtype=p.grad_dtype,
-                                            rstd=ops["rstd"].values()[0] if rstd else None, grad_bias=bias)
+                                            rstd=ops["rstd"].values()[0] if rstd else None, grad_bias=bias,
+                                            mean=ops["mean"].values()[0] if rstd and layer_norm else None)
         wanted = dict(zip(sums, want[1:]))
         grads = {"grad_weight": None, "grad_bias": None, **{name: ops[name].ptr for name in params}}
         common = dict(dtype=dt, grad_output_stride=dy.stride, input_stride=x.stride, grad_input_stride=dx.stride,
@@ -499,12 +514,13 @@ def check_norm_backward(rng, dtype, rows, hidden, *, layer_norm=False, offsets=N
         w_ptr = w.ptr if w else None
         if layer_norm:
             launch = lambda: layer_norm_backward(dx.ptr, grads["grad_weight"], grads["grad_bias"], dy.ptr, x.ptr, w_ptr,
-                                                 epsilon, rows, hidden, **common)  # noqa: E731
+                                                 epsilon, rows, hidden, mean=ops["mean"].ptr if rstd else None,
+                                                 rstd=ops["rstd"].ptr if rstd else None, **common)  # noqa: E731
         else:
             launch = lambda: rms_norm_backward(dx.ptr, grads["grad_weight"], dy.ptr, x.ptr, w_ptr, epsilon, rows,
                                                hidden, gemma=gemma, rstd=ops["rstd"].ptr if rstd else None,
                                                grad_bias=grads["grad_bias"], **common)  # noqa: E731
-        inputs = {name: ops[name] for name in ("grad_output", "input", "weight", "rstd")
+        inputs = {name: ops[name] for name in ("grad_output", "input", "weight", *saved_names)
                   if name in ops and name != in_place}
         run_checked(_label("layer_norm_backward" if layer_norm else "rms_norm_backward", dt, rows, hidden, offsets,
                            strides, in_place=in_place, gemma=gemma, grad_dtype=grad_dtype,

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Sweep the norm backward's launch shape (threads per block x cached vectors V x rows per block) per shape.
 
-RMSNorm's backward, or LayerNorm's with --layer-norm (the same plan and kernels, centered: the mean subtracted).
+RMSNorm's backward, or LayerNorm's with --layer-norm (the same plan and kernels, centered: the mean subtracted);
+with --saved, reading the statistics the forward saved (RMSNorm's rstd, LayerNorm's mean and rstd), as eager
+autograd's backward does, instead of recomputing them.
 
 Each configuration is checked against the float64 reference, then timed like the benchmark
 (pyrms.bench.timing: CUDA events around batches queued behind a spin kernel) on rotated inputs. Needs a
@@ -44,6 +46,8 @@ def main() -> int:
     parser.add_argument("--dtype", type=dtypes.argument, default="bfloat16", help="default bfloat16 (or bf16, fp16, ...)")
     parser.add_argument("--layer-norm", dest="centered", action="store_true",
                         help="LayerNorm's backward (centered) instead of RMSNorm's")
+    parser.add_argument("--saved", action="store_true",
+                        help="read the forward's saved statistics (made once per input at setup), not recomputing them")
     parser.add_argument("--configs", default="planned,128/0/16,128/0/1,160/0/1,256/0/1,160/4/16")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the device-to-device copy ceiling")
     args = parser.parse_args()
@@ -70,10 +74,14 @@ def main() -> int:
             dxs = [pyrms.Tensor.empty((tokens, hidden), dt) for _ in range(sets)]
             dw, db = pyrms.Tensor.empty((hidden,), dt), pyrms.Tensor.empty((hidden,), dt)
             wt = pyrms.Tensor.from_numpy(w)
+            stats = [saved_statistics(x_set, wt, ln, tokens, hidden, dt) for x_set in xs] if args.saved else []
             check = min(tokens, 64)
             dx_ref = bwd_twin.norm_backward_ref(dy[:check], x[:check], w, 1e-6, centered=ln)[0]
-            nbytes = (3 * tokens * hidden + (3 if ln else 2) * hidden) * dt.itemsize
-            print(f"{op} {dt.name} {tokens}x{hidden}: planned {original(dt, hidden, centered=ln)}", flush=True)
+            # the rows, the weight and the parameter gradients, and the saved statistics (float32 per row) read
+            nbytes = (3 * tokens * hidden + (3 if ln else 2) * hidden) * dt.itemsize + 4 * tokens * len(
+                stats[0] if stats else ())
+            saved = " from saved statistics" if args.saved else ""
+            print(f"{op}{saved} {dt.name} {tokens}x{hidden}: planned {original(dt, hidden, centered=ln)}", flush=True)
             for config in args.configs.split(","):
                 rows_per_block = None
                 if config == "planned":
@@ -119,7 +127,8 @@ def main() -> int:
                         centered=ln, grad_input=dxs[i], grad_weight=dw, grad_bias=db if ln else None,
                         grad_output=dys[i], input=xs[i], weight=wt, epsilon=1e-6, num_tokens=tokens, hidden_size=hidden,
                         dtype=None, grad_output_stride=None, input_stride=None, grad_input_stride=None, gemma=False,
-                        grad_weight_dtype=None, workspace=None, rows_per_block=rows_per_block, stream=None, pdl=True)
+                        grad_weight_dtype=None, workspace=None, rows_per_block=rows_per_block, stream=None, pdl=True,
+                        **(stats[i] if stats else {}))
 
                 launch(0)
                 driver.synchronize()
@@ -128,7 +137,7 @@ def main() -> int:
                 us = timing.median_us(timer, launch, sets, 8, batch=6)
                 frac = f", {nbytes / us / 1e3 / ceiling_gbps:.2f} of the ceiling" if ceiling_gbps else ""
                 print(f"  {config}: {us:.2f} us, {nbytes / us / 1e3:.0f} GB/s{frac}, dx rel err {err:.2e}", flush=True)
-            for buffers in (xs, dys, dxs):
+            for buffers in (xs, dys, dxs, [t for entry in stats for t in entry.values()]):
                 for b in buffers:
                     b.close()
     finally:
@@ -136,6 +145,20 @@ def main() -> int:
         _backward._prepared.forget(device)
         timer.close()
     return 0
+
+
+def saved_statistics(x, weight, centered: bool, tokens: int, hidden: int, dt) -> dict:
+    """The statistics the forward of x saves for the backward (LayerNorm's mean and rstd, RMSNorm's rstd), by
+    the backward's keyword: new float32 [tokens] Tensors, the caller's to close."""
+    stats = {"rstd": pyrms.Tensor.empty((tokens,), "float32")}
+    with pyrms.Tensor.empty((tokens, hidden), dt) as y:
+        if centered:
+            stats["mean"] = pyrms.Tensor.empty((tokens,), "float32")
+            pyrms.layer_norm(y, x, weight, None, 1e-6, **stats)
+        else:
+            pyrms.rms_norm(y, x, weight, 1e-6, **stats)
+        driver.synchronize()  # y is freed as the block ends
+    return stats
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from .. import _placement, _workspace
 from .._prepared import Pointers, PreparedCache, scalars_ok, use_pdl
 from . import plan as bwd_plan
 
+CALL_SHAPES = 256  # row counts whose launch shape a prepared backward keeps (Prepared._call_shape)
+
 
 def rows_per_block_arg(value, plan: bwd_plan.NormBackwardPlan) -> int | None:
     """``rows_per_block=``: None (planned per call), 1, or a positive multiple of the plan's chunk (by the row
@@ -32,8 +34,8 @@ class Prepared:
 
     __slots__ = ("device", "plan", "rows_kernel", "rows_shared", "staged_kernel", "staged_shapes", "sms", "sm_shared",
                  "staged_limit", "sum_kernel", "hidden", "strides",
-                 "rows_per_block", "max_rows", "pointers", "rstd_pointers", "weight_item", "staged_masks", "weightless",
-                 "pdl", "placed")
+                 "rows_per_block", "max_rows", "pointers", "saved_pointers", "weight_item", "staged_masks",
+                 "weightless", "pdl", "placed", "call_shapes")
 
     def __init__(self, device, centered, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
                  input_stride, gemma, rows_per_block, weightless, grad_bias, pdl, weight_dtype=None,
@@ -75,6 +77,9 @@ class Prepared:
         # The staged kernel's (stages, dynamic shared memory) by rows per block and blocks per multiprocessor
         # (plan.staged_launch), resolved at the first call of each.
         self.staged_shapes: dict[tuple[int, int], tuple[int, int]] = {}
+        # A call's launch shape by (row count, staged), resolved at its first call (_call_shape): the plan's
+        # arithmetic for it is a few dozen Python calls, which a training step would pay per norm.
+        self.call_shapes: dict[tuple[int, bool], tuple[int, int, int, int, int, int]] = {}
         self.sms, self.sm_shared = device.multiprocessor_count, device.max_shared_memory_per_multiprocessor
         self.staged_limit = min(bwd_plan.STAGED_SHARED_LIMIT, limit)
         if (p.stages and p.staged_shared_bytes(p.stages) <= self.staged_limit
@@ -94,51 +99,66 @@ class Prepared:
         pairs = [(i, j, (i, j) in ((0, 1), (0, 2))) for i in written for j in range(len(operands))
                  if j != i and not (j in written and j < i)]
         self.pointers = Pointers(hidden, operands, pairs)
-        # RMSNorm's saved rstd, last: one float32 per row, read, disjoint from what is written.
-        self.rstd_pointers = None if p.centered else Pointers(
-            hidden, [*operands, (4, 1, 1)], [*pairs, *((i, len(operands), False) for i in written)])
+        # The forward's saved statistics, last (LayerNorm's mean, then rstd; RMSNorm's rstd): one float32 per row
+        # each, read, disjoint from what is written.
+        stats = range(len(operands), len(operands) + (2 if p.centered else 1))
+        self.saved_pointers = Pointers(hidden, [*operands, *[(4, 1, 1)] * len(stats)],
+                                       [*pairs, *((i, j, False) for i in written for j in stats)])
         self.placed = _placement.for_device(device)
 
-    def _shape(self, grad_input, grad_output, input, weight, num_tokens) -> tuple[bool, int]:
-        """(staged, rows per block) of a call: the staged kernel where planned and the pointers allow it."""
+    def _staged(self, grad_input, grad_output, input, weight) -> bool:
+        """Whether a call takes the staged kernel: where planned and the pointers allow it."""
         m_gi, m_go, m_x, m_w = self.staged_masks
-        staged = self.staged_kernel is not None and not (grad_input & m_gi or grad_output & m_go or input & m_x
-                                                         or weight & m_w)
-        return staged, self.rows_per_block or self.plan.rows_per_block(num_tokens, staged)
+        return self.staged_kernel is not None and not (grad_input & m_gi or grad_output & m_go or input & m_x
+                                                       or weight & m_w)
+
+    def _call_shape(self, num_tokens: int, staged: bool) -> tuple[int, int, int, int, int, int]:
+        """(rows per block, the kernel's chunk argument, sum_partials' group, workspace rows, workspace bytes,
+        chunks) of a call, from the plan."""
+        shape = self.call_shapes.get((num_tokens, staged))
+        if shape is None:
+            p = self.plan
+            rows_per_block = self.rows_per_block or p.rows_per_block(num_tokens, staged)
+            # One row per block: kernel 1 writes each row's terms, kernel 2 makes the chunks of them.
+            chunk = p.chunk_for(num_tokens)
+            ws_chunk, group = (1, chunk) if rows_per_block == 1 else (chunk, 1)
+            if len(self.call_shapes) >= CALL_SHAPES:  # a server's row counts vary without end
+                self.call_shapes.clear()
+            shape = self.call_shapes[(num_tokens, staged)] = (
+                rows_per_block, ws_chunk, group, p.workspace_rows(num_tokens, rows_per_block),
+                p.workspace_bytes(num_tokens, rows_per_block), p.chunks(num_tokens))
+        return shape
 
     def workspace_bytes(self, grad_input, grad_output, input, weight, num_tokens) -> int:
         """Bytes of workspace a call with these pointers needs (0: none), for a caller that passes its own
         (pyrms.torch takes it from torch's caching allocator, on the stream the launch runs on)."""
-        return self.plan.workspace_bytes(num_tokens, self._shape(grad_input, grad_output, input, weight,
-                                                                 num_tokens)[1])
+        return self._call_shape(num_tokens, self._staged(grad_input, grad_output, input, weight))[4]
 
     def __call__(self, grad_input, grad_output, input, weight, grads, epsilon, num_tokens, stream, workspace,
-                 rstd=0) -> bool:
+                 rstd=0, mean=0) -> bool:
         """Launch, or return False having launched nothing. weight: 0 when weightless; grads: the parameter
-        gradients' pointers in plane order (grad_weight unless weightless, then grad_bias if asked for); rstd:
-        RMSNorm's saved rstd (float32, one per row), or 0 to recompute it."""
+        gradients' pointers in plane order (grad_weight unless weightless, then grad_bias if asked for); rstd,
+        mean: the forward's saved statistics (float32, one per row; LayerNorm's both, RMSNorm's rstd alone), or
+        0 to recompute them."""
         pointers = (grad_input, grad_output, input, *grads) if self.weightless else (
             grad_input, grad_output, input, weight, *grads)
-        checked = self.pointers
-        if rstd:
-            checked, pointers = self.rstd_pointers, (*pointers, rstd)
-            if checked is None:  # LayerNorm takes none
+        checked, centered = self.pointers, self.plan.centered
+        saved = (mean, rstd) if centered else (rstd,)  # the kernels' statistics pointers (null: recompute)
+        if rstd or mean:
+            if not (rstd and (mean if centered else not mean)):  # LayerNorm's two go together; RMSNorm has no mean
                 return False
+            checked, pointers = self.saved_pointers, (*pointers, *saved)
         if not (scalars_ok(epsilon, num_tokens, self.max_rows) and checked.ok(pointers, num_tokens)):
             return False
         p, hidden, handle, placed = self.plan, self.hidden, check.stream(stream), self.placed
         if placed is not None and not placed.ok(pointers, handle):
             return False
         gi_stride, go_stride, x_stride = self.strides
-        staged, rows_per_block = self._shape(grad_input, grad_output, input, weight, num_tokens)
-        # One row per block: kernel 1 writes each row's terms, kernel 2 makes the chunks of them.
-        chunk = p.chunk_for(num_tokens)
-        ws_chunk, group = (1, chunk) if rows_per_block == 1 else (chunk, 1)
-        ws_rows = p.workspace_rows(num_tokens, rows_per_block)
+        staged = self._staged(grad_input, grad_output, input, weight)
+        rows_per_block, ws_chunk, group, ws_rows, needed, chunks = self._call_shape(num_tokens, staged)
         # Where column 0 sits in a workspace row: the weight's phase in the column split (0 without one).
         weight_phase = weight // self.weight_item % p.dtype.vec_elems
-        needed = p.workspace_bytes(num_tokens, rows_per_block)  # 0 where nothing is summed: none borrowed
-        saved = () if p.centered else (rstd,)  # RMSNorm's kernels take the rstd pointer (null: recompute)
+        # needed: 0 where nothing is summed, and then no workspace is borrowed
         borrowed = contextlib.nullcontext(workspace or 0) if workspace or not needed else _workspace.borrowed(
             self.device, handle, needed)
         with borrowed as ws:
@@ -164,7 +184,7 @@ class Prepared:
                                         pdl=self.pdl)
             for k, grad in enumerate(grads):  # dweight, then dbias from the next plane
                 plane = ws + k * ws_rows * p.ws_stride * 4
-                self.sum_kernel.launch(-(-hidden // 32), (32, 32), (grad, plane, hidden, p.chunks(num_tokens), p.ws_stride,
+                self.sum_kernel.launch(-(-hidden // 32), (32, 32), (grad, plane, hidden, chunks, p.ws_stride,
                                                                      weight_phase, group, ws_rows), handle, pdl=self.pdl)
         return True
 
@@ -191,20 +211,21 @@ def parameter_gradients(weight, grad_weight, grad_bias, grad_weight_dtype) -> di
 def norm_backward(*, centered, grad_input, grad_weight, grad_bias, grad_output, input, weight, epsilon,
                   num_tokens, hidden_size, dtype, grad_output_stride, input_stride, grad_input_stride, gemma,
                   grad_weight_dtype, workspace, rows_per_block, stream, pdl, weight_dtype=None, grad_output_dtype=None,
-                  rstd=None):
+                  rstd=None, mean=None):
     """The backward of RMSNorm, or of LayerNorm where centered (the mean subtracted): each op's function, whose
     docstring says what the arguments are. Raw pointers go to the prepared launch; arrays are read first."""
     params = parameter_gradients(weight, grad_weight, grad_bias, grad_weight_dtype)
     grads = tuple(params.values())
     if (type(grad_input) is int and type(grad_output) is int and type(input) is int
             and (weight is None or type(weight) is int) and all(type(g) is int for g in grads) and workspace is None
-            and (rstd is None or (type(rstd) is int and rstd > 0))):
+            and (rstd is None or (type(rstd) is int and rstd > 0))
+            and (mean is None or (type(mean) is int and mean > 0))):
         static = (centered, dtype, grad_weight_dtype, hidden_size, grad_input_stride, grad_output_stride,
                   input_stride, gemma, rows_per_block, weight is None, "grad_bias" in params, pdl, weight_dtype,
                   grad_output_dtype)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(grad_input, grad_output, input, weight or 0, grads, epsilon, num_tokens,
-                                             stream, None, rstd or 0):
+                                             stream, None, rstd or 0, mean or 0):
             return
     rows_or_vectors = (grad_input, grad_output, input, *(() if weight is None else (weight,)))
     if not all(isinstance(v, int) for v in rows_or_vectors):  # arrays: read once, then the raw-pointer path
@@ -223,22 +244,31 @@ def norm_backward(*, centered, grad_input, grad_weight, grad_bias, grad_output, 
             weight, _, w_dtype = found["weight"]
             weight_dtype = check.dtype_operand("weight", w_dtype, weight_dtype)
         dtype = dt
-    if rstd is not None and type(rstd) is not int:
-        rstd = check.float32_per_row("rstd", rstd, check.sizes(num_tokens, hidden_size)[0], "a saved rstd's values",
-                                     written=False)
+    saved = {name: value for name, value in (("mean", mean), ("rstd", rstd)) if value is not None}
+    for name, value in saved.items():
+        if type(value) is not int:
+            saved[name] = check.float32_per_row(name, value, check.sizes(num_tokens, hidden_size)[0],
+                                                f"a saved {name}'s values", written=False)
     _general(centered, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
-             stream, pdl, weight_dtype, grad_output_dtype, rstd)
+             stream, pdl, weight_dtype, grad_output_dtype, saved)
 
 
 def _general(centered, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
-             stream, pdl, weight_dtype, grad_output_dtype, rstd):
-    """Every check with its message (the rows, the weight and rstd are raw pointers by now; the parameter
-    gradients, by name, may still be arrays), then the prepared launch on the pointers."""
+             stream, pdl, weight_dtype, grad_output_dtype, saved):
+    """Every check with its message (the rows, the weight and the saved statistics, ``saved`` by name, are raw
+    pointers by now; the parameter gradients, by name, may still be arrays), then the prepared launch on the
+    pointers."""
     check.flag("pdl", pdl)
     num_tokens, hidden = check.sizes(num_tokens, hidden_size)
-    saved = None if rstd is None else check.float32_per_row_pointer("rstd", rstd, num_tokens)
+    if not centered and "mean" in saved:
+        raise TypeError("RMSNorm's backward takes no mean (its statistic is rstd alone)")
+    if centered and len(saved) == 1:
+        given, missing = (*saved, *({"mean", "rstd"} - set(saved)))
+        raise ValueError(f"{given} was given without {missing}: LayerNorm's backward reads the forward's mean and "
+                         f"rstd together (pass both, or neither to recompute them)")
+    saved = {name: check.float32_per_row_pointer(name, value, num_tokens) for name, value in saved.items()}
     eps = check.epsilon(epsilon)
     weightless = weight is None
     if weightless:
@@ -272,17 +302,17 @@ def _general(centered, grad_input, params, grad_output, input, weight, epsilon, 
     own = None if workspace is None else check.workspace(workspace, p.workspace_bytes(num_tokens, per_call))
     check.disjoint([r["grad_input"], *(r[name] for name in params)],
                    [r["grad_output"], r["input"], *(() if weightless else (r["weight"],)), *([own] if own else []),
-                    *([saved] if saved else [])],
+                    *saved.values()],
                    in_place={("grad_input", "grad_output"), ("grad_input", "input")})
     device = driver.selected_device()
     check.same_device([region.op for region in r.values()], device.ordinal)
-    pointers = {name: region.ptr for name, region in r.items()} | ({"rstd": saved.ptr} if saved else {})
+    pointers = {name: region.ptr for name, region in r.items()} | {name: region.ptr for name, region in saved.items()}
     _placement.check(device, {**pointers, "workspace": own.ptr} if own else pointers, stream)
     prepared = _prepared.require(centered, dt, pdt, hidden, *strides, gemma, rows_per_block, weightless, grad_bias,
                                  pdl, _float32(p.fp32_weight), _float32(p.fp32_grad_output))
     launched = prepared(r["grad_input"].ptr, r["grad_output"].ptr, r["input"].ptr, 0 if weightless else r["weight"].ptr,
                         tuple(r[name].ptr for name in params), eps, num_tokens, stream, own.ptr if own else None,
-                        saved.ptr if saved else 0)
+                        saved["rstd"].ptr if saved else 0, saved["mean"].ptr if "mean" in saved else 0)
     assert launched, "the checks above accept what the prepared launch declines"
 
 

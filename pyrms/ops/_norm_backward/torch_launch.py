@@ -15,10 +15,12 @@ from .prepared import _prepared, norm_backward
 
 def norm_backward_launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float, *,
                          centered: bool = False, gemma: bool = False, grad_bias: bool = False,
-                         rstd: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                         rstd: torch.Tensor | None = None,
+                         mean: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_input, grad_weight, grad_bias) of RMSNorm, or LayerNorm where ``centered``, grad_bias the sum of
     grad_out over rows where asked for (LayerNorm's bias, or RMSNorm's with a bias), else empty, like grad_weight
-    without a weight. A weight per head: RMSNorm's alone, without a bias."""
+    without a weight. A weight per head: RMSNorm's alone, without a bias. rstd (and LayerNorm's mean): the
+    forward's saved statistics, float32 [rows], read instead of recomputed; None: recompute."""
     # The hot path (eager autograd calls this once per norm per step): each check reads one torch attribute;
     # anything it turns down (a weight per head, or operands to refuse) goes through the checks that name it.
     try:
@@ -43,15 +45,15 @@ def norm_backward_launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.
              parameter_grad_like(x, grad_bias, torch.float32 if mix else None))
     numel = x.numel()
     if numel:
-        _launch(grad_input, grads, grad_out, x, weight, eps, centered, gemma, grad_bias, rstd, dtype, device, hidden,
-                heads, mix)
+        _launch(grad_input, grads, grad_out, x, weight, eps, centered, gemma, grad_bias, rstd, mean, dtype, device,
+                hidden, heads, mix)
     else:
         for g in grads:
             g.zero_()
     return (grad_input, *(g.to(weight.dtype) if mix else g for g in grads))
 
 
-def _launch(grad_input, grads, grad_out, x, weight, eps, centered, gemma, grad_bias, rstd, dtype, device, hidden,
+def _launch(grad_input, grads, grad_out, x, weight, eps, centered, gemma, grad_bias, rstd, mean, dtype, device, hidden,
             heads, mix) -> None:
     """norm_backward_launch's kernels, into its outputs, on torch's current stream: one backward per head."""
     if heads > 1:  # token rows of all heads: head h's row is columns [h * hidden, (h + 1) * hidden)
@@ -68,6 +70,7 @@ def _launch(grad_input, grads, grad_out, x, weight, eps, centered, gemma, grad_b
     gi, go, xp, wp = grad_input.data_ptr(), grad_out.data_ptr(), x.data_ptr(), 0 if w is None else w.data_ptr()
     gw, gb = (0 if weight is None else grads[0].data_ptr()), (grads[1].data_ptr() if grad_bias else 0)
     saved = 0 if rstd is None else rstd.data_ptr()
+    saved_mean = 0 if mean is None else mean.data_ptr()
     for h in range(heads):
         # Each head's operands start h * hidden elements into its rows (its weight row: into the weight).
         a_gi, a_go, a_x = gi + h * hidden * item, go + h * hidden * g_item, xp + h * hidden * item
@@ -80,7 +83,7 @@ def _launch(grad_input, grads, grad_out, x, weight, eps, centered, gemma, grad_b
             nbytes = prepared.workspace_bytes(a_gi, a_go, a_x, a_w, rows)
             ws = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if nbytes else None
             if prepared(a_gi, a_go, a_x, a_w, params, float(eps), rows, stream, None if ws is None else ws.data_ptr(),
-                        saved):
+                        saved, saved_mean):
                 continue
         # The general path: it raises the error that names what the prepared launch turned down.
         norm_backward(centered=centered, grad_input=a_gi, grad_weight=a_gw or None, grad_bias=gb or None,
@@ -88,4 +91,4 @@ def _launch(grad_input, grads, grad_out, x, weight, eps, centered, gemma, grad_b
                       hidden_size=hidden, dtype=dtype, grad_output_stride=g_stride, input_stride=x_stride,
                       grad_input_stride=gi_stride, gemma=gemma, grad_weight_dtype=None, workspace=None,
                       rows_per_block=None, stream=stream, pdl=True, weight_dtype=w_kind, grad_output_dtype=go_kind,
-                      rstd=saved or None)
+                      rstd=saved or None, mean=saved_mean or None)

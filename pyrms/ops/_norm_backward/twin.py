@@ -60,7 +60,7 @@ def sum_partials_twin(partials):
 
 
 def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weight_phase=0, chunk_rows=None,
-                       centered=False, gemma=False, grad_dtype=None, rstd=None, grad_bias=False):
+                       centered=False, gemma=False, grad_dtype=None, rstd=None, grad_bias=False, mean=None):
     """Bit-exact twin of the backward kernels (norm_backward.cuh: RMSNorm's, or LayerNorm's where centered)
     and sum_partials_kernel.
 
@@ -78,11 +78,14 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
     dbias) for LayerNorm; the row sums are split as at a 16-byte aligned weight (weight_phase 0, the
     only one allowed), so dx equals a weighted backward's with an aligned weight of ones, bit for bit.
 
-    rstd: RMSNorm's saved inv_rms per row (float32), used instead of the statistics (fold and x_phases
-    then change nothing). grad_bias: RMSNorm with a bias, its dbias (the sum of dy, in the same order) last.
+    rstd: the forward's saved inv per row (float32), and for LayerNorm (centered) mean, its saved mean per row,
+    used instead of the statistics (fold and x_phases then change nothing). grad_bias: RMSNorm with a bias, its
+    dbias (the sum of dy, in the same order) last.
     """
-    if rstd is not None and centered:
-        raise ValueError("rstd is RMSNorm's saved statistic; LayerNorm's backward recomputes its own")
+    if (mean is not None) != (centered and rstd is not None):
+        raise ValueError("a saved mean goes with a saved rstd, and LayerNorm's (centered) only; got "
+                         f"mean={'given' if mean is not None else None}, rstd={'given' if rstd is not None else None}, "
+                         f"centered={centered}")
     if weight is None and (gemma or weight_phase):
         raise ValueError(f"weight=None splits its columns at phase 0 and has no gemma; got weight_phase={weight_phase}, "
                          f"gemma={gemma}")
@@ -96,7 +99,9 @@ def norm_backward_twin(dy, x, weight, epsilon, *, block, fold, x_phases=0, weigh
     if rstd is None:
         mean, inv = row_stats_twin(xf, epsilon, fold, x_phases, dt.vec_elems, centered=centered)
     else:
-        mean, inv = np.zeros(x.shape[0], F32), np.asarray(rstd, dtype=F32).reshape(x.shape[0])
+        rows = x.shape[0]
+        mean = np.zeros(rows, F32) if mean is None else np.asarray(mean, dtype=F32).reshape(rows)
+        inv = np.asarray(rstd, dtype=F32).reshape(rows)
     with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN rows propagate as on the GPU
         x_hat = ((xf - mean[:, None]) if centered else xf) * inv[:, None]
         g = wf * dyf

@@ -22,7 +22,7 @@ _FEW_ROWS = planner.FEW_ROWS
 class Prepared:
     """One (device, dtype, hidden, strides, bias or not, weight and output dtypes) of layer_norm, resolved once."""
 
-    __slots__ = ("rows", "max_rows", "pointers", "placed", "has_weight")
+    __slots__ = ("rows", "max_rows", "pointers", "stats_pointers", "placed", "has_weight", "rms")
 
     def __init__(self, device, dtype, hidden, input_stride, out_stride, has_bias, pdl, has_weight=True,
                  weight_dtype=None, out_dtype=None, rms=False):
@@ -41,21 +41,35 @@ class Prepared:
         # one dtype (the input's without a weight)
         self.has_weight = has_weight  # without one, the weight pointer is null and never read
         vectors = [(p.param_dtype.itemsize, 0)] * (int(has_weight) + int(has_bias))
-        self.pointers = Pointers(hidden, [(p.out_dtype.itemsize, o_stride), (dt.itemsize, x_stride), *vectors],
-                                 [(0, 1, p.out == "same"), *((0, 2 + k, False) for k in range(len(vectors)))])
+        operands = [(p.out_dtype.itemsize, o_stride), (dt.itemsize, x_stride), *vectors]
+        pairs = [(0, 1, p.out == "same"), *((0, 2 + k, False) for k in range(len(vectors)))]
+        self.pointers = Pointers(hidden, operands, pairs)
+        # The statistics saved for the backward, last (LayerNorm's mean, then rstd; RMSNorm-with-a-bias's rstd):
+        # one float32 per row each, written, disjoint from every other operand.
+        self.rms = p.rms
+        stats = range(len(operands), len(operands) + (1 if p.rms else 2))
+        self.stats_pointers = Pointers(hidden, [*operands, *[(4, 1, 1)] * len(stats)],
+                                       [*pairs, *((j, k, False) for j in stats for k in range(j))])
         self.placed = _placement.for_device(device)
 
-    def __call__(self, out, input, weight, bias, epsilon, num_tokens, stream) -> bool:
+    def __call__(self, out, input, weight, bias, epsilon, num_tokens, stream, mean=0, rstd=0) -> bool:
+        """Launch, or return False having launched nothing; mean, rstd: 0, or where each row's mean and inv go
+        (float32; LayerNorm's both, RMSNorm-with-a-bias's rstd alone)."""
         if not scalars_ok(epsilon, num_tokens, self.max_rows):
             return False
         pointers = (out, input, *((weight,) if self.has_weight else ()), *(() if bias is None else (bias,)))
-        if not self.pointers.ok(pointers, num_tokens):
+        checked = self.pointers
+        if mean or rstd:
+            if not (rstd and (not mean if self.rms else mean)):  # LayerNorm's two go together; RMS has no mean
+                return False
+            checked, pointers = self.stats_pointers, (*pointers, *((rstd,) if self.rms else (mean, rstd)))
+        if not checked.ok(pointers, num_tokens):
             return False
         handle, placed = check.stream(stream), self.placed
         if placed is not None and not placed.ok(pointers, handle):
             return False
         w, b = weight or 0, bias or 0
-        self.rows(_FEW_ROWS, num_tokens, handle, out | input | w | b, out, input, w, b, epsilon)
+        self.rows(_FEW_ROWS, num_tokens, handle, out | input | w | b, out, input, w, b, mean, rstd, epsilon)
         return True
 
 
@@ -66,27 +80,32 @@ _FORM = Form("layer_norm", ("input", "weight", "bias"), 2, 1e-5)
 @overload
 def layer_norm(input: Array, weight: Array | None, bias: Array | None = None, eps: float = ..., *, out: None = None,
                dtype: DTypeLike | None = None, stream: StreamLike = None, pdl: bool = True,
-               out_dtype: DTypeLike | None = None, rms: bool = False) -> Tensor: ...
+               out_dtype: DTypeLike | None = None, rms: bool = False, mean: Operand | None = None,
+               rstd: Operand | None = None) -> Tensor: ...
 @overload
 def layer_norm(input: Array, weight: Array | None, bias: Array | None = None, eps: float = ..., *, out: ArrayT,
                dtype: DTypeLike | None = None, stream: StreamLike = None, pdl: bool = True,
-               out_dtype: DTypeLike | None = None, rms: bool = False) -> ArrayT: ...
+               out_dtype: DTypeLike | None = None, rms: bool = False, mean: Operand | None = None,
+               rstd: Operand | None = None) -> ArrayT: ...
 @overload
 def layer_norm(out: None, input: Array, weight: Operand | None, bias: Operand | None, /, epsilon: float,
                num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
                input_stride: int | None = None, out_stride: int | None = None, stream: StreamLike = None,
                pdl: bool = True, weight_dtype: DTypeLike | None = None,
-               out_dtype: DTypeLike | None = None, rms: bool = False) -> Tensor: ...
+               out_dtype: DTypeLike | None = None, rms: bool = False, mean: Operand | None = None,
+               rstd: Operand | None = None) -> Tensor: ...
 @overload
 def layer_norm(out: OperandT, input: Operand, weight: Operand | None, bias: Operand | None, /, epsilon: float,
                num_tokens: int | None = None, hidden_size: int | None = None, *, dtype: DTypeLike | None = None,
                input_stride: int | None = None, out_stride: int | None = None, stream: StreamLike = None,
                pdl: bool = True, weight_dtype: DTypeLike | None = None,
-               out_dtype: DTypeLike | None = None, rms: bool = False) -> OperandT: ...
+               out_dtype: DTypeLike | None = None, rms: bool = False, mean: Operand | None = None,
+               rstd: Operand | None = None) -> OperandT: ...
 def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UNSET, epsilon: Any = UNSET,
                num_tokens: Any = None, hidden_size: Any = None, *, out: Any = UNSET, dtype: Any = None,
                input_stride: Any = None, out_stride: Any = None, stream: Any = None, pdl: Any = True,
-               weight_dtype: Any = None, out_dtype: Any = None, rms: Any = False) -> Any:
+               weight_dtype: Any = None, out_dtype: Any = None, rms: Any = False, mean: Any = None,
+               rstd: Any = None) -> Any:
     """LayerNorm of each of ``num_tokens`` rows of ``hidden_size`` elements, written to ``out``:
     ``out = (x - mean) / sqrt(var + epsilon) * weight + bias``, var the population variance;
     ``bias=None`` for a LayerNorm without bias (no term added, as ``torch.nn.LayerNorm(bias=False)``);
@@ -117,11 +136,16 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
     dimension, any element alignment. ``out`` may be ``input`` (in place). ``dtype``, strides,
     ``stream``, ``epsilon``, ``pdl``: as every pyrms op takes them. Everything is validated before the launch,
     which is asynchronous on ``stream``.
+
+    ``mean``, ``rstd``: where each row's mean and ``1 / sqrt(var + epsilon)`` are stored (float32, one per row:
+    raw pointers or arrays of num_tokens, disjoint from the rest), both or neither, for ``layer_norm_backward``
+    to read instead of recomputing them (the same values: the same bits); with ``rms=True``, ``rstd`` alone
+    (RMSNorm's inv_rms, for its backward's ``rstd=``). The output does not change.
     """
     # The overloads above are its types. Out first on raw pointers, positionally, is the hot path: input, weight,
     # bias and eps hold out, input, the weight and the bias (_convention says why).
-    if type(input) is int and type(weight) is int and (bias is None or type(bias) is int) and (
-            eps is None or type(eps) is int) and out is UNSET:
+    if mean is None and rstd is None and type(input) is int and type(weight) is int and (
+            bias is None or type(bias) is int) and (eps is None or type(eps) is int) and out is UNSET:
         static = (dtype, hidden_size, input_stride, out_stride, eps is not None, pdl, bias is not None, weight_dtype,
                   out_dtype, rms)
         prepared = _prepared.get(*static)
@@ -138,6 +162,10 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
     out, input, weight, bias, epsilon = _convention.resolve(_FORM, (input, weight, bias), eps, epsilon, out)
     if type(out) is int and type(input) is int and (weight is None or type(weight) is int) and (
             bias is None or type(bias) is int):  # out first by name
+        if mean is not None or rstd is not None:  # the statistics saved for the backward
+            return _with_stats(out, input, weight, bias, epsilon, num_tokens, hidden_size, mean, rstd, dtype=dtype,
+                               input_stride=input_stride, out_stride=out_stride, stream=stream, pdl=pdl,
+                               weight_dtype=weight_dtype, out_dtype=out_dtype, rms=rms)
         return layer_norm(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype=dtype,
                           input_stride=input_stride, out_stride=out_stride, stream=stream, pdl=pdl,
                           weight_dtype=weight_dtype, out_dtype=out_dtype, rms=rms)
@@ -155,10 +183,55 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
     weight_dtype = _params_dtype(dt, weight_dtype, found)
     if rows:
         x, x_stride = found["input"]
+        stats = {name: value if type(value) is int else check.float32_per_row(name, value, rows, f"{name}'s values",
+                                                                             written=True)
+                 for name, value in (("mean", mean), ("rstd", rstd)) if value is not None}
         layer_norm(o, x, None if weight is None else found["weight"][0], None if bias is None else found["bias"][0],
                    epsilon, rows, hidden, dtype=dt, input_stride=x_stride, out_stride=o_stride, stream=stream, pdl=pdl,
-                   weight_dtype=weight_dtype, out_dtype=out_dtype, rms=rms)
+                   weight_dtype=weight_dtype, out_dtype=out_dtype, rms=rms, **stats)
     return out
+
+
+def _with_stats(out, input, weight, bias, epsilon, num_tokens, hidden_size, mean, rstd, *, dtype, input_stride,
+                out_stride, stream, pdl, weight_dtype, out_dtype, rms) -> OptionalOperand:
+    """layer_norm on raw pointers (layer_norm reads arrays first) storing each row's statistics: mean and rstd
+    (LayerNorm's, together) or rstd alone (rms), checked (float32, one per row, disjoint from each other and the
+    rest), then the prepared launch."""
+    if rms and mean is not None:
+        raise ValueError("mean was given with rms=True: RMSNorm with a bias subtracts no mean; it saves rstd alone")
+    if not rms and (mean is None) != (rstd is None):
+        given, missing = ("mean", "rstd") if rstd is None else ("rstd", "mean")
+        raise ValueError(f"{given} was given without {missing}: LayerNorm's backward reads both (pass both, or "
+                         "neither)")
+    rows, hidden = check.sizes(num_tokens, hidden_size)
+    stats = {name: value if type(value) is int else check.float32_per_row(name, value, rows, f"{name}'s values",
+                                                                         written=True)
+             for name, value in (("mean", mean), ("rstd", rstd)) if value is not None}
+    prepared = _prepared.get(dtype, hidden_size, input_stride, out_stride, bias is not None, pdl, weight is not None,
+                             weight_dtype, out_dtype, rms)
+    if prepared is not None and prepared(out, input, weight, bias, epsilon, num_tokens, stream, stats.get("mean", 0),
+                                         stats["rstd"]):
+        return out
+    # the statistics' checks first (the rest's are _explain's, which reports a missing driver last)
+    written = [check.float32_per_row_pointer(name, value, rows) for name, value in stats.items()]
+    dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+    p = ln_plan.plan_layer_norm(dt, 1, weight=weight is not None, weight_dtype=weight_dtype, out_dtype=out_dtype,
+                                bias=bias is not None, rms=check.flag("rms", rms))
+    x_stride = check.stride_arg("input_stride", input_stride, hidden)
+    o_stride = check.stride_arg("out_stride", out_stride, hidden)
+    others = [(region.op, region.span) for region in written]
+    for name, ptr, count, stride, itemsize in (("out", out, rows, o_stride, p.out_dtype.itemsize),
+                                               ("input", input, rows, x_stride, dt.itemsize),
+                                               ("weight", weight, 1, hidden, p.param_dtype.itemsize),
+                                               ("bias", bias, 1, hidden, p.param_dtype.itemsize)):
+        if type(ptr) is int and ptr > 0:
+            others.append((check.Operand(name, ptr), check.span(ptr, count, stride, hidden, itemsize)))
+    for k, region in enumerate(written):
+        for op, span in others[:k] + others[k + 1:]:
+            check.no_partial_overlap(region.op, region.span, op, span, may_alias=False)
+    _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
+             weight_dtype, out_dtype, rms)
+    raise AssertionError("unreachable: layer_norm's statistics passed every check the prepared launch makes")
 
 
 def _params_dtype(dt: dtypes.DType, weight_dtype, found: dict):
@@ -210,7 +283,8 @@ def layer_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_
                         input_stride: int | None = None, grad_input_stride: int | None = None,
                         grad_weight_dtype: DTypeLike | None = None, workspace: Workspace | None = None,
                         rows_per_block: int | None = None, stream: StreamLike = None, pdl: bool = True,
-                        weight_dtype: DTypeLike | None = None, grad_output_dtype: DTypeLike | None = None) -> None:
+                        weight_dtype: DTypeLike | None = None, grad_output_dtype: DTypeLike | None = None,
+                        mean: Operand | None = None, rstd: Operand | None = None) -> None:
     """The gradients of ``y = layer_norm(input, weight, bias)`` for the upstream gradient ``grad_output``:
 
         x_hat = (x - mean) * r,  g = weight * dy
@@ -223,8 +297,10 @@ def layer_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_
     grad_input bitwise what a 16-byte aligned weight of ones would give, and grad_bias if asked for.
     Without weight and grad_bias: one launch, no sum over rows and no workspace.
 
-    mean and r recomputed per row exactly as ``layer_norm`` computes them. grad_weight and grad_bias
-    are summed in fp32 in a fixed order (bitwise reproducible for every ``rows_per_block``), written in
+    mean and r recomputed per row exactly as ``layer_norm`` computes them, or read from ``mean`` and ``rstd`` (both
+    or neither): the forward's (``layer_norm``'s ``mean=``, ``rstd=``), one float32 per row (raw pointers or
+    arrays of num_tokens), the same values, so the same bits, without two block reductions per row.
+    grad_weight and grad_bias are summed in fp32 in a fixed order (bitwise reproducible for every ``rows_per_block``), written in
     the weight's dtype or, with ``grad_weight_dtype='float32'`` (or float32 arrays), in fp32; both get the
     same dtype. Mixed precision as in ``pyrms.rms_norm_backward``: a float32 weight beside bf16/fp16 rows
     (``weight_dtype='float32'`` for a raw pointer; ``layer_norm``'s fp32 gamma and beta), both gradients then
@@ -238,4 +314,5 @@ def layer_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_
                   hidden_size=hidden_size, dtype=dtype, grad_output_stride=grad_output_stride,
                   input_stride=input_stride, grad_input_stride=grad_input_stride, gemma=False,
                   grad_weight_dtype=grad_weight_dtype, workspace=workspace, rows_per_block=rows_per_block,
-                  stream=stream, pdl=pdl, weight_dtype=weight_dtype, grad_output_dtype=grad_output_dtype)
+                  stream=stream, pdl=pdl, weight_dtype=weight_dtype, grad_output_dtype=grad_output_dtype, rstd=rstd,
+                  mean=mean)

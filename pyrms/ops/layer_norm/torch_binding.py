@@ -55,30 +55,53 @@ def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | No
            rms: bool = False) -> torch.Tensor:
     """LayerNorm of x's rows into a new tensor (see pyrms.torch.layer_norm); weight/bias None: none. Parameters
     of another dtype than x are read as float32 and the output is float32. rms: RMSNorm with a bias."""
+    return _launch_rows(x, weight, bias, eps, rms, False)[0]
+
+
+def _launch_rows(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, rms: bool,
+                 save: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(out, mean, rstd) of launch; save: each row's statistics also stored, for the backward to read, into new
+    float32 [rows] tensors (mean None with rms: RMSNorm's rstd alone); else (out, None, None)."""
     dtype, mix = _check(x, weight, bias, rms)
     device = check_device({"x": x, "weight": weight, "bias": bias})
     x, stride = rows_of(x)
     out = empty_rows_like(x, torch.float32 if mix else None)
     numel = x.numel()
+    mean = rstd = None
     if numel:
         hidden = x.shape[-1]
+        rows = numel // hidden
         kind = "float32" if mix and dtype != "float32" else None  # fp32 rows: one dtype all through
         if mix:
             weight, bias = as_float32(weight), as_float32(bias)
-        _layer_norm(out.data_ptr(), x.data_ptr(), ptr(weight), ptr(bias), eps, numel // hidden, hidden, dtype=dtype,
+        if save:
+            rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+            mean = None if rms else torch.empty(rows, dtype=torch.float32, device=x.device)
+        _layer_norm(out.data_ptr(), x.data_ptr(), ptr(weight), ptr(bias), eps, rows, hidden, dtype=dtype,
                     input_stride=stride, out_stride=hidden, stream=current_stream(device), weight_dtype=kind,
-                    out_dtype=kind, rms=rms)
-    return out
+                    out_dtype=kind, rms=rms, mean=ptr(mean), rstd=ptr(rstd))
+    return out, mean, rstd
+
+
+def _forward_saving_stats(x, weight, bias, eps: float, rms: bool) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                                           torch.Tensor | None]:
+    """The forward under eager autograd: (out, mean, rstd), the statistics saved where x is a CUDA tensor; else
+    launch's output and None (launch names what it refuses)."""
+    if not (isinstance(x, torch.Tensor) and x.is_cuda):
+        return launch(x, weight, bias, eps, rms), None, None
+    return _launch_rows(x, weight, bias, eps, rms, True)
 
 
 def launch_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
-                    has_bias: bool, rms: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    has_bias: bool, rms: bool = False, mean: torch.Tensor | None = None,
+                    rstd: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_input, grad_weight, grad_bias) of layer_norm, the sums over rows in a fixed order; grad_weight
     empty without a weight, grad_bias (the sum of grad_out over rows) empty unless has_bias. Without
     either, nothing is summed: one launch, no workspace. A weight of another dtype than x (the bias's too)
     is read as float32, both gradients summed and written in float32, then converted to its dtype. rms: of
-    RMSNorm with a bias (RMSNorm's backward with grad_bias)."""
-    return norm_backward_launch(grad_out, x, weight, eps, centered=not rms, grad_bias=has_bias)
+    RMSNorm with a bias (RMSNorm's backward with grad_bias). mean, rstd: the forward's saved statistics
+    (_launch_rows'), read instead of recomputed; None: recompute."""
+    return norm_backward_launch(grad_out, x, weight, eps, centered=not rms, grad_bias=has_bias, rstd=rstd, mean=mean)
 
 
 # --- the custom ops -------------------------------------------------------------------------------------
@@ -131,14 +154,18 @@ class LayerNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps, rms):
-        _save_layer_norm(ctx, (x, weight, bias, eps, rms), None)
-        return launch(x, weight, bias, eps, rms)
+        out, mean, rstd = _forward_saving_stats(x, weight, bias, eps, rms)
+        # the statistics: the backward reads them instead of recomputing (the same bits, fewer block sums)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.eps, ctx.has_bias, ctx.rms = eps, bias is not None, rms
+        return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        grad_input, grad_weight, grad_bias = launch_backward(grad, x, weight, ctx.eps, ctx.has_bias, ctx.rms)
+        x, weight, mean, rstd = ctx.saved_tensors
+        grad_input, grad_weight, grad_bias = launch_backward(grad, x, weight, ctx.eps, ctx.has_bias, ctx.rms, mean,
+                                                             rstd)
         return grad_input, None if weight is None else grad_weight, grad_bias if ctx.has_bias else None, None, None
 
 

@@ -41,8 +41,10 @@ def test_twin_uses_other_values_as_given(rng):
     want = r64 * (g - x64 * r64 * np.mean(x64 * r64 * g, axis=1, keepdims=True))
     assert np.allclose(dx, want, rtol=1e-5, atol=1e-6)
     assert np.allclose(dw, (dy * x * r[:, None]).sum(axis=0), rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="rstd is RMSNorm's saved statistic"):
-        bwd_twin.norm_backward_twin(dy, x, w, 1e-5, rstd=r, centered=True, **kw)
+    with pytest.raises(ValueError, match="a saved mean goes with a saved rstd, and LayerNorm's"):
+        bwd_twin.norm_backward_twin(dy, x, w, 1e-5, rstd=r, centered=True, **kw)  # LayerNorm's needs its mean too
+    with pytest.raises(ValueError, match="a saved mean goes with a saved rstd, and LayerNorm's"):
+        bwd_twin.norm_backward_twin(dy, x, w, 1e-5, rstd=r, mean=r, **kw)  # RMSNorm subtracts none
 
 
 def test_validation_of_rstd():
@@ -55,8 +57,6 @@ def test_validation_of_rstd():
         backward(rstd=A + 64)  # inside grad_input's rows, which the backward writes
     with pytest.raises(ValueError, match="overlap"):
         backward(rstd=B)  # grad_weight
-    with pytest.raises(TypeError, match="rstd"):
-        pyrms.layer_norm_backward(A, B, None, C, D, E, 1e-5, 4, 64, rstd=F)
 
 
 def test_array_rstd_is_checked(recorded):
@@ -76,7 +76,7 @@ def test_array_rstd_is_checked(recorded):
 @pytest.mark.parametrize("aligned", [True, False])
 def test_the_pointer_follows_the_weight_in_both_kernels(recorded, aligned):
     """Raw pointers: rstd is the kernels' sixth argument (0: recompute), in the staged kernel (every pointer
-    16-byte aligned) and the rows kernel; LayerNorm's kernels have no such argument."""
+    16-byte aligned) and the rows kernel; LayerNorm's kernels take mean, then rstd, there."""
     calls, _ = recorded
     shift = 0 if aligned else 2
     p = bwd_plan.plan_norm_backward("bfloat16", 64)
@@ -85,5 +85,7 @@ def test_the_pointer_follows_the_weight_in_both_kernels(recorded, aligned):
         assert calls[0][0] == (p.staged_expression if aligned else p.expression)
         assert calls[0][4][4:7] == (E, rstd or 0, 1e-5)
         calls.clear()
-    pyrms.layer_norm_backward(A, B, None, C + shift, D, E, 1e-5, 4, 64, dtype="bfloat16")
-    assert calls[0][4][4:6] == (E, 1e-5)
+    for mean, rstd in ((None, None), (F, F + 64)):
+        pyrms.layer_norm_backward(A, B, None, C + shift, D, E, 1e-5, 4, 64, dtype="bfloat16", mean=mean, rstd=rstd)
+        assert calls[0][4][4:8] == (E, mean or 0, rstd or 0, 1e-5)
+        calls.clear()
