@@ -9,7 +9,7 @@ Imports torch: only pyrms.torch imports this module (the registry names it, ``Op
     torch.ops.pyrms.layer_norm_backward(grad_out, x, weight?, eps, has_bias, rms=False) -> (grad_input, grad_weight, grad_bias)
 
 rms: RMSNorm with a bias (``pyrms.layer_norm``'s rms=True, its backward RMSNorm's with grad_bias),
-what ``pyrms.torch.rms_norm`` runs when given a bias.
+where RMSNorm's PyTorch function routes a call given a bias.
 
 Layouts: rows one stride apart are read in place, others from a contiguous copy; outputs are new tensors whose
 rows lie ``hidden`` apart. The backward op returns an empty tensor for a gradient it does not compute
@@ -42,7 +42,8 @@ def _check(x, weight, bias, rms: bool = False) -> tuple[str, bool]:
     weight and bias then share one dtype, read as float32; a bias alone must be of x's dtype). rms: RMSNorm with a
     bias, which needs one."""
     if rms and bias is None:
-        raise ValueError("rms=True is RMSNorm with a bias, and bias is None (without one, use pyrms.torch.rms_norm)")
+        raise ValueError("rms=True is RMSNorm with a bias, and bias is None (without one, use the RMSNorm forward "
+                         "itself)")
     dtype = check_meta(x, {"weight": weight, "bias": bias}, mixed_vectors=("weight", "bias"))
     mix = mixed(x, weight) or mixed(x, bias)
     if mix and (weight is None or (bias is not None and bias.dtype != weight.dtype)):
