@@ -42,8 +42,8 @@ def _check(x, weight, bias, rms: bool = False) -> tuple[str, bool]:
     weight and bias then share one dtype, read as float32; a bias alone must be of x's dtype). rms: RMSNorm with a
     bias, which needs one."""
     if rms and bias is None:
-        raise ValueError("rms=True is RMSNorm with a bias, and bias is None (without one, use the RMSNorm forward "
-                         "itself)")
+        raise ValueError("rms=True is RMSNorm with a bias, and bias is None (without one, the RMSNorm forward with "
+                         "round_once=True computes the same)")
     dtype = check_meta(x, {"weight": weight, "bias": bias}, mixed_vectors=("weight", "bias"))
     mix = mixed(x, weight) or mixed(x, bias)
     if mix and (weight is None or (bias is not None and bias.dtype != weight.dtype)):
