@@ -74,10 +74,9 @@ def _shape(t: int, h: int) -> str:
     return f"{t}x{h}"
 
 
-def _own(kind: str) -> dict:
-    """The ops that declare a target of this kind (a field of ops.Targets) -> its value, in the registry's order."""
-    return {name: getattr(b.targets, kind) for name, b in ops_mod.benches().items()
-            if getattr(b.targets, kind) is not None}
+def _own() -> dict[str, ops_mod.Targets]:
+    """Each benchmarked op's own targets (its declaration's), by op, in the registry's order."""
+    return {name: b.targets for name, b in ops_mod.benches().items()}
 
 
 def _ceiling_targets(records, ceiling: float) -> list[Target]:
@@ -92,8 +91,8 @@ def _ceiling_targets(records, ceiling: float) -> list[Target]:
         ratio = r.gbps / ceiling
         out.append(Target("ceiling", text, PASS if ratio >= frac else FAIL,
                           f"{r.gbps:.0f} GB/s = {ratio:.3f} x {ceiling:.0f} GB/s"))
-    for op, frac in _own("ceiling").items():
-        t, h = EXTRA_OP_SHAPE
+    t, h = EXTRA_OP_SHAPE
+    for op, frac in ((op, own.ceiling) for op, own in _own().items() if own.ceiling is not None):
         text = f"bf16 {op} {_shape(t, h)}: pyrms >= {frac:.2f} x copy ceiling (its own bytes)"
         r = find(records, op, "bfloat16", t, h, "pyrms")
         if r is None:
@@ -234,7 +233,7 @@ def _vs_eager_targets(records) -> list[Target]:
     it) no slower than torch eager (the group is "backward", the op these targets began with)."""
     out = []
     mine_label = IMPL_LABELS[NOPDL]
-    for op, (t, h) in _own("vs_eager").items():
+    for op, (t, h) in ((op, own.vs_eager) for op, own in _own().items() if own.vs_eager is not None):
         text = f"bf16 {op} {_shape(t, h)}: {mine_label} no slower than torch eager"
         mine = find(records, op, "bfloat16", t, h, NOPDL)
         eager = find(records, op, "bfloat16", t, h, "torch")
