@@ -116,7 +116,7 @@ class Bench:
     host_extras: Callable | None = None
     host_labels: dict = field(default_factory=dict)
     example: Callable | None = None
-    targets: Targets = Targets()
+    targets: Targets = field(default_factory=Targets)
 
     @property
     def host_variants(self) -> tuple[str, str]:
