@@ -5,7 +5,8 @@ validates every implementation's output against a float64 reference before timin
 device time per launch (CUDA events around batches of launches queued behind a spin kernel, inputs
 rotated so the working set exceeds L2), the launch floor (an empty kernel and a one-row copy, back to
 back and in a CUDA graph, without and with programmatic dependent launch), host time per call, and CUDA
-graph replay. Prints tables and a PASS/FAIL check of each target (targets.json); writes JSON
+graph replay. Prints tables and a PASS/FAIL check of each target (targets.json, and each op's own with its
+declaration); writes JSON
 (and a PNG where matplotlib exists).
 
 Layout, one job per module:
@@ -13,10 +14,11 @@ Layout, one job per module:
   run        the sections of a run, in order, and the files it writes
   config     shape grids, option parsing (pure)
   ops        what an op's declaration says (each op's is its family's pyrms/ops/<family>/bench.py, found
-             through the registry): what it reads and writes, byte counts, implementations (pure)
+             through the registry): what it reads and writes, byte counts, implementations, its own
+             targets (pure)
   stats      medians, spread, rotation counts, row sampling (pure)
   results    one Record per (op, dtype, shape, implementation) (pure)
-  targets    the project's targets (targets.json) as PASS/FAIL/N/A (pure)
+  targets    the project's targets (targets.json, the ops' own) as PASS/FAIL/N/A (pure)
   report     tables, JSON, plot (pure but for the files it writes)
   env        device and version facts
   timing     the spin kernel and the event timer

@@ -123,10 +123,10 @@ def _bare_of(call):
 
 def host_overhead(ctx, device, rng, calls: int, epsilon: float) -> dict:
     """Host µs per call on 1x4096 bf16, variants interleaved: for every op with a host call (ops.Bench.host,
-    in the registry's order), the bare cuLaunchKernel calls one call of it makes ("bare <op>"; the headline
-    op's: "bare") and the op on raw ints ("<op>"; the headline op's: "pyrms"); then each op's extra variants
-    (ops.Bench.host_extras: the headline op on pyrms.Tensor and torch tensors, through pyrms.torch, torch
-    eager). Every call is built before timing: the timed loop calls it and nothing else."""
+    in the registry's order), the bare cuLaunchKernel calls one call of it makes and the op on raw ints (named
+    by ops.Bench.host_variants: "bare <op>" and "<op>", the headline op's "bare" and "pyrms"); then each op's
+    extra variants (ops.Bench.host_extras: the headline op on pyrms.Tensor and torch tensors, through
+    pyrms.torch, torch eager). Every call is built before timing: the timed loop calls it and nothing else."""
     tokens, hidden = HOST_SHAPE
     dt = dtypes.BFLOAT16
     nbytes = stats.pad(tokens * hidden * dt.itemsize)
@@ -152,9 +152,10 @@ def host_overhead(ctx, device, rng, calls: int, epsilon: float) -> dict:
             except Exception as exc:  # noqa: BLE001 - recorded in the results, with its reason
                 skipped[bench.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 continue
+            name, bare_name = bench.host_variants
             if bare is not None:
-                variants["bare" if bench.headline else f"bare {bench.name}"] = bare
-            variants["pyrms" if bench.headline else bench.name] = call
+                variants[bare_name] = bare
+            variants[name] = call
         if skipped:
             out["skipped"] = skipped
         for bench in benches:

@@ -6,8 +6,8 @@ A declaration says what one call reads and writes, and so the bytes it must move
 each output written once, the floor any kernel pays. The weight is counted once per call (every row reads
 it, but after the first read it comes from L2). Scratch traffic an implementation adds (a backward's fp32
 partial sums of dγ) is its own overhead and is not counted. It also names the op's implementations (pyrms's
-and its points of comparison), its float64 reference, its call in the host-time section and its example
-call for tools/profile_launch.py.
+and its points of comparison), its float64 reference, its call in the host-time section, its example
+call for tools/profile_launch.py and its own targets (``Targets``; the cross-op ones are in targets.json).
 """
 from __future__ import annotations
 
@@ -65,6 +65,22 @@ class Example:
 
 
 @dataclass(frozen=True)
+class Targets:
+    """One op's own targets, which pyrms.bench.targets judges (bf16; None or empty: no such target).
+
+    ``ceiling``: at the extra-op shape (targets.json), pyrms at least this fraction of the copy ceiling for the
+    op's own bytes. ``vs_eager``: (tokens, hidden) where pyrms without PDL is no slower than torch eager.
+    ``host``: its call on raw ints in the host-time section (``Bench.host``) at most this many times its own
+    bare cuLaunchKernel calls; ``host_extras``: variant of ``Bench.host_extras`` -> at most this many times
+    the same bare calls. The headline op's bandwidth, decode and floor targets are targets.json's."""
+
+    ceiling: float | None = None
+    vs_eager: tuple[int, int] | None = None
+    host: float | None = None
+    host_extras: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Bench:
     """One op's benchmark declaration.
 
@@ -81,7 +97,7 @@ class Bench:
     arguments, resolved before timing); ``host_extras(HostOperands, ctx)`` -> (more variants by name, notes
     for the JSON); ``host_labels``: variant name -> its label in the report.
 
-    ``example(Example)`` -> one call for tools/profile_launch.py."""
+    ``example(Example)`` -> one call for tools/profile_launch.py. ``targets``: its own targets."""
 
     name: str
     inputs: tuple[str, ...] = ()
@@ -100,6 +116,13 @@ class Bench:
     host_extras: Callable | None = None
     host_labels: dict = field(default_factory=dict)
     example: Callable | None = None
+    targets: Targets = field(default_factory=Targets)
+
+    @property
+    def host_variants(self) -> tuple[str, str]:
+        """The host-time section's names of its call on raw ints and of that call's bare cuLaunchKernel calls:
+        "pyrms" and "bare" for the headline op, "<op>" and "bare <op>" for the others."""
+        return ("pyrms", "bare") if self.headline else (self.name, f"bare {self.name}")
 
     @property
     def arrays(self) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """The bandwidth and latency targets of the headline op (ops.headline()), the host targets, the decode
-targets and the other ops' targets (the data: targets.json beside this file), checked against one run's
-numbers: PASS, FAIL or N/A (not measured), each with the numbers that decided it (pure)."""
+targets and the other ops' targets, checked against one run's numbers: PASS, FAIL or N/A (not measured), each
+with the numbers that decided it (pure). The data: the cross-op targets in targets.json beside this file, each
+op's own with its benchmark declaration (ops.Targets, in its folder's bench.py)."""
 from __future__ import annotations
 
 import json
@@ -33,9 +34,6 @@ def load(path: Path = TARGETS_FILE) -> dict:
             "SLOW_OTHER_SPEEDUP": float(fwd["slow_other_speedup"]),
             "LATENCY_VS_SEED": float(fwd["latency_vs_seed"]),
             "EXTRA_OP_SHAPE": _shape_key(extra["shape"]),
-            "EXTRA_OP_CEILING": {k: float(v) for k, v in extra["ceiling"].items()},
-            "VS_EAGER": {k: _shape_key(v) for k, v in extra["vs_eager"].items()},
-            "HOST_VS_BARE": {k: float(v) for k, v in host["vs_bare"].items()},
             "HOST_TORCH_VS_EAGER": float(host["torch_vs_eager"]),
             "FLOOR_LIMITS": {k: (bool(v["pdl"]), float(v["at_most"])) for k, v in decode["floor_limits"].items()},
             "DECODE_TOKENS": tuple(int(t) for t in decode["tokens"]),
@@ -53,9 +51,6 @@ SLOW_OTHER_FRACTION = _T["SLOW_OTHER_FRACTION"]
 SLOW_OTHER_SPEEDUP = _T["SLOW_OTHER_SPEEDUP"]
 LATENCY_VS_SEED = _T["LATENCY_VS_SEED"]
 EXTRA_OP_SHAPE = _T["EXTRA_OP_SHAPE"]
-EXTRA_OP_CEILING = _T["EXTRA_OP_CEILING"]
-VS_EAGER = _T["VS_EAGER"]
-HOST_VS_BARE = _T["HOST_VS_BARE"]
 HOST_TORCH_VS_EAGER = _T["HOST_TORCH_VS_EAGER"]
 FLOOR_LIMITS = _T["FLOOR_LIMITS"]  # impl: (the floor's PDL, at most x floor)
 DECODE_TOKENS = _T["DECODE_TOKENS"]
@@ -79,6 +74,11 @@ def _shape(t: int, h: int) -> str:
     return f"{t}x{h}"
 
 
+def _own() -> dict[str, ops_mod.Targets]:
+    """Each benchmarked op's own targets (its declaration's), by op, in the registry's order."""
+    return {name: b.targets for name, b in ops_mod.benches().items()}
+
+
 def _ceiling_targets(records, ceiling: float) -> list[Target]:
     out = []
     op = ops_mod.headline()
@@ -91,8 +91,8 @@ def _ceiling_targets(records, ceiling: float) -> list[Target]:
         ratio = r.gbps / ceiling
         out.append(Target("ceiling", text, PASS if ratio >= frac else FAIL,
                           f"{r.gbps:.0f} GB/s = {ratio:.3f} x {ceiling:.0f} GB/s"))
-    for op, frac in EXTRA_OP_CEILING.items():
-        t, h = EXTRA_OP_SHAPE
+    t, h = EXTRA_OP_SHAPE
+    for op, frac in ((op, own.ceiling) for op, own in _own().items() if own.ceiling is not None):
         text = f"bf16 {op} {_shape(t, h)}: pyrms >= {frac:.2f} x copy ceiling (its own bytes)"
         r = find(records, op, "bfloat16", t, h, "pyrms")
         if r is None:
@@ -229,11 +229,11 @@ def _decode_targets(records) -> list[Target]:
 
 
 def _vs_eager_targets(records) -> list[Target]:
-    """Each op of VS_EAGER at its shape: pyrms without PDL (torch eager launches without it) no slower than torch
-    eager (the group is "backward", the op these targets began with)."""
+    """Each op with a vs_eager target (ops.Targets) at its shape: pyrms without PDL (torch eager launches without
+    it) no slower than torch eager (the group is "backward", the op these targets began with)."""
     out = []
     mine_label = IMPL_LABELS[NOPDL]
-    for op, (t, h) in VS_EAGER.items():
+    for op, (t, h) in ((op, own.vs_eager) for op, own in _own().items() if own.vs_eager is not None):
         text = f"bf16 {op} {_shape(t, h)}: {mine_label} no slower than torch eager"
         mine = find(records, op, "bfloat16", t, h, NOPDL)
         eager = find(records, op, "bfloat16", t, h, "torch")
@@ -246,33 +246,35 @@ def _vs_eager_targets(records) -> list[Target]:
     return out
 
 
-def _bare_for(name: str) -> str:
-    """The bare launches a host variant is compared with: its op's own, the headline op's ("bare") for the
-    headline op's forms ("pyrms", "<headline> pyrms.Tensor", ...)."""
-    headline = ops_mod.headline()
-    return f"bare {name}" if name in HOST_VS_BARE and not name.startswith(("pyrms", f"{headline} ")) else "bare"
-
-
 def _host_targets(host: dict | None) -> list[Target]:
+    """Each op's calls in the host-time section against its own bare cuLaunchKernel calls (ops.Targets.host and
+    host_extras, the variants named as ops.Bench.host_variants and host_extras name them), then the headline
+    op's pyrms.torch function against torch eager."""
     op = ops_mod.headline()
-    labels = {k: v for b in ops_mod.benches().values() for k, v in b.host_labels.items()}
+    benches = ops_mod.benches().values()
+    labels = {k: v for b in benches for k, v in b.host_labels.items()}
     eager = labels.get("torch", "torch eager")
     adapter = f"pyrms.torch.{op}"
-    texts = {name: f"host: {f'pyrms.{op}' if name == 'pyrms' else name}{'' if ' ' in name else ' (raw ints)'} "
-                   f"<= {limit} x its bare cuLaunchKernel calls" for name, limit in HOST_VS_BARE.items()}
+    limits = []  # (text, variant, its bare calls, limit)
+    for b in benches:
+        name, bare = b.host_variants
+        if b.targets.host is not None:
+            limits.append((f"host: pyrms.{b.name} (raw ints) <= {b.targets.host} x its bare cuLaunchKernel calls", name,
+                           bare, b.targets.host))
+        limits += [(f"host: {variant} <= {limit} x its bare cuLaunchKernel calls", variant, bare, limit)
+                   for variant, limit in b.targets.host_extras.items()]
     text_torch = f"host: {adapter} <= {HOST_TORCH_VS_EAGER} x {eager} per call"
     if not host or "per_call_us" not in host:
         reason = (host or {}).get("reason", "not measured in this run")
-        return [Target("host", text, NA, reason) for text in (*texts.values(), text_torch)]
+        return [Target("host", text, NA, reason) for text in (*(t for t, *_ in limits), text_torch)]
     us, out = host["per_call_us"], []
-    for name, limit in HOST_VS_BARE.items():
-        bare = _bare_for(name)
+    for text, name, bare, limit in limits:
         if name in us and bare in us:
             ratio = us[name] / us[bare]
-            out.append(Target("host", texts[name], PASS if ratio <= limit else FAIL,
+            out.append(Target("host", text, PASS if ratio <= limit else FAIL,
                               f"{us[name]:.2f} us / {us[bare]:.2f} us = {ratio:.2f}"))
         else:
-            out.append(Target("host", texts[name], NA, host.get("bare_reason", f"{name} or {bare} not measured")))
+            out.append(Target("host", text, NA, host.get("bare_reason", f"{name} or {bare} not measured")))
     if adapter in us and "torch" in us:
         ratio = us[adapter] / us["torch"]
         out.append(Target("host", text_torch, PASS if ratio <= HOST_TORCH_VS_EAGER else FAIL,

@@ -17,8 +17,8 @@ backward.
 Each op's binding (its custom ops, fake implementation, autograd, eager launch and user function) lives in its
 family's folder, ``pyrms/ops/<family>/torch_binding.py``, which the op's registry entry names (``OpSpec.torch``);
 this package imports every one the registry names and re-exports what each lists in ``__all__`` (a binding's
-module too, as ``RMSNorm``). Shared here: tensor checks and layouts (``_layout``), the routing of a call
-(``_routing``), and ``replace_norms`` with the ``LayerNorm`` module (``modules``).
+module too, as ``RMSNorm`` and ``LayerNorm``). Shared here: tensor checks and layouts (``_layout``), the routing
+of a call (``_routing``), and ``replace_norms``, which swaps the bindings' modules in (``modules``).
 Only pyrms.torch and those bindings import torch: ``import pyrms`` never does.
 """
 try:
@@ -57,6 +57,6 @@ def _bindings() -> list[str]:
 __all__ = _bindings()
 
 from ..model_norms import HF_RMS_NORMS, NormReport  # noqa: E402
-from .modules import LayerNorm, replace_norms  # noqa: E402  (imports the bindings' functions)
+from .modules import replace_norms  # noqa: E402
 
-__all__ += ["LayerNorm", "replace_norms", "HF_RMS_NORMS", "NormReport"]
+__all__ += ["replace_norms", "HF_RMS_NORMS", "NormReport"]

@@ -1,16 +1,14 @@
 """pyrms.torch's modules and ``replace_norms``, which swaps the norms of a model for them (Hugging Face's
 RMSNorm modules, ``torch.nn.RMSNorm``, ``torch.nn.LayerNorm``) and reports what it swapped and what it kept.
-Each module sits beside its op's PyTorch binding (``RMSNorm`` in its op's folder) and says so with
-``swaps_in``; ``LayerNorm`` is here. Which classes replace_norms takes, and as which options:
-``pyrms/model_norms.py`` (torch-free), from what ``facts`` reads off each module.
+Each module sits beside its op's PyTorch binding, in its op's folder, and says so with ``swaps_in``. Which
+classes replace_norms takes, and as which options: ``pyrms/model_norms.py`` (torch-free), from what ``facts``
+reads off each module.
 """
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from ..model_norms import Facts, Keep, Kept, NormReport, Swapped, decide
-from ..ops.layer_norm.torch_binding import layer_norm
 
 # pyrms.torch's modules that replace_norms puts in a norm's place, by class name (the name pyrms.model_norms
 # decides, Swap.module): each registers itself with swaps_in.
@@ -22,56 +20,6 @@ def swaps_in(cls: type[nn.Module]) -> type[nn.Module]:
     ``Swap(cls.__name__)``, built by ``cls.taking_over(norm, swap)``."""
     _SWAPS_IN[cls.__name__] = cls
     return cls
-
-
-@swaps_in
-class LayerNorm(nn.Module):
-    """``torch.nn.LayerNorm`` over the last dimension through ``pyrms.torch.layer_norm``: the same
-    arguments, attributes (``normalized_shape``, ``eps``, ``elementwise_affine``) and state dict
-    (``weight`` and ``bias``: ``bias`` not with ``bias=False``, neither with
-    ``elementwise_affine=False``). NotImplementedError for a normalized_shape of more than one
-    dimension, which pyrms has no kernel for."""
-
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
-                 device=None, dtype: torch.dtype | None = None):
-        super().__init__()
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        if len(shape) != 1:
-            raise NotImplementedError(f"pyrms normalizes over the last dimension only; normalized_shape={shape}")
-        self.normalized_shape = shape
-        self.eps = float(eps)
-        self.elementwise_affine = bool(elementwise_affine)
-        if self.elementwise_affine:  # as torch.nn.LayerNorm: without it, no bias either
-            self.weight = nn.Parameter(torch.ones(shape, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
-        if self.elementwise_affine and bias:
-            self.bias = nn.Parameter(torch.zeros(shape, device=device, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return layer_norm(x, self.weight, self.bias, self.eps)
-
-    def extra_repr(self) -> str:
-        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
-                f"bias={self.bias is not None}")
-
-    @classmethod
-    def from_module(cls, norm: nn.LayerNorm) -> "LayerNorm":
-        """A LayerNorm computing what ``norm`` (an ``nn.LayerNorm``) computes, sharing its Parameters."""
-        module = cls(norm.normalized_shape, norm.eps, norm.elementwise_affine, norm.bias is not None, device="meta")
-        if norm.weight is not None:
-            module.weight = norm.weight
-        if norm.bias is not None:
-            module.bias = norm.bias
-        module.train(norm.training)
-        return module
-
-    @classmethod
-    def taking_over(cls, norm: nn.LayerNorm, swap=None) -> "LayerNorm":
-        """The LayerNorm replace_norms puts in ``norm``'s place (``from_module``; the Swap says nothing more)."""
-        return cls.from_module(norm)
 
 
 def facts(module: nn.Module) -> Facts:

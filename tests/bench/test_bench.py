@@ -8,6 +8,7 @@ kernel, rotation, validation, timing, graphs, the report, JSON and targets all r
 """
 import collections
 import ctypes
+import dataclasses
 import datetime
 import importlib
 import importlib.util
@@ -1158,16 +1159,36 @@ def test_simulated_run_reports_a_wrong_output_as_failed(sim, tmp_path, capsys):
     assert "pyrms failed at" in out and "FAIL" in out
 
 
+def test_each_ops_own_targets_are_declared_with_its_benchmark(monkeypatch):
+    """An op's own targets come from its Bench (its folder's bench.py), judged at the shapes and against the bare
+    calls it names; targets.json keeps the cross-op ones and names no op."""
+    from pyrms.ops import registry
+
+    declared = {name: b.targets for name, b in ops.benches().items()}
+    assert declared["rms_norm_backward"] == ops.Targets(ceiling=0.85, vs_eager=(32, 5120), host=1.25)
+    assert declared["fused_add_rms_norm"].ceiling == 0.95 and declared["layer_norm"].host == 1.25
+    text = targets.TARGETS_FILE.read_text()
+    assert not [name for name in registry.NAMES if re.search(rf"\b{name}\b", text)]
+    backward = ops.benches()["rms_norm_backward"]
+    edited = dict(ops.benches(), rms_norm_backward=dataclasses.replace(
+        backward, targets=ops.Targets(ceiling=0.5, vs_eager=(64, 4096), host=2.0)))
+    monkeypatch.setattr(ops, "benches", lambda: edited)  # an edited declaration changes the targets
+    found = targets.evaluate([], 4000.0, {"per_call_us": {"bare rms_norm_backward": 1.0, "rms_norm_backward": 1.9}})
+    assert by_text(found, "bf16 rms_norm_backward 16384x5120: pyrms >= 0.50").status == targets.NA
+    assert by_text(found, "bf16 rms_norm_backward 64x4096: pyrms (no pdl) no slower").status == targets.NA
+    assert by_text(found, "host: pyrms.rms_norm_backward (raw ints) <= 2.0").status == targets.PASS
+
+
 def test_targets_are_read_from_their_data_file(tmp_path):
     data = json.loads(targets.TARGETS_FILE.read_text())
     loaded = targets.load()
     assert loaded["FORWARD_CEILING"][(16384, 5120)] == data["forward"]["ceiling"]["16384x5120"] == targets.FORWARD_CEILING[(16384, 5120)]
     assert loaded["FLOOR_LIMITS"]["pyrms"] == (True, data["decode"]["floor_limits"]["pyrms"]["at_most"])
     assert loaded["EXTRA_OP_SHAPE"] == (16384, 5120) and loaded["DECODE_TOKENS"] == tuple(data["decode"]["tokens"])
-    data["extra_ops"]["ceiling"]["rms_norm_backward"] = 0.5  # an edited file changes the target
+    data["extra_ops"]["shape"] = "32x4096"  # an edited file changes the target
     edited = tmp_path / "targets.json"
     edited.write_text(json.dumps(data))
-    assert targets.load(edited)["EXTRA_OP_CEILING"]["rms_norm_backward"] == 0.5
+    assert targets.load(edited)["EXTRA_OP_SHAPE"] == (32, 4096)
     del data["host"]["torch_vs_eager"]
     edited.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="targets.json: missing or malformed target \\(KeyError: 'torch_vs_eager'\\)"):

@@ -384,7 +384,7 @@ def test_the_modules_replace_norms_swaps_in_are_pyrms_torchs():
     from pyrms.torch import modules
 
     assert {name: cls.__module__ for name, cls in modules._SWAPS_IN.items()} == {
-        "RMSNorm": registry.get("rms_norm").torch, "LayerNorm": "pyrms.torch.modules"}
+        "RMSNorm": registry.get("rms_norm").torch, "LayerNorm": registry.get("layer_norm").torch}
     assert all(name in pt.__all__ and getattr(pt, name) is cls for name, cls in modules._SWAPS_IN.items())
 
     class RMSNorm(pt.RMSNorm):  # the same name, not registered: replace_norms still builds pyrms's

@@ -1,6 +1,7 @@
 """fused_add_rms_norm's benchmark (pyrms.bench): its problem (in place on x and the residual), its
-implementations (pyrms with and without PDL, PyTorch eager, torch.compile, FlashInfer without and with PDL), its float64 reference, its call in the host-time
-section and its example call for tools/profile_launch.py. Imports no PyTorch."""
+implementations (pyrms with and without PDL, PyTorch eager, torch.compile, FlashInfer without and with PDL), its
+float64 reference, its call in the host-time section, its example call for tools/profile_launch.py and its
+targets. Imports no PyTorch."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ import pyrms
 
 from ...bench import eager
 from ...bench.impls import Context, Impl, pyrms_function
-from ...bench.ops import Bench
+from ...bench.ops import Bench, Targets
 from ...bench.torch_impls import Compiled, flashinfer_function, need_torch, output_ptr
 from .._row_twin import rms_ref
 
@@ -126,6 +127,7 @@ FUSED_ADD_RMS_NORM = Bench(
     formula="read x, r, γ + write r, x = (4·T·H + H) elements",
     impls={"pyrms": PyrmsFusedAdd, "pyrms_nopdl": PyrmsFusedAddNoPdl, "torch": TorchFusedAdd,
            "compile": CompiledFusedAdd, "flashinfer": FlashInferFusedAdd, "flashinfer_pdl": FlashInferFusedAddPdl},
-    reference=reference, aliases=("fused_add",), host=host_call, example=example)
+    reference=reference, aliases=("fused_add",), host=host_call, example=example,
+    targets=Targets(ceiling=0.95, host=1.25))
 
 BENCHES = (FUSED_ADD_RMS_NORM,)

@@ -1,11 +1,12 @@
-"""fused_add_rms_norm's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
+"""fused_add_rms_norm's launch plans: pure, no GPU (on the RMSNorm row's plan, pyrms/ops/_rms_row_plan.py, and the
+shared row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ... import dtypes
+from .._rms_row_plan import RmsRowPlan, rms_weight_kind
 from .._row_plan import block_and_cache, out_kind
-from ..rms_norm.plan import RmsNormPlan, _rms_weight
 
 
 # What fused_add_rms_norm normalizes (docs/numerics.md, "Fused residual add"): the sum rounded to the
@@ -15,10 +16,11 @@ SUM_PRECISIONS = ("rounded", "fp32")
 
 
 @dataclass(frozen=True)
-class FusedAddRmsNormPlan(RmsNormPlan):
+class FusedAddRmsNormPlan(RmsRowPlan):
     """For fused_add_rms_norm.cu: the RMSNorm row (rms_norm_row.cuh) with the residual add as its
-    source, so the RMSNorm forward's launch shapes and variants. sum_precision "fp32" (bf16 and fp16 only) is the
-    fp32-sum kernel, with the residual of the dtype or, fp32_residual, of float32. An fp32 output
+    source, so the RMSNorm forward's launch shapes and variants (its many-row and few-row kernels; no N-D
+    one). sum_precision "fp32" (bf16 and fp16 only) is the fp32-sum kernel, with the residual of the dtype or,
+    fp32_residual, of float32. An fp32 output
     (out="float32", with the rounded sum only) is written to an out of its own
     (fused_add_rms_norm_out_kernel), not over the input."""
 
@@ -74,4 +76,4 @@ def plan_fused_add_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_on
                          "normalized row over the input, of the input's dtype")
     block, cache = block_and_cache(dt, hidden)
     return FusedAddRmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once),
-                               _rms_weight(dt, weight_dtype, gemma), out, sum_precision, fp32_residual)
+                               rms_weight_kind(dt, weight_dtype, gemma), out, sum_precision, fp32_residual)

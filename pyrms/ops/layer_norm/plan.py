@@ -45,11 +45,11 @@ def plan_layer_norm(dtype, hidden: int, *, bias: bool = True, weight: bool = Tru
     """weight=False: no weight (torch.nn.LayerNorm(elementwise_affine=False) when bias is False too);
     weight_dtype: the weight's and the bias's dtype (None: the rows'; float32 beside bf16/fp16 rows);
     out_dtype: as plan_rms_norm's; rms: RMSNorm with a bias (x * inv * w + b, inv RMSNorm's), which needs the
-    bias (without one it is rms_norm's round_once)."""
+    bias (without one it is RMSNorm with round_once)."""
     dt = dtypes.get(dtype)
     if rms and not bias:
-        raise ValueError("rms=True is RMSNorm with a bias: pass the bias (without one, rms_norm with round_once=True "
-                         "computes the same)")
+        raise ValueError("rms=True is RMSNorm with a bias: pass the bias (without one, the RMSNorm forward with "
+                         "round_once=True computes the same)")
     fp32 = weight and weight_dtype is not None and weight_kind(dt, weight_dtype) == "float32"
     return LayerNormPlan(dt, hidden, *block_and_cache(dt, hidden), bool(bias), bool(rms), not weight, fp32,
                          out_kind(dt, out_dtype))

@@ -1,7 +1,7 @@
 """layer_norm and layer_norm_backward for PyTorch: the custom ops ``torch.ops.pyrms.layer_norm`` (fake
 implementation, autograd through the backward op) and ``torch.ops.pyrms.layer_norm_backward`` (fake
 implementation), their eager launches on torch tensors, the ``torch.autograd.Function`` that eager autograd goes
-through, and the user function ``pyrms.torch.layer_norm``.
+through, the user function ``pyrms.torch.layer_norm`` and the module over it, ``LayerNorm``.
 
 Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``).
 
@@ -9,7 +9,7 @@ Imports torch: only pyrms.torch imports this module (the registry names it, ``Op
     torch.ops.pyrms.layer_norm_backward(grad_out, x, weight?, eps, has_bias, rms=False) -> (grad_input, grad_weight, grad_bias)
 
 rms: RMSNorm with a bias (``pyrms.layer_norm``'s rms=True, its backward RMSNorm's with grad_bias),
-what ``pyrms.torch.rms_norm`` runs when given a bias.
+where RMSNorm's PyTorch function routes a call given a bias.
 
 Layouts: rows one stride apart are read in place, others from a contiguous copy; outputs are new tensors whose
 rows lie ``hidden`` apart. The backward op returns an empty tensor for a gradient it does not compute
@@ -20,17 +20,18 @@ here: torch infers each op's schema from the annotations as objects.
 from typing import Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from ...torch._layout import (as_float32, check_backward_meta, check_device, check_meta, current_stream,
                               empty_rows_like, mixed, parameter_grad_like, ptr, rows_of)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
+from ...torch.modules import swaps_in
 from .._norm_backward.torch_launch import norm_backward_launch
 from .op import layer_norm as _layer_norm
 
-__all__ = ["layer_norm"]
+__all__ = ["layer_norm", "LayerNorm"]
 
 
 # --- the eager launches ---------------------------------------------------------------------------------
@@ -41,7 +42,8 @@ def _check(x, weight, bias, rms: bool = False) -> tuple[str, bool]:
     weight and bias then share one dtype, read as float32; a bias alone must be of x's dtype). rms: RMSNorm with a
     bias, which needs one."""
     if rms and bias is None:
-        raise ValueError("rms=True is RMSNorm with a bias, and bias is None (without one, use pyrms.torch.rms_norm)")
+        raise ValueError("rms=True is RMSNorm with a bias, and bias is None (without one, the RMSNorm forward with "
+                         "round_once=True computes the same)")
     dtype = check_meta(x, {"weight": weight, "bias": bias}, mixed_vectors=("weight", "bias"))
     mix = mixed(x, weight) or mixed(x, bias)
     if mix and (weight is None or (bias is not None and bias.dtype != weight.dtype)):
@@ -199,3 +201,56 @@ def with_bias(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor |
     if _records(x, weight, bias):
         return LayerNormFunction.apply(x, weight, bias, eps, rms)
     return launch(x, weight, bias, eps, rms)
+
+
+# --- the module ------------------------------------------------------------------------------------
+
+
+@swaps_in
+class LayerNorm(nn.Module):
+    """``torch.nn.LayerNorm`` over the last dimension through ``pyrms.torch.layer_norm``: the same
+    arguments, attributes (``normalized_shape``, ``eps``, ``elementwise_affine``) and state dict
+    (``weight`` and ``bias``: ``bias`` not with ``bias=False``, neither with
+    ``elementwise_affine=False``). NotImplementedError for a normalized_shape of more than one
+    dimension, which pyrms has no kernel for."""
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 device=None, dtype: torch.dtype | None = None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        if len(shape) != 1:
+            raise NotImplementedError(f"pyrms normalizes over the last dimension only; normalized_shape={shape}")
+        self.normalized_shape = shape
+        self.eps = float(eps)
+        self.elementwise_affine = bool(elementwise_affine)
+        if self.elementwise_affine:  # as torch.nn.LayerNorm: without it, no bias either
+            self.weight = nn.Parameter(torch.ones(shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        if self.elementwise_affine and bias:
+            self.bias = nn.Parameter(torch.zeros(shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return layer_norm(x, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
+
+    @classmethod
+    def from_module(cls, norm: nn.LayerNorm) -> "LayerNorm":
+        """A LayerNorm computing what ``norm`` (an ``nn.LayerNorm``) computes, sharing its Parameters."""
+        module = cls(norm.normalized_shape, norm.eps, norm.elementwise_affine, norm.bias is not None, device="meta")
+        if norm.weight is not None:
+            module.weight = norm.weight
+        if norm.bias is not None:
+            module.bias = norm.bias
+        module.train(norm.training)
+        return module
+
+    @classmethod
+    def taking_over(cls, norm: nn.LayerNorm, swap=None) -> "LayerNorm":
+        """The LayerNorm replace_norms puts in ``norm``'s place (``from_module``; the Swap says nothing more)."""
+        return cls.from_module(norm)

@@ -1,7 +1,8 @@
 """rms_norm's benchmark (pyrms.bench): the headline problem, its implementations (pyrms with and without
 PDL, the seed kernel, PyTorch eager, torch.compile, the Triton kernel of bench_triton.py, Liger, FlashInfer
-without and with PDL), its float64 reference, its calls in the host-time section and its example call for
-tools/profile_launch.py.
+without and with PDL), its float64 reference, its calls in the host-time section, its example call for
+tools/profile_launch.py and its host-time targets (its bandwidth, decode and floor targets, the headline op's, are
+pyrms/bench/targets.json's).
 Imports no PyTorch: the torch implementations get it from the benchmark's context."""
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pyrms
 
 from ...bench import eager
 from ...bench.impls import Context, Impl, Unavailable
-from ...bench.ops import Bench
+from ...bench.ops import Bench, Targets
 from ...bench.torch_impls import Compiled, flashinfer_function, liger_function, need_torch, output_ptr, triton_kernel
 from ...tensor import Tensor
 from .twin import rms_norm_ref
@@ -207,6 +208,7 @@ RMS_NORM = Bench(
            "flashinfer": FlashInferForward, "flashinfer_pdl": FlashInferForwardPdl},
     reference=reference, aliases=("forward",), headline=True, host=host_call, host_extras=host_extras,
     host_labels={"pyrms": "pyrms.rms_norm on raw ints (validation + plan + launch)", "torch": "torch eager F.rms_norm"},
-    example=example)
+    example=example,
+    targets=Targets(host=1.15, host_extras={"rms_norm pyrms.Tensor": 2.0, "rms_norm torch tensors": 2.0}))
 
 BENCHES = (RMS_NORM,)

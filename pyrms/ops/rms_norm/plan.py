@@ -1,25 +1,21 @@
-"""rms_norm's launch plans: pure, no GPU (on the shared row plan, pyrms/ops/_row_plan.py)."""
+"""rms_norm's launch plans: pure, no GPU (on the RMSNorm row's plan, pyrms/ops/_rms_row_plan.py, and the shared
+row plan, pyrms/ops/_row_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ... import dtypes
 from ...contract import Contract, contract
-from .._row_plan import CACHE_CHOICES, PACKED_SHAPES, PACKED_THREADS, _RowPlan, _WeightAndOutKinds, block_and_cache, out_kind, packed_positions, weight_kind
+from .._rms_row_plan import RmsRowPlan, rms_weight_kind
+from .._row_plan import CACHE_CHOICES, PACKED_SHAPES, PACKED_THREADS, block_and_cache, out_kind, packed_positions
 
 
 @dataclass(frozen=True)
-class RmsNormPlan(_WeightAndOutKinds, _RowPlan):
-    gemma: bool = False
-    round_once: bool = False
-    weight: str = "same"  # WEIGHT_KINDS
-    out: str = "same"  # OUT_KINDS
+class RmsNormPlan(RmsRowPlan):
+    """For rms_norm.cu: the RMSNorm row's plan, with the N-D kernel's packed rows."""
 
     kernel = "rms_norm_kernel"
     source = "rms_norm.cu"
-
-    FLAGS = ("gemma", "round_once")
-
 
     @property
     def packed_shape(self) -> tuple[int, int]:
@@ -74,16 +70,6 @@ class RmsNormPlan(_WeightAndOutKinds, _RowPlan):
         return tuple([self._nd(0, c) for c in (0, *CACHE_CHOICES)]
                      + [self._nd(n, c, a) for n, c in PACKED_SHAPES for a in (False, True)])
 
-    @property
-    def weight_dtype(self) -> dtypes.DType | None:
-        """The weight's dtype (None: no weight)."""
-        return {"same": self.dtype, "float32": dtypes.FLOAT32, "none": None}[self.weight]
-
-    @property
-    def weight_itemsize(self) -> int:
-        """Bytes per weight element (0: no weight)."""
-        return self.weight_dtype.itemsize if self.weight_dtype else 0
-
 
 def kernel_expression(dtype: dtypes.DType, cache: int, spread: int, gemma: bool, round_once: bool,
                       early_weights: bool = False, aligned: bool = False) -> str:
@@ -96,18 +82,11 @@ def variant_group(dtype: dtypes.DType, gemma: bool, round_once: bool) -> tuple[s
     return RmsNormPlan(dtype, 0, 0, 0, gemma, round_once).group
 
 
-def _rms_weight(dt: dtypes.DType, weight_dtype, gemma: bool) -> str:
-    kind = "same" if weight_dtype is None else weight_kind(dt, weight_dtype)
-    if kind == "none" and gemma:
-        raise ValueError("gemma needs a weight (it multiplies by 1 + weight); got weight=None")
-    return kind
-
-
 def plan_rms_norm(dtype, hidden: int, *, gemma: bool = False, round_once: bool = False,
                   weight_dtype=None, out_dtype=None) -> RmsNormPlan:
     """weight_dtype: None or the dtype (the default), float32, or "none" (no weight); out_dtype: None or
     the dtype (the default), or float32 beside bf16/fp16 rows."""
     dt = dtypes.get(dtype)
     block, cache = block_and_cache(dt, hidden)
-    return RmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once), _rms_weight(dt, weight_dtype, gemma),
+    return RmsNormPlan(dt, hidden, block, cache, bool(gemma), bool(round_once), rms_weight_kind(dt, weight_dtype, gemma),
                        out_kind(dt, out_dtype))

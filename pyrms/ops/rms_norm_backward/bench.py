@@ -1,7 +1,7 @@
 """rms_norm_backward's benchmark (pyrms.bench): its problem (dx and dγ from dy and x), its implementations
 (pyrms with and without PDL; through autograd: PyTorch's eager RMSNorm, torch.compile of Hugging Face's formula, Liger-Kernel's
-function), its float64 reference, its call in the host-time section and its example call
-for tools/profile_launch.py. Imports no PyTorch."""
+function), its float64 reference, its call in the host-time section, its example call
+for tools/profile_launch.py and its targets. Imports no PyTorch."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +10,7 @@ import pyrms
 
 from ...bench import eager
 from ...bench.impls import Context, Impl, pyrms_function
-from ...bench.ops import Bench
+from ...bench.ops import Bench, Targets
 from ...bench.torch_impls import compile_function, liger_function, need_torch, output_ptr, release_compile
 
 DW_FULL_LIMIT = 1 << 27  # dγ sums over all rows: checked where tokens x hidden is at most this
@@ -171,6 +171,7 @@ RMS_NORM_BACKWARD = Bench(
     results=("dx", "dw"), formula="read dy, x, γ + write dx, dγ = (3·T·H + 2·H) elements",
     impls={"pyrms": PyrmsBackward, "pyrms_nopdl": PyrmsBackwardNoPdl, "torch": TorchBackward, "compile": CompiledBackward, "liger": LigerBackward},
     reference=reference, aliases=("backward",),
-    host=host_call, example=example)
+    host=host_call, example=example,
+    targets=Targets(ceiling=0.85, vs_eager=(32, 5120), host=1.25))
 
 BENCHES = (RMS_NORM_BACKWARD,)
