@@ -38,6 +38,7 @@ from pyrms.bench import timing
 from pyrms.ops._norm_backward import plan as bwd_plan
 from pyrms.ops._norm_backward import prepared as _backward
 from pyrms.ops._norm_backward import twin as bwd_twin
+from pyrms.ops._row_twin import row_stats_twin
 
 
 def main() -> int:
@@ -74,12 +75,11 @@ def main() -> int:
             dxs = [pyrms.Tensor.empty((tokens, hidden), dt) for _ in range(sets)]
             dw, db = pyrms.Tensor.empty((hidden,), dt), pyrms.Tensor.empty((hidden,), dt)
             wt = pyrms.Tensor.from_numpy(w)
-            stats = [saved_statistics(x_set, wt, ln, tokens, hidden, dt) for x_set in xs] if args.saved else []
+            stats = saved_statistics(x, ln, dt, original(dt, hidden, centered=ln).stats_fold) if args.saved else {}
             check = min(tokens, 64)
             dx_ref = bwd_twin.norm_backward_ref(dy[:check], x[:check], w, 1e-6, centered=ln)[0]
             # the rows, the weight and the parameter gradients, and the saved statistics (float32 per row) read
-            nbytes = (3 * tokens * hidden + (3 if ln else 2) * hidden) * dt.itemsize + 4 * tokens * len(
-                stats[0] if stats else ())
+            nbytes = (3 * tokens * hidden + (3 if ln else 2) * hidden) * dt.itemsize + 4 * tokens * len(stats)
             saved = " from saved statistics" if args.saved else ""
             print(f"{op}{saved} {dt.name} {tokens}x{hidden}: planned {original(dt, hidden, centered=ln)}", flush=True)
             for config in args.configs.split(","):
@@ -128,7 +128,7 @@ def main() -> int:
                         grad_output=dys[i], input=xs[i], weight=wt, epsilon=1e-6, num_tokens=tokens, hidden_size=hidden,
                         dtype=None, grad_output_stride=None, input_stride=None, grad_input_stride=None, gemma=False,
                         grad_weight_dtype=None, workspace=None, rows_per_block=rows_per_block, stream=None, pdl=True,
-                        **(stats[i] if stats else {}))
+                        **stats)
 
                 launch(0)
                 driver.synchronize()
@@ -137,7 +137,7 @@ def main() -> int:
                 us = timing.median_us(timer, launch, sets, 8, batch=6)
                 frac = f", {nbytes / us / 1e3 / ceiling_gbps:.2f} of the ceiling" if ceiling_gbps else ""
                 print(f"  {config}: {us:.2f} us, {nbytes / us / 1e3:.0f} GB/s{frac}, dx rel err {err:.2e}", flush=True)
-            for buffers in (xs, dys, dxs, [t for entry in stats for t in entry.values()]):
+            for buffers in (xs, dys, dxs, stats.values()):
                 for b in buffers:
                     b.close()
     finally:
@@ -147,19 +147,13 @@ def main() -> int:
     return 0
 
 
-def saved_statistics(x, weight, centered: bool, tokens: int, hidden: int, dt) -> dict:
-    """The statistics the forward of x saves for the backward (LayerNorm's mean and rstd, RMSNorm's rstd), by
-    the backward's keyword: new float32 [tokens] Tensors, the caller's to close."""
-    stats = {"rstd": pyrms.Tensor.empty((tokens,), "float32")}
-    with pyrms.Tensor.empty((tokens, hidden), dt) as y:
-        if centered:
-            stats["mean"] = pyrms.Tensor.empty((tokens,), "float32")
-            pyrms.layer_norm(y, x, weight, None, 1e-6, **stats)
-        else:
-            pyrms.rms_norm(y, x, weight, 1e-6, **stats)
-        driver.synchronize()  # y is freed as the block ends
-    return stats
-
+def saved_statistics(x: np.ndarray, centered: bool, dt, fold: int) -> dict:
+    """The statistics the forward of x saves for the backward (LayerNorm's mean and rstd, RMSNorm's rstd), by the
+    backward's keyword, as new float32 Tensors (the caller's to close): the row core twin's, which are the
+    forward's bit for bit (its GPU tests), for 16-byte aligned rows in the forward's fold (the plan's stats_fold)."""
+    mean, rstd = row_stats_twin(x.astype(np.float32), 1e-6, fold, 0, dt.vec_elems, centered=centered)
+    return {name: pyrms.Tensor.from_numpy(values) for name, values in (("mean", mean), ("rstd", rstd))
+            if centered or name == "rstd"}
 
 if __name__ == "__main__":
     sys.exit(main())
