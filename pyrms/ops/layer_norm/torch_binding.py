@@ -29,6 +29,7 @@ from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
 from ...torch.modules import swaps_in
 from .._norm_backward.torch_launch import norm_backward_launch
+from .op import _prepared as _prepared_layer_norm
 from .op import layer_norm as _layer_norm
 
 __all__ = ["layer_norm", "LayerNorm"]
@@ -79,9 +80,17 @@ def _launch_rows(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tenso
         if save:
             rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
             mean = None if rms else torch.empty(rows, dtype=torch.float32, device=x.device)
-        _layer_norm(out.data_ptr(), x.data_ptr(), ptr(weight), ptr(bias), eps, rows, hidden, dtype=dtype,
-                    input_stride=stride, out_stride=hidden, stream=current_stream(device), weight_dtype=kind,
-                    out_dtype=kind, rms=rms, mean=ptr(mean), rstd=ptr(rstd))
+        stream = current_stream(device)
+        # The prepared launch, as pyrms.layer_norm's hot path finds it (which statistics pointers do not take);
+        # where it declines, the function's general path says why.
+        prepared = _prepared_layer_norm.get(dtype, hidden, stride, hidden, bias is not None, True, weight is not None,
+                                            kind, kind, rms)
+        if prepared is None or not prepared(out.data_ptr(), x.data_ptr(), ptr(weight), ptr(bias), float(eps), rows,
+                                            stream, 0 if mean is None else mean.data_ptr(),
+                                            0 if rstd is None else rstd.data_ptr()):
+            _layer_norm(out.data_ptr(), x.data_ptr(), ptr(weight), ptr(bias), eps, rows, hidden, dtype=dtype,
+                        input_stride=stride, out_stride=hidden, stream=stream, weight_dtype=kind, out_dtype=kind,
+                        rms=rms, mean=ptr(mean), rstd=ptr(rstd))
     return out, mean, rstd
 
 
