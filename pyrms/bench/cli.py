@@ -8,9 +8,9 @@ from pathlib import Path
 
 from . import config as cfg
 from . import ops as ops_mod
+from . import targets as targets_mod
 
 PROG = "python -m pyrms.bench"
-DEFAULT_EXTRA_OP_SHAPES = (cfg.Shape(32, 5120), cfg.Shape(16384, 5120))  # the other ops' target shapes
 
 EPILOG = """
 sections: the copy ceiling; the shape sweep (each implementation validated, then timed); the launch
@@ -50,12 +50,20 @@ def _join(names) -> str:
     return " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def extra_op_shapes() -> tuple[cfg.Shape, ...]:
+    """The shapes a default run times the other ops at: their targets' (the extra-op shape, and each op's shape
+    against torch eager), smallest first."""
+    own = (b.targets.vs_eager for b in ops_mod.benches().values() if b.targets.vs_eager)
+    shapes = {targets_mod.EXTRA_OP_SHAPE, *own}
+    return tuple(cfg.Shape(t, h) for t, h in sorted(shapes))
+
+
 def epilog() -> str:
     """EPILOG with the run's defaults and the ops (from the registry's benchmark declarations) filled in."""
     ints = lambda values: ",".join(map(str, values))  # noqa: E731
     return EPILOG.format(tokens=ints(cfg.TOKENS), hidden=ints(cfg.HIDDEN), quick_tokens=ints(cfg.QUICK_TOKENS),
                          quick_hidden=ints(cfg.QUICK_HIDDEN), extras=_join(ops_mod.extras()),
-                         extra_shapes=_join(map(str, DEFAULT_EXTRA_OP_SHAPES)), prog=PROG,
+                         extra_shapes=_join(map(str, extra_op_shapes())), prog=PROG,
                          nopdl_peers=_join(cfg.IMPL_LABELS[i] for i in cfg.OTHER_IMPLS),
                          pdl_peers=_join(cfg.IMPL_LABELS[i] for i in cfg.OTHER_PDL_IMPLS))
 
@@ -150,7 +158,7 @@ def build_config(args, now: datetime.datetime | None = None) -> cfg.Config:
         ops, extra_shapes = args.ops, None
     else:
         available = _available_extra_ops()
-        ops, extra_shapes = (ops_mod.headline(),) + available, DEFAULT_EXTRA_OP_SHAPES
+        ops, extra_shapes = (ops_mod.headline(),) + available, extra_op_shapes()
         missing = [op for op in ops_mod.extras() if op not in available]
         if missing:
             notes.append(f"not in this pyrms, so not measured: {', '.join(missing)}")

@@ -1193,3 +1193,9 @@ def test_targets_are_read_from_their_data_file(tmp_path):
     edited.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="targets.json: missing or malformed target \\(KeyError: 'torch_vs_eager'\\)"):
         targets.load(edited)
+
+
+def test_a_default_run_times_the_other_ops_at_their_targets_shapes(monkeypatch):
+    assert cli.extra_op_shapes() == (config.Shape(32, 5120), config.Shape(16384, 5120))
+    monkeypatch.setattr(targets, "EXTRA_OP_SHAPE", (4096, 8192))
+    assert cli.extra_op_shapes() == (config.Shape(32, 5120), config.Shape(4096, 8192))
