@@ -539,6 +539,13 @@ def _first_dtype(ops: list[Operand], default: dtypes.DType) -> dtypes.DType:
     return next((op.array.dtype for op in ops if op.array is not None), default)
 
 
+def raw_regions(operands, hidden: int) -> list[Region]:
+    """The regions of raw-pointer operands given as (name, pointer, rows, row stride, itemsize), for ``disjoint``;
+    none for an operand without a pointer (None or 0) or without bytes read (itemsize 0)."""
+    return [Region(Operand(name, ptr), stride, span(ptr, rows, stride, hidden, itemsize))
+            for name, ptr, rows, stride, itemsize in operands if type(ptr) is int and ptr > 0 and itemsize]
+
+
 def disjoint(written: list[Region], others: list[Region], in_place=()) -> None:
     """What a launch writes must not overlap anything else it touches, except exactly the same
     memory for the (written, other) name pairs in `in_place`."""

@@ -219,16 +219,10 @@ def _with_stats(out, input, weight, bias, epsilon, num_tokens, hidden_size, mean
                                 bias=bias is not None, rms=check.flag("rms", rms))
     x_stride = check.stride_arg("input_stride", input_stride, hidden)
     o_stride = check.stride_arg("out_stride", out_stride, hidden)
-    others = [(region.op, region.span) for region in written]
-    for name, ptr, count, stride, itemsize in (("out", out, rows, o_stride, p.out_dtype.itemsize),
+    check.disjoint(written, check.raw_regions((("out", out, rows, o_stride, p.out_dtype.itemsize),
                                                ("input", input, rows, x_stride, dt.itemsize),
                                                ("weight", weight, 1, hidden, p.param_dtype.itemsize),
-                                               ("bias", bias, 1, hidden, p.param_dtype.itemsize)):
-        if type(ptr) is int and ptr > 0:
-            others.append((check.Operand(name, ptr), check.span(ptr, count, stride, hidden, itemsize)))
-    for k, region in enumerate(written):
-        for op, span in others[:k] + others[k + 1:]:
-            check.no_partial_overlap(region.op, region.span, op, span, may_alias=False)
+                                               ("bias", bias, 1, hidden, p.param_dtype.itemsize)), hidden))
     _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
              weight_dtype, out_dtype, rms)
     raise AssertionError("unreachable: layer_norm's statistics passed every check the prepared launch makes")

@@ -309,12 +309,9 @@ def _with_rstd(out, input, weight, epsilon, num_tokens, hidden_size, rstd, *, dt
     p = rms_plan.plan_rms_norm(dt, 1, weight_dtype=weight_dtype, out_dtype=out_dtype)
     x_stride = check.stride_arg("input_stride", input_stride, hidden)
     o_stride = check.stride_arg("out_stride", out_stride, hidden)
-    for name, ptr, count, stride, itemsize in (("out", out, rows, o_stride, p.out_dtype.itemsize),
-                                               ("input", input, rows, x_stride, dt.itemsize),
-                                               ("weight", weight, 1, hidden, p.weight_itemsize)):
-        if type(ptr) is int and ptr > 0 and itemsize:
-            check.no_partial_overlap(written.op, written.span, check.Operand(name, ptr),
-                                     check.span(ptr, count, stride, hidden, itemsize), may_alias=False)
+    check.disjoint([written], check.raw_regions((("out", out, rows, o_stride, p.out_dtype.itemsize),
+                                                 ("input", input, rows, x_stride, dt.itemsize),
+                                                 ("weight", weight, 1, hidden, p.weight_itemsize)), hidden))
     _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl, gemma,
              weight_dtype, out_dtype)
     raise AssertionError("unreachable: rms_norm's rstd passed every check the prepared launch makes")
