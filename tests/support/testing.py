@@ -423,9 +423,10 @@ def check_layer_norm(rng, dtype, rows, hidden, *, offsets=None, strides=None, in
         p = ln_plan.plan_layer_norm(dt, hidden, bias=bias, weight=weight != "none", rms=rms)
         want = ln_twin.layer_norm_twin(x.values(), w.values()[0] if w else None, b.values()[0] if b else None,
                                          epsilon, block=p.block, row_phases=phases(x), out_dtype=out_dtype, rms=rms)
-        # the forward's statistics: the row core's tree at the forward's fold
-        twin_stats = dict(zip(("mean", "rstd"), row_stats_twin(x.values().astype(np.float32), epsilon, p.block,
-                                                               phases(x), dt.vec_elems, centered=not rms)))
+        twin_stats = {}
+        if stats:  # the forward's statistics: the row core's tree at the forward's fold
+            twin_stats = dict(zip(("mean", "rstd"), row_stats_twin(x.values().astype(np.float32), epsilon, p.block,
+                                                                   phases(x), dt.vec_elems, centered=not rms)))
         with forced_row_variant(variant):
             run_checked(_label("layer_norm", dt, rows, hidden, offsets, strides, in_place=in_place, no_bias=not bias,
                                weight=weight, variant=variant, pdl=pdl, out_dtype=out_dtype, rms=rms),
