@@ -14,7 +14,7 @@ from tests.support import case_matrix, raw_calls
 def calls(monkeypatch):
     """pyrms's functions that raw_calls launches, each replaced by a recorder of (name, args, kwargs)."""
     recorded = []
-    for name in raw_calls.OUTPUTS:
+    for name in raw_calls.OPS:
         monkeypatch.setattr(pyrms, name, lambda *args, _name=name, **kwargs: recorded.append((_name, args, kwargs)))
     return recorded
 
