@@ -11,7 +11,10 @@ import pytest
 
 import pyrms
 from pyrms import driver
-from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_norm_backward, check_rms_norm
+from tests.ops.fused_add_rms_norm.cases import check_fused_add_rms_norm
+from tests.ops.layer_norm.cases import check_layer_norm
+from tests.ops.rms_norm.cases import check_rms_norm
+from tests.support.testing import bits, check_norm_backward
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.fused_add_rms_norm import twin as fused_twin
 from pyrms.ops.rms_norm import plan as rms_plan

@@ -11,7 +11,9 @@ import pytest
 
 import pyrms
 from tests.support import case_matrix
-from tests.support.testing import bits, check_case, check_fused_add_rms_norm, check_layer_norm
+from tests.ops.fused_add_rms_norm.cases import check_fused_add_rms_norm
+from tests.ops.layer_norm.cases import check_layer_norm
+from tests.support.testing import bits, check_case
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.fused_add_rms_norm import twin as fused_twin
 from pyrms.ops.rms_norm import plan as rms_plan

@@ -150,12 +150,13 @@ def test_fp32_out_with_the_fp32_sum_is_refused_by_name(rng, semantics):
 def test_case_matrix_names_the_mixed_output_out_kind():
     """The row ops' fp32 output is the case option out_kind (out_dtype stays the quantizing ops'); the checker
     gets it as out_dtype, fused add gets an 'out' operand of its own, an fp32 out counts 8 offsets."""
+    from tests.ops.fused_add_rms_norm.cases import check_fused_add_rms_norm
     from tests.support import case_matrix, testing
 
     c = case_matrix.case("fused_add_rms_norm", "bf16", 3, 769, offsets={"out": 7}, out_kind="float32")
     assert str(c) == "fused_add_rms_norm-bfloat16-3x769-out+7-out_kind=float32"
     check, kwargs = testing.checker_call(c)
-    assert check is testing.check_fused_add_rms_norm and kwargs["out_dtype"] == "float32"
+    assert check is check_fused_add_rms_norm and kwargs["out_dtype"] == "float32"
     assert kwargs["offsets"] == {"out": 7}
     assert testing.checker_call(case_matrix.case("rms_norm", "bf16", 3, 8))[1]["out_dtype"] is None
     assert case_matrix.pointers("fused_add_rms_norm", out_kind="float32") == ("input", "residual", "out", "weight")

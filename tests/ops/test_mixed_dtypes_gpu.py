@@ -15,7 +15,10 @@ import pytest
 import pyrms
 from pyrms import driver, dtypes
 from pyrms.tensor import Tensor
-from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm, check_rms_norm_nd
+from tests.ops.fused_add_rms_norm.cases import check_fused_add_rms_norm
+from tests.ops.layer_norm.cases import check_layer_norm
+from tests.ops.rms_norm.cases import check_rms_norm, check_rms_norm_nd
+from tests.support.testing import bits
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin
 

@@ -11,6 +11,9 @@ import pytest
 
 import pyrms
 from pyrms import driver
+from tests.ops.fused_add_rms_norm.cases import check_fused_add_rms_norm
+from tests.ops.layer_norm.cases import check_layer_norm
+from tests.ops.rms_norm.cases import check_rms_norm
 from tests.support import testing
 from pyrms.ops.rms_norm import twin as rms_twin
 
@@ -50,18 +53,18 @@ def seed_on_this_device(rng, stream):
 
 # Every op, at an odd hidden size, misaligned pointers and strided rows (stream: the thread's own).
 CASES = {
-    "rms_norm": lambda rng, s: testing.check_rms_norm(rng, "bfloat16", 5, 5125, in_off=1, w_off=3, out_off=5,
-                                                      in_stride=5131, stream=s),
-    "rms_norm many rows": lambda rng, s: testing.check_rms_norm(rng, "float16", 300, 4096, in_off=2, gemma=True,
-                                                                stream=s),  # more than plan.FEW_ROWS: the many-row kernel
-    "rms_norm float32 round once": lambda rng, s: testing.check_rms_norm(rng, "float32", 3, 769, round_once=True,
-                                                                         in_place=True, stream=s),
-    "fused_add_rms_norm": lambda rng, s: testing.check_fused_add_rms_norm(
+    "rms_norm": lambda rng, s: check_rms_norm(rng, "bfloat16", 5, 5125, in_off=1, w_off=3, out_off=5,
+                                              in_stride=5131, stream=s),
+    "rms_norm many rows": lambda rng, s: check_rms_norm(rng, "float16", 300, 4096, in_off=2, gemma=True,
+                                                        stream=s),  # more than plan.FEW_ROWS: the many-row kernel
+    "rms_norm float32 round once": lambda rng, s: check_rms_norm(rng, "float32", 3, 769, round_once=True,
+                                                                 in_place=True, stream=s),
+    "fused_add_rms_norm": lambda rng, s: check_fused_add_rms_norm(
         rng, "bfloat16", 7, 5125, offsets={"input": 1, "residual": 2, "weight": 3}, strides={"residual": 5131},
         stream=s),
-    "layer_norm": lambda rng, s: testing.check_layer_norm(rng, "bfloat16", 9, 769, offsets={"input": 3, "out": 1},
-                                                          stream=s),
-    "layer_norm without bias": lambda rng, s: testing.check_layer_norm(rng, "float16", 4, 5125, bias=False, stream=s),
+    "layer_norm": lambda rng, s: check_layer_norm(rng, "bfloat16", 9, 769, offsets={"input": 3, "out": 1},
+                                                  stream=s),
+    "layer_norm without bias": lambda rng, s: check_layer_norm(rng, "float16", 4, 5125, bias=False, stream=s),
     "rms_norm_backward": lambda rng, s: testing.check_norm_backward(rng, "bfloat16", 33, 769,
                                                                     offsets={"input": 1, "grad_output": 2}, stream=s),
     "rms_norm_backward own workspace, fp32 grads": lambda rng, s: testing.check_norm_backward(

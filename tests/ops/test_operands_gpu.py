@@ -9,7 +9,10 @@ import pytest
 import pyrms
 from pyrms import driver, launch
 from pyrms.ops import _row_plan as plan
-from tests.support.testing import bits, check_fused_add_rms_norm, check_layer_norm, check_rms_norm, forced_row_variant
+from tests.ops.fused_add_rms_norm.cases import check_fused_add_rms_norm
+from tests.ops.layer_norm.cases import check_layer_norm
+from tests.ops.rms_norm.cases import check_rms_norm
+from tests.support.testing import bits, forced_row_variant
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.layer_norm import plan as ln_plan
 from pyrms.ops.rms_norm import plan as rms_plan

@@ -13,7 +13,8 @@ import pyrms
 from pyrms import driver, dtypes
 from pyrms.ops import _row_plan as plan
 from pyrms.tensor import Tensor
-from tests.support.testing import allocate, bits, check_fused_add_rms_norm, phases
+from tests.ops.fused_add_rms_norm.cases import check_fused_add_rms_norm
+from tests.support.testing import allocate, bits, phases
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.fused_add_rms_norm import twin as fused_twin
 

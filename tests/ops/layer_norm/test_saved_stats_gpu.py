@@ -9,7 +9,8 @@ import pytest
 import pyrms
 from pyrms.ops import _row_plan as planner
 from pyrms.ops._norm_backward import plan as bwd_plan
-from tests.support.testing import bits, check_layer_norm, check_norm_backward
+from tests.ops.layer_norm.cases import check_layer_norm
+from tests.support.testing import bits, check_norm_backward
 
 pytestmark = pytest.mark.gpu
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pyrms import driver, dtypes
+from tests.ops.rms_norm.cases import check_rms_norm, check_rms_norm_nd
 from tests.support import testing
 
 from pyrms.ops import _row_plan as plan
@@ -33,21 +34,21 @@ def test_packed_rows_plain_layout(dtype, hidden):
     """Many short rows in one stride: the packed kernel (more rows than plan.FEW_ROWS), each misalignment."""
     vec = dtypes.get(dtype).vec_elems
     for k, (in_off, out_off, w_off) in enumerate([(0, 0, 0), (1, 0, 0), (0, vec - 1, 1), (vec // 2, 1, vec - 1)]):
-        testing.check_rms_norm(_rng(dtype, hidden, k), dtype, plan.FEW_ROWS + 45, hidden, in_off=in_off,
-                               out_off=out_off, w_off=w_off, in_stride=hidden + k, out_stride=hidden + 2 * k)
+        check_rms_norm(_rng(dtype, hidden, k), dtype, plan.FEW_ROWS + 45, hidden, in_off=in_off,
+                       out_off=out_off, w_off=w_off, in_stride=hidden + k, out_stride=hidden + 2 * k)
 
 
 @pytest.mark.parametrize("weight", plan.WEIGHT_KINDS)
 @pytest.mark.parametrize("in_place", (False, True))
 def test_packed_rows_weights_and_in_place(weight, in_place):
     for dtype in ("bfloat16", "float16") if weight == "float32" else DTYPES:
-        testing.check_rms_norm(_rng(dtype, weight, in_place), dtype, 999, 128, in_off=3, w_off=1,
-                               in_place=in_place, weight=weight)
+        check_rms_norm(_rng(dtype, weight, in_place), dtype, 999, 128, in_off=3, w_off=1,
+                       in_place=in_place, weight=weight)
 
 
 @pytest.mark.parametrize("options", [dict(gemma=True), dict(round_once=True)])
 def test_packed_rows_options(options):
-    testing.check_rms_norm(_rng(str(options)), "bfloat16", 700, 64, in_off=5, **options)
+    check_rms_norm(_rng(str(options)), "bfloat16", 700, 64, in_off=5, **options)
 
 
 def _qkv(heads, kv_heads, head_dim):
@@ -66,9 +67,9 @@ def test_qk_norm_slices(dtype, tokens, head_dim):
     for name, (heads, offset) in parts.items():
         for in_place, in_off, out_off in ((False, 0, 0), (False, offset % 8, 3), (True, 0, 0), (True, 1, 0)):
             # all aligned (the ALIGNED packed kernel), then misaligned pointers
-            testing.check_rms_norm_nd(_rng(dtype, tokens, head_dim, name, in_place, in_off), dtype, (tokens, heads),
-                                      head_dim, in_strides=(row, head_dim), in_off=in_off, out_off=out_off,
-                                      in_place=in_place)
+            check_rms_norm_nd(_rng(dtype, tokens, head_dim, name, in_place, in_off), dtype, (tokens, heads),
+                              head_dim, in_strides=(row, head_dim), in_off=in_off, out_off=out_off,
+                              in_place=in_place)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -79,17 +80,17 @@ def test_transposed_views(dtype):
     storage = (s * h * d, d, h * d)  # (b, h, s) strides of a [b, s, h, d] tensor
     for k, (in_s, out_s) in enumerate([(storage, None), (None, storage), (storage, storage)]):
         for off in (0, 1, 5):
-            testing.check_rms_norm_nd(_rng(dtype, k, off), dtype, (b, h, s), d, in_strides=in_s, out_strides=out_s,
-                                      in_off=off, out_off=(off * 3) % 8, w_off=off)
+            check_rms_norm_nd(_rng(dtype, k, off), dtype, (b, h, s), d, in_strides=in_s, out_strides=out_s,
+                              in_off=off, out_off=(off * 3) % 8, w_off=off)
 
 
 @pytest.mark.parametrize("hidden", (64, 128, 1000, 5120))
 @pytest.mark.parametrize("weight", plan.WEIGHT_KINDS)
 def test_nd_weights_and_hidden_sizes(hidden, weight):
     dtype = "bfloat16"
-    testing.check_rms_norm_nd(_rng(hidden, weight), dtype, (3, 4, 5), hidden,
-                              in_strides=(4 * 5 * hidden + 7, 5 * hidden + 3, hidden + 1), in_off=2, w_off=3,
-                              weight=weight)
+    check_rms_norm_nd(_rng(hidden, weight), dtype, (3, 4, 5), hidden,
+                      in_strides=(4 * 5 * hidden + 7, 5 * hidden + 3, hidden + 1), in_off=2, w_off=3,
+                      weight=weight)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -98,14 +99,14 @@ def test_weight_per_outer_row(dtype, hidden):
     """weight [L, hidden] for x [L, M, hidden], each misalignment of the weight's rows (a row stride that
     is not a multiple of the vector), bitwise equal to L calls (the twin repeats the weight rows)."""
     for w_stride in (hidden, hidden + 3):
-        testing.check_rms_norm_nd(_rng(dtype, hidden, w_stride), dtype, (3, 7), hidden, per_row=True,
-                                  w_stride=w_stride, w_off=1, in_off=2)
-    testing.check_rms_norm_nd(_rng(dtype, hidden, "3d"), dtype, (2, 3, 4), hidden, per_row=True, w_off=2)
+        check_rms_norm_nd(_rng(dtype, hidden, w_stride), dtype, (3, 7), hidden, per_row=True,
+                          w_stride=w_stride, w_off=1, in_off=2)
+    check_rms_norm_nd(_rng(dtype, hidden, "3d"), dtype, (2, 3, 4), hidden, per_row=True, w_off=2)
 
 
 def test_weight_per_outer_row_fp32_and_one_row():
-    testing.check_rms_norm_nd(_rng("fp32w"), "bfloat16", (4, 9), 256, per_row=True, weight="float32", w_off=1)
-    testing.check_rms_norm_nd(_rng("L1"), "bfloat16", (1, 9), 256, per_row=True)
+    check_rms_norm_nd(_rng("fp32w"), "bfloat16", (4, 9), 256, per_row=True, weight="float32", w_off=1)
+    check_rms_norm_nd(_rng("L1"), "bfloat16", (1, 9), 256, per_row=True)
 
 
 def test_weight_per_outer_row_equals_separate_calls():
@@ -133,13 +134,13 @@ def test_weight_per_outer_row_equals_separate_calls():
 def test_arrays_collapse_their_layout(case):
     """The arrays' path: pyrms Tensor views with the layouts above, collapsed by rms_norm itself."""
     if case == "qk":
-        testing.check_rms_norm_nd(_rng(case), "bfloat16", (6, 8), 128, in_strides=(12 * 128, 128), in_off=1,
-                                  as_arrays=True)
+        check_rms_norm_nd(_rng(case), "bfloat16", (6, 8), 128, in_strides=(12 * 128, 128), in_off=1,
+                          as_arrays=True)
     elif case == "transposed":
-        testing.check_rms_norm_nd(_rng(case), "float16", (2, 3, 5), 64, in_strides=(5 * 3 * 64, 64, 3 * 64),
-                                  as_arrays=True)
+        check_rms_norm_nd(_rng(case), "float16", (2, 3, 5), 64, in_strides=(5 * 3 * 64, 64, 3 * 64),
+                          as_arrays=True)
     else:
-        testing.check_rms_norm_nd(_rng(case), "bfloat16", (3, 2, 4), 128, per_row=True, as_arrays=True)
+        check_rms_norm_nd(_rng(case), "bfloat16", (3, 2, 4), 128, per_row=True, as_arrays=True)
 
 
 def test_batch_stride_above_2_31_elements():

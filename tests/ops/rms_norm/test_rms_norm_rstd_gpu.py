@@ -7,7 +7,8 @@ import pytest
 
 import pyrms
 from pyrms.ops import _row_plan as planner
-from tests.support.testing import bits, check_rms_norm
+from tests.ops.rms_norm.cases import check_rms_norm
+from tests.support.testing import bits
 
 pytestmark = pytest.mark.gpu
 

@@ -152,7 +152,8 @@ def test_twin_quantizes_the_normalized_rows():
     assert np.array_equal(y, (xf * inv[:, None]) * w.astype(np.float32))
     rounded = quant_twin.normalized_twin(x, w, 1e-6, block=32, round_input=True)
     assert np.array_equal(rounded, rms_twin.rms_norm_twin(x, w, 1e-6, block=32).astype(np.float32))
-    # norm_out = round_T(y): rms_norm's output with round_once where y is not rounded (testing.check_rms_norm_quant)
+    # norm_out = round_T(y): rms_norm's output with round_once where y is not rounded
+    # (tests.ops.rms_norm_quant.cases.check_rms_norm_quant)
     once = rms_twin.rms_norm_twin(x, w, 1e-6, block=32, round_once=True)
     assert np.array_equal(y.astype(x.dtype).view(np.uint16), once.view(np.uint16))
     assert not np.array_equal(once.view(np.uint16), rms_twin.rms_norm_twin(x, w, 1e-6, block=32).view(np.uint16))

@@ -9,7 +9,7 @@ import pytest
 
 import pyrms
 from pyrms import driver, dtypes
-from tests.support.testing import check_rms_norm_quant as run_case
+from tests.ops.rms_norm_quant.cases import check_rms_norm_quant as run_case
 
 pytestmark = pytest.mark.gpu
 

@@ -11,7 +11,8 @@ import pyrms
 from pyrms import driver, dtypes
 from pyrms.ops.static_quant import plan as sq_plan
 from pyrms.ops.static_quant.twin import static_quant_twin
-from tests.support.testing import _closing, _guarded, allocate, check_static_quant, run_checked
+from tests.ops.static_quant.cases import check_static_quant
+from tests.support.testing import allocate, closing, guarded, run_checked
 
 pytestmark = pytest.mark.gpu
 
@@ -21,8 +22,8 @@ QUANT = ["float8_e4m3fn", "float8_e5m2", "int8"]
 
 def run_case(rng, dtype, rows, hidden, out_dtype, *, x_off=0, out_off=0, x_stride=None, out_stride=None,
              scale=None, scale_kind="value", scale_off=0, specials=False, stream=None, pdl=None):
-    """tests.support.testing.check_static_quant with the offsets and strides by keyword; scale_kind: "value"
-    (a float), "pointer" (a device pointer, scale_off fp32 elements past a 16-byte boundary) or "array" (a
+    """tests.ops.static_quant.cases.check_static_quant with the offsets and strides by keyword; scale_kind:
+    "value" (a float), "pointer" (a device pointer, scale_off fp32 elements past a 16-byte boundary) or "array" (a
     one-element float32 pyrms.Tensor there)."""
     if scale_kind not in ("value", "pointer", "array"):
         raise ValueError(f"scale_kind must be 'value', 'pointer' or 'array', got {scale_kind!r}")
@@ -104,8 +105,8 @@ def test_the_twin_is_what_the_checks_compare(rng):
         dt, qt = dtypes.BFLOAT16, dtypes.quantized("float8_e4m3fn")
         x = allocate(rng, dt, 2, 64)
         q = static_quant_twin(x.values(), 0.01, qt).view(np.uint8)
-        out = _guarded(np.uint8, 2, 64, 0, None, 0xFF)
-        with _closing(x, out):
+        out = guarded(np.uint8, 2, 64, 0, None, 0xFF)
+        with closing(x, out):
             run_checked("static_quant wrong scale", lambda: pyrms.static_quant(out.ptr, x.ptr, 2, 64, scale=0.02),
                         outputs={"out": (out, q)}, inputs={"input": x})
     assert sq_plan.plan_static_quant(dt, 64, qt).block == 32
