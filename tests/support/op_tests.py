@@ -28,10 +28,13 @@ class RawCall:
 class OpTests:
     """One op's pieces. ``checker_call(case)``: (checker, its keyword arguments but rng and stream) that run a
     tests.support.case_matrix.Case of the op on the GPU (pure). ``raw``: its RawCall, where a lab tool launches
-    it (None: none does)."""
+    it (None: none does). ``centered``: whether the op subtracts each row's mean (LayerNorm's): a constant row
+    at epsilon 0 is then 0 * inf, whose NaN bits differ between numpy and the GPU, so the randomized check draws
+    epsilon 0 only for the others."""
 
     checker_call: Callable[..., tuple[Callable, dict]]
     raw: RawCall | None = None
+    centered: bool = False
 
 
 def family(op: str) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 from pyrms.ops import _row_plan as plan
 from pyrms.ops import registry
 from pyrms.ops._norm_backward import plan as bwd_plan
-from tests.support import case_matrix
+from tests.support import case_matrix, op_tests
 from tests.support.case_matrix import operands, vector_elements
 
 # The ops the randomized check draws: the registry's with random=True (in its order).
@@ -92,19 +92,8 @@ class Case:
         """The case of the matrix this draws (tests.support.testing.check_case runs it); stream, seed and index
         aside."""
         options = {"epsilon": self.epsilon, "in_place": self.in_place}
-        if self.op in ("rms_norm", "fused_add_rms_norm", "rms_norm_backward"):
-            options["gemma"] = self.gemma
-        if self.op in ("rms_norm", "fused_add_rms_norm"):
-            options["round_once"] = self.round_once
-        if self.op == "layer_norm":
-            options.update(bias=self.bias, rms=self.rms)
-        if self.op in case_matrix.BACKWARD:
-            options.update(grad_dtype=self.grad_dtype, rows_per_block=self.rows_per_block,
-                           own_workspace=self.own_workspace)
-            if self.op == "layer_norm_backward":
-                options["grad_bias"] = self.bias
-            else:
-                options["rms_bias"] = self.rms
+        options.update((name, getattr(self, field)) for name, field in _MATRIX_OPTIONS
+                       if name in registry.get(self.op).case_options)
         return case_matrix.case(self.op, self.dtype, self.rows, self.hidden, offsets=dict(self.offsets),
                                 strides=dict(self.strides), **options)
 
@@ -141,6 +130,14 @@ class Case:
 
 
 _CORE = {"seed", "index", "op", "dtype", "rows", "hidden", "epsilon", "offsets", "strides", "stream"}
+# (the matrix's option, the Case field that gives it) for each op whose cases take that option: bias is LayerNorm's
+# bias or its backward's grad_bias, rms layer_norm's rms or rms_norm_backward's grad_bias (rms_bias).
+_MATRIX_OPTIONS = (("gemma", "gemma"), ("round_once", "round_once"), ("bias", "bias"), ("rms", "rms"),
+                   ("grad_dtype", "grad_dtype"), ("rows_per_block", "rows_per_block"),
+                   ("own_workspace", "own_workspace"), ("grad_bias", "bias"), ("rms_bias", "rms"))
+# The features that name an option away from its default: (the matrix's option, value, feature).
+_OPTION_FEATURES = (("bias", False, "bias=None"), ("grad_bias", False, "grad_bias=None"), ("rms", True, "rms"),
+                    ("rms_bias", True, "grad_bias"))
 
 
 def _parse(kind: str, text: str):
@@ -193,19 +190,20 @@ def draw_case(seed: int, index: int) -> Case:
         fit = max(1, min(most_rows, budget // hidden))
         edges = [r for r in ROW_COUNTS if r <= fit]
         rows = int(rng.choice(edges)) if rng.random() < 0.2 else _log_uniform(rng, 1, fit)
-    backward = op.endswith("_backward")
-    rms = op in ("rms_norm", "fused_add_rms_norm", "rms_norm_backward")
+    # The options the op's cases take (its registry entry's case_options), each drawn in this order.
+    takes = registry.get(op).case_options
+    backward = op in case_matrix.BACKWARD
     options = {}
-    if rms:
+    if "gemma" in takes:
         options["gemma"] = bool(rng.random() < 0.3)
-    if op in ("rms_norm", "fused_add_rms_norm"):
+    if "round_once" in takes:
         options["round_once"] = bool(rng.random() < 0.3)
-    if op in ("layer_norm", "layer_norm_backward"):
+    if "bias" in takes or "grad_bias" in takes:
         options["bias"] = bool(rng.random() < 0.7)
     # RMSNorm with a bias: layer_norm's rms (beside a bias) and rms_norm_backward's grad_bias (without gemma)
-    if (op == "layer_norm" and options["bias"]) or (op == "rms_norm_backward" and not options["gemma"]):
+    if ("rms" in takes and options["bias"]) or ("rms_bias" in takes and not options["gemma"]):
         options["rms"] = bool(rng.random() < 0.25)
-    if op in ("rms_norm", "layer_norm") and rng.random() < 0.25:
+    if "in_place" in takes and not backward and rng.random() < 0.25:
         options["in_place"] = "input"
     if backward:
         options["in_place"] = (None, "grad_output", "input")[rng.choice(3, p=[0.6, 0.2, 0.2])]
@@ -215,16 +213,16 @@ def draw_case(seed: int, index: int) -> Case:
                 if rng.random() < 0.7 else 1
         options["own_workspace"] = bool(rng.random() < 0.25)
     row_ops, vector_ops = operands(op, in_place=options.get("in_place"), bias=options.get("bias", True),
-                                   rms_bias=op == "rms_norm_backward" and options.get("rms", False))
+                                   rms_bias="rms_bias" in takes and options.get("rms", False))
     offsets = []
     aligned = rng.random() < 0.2  # every pointer on a 16-byte boundary, the common case in practice
     for name in (*row_ops, *vector_ops):
         vec = vector_elements(dtype, name, grad_dtype=options.get("grad_dtype"))
         offsets.append((name, 0 if aligned else int(rng.integers(vec))))
     strides = tuple((name, _stride(rng, hidden, big)) for name in row_ops)
-    # ε = 0 only where no row can be constant: a constant LayerNorm row at ε = 0 is 0 * inf, whose
-    # NaN bits differ between numpy and the GPU (a harness artefact, not a kernel fault).
-    choices = EPSILONS + ((0.0,) if rms else ())
+    # ε = 0 only where no row can be constant: a constant row of a centered op (OpTests.centered) at ε = 0 is
+    # 0 * inf, whose NaN bits differ between numpy and the GPU (a harness artefact, not a kernel fault).
+    choices = EPSILONS + (() if op_tests.of(op).centered else (0.0,))
     epsilon = float(rng.choice(choices)) if rng.random() < 0.8 else float(10 ** rng.uniform(-8, -1))
     stream = STREAMS[rng.choice(3, p=[0.5, 0.25, 0.25])]
     return Case(seed, index, op, dtype, rows, hidden, epsilon, tuple(offsets), strides, stream, **options)
@@ -240,10 +238,7 @@ def features(case: Case) -> list[str]:
     default, in place, the stream kind, misaligned pointers, strided rows, and its size class."""
     names = [f"op={case.op}", f"dtype={case.dtype}", f"stream={case.stream}"]
     names += [f"{name}" for name in ("gemma", "round_once", "own_workspace") if getattr(case, name)]
-    if case.op in ("layer_norm", "layer_norm_backward") and not case.bias:
-        names.append("bias=None" if case.op == "layer_norm" else "grad_bias=None")
-    if case.rms:
-        names.append("rms" if case.op == "layer_norm" else "grad_bias")
+    names += [feature for name, value, feature in _OPTION_FEATURES if case.case.option(name) == value]
     if case.in_place:
         names.append(f"in_place={case.in_place}")
     if case.grad_dtype:

@@ -82,5 +82,5 @@ def _raw_twin(case, rows, positions) -> dict:
                                            block=block, row_phases=positions["input"])}
 
 
-TESTS = {"layer_norm": OpTests(_checker_call, raw=RawCall(("out",), _raw_launch, _raw_twin)),
-         "layer_norm_backward": OpTests(functools.partial(backward_checker_call, layer_norm=True))}
+TESTS = {"layer_norm": OpTests(_checker_call, raw=RawCall(("out",), _raw_launch, _raw_twin), centered=True),
+         "layer_norm_backward": OpTests(functools.partial(backward_checker_call, layer_norm=True), centered=True)}
