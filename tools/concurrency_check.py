@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Threads launching pyrms ops at once give the bits of a single-threaded run.
 
-A phase per op of the case matrix's concurrency cases (tests.support.case_matrix.CONCURRENCY_HIDDEN:
+A phase per op of the case matrix's concurrency cases (tests.support.case_matrix.concurrency_ops():
 the RMSNorm forward and backward), then a shared-stream phase per backward among them, each run twice on
 the same inputs into separate, poisoned (0xFF) output buffers: once by THREADS threads started together
 (each with its own pyrms.Stream, created in the thread, or all on one shared stream), once by the main
@@ -69,7 +69,7 @@ class Work:
     def __init__(self, op: str, thread: int, launches: int, rng):
         self.op, self.thread, self.launches = op, thread, launches
         self.cases = case_matrix.concurrency(op)
-        self.hidden = h = case_matrix.CONCURRENCY_HIDDEN[op]
+        self.hidden = h = self.cases[0].hidden  # one hidden size per op
         span = max(c.rows * (max((s for _, s in c.strides), default=h)) for c in self.cases)
         self.block = _round_up(span + BLOCK)  # one launch's rows, at any offset
         rows, vectors = case_matrix.operands(op)
@@ -258,8 +258,8 @@ def main(argv=None) -> int:
     device = driver.current_device()
     start = time.time()
     # Compile and load every kernel first: the phases time launches, not NVRTC.
-    # The ops are the case matrix's (CONCURRENCY_HIDDEN): each on its own streams, then the backward on one.
-    ops = tuple(case_matrix.CONCURRENCY_HIDDEN)
+    # The ops are the case matrix's (concurrency_ops): each on its own streams, then the backward on one.
+    ops = case_matrix.concurrency_ops()
     warm = [phase("warm-up", op, 1, 2, False, 0) for op in ops]
     results = [phase(op, op, args.threads, launches, False, seed) for seed, op in enumerate(ops, 1)]
     results += [phase("shared stream", op, args.threads, launches, True, len(ops) + 1)

@@ -11,6 +11,9 @@ matrix holds each once. ``tests.support.testing.check_case`` runs one.
 A family is what tools/sanitize_all.py reports a case under (pyrms.precompile.OPS): the op it calls,
 except ``rms_norm_nd``, which also holds plain rms_norm calls of many short rows (the N-D kernel's
 packed rows). A new variant is one more option value on the axes below; it then reaches every consumer.
+
+The axes are shared here; each op's own cases (its GPU axes, sanitizer sweep and concurrency launches) are in
+its tests' folder, tests/ops/<family>/cases.py, found through the registry (tests.support.op_tests).
 """
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from pyrms import dtypes
-from pyrms.ops import _row_plan as plan
 from pyrms.ops import registry
+from tests.support import op_tests
 
 # The ops, from the registry: each case names one, and each is a family the sanitizer sweep reports under.
 OPS = FAMILIES = registry.NAMES
@@ -166,7 +169,8 @@ def _contiguous(sizes: tuple[int, ...], hidden: int) -> tuple[int, ...]:
 
 
 def _canonical(op, hidden, offsets, strides, options):
-    dense = {name: _contiguous(options["sizes"], hidden) if op == "rms_norm_nd" and name != "weight" else hidden
+    nd = "sizes" in _OPTIONS.get(op, ())  # an N-D entry point: the row operands' strides are its leading dimensions'
+    dense = {name: _contiguous(options["sizes"], hidden) if nd and name != "weight" else hidden
              for name in strides} if strides else {}
     return (tuple(sorted((n, int(v)) for n, v in offsets.items() if v)),
             tuple(sorted((n, tuple(v) if isinstance(v, (tuple, list)) else v) for n, v in strides.items()
@@ -182,7 +186,7 @@ def case(op: str, dtype, rows: int | None, hidden: int, *, offsets: dict | None 
     DEFAULTS raise through Case."""
     if options.get("in_place") is True:
         options["in_place"] = "input"
-    if op == "rms_norm_nd":
+    if "sizes" in _OPTIONS.get(op, ()):  # an N-D entry point's case: the rows are the leading sizes' product
         options["sizes"] = tuple(options["sizes"])
         rows = math.prod(options["sizes"])
     off, st, opts = _canonical(op, hidden, dict(offsets or {}), dict(strides or {}), options)
@@ -253,66 +257,31 @@ def in_place(op, dtype, rows, over="input", variants=(None,), **options) -> Iter
             yield case(op, dtype, rows, hidden, offsets={over: off}, in_place=over, variant=variant, **options)
 
 
-# --- the GPU tests' axes ------------------------------------------------------------------------------
+# --- the GPU tests' axes: each op's own are in its tests' folder (tests.support.op_tests: OpTests.gpu) -------
 
-# The forward ops' configurations the GPU tests sweep: (op, options).
-_FORWARD = {"fused_add_rms_norm": (("fused_add_rms_norm", {}),),
-            "layer_norm": (("layer_norm", {}), ("layer_norm", {"bias": False}))}
-_ROW_VARIANTS = ("few", "many")  # the row core's kernels for few and for many rows
+ROW_VARIANTS = ("few", "many")  # the row core's kernels for few and for many rows
+GPU_AXES = ("misaligned", "mixed", "sizes", "strided", "many_rows", "options", "in_place")
 
 
-def _gpu_rms_norm(dtype: str, axis: str) -> Iterator[Case]:
-    n = dtypes.get(dtype).vec_elems
-    op = "rms_norm"
+def forward_axes(op: str, dtype: str, axis: str, **options) -> Iterator[Case]:
+    """The GPU axes a forward row op sweeps as the others do ('misaligned', 'mixed', 'sizes', 'strided'), with
+    ``options``; nothing on the other axes (each op's own)."""
     if axis == "misaligned":
-        yield from misaligned(op, dtype, 3, MISALIGNED_HIDDENS, _ROW_VARIANTS)
+        yield from misaligned(op, dtype, 3, MISALIGNED_HIDDENS, ROW_VARIANTS, **options)
     elif axis == "mixed":
-        for in_off, w_off, out_off in ((1, 2, 3), (n - 1, 0, 1), (2, 2, 0), (3, n - 1, 3)):
-            for hidden in MIXED_HIDDENS:
-                yield case(op, dtype, 2, hidden, offsets={"input": in_off % n, "weight": w_off % n, "out": out_off % n})
+        yield from mixed(op, dtype, **options)
     elif axis == "sizes":
-        yield from sizes(op, dtype, sorted(GPU_HIDDENS + (32768, 32776)), (None, "many"))
-        yield case(op, dtype, 2, 262144, offsets={"input": 3 % n})
+        yield from sizes(op, dtype, GPU_HIDDENS, ROW_VARIANTS, **options)
     elif axis == "strided":
-        yield from strided(op, dtype, (7, 300))  # 300: past plan.FEW_ROWS
-    elif axis == "many_rows":
-        yield case(op, dtype, 70001, 9, strides={"input": 11})
-    elif axis == "options":
-        for gemma, round_once in ROW_OPTIONS:
-            yield case(op, dtype, 4, 5125, gemma=gemma, round_once=round_once)
-            yield case(op, dtype, 4, 4096, offsets={"input": 1}, gemma=gemma, round_once=round_once, variant="many")
-    elif axis == "in_place":
-        yield from in_place(op, dtype, 3, variants=(None, "many"))
-
-
-def _gpu_forward(family: str, dtype: str, axis: str) -> Iterator[Case]:
-    for op, options in _FORWARD[family]:
-        if axis == "misaligned":
-            yield from misaligned(op, dtype, 3, MISALIGNED_HIDDENS, _ROW_VARIANTS, **options)
-        elif axis == "mixed":
-            yield from mixed(op, dtype, **options)
-        elif axis == "sizes":
-            yield from sizes(op, dtype, GPU_HIDDENS, _ROW_VARIANTS, **options)
-        elif axis == "strided":
-            yield from strided(op, dtype, (7,), **options)
-    if family == "fused_add_rms_norm" and axis == "many_rows":
-        yield case(family, dtype, 70001, 9, offsets={"residual": 1}, strides={"input": 11, "residual": 13})
-    elif family == "fused_add_rms_norm" and axis == "options":
-        for gemma, round_once in ROW_OPTIONS:
-            yield case(family, dtype, 4, 5125, gemma=gemma, round_once=round_once)
-            yield case(family, dtype, 4, 4096, offsets={"input": 1, "residual": 2}, gemma=gemma, round_once=round_once)
-    elif family == "layer_norm" and axis == "many_rows":
-        yield case(family, dtype, 70001, 9, strides={"input": 10})
-    elif family == "layer_norm" and axis == "in_place":
-        yield from in_place(family, dtype, 3)
+        yield from strided(op, dtype, (7,), **options)
 
 
 # Mixed precision beside bf16/fp16 rows: an fp32 weight with the rows' grad_output, and with an fp32 one.
 FP32_WEIGHT = ({"weight": "float32"}, {"weight": "float32", "grad_output_kind": "float32"})
 
 
-def _gpu_backward(op: str, dtype: str, axis: str) -> Iterator[Case]:
-    layer_norm = op == "layer_norm_backward"
+def gpu_backward(op: str, dtype: str, axis: str, *, layer_norm: bool) -> Iterator[Case]:
+    """The GPU axes of RMSNorm's (or, ``layer_norm``, LayerNorm's) backward, the backward both share."""
     fp32 = FP32_WEIGHT if dtype != "float32" else ()
     if axis == "misaligned":
         yield from misaligned(op, dtype, 18, MISALIGNED_HIDDENS)  # two chunks of rows
@@ -350,7 +319,9 @@ def _gpu_backward(op: str, dtype: str, axis: str) -> Iterator[Case]:
                 yield case(op, dtype, 20, hidden, offsets={"weight": 5, "grad_output": 3}, gemma=True, **options)
 
 
-GPU_AXES = ("misaligned", "mixed", "sizes", "strided", "many_rows", "options", "in_place")
+def gpu_families() -> tuple[str, ...]:
+    """The ops with GPU axes (OpTests.gpu), in the registry's order."""
+    return tuple(name for name in registry.NAMES if op_tests.of(name).gpu is not None)
 
 
 def gpu(family: str, axis: str) -> tuple[Case, ...]:
@@ -361,94 +332,33 @@ def gpu(family: str, axis: str) -> tuple[Case, ...]:
     of a large rows x hidden costs seconds, and the whole GPU suite must fit its time limit."""
     if axis not in GPU_AXES:
         raise ValueError(f"axis must be one of {GPU_AXES}, got {axis!r}")
-    if family == "rms_norm":
-        make = _gpu_rms_norm
-    elif family in _FORWARD:
-        make = lambda dtype, axis: _gpu_forward(family, dtype, axis)  # noqa: E731
-    elif family in BACKWARD:
-        make = lambda dtype, axis: _gpu_backward(family, dtype, axis)  # noqa: E731
-    else:
-        raise ValueError(f"the GPU axes cover {('rms_norm', *_FORWARD, *BACKWARD)}, got {family!r}")
+    make = op_tests.of(family).gpu if family in OPS else None
+    if make is None:
+        raise ValueError(f"the GPU axes cover {gpu_families()}, got {family!r}")
     # A case lies on the first axis that yields it (the aligned case of each size is on several): run once.
     earlier = {c for a in GPU_AXES[:GPU_AXES.index(axis)] for dtype in DTYPES for c in make(dtype, a)}
     return unique(c for dtype in DTYPES for c in make(dtype, axis) if c not in earlier)
 
 
-# --- the sanitizer sweep (tools/sanitize_all.py): small enough to run under compute-sanitizer ---------
+# --- the sanitizer sweep (tools/sanitize_all.py): small enough to run under compute-sanitizer; each op's cases
+# are in its tests' folder (OpTests.sanitize) ---------------------------------------------------------------------
 
 
-def _weight_kinds(dtype: str) -> Iterator[tuple[str, int]]:
+def weight_kinds(dtype: str) -> Iterator[tuple[str, int]]:
     """(weight kind, the weight's offset in its own elements) of the weight variants beside the dtype's own."""
     yield "none", 0
     if dtype != "float32":
         yield "float32", 3
 
 
-def _sanitize_rms_norm(dtype: str, n: int, hidden: int) -> Iterator[Case]:
-    op = "rms_norm"
-    yield from misaligned(op, dtype, 2, (hidden,), _ROW_VARIANTS)
-    yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": 2}, strides={"input": hidden + 3, "out": hidden + 5})
-    yield case(op, dtype, 2, hidden, offsets={"weight": n - 1}, gemma=True, round_once=True)
-    for variant in (None, "many"):
-        yield case(op, dtype, 2, hidden, offsets={"input": n - 1}, in_place=True, variant=variant)
-    for variant in _ROW_VARIANTS:
-        for weight, w_off in _weight_kinds(dtype):
-            yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "weight": w_off, "out": 1}, weight=weight,
-                       variant=variant)
-        yield case(op, dtype, 3, hidden, offsets={"input": 1}, variant=variant, pdl=True)
-        if dtype != "float32":  # an fp32 output (offset 7: its 32-byte vector's last element), each weight kind
-            for weight in ("same", "float32", "none"):
-                yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "weight": int(weight != "none"), "out": 7},
-                           weight=weight, variant=variant, out_kind="float32")
+def sanitize_backward(op: str, dtype: str, *, layer_norm: bool) -> Iterator[Case]:
+    """The sanitizer sweep's cases of RMSNorm's (or, ``layer_norm``, LayerNorm's) backward at every
+    SANITIZE_HIDDENS size."""
+    for hidden in SANITIZE_HIDDENS:
+        yield from _sanitize_backward(op, dtype, dtypes.get(dtype).vec_elems, hidden, layer_norm)
 
 
-def _sanitize_fused_add(dtype: str, n: int, hidden: int) -> Iterator[Case]:
-    op = "fused_add_rms_norm"
-    yield from misaligned(op, dtype, 2, (hidden,), _ROW_VARIANTS)
-    yield case(op, dtype, 3, hidden, strides={"input": hidden + 3, "residual": hidden + 5}, gemma=True,
-               round_once=True)
-    for variant in _ROW_VARIANTS:
-        for weight, w_off in _weight_kinds(dtype):
-            yield case(op, dtype, 3, hidden, offsets={"input": 1, "residual": n - 1, "weight": w_off}, weight=weight,
-                       variant=variant)
-        yield case(op, dtype, 3, hidden, offsets={"residual": n - 1}, variant=variant, pdl=True)
-        if dtype != "float32":  # the fp32 sum normalized, and an fp32 residual (float32 rows have one semantics)
-            for semantics, r_off in ((dict(sum_precision="fp32"), n - 1), (dict(residual_dtype="float32"), 3)):
-                yield case(op, dtype, 3, hidden, offsets={"input": 1, "residual": r_off, "weight": 2},
-                           strides={"residual": hidden + 3}, variant=variant, **semantics)
-            # an fp32 out of its own (the rounded sum's out-of-place kernel), at its 32-byte vector's last element
-            yield case(op, dtype, 3, hidden, offsets={"input": 1, "residual": n - 1, "out": 7, "weight": 1},
-                       strides={"out": hidden + 1}, weight="float32", variant=variant, out_kind="float32")
-
-
-def _sanitize_layer_norm(dtype: str, n: int, hidden: int) -> Iterator[Case]:
-    op = "layer_norm"
-    yield from misaligned(op, dtype, 2, (hidden,), _ROW_VARIANTS)
-    yield case(op, dtype, 3, hidden, offsets={"input": n - 1}, in_place=True)
-    for variant in _ROW_VARIANTS:
-        for bias in (True, False):  # without a weight, with and without bias
-            yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": n - 1}, weight="none", bias=bias,
-                       variant=variant)
-        yield case(op, dtype, 3, hidden, variant=variant, pdl=True)
-        if dtype != "float32":  # mixed dtypes: an fp32 output with each weight kind; fp32 weight and bias
-            for weight in ("same", "float32", "none"):
-                yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": 7, "weight": int(weight != "none")},
-                           weight=weight, variant=variant, out_kind="float32")
-            yield case(op, dtype, 3, hidden, offsets={"out": n - 1, "bias": 1}, weight="float32", variant=variant)
-    yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": n - 1}, strides={"input": hidden + 3, "out": hidden + 5})
-    yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "weight": 1}, strides={"out": hidden + 1}, bias=False)
-    # RMSNorm with a bias: misaligned, strided, in place, without a weight, fp32 parameters and output
-    for variant in _ROW_VARIANTS:
-        yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": n - 1, "weight": 2, "bias": 3}, rms=True,
-                   variant=variant)
-        yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "bias": 1}, weight="none", rms=True, variant=variant)
-    yield case(op, dtype, 3, hidden, offsets={"input": n - 1}, strides={"input": hidden + 3}, in_place=True, rms=True)
-    if dtype != "float32":
-        yield case(op, dtype, 3, hidden, offsets={"out": 7, "bias": 1}, weight="float32", out_kind="float32", rms=True)
-
-
-def _sanitize_backward(op: str, dtype: str, n: int, hidden: int) -> Iterator[Case]:
-    layer_norm = op == "layer_norm_backward"
+def _sanitize_backward(op: str, dtype: str, n: int, hidden: int, layer_norm: bool) -> Iterator[Case]:
     yield from misaligned(op, dtype, 18, (hidden,))
     yield case(op, dtype, 20, hidden, strides={"input": hidden + 3, "grad_output": hidden + 1}, in_place="grad_output",
                rows_per_block=32, own_workspace=True)
@@ -478,152 +388,33 @@ def _sanitize_backward(op: str, dtype: str, n: int, hidden: int) -> Iterator[Cas
             yield case(op, dtype, 33, hidden, offsets={"weight": n - 1, "grad_output": 1, "input": n - 1}, **options)
 
 
-def _sanitize_nd(dtype: str, n: int) -> Iterator[Case]:
-    """QKV-like slices, transposed views, in place, a weight per outer row, the weight kinds; then many short
-    plain rows (packed, 8 to 32 lanes a row: the ALIGNED packed variant where aligned)."""
-    op = "rms_norm_nd"
-    for hidden in (7, 64, 128, 130, 1000, 5125):
-        row = 3 * hidden + 5  # a fused row: this slice's heads, then the others'
-        qkv = {"input": (row, hidden)}
-        for in_off, out_off in ((0, 0), (1, n - 1), (n - 1, 1)):
-            yield case(op, dtype, None, hidden, offsets={"input": in_off, "out": out_off, "weight": in_off},
-                       strides=qkv, sizes=(3, 2))
-        yield case(op, dtype, None, hidden, offsets={"input": 1}, strides={"input": (6 * hidden, hidden, 3 * hidden)},
-                   sizes=(2, 3, 2))
-        yield case(op, dtype, None, hidden, offsets={"input": n - 1}, strides=qkv, sizes=(3, 2), in_place=True)
-        yield case(op, dtype, None, hidden, offsets={"input": 1, "weight": 1}, strides={"weight": hidden + 1},
-                   sizes=(3, 4), per_row=True)
-        for weight, w_off in _weight_kinds(dtype):
-            yield case(op, dtype, None, hidden, offsets={"input": 1, "weight": w_off}, strides=qkv, sizes=(3, 2),
-                       weight=weight)
-    for hidden in (64, 128, 1000):
-        for in_off, out_off in ((0, 0), (1, n - 1)):
-            yield case("rms_norm", dtype, plan.FEW_ROWS + 3, hidden, offsets={"input": in_off, "out": out_off})
-
-
-def _sanitize_quant(op: str, dtype: str, n: int) -> Iterator[Case]:
-    """Every output dtype and mode: input, weight, residual and the output each at offsets 1 and VEC-1 (the
-    rows' vector) at hidden sizes with a prefix, a body and a tail (the static scale read from a device
-    pointer); then a misaligned per-token scale, strided rows, NaN/inf rows and both row variants."""
-    for out_dtype in dtypes.QUANTIZED:
-        for mode in ("static", "per_token"):
-            kind = dict(out_dtype=out_dtype.name, mode=mode)
-            for hidden in MISALIGNED_HIDDENS:
-                for name in operands(op)[0] + ("weight",):
-                    for off in (1, n - 1):
-                        yield case(op, dtype, 3, hidden, offsets={name: off}, device_scale=mode == "static", **kind)
-            for variant in _ROW_VARIANTS:
-                yield case(op, dtype, 5, 16384, offsets={"scale": 1}, strides={"input": 16387, "out": 16390},
-                           specials=True, variant=variant, **kind)
-        yield from _sanitize_group_quant(op, dtype, n, out_dtype.name)
-    yield from _sanitize_norm_out(op, dtype, n)
-
-
-def _sanitize_norm_out(op: str, dtype: str, n: int) -> Iterator[Case]:
-    """The unquantized output beside each mode: at phases 1 and VEC-1 (its own split against x's), at x's
-    phase (the held vectors' y), strided, with NaN/inf rows, both row variants."""
-    for mode, group, hidden in (("static", None, 5125), ("per_token", None, 769), ("per_group", 64, 192)):
-        kind = dict(mode=mode, group_size=group, norm_out=True)
-        for off in (1, n - 1):
-            yield case(op, dtype, 3, hidden, offsets={"norm_out": off}, **kind)
-            yield case(op, dtype, 3, hidden, offsets={"norm_out": off, "input": off}, device_scale=mode == "static",
-                       **kind)
-        for variant in _ROW_VARIANTS:
-            yield case(op, dtype, 5, hidden, strides={"norm_out": hidden + 3}, offsets={"input": 1}, specials=True,
-                       variant=variant, **kind)
-
-
-def _sanitize_group_quant(op: str, dtype: str, n: int, out_dtype: str) -> Iterator[Case]:
-    """per_group: groups crossing the split (input and residual at phases 1 and VEC-1), a misaligned output
-    and scales in both layouts (column-major padded, as DeepGEMM's), ue8m0, NaN/inf rows, both row variants,
-    and the most groups a row may have."""
-    kind = dict(out_dtype=out_dtype, mode="per_group")
-    for group, hidden in ((64, 192), (128, 7168)):
-        for name in operands(op)[0] + ("weight",):
-            for off in (1, n - 1):
-                yield case(op, dtype, 3, hidden, offsets={name: off}, group_size=group, **kind)
-        for variant in _ROW_VARIANTS:
-            for column_major in (False, True):
-                yield case(op, dtype, 5, hidden, offsets={"scale": 1, "input": 1},
-                           strides={"input": hidden + 3, "out": hidden + 5,
-                                    "scale": 8 if column_major else hidden // group + 1},
-                           column_major=column_major, ue8m0=column_major, specials=True, variant=variant,
-                           group_size=group, **kind)
-    yield case(op, dtype, 3, 65536, offsets={"input": 1}, group_size=64, **kind)
-
-
-def _sanitize_static_quant(op: str, dtype: str, n: int) -> Iterator[Case]:
-    """A standalone quantizer: input and out at phases 0, 1 and VEC-1 (out's in bytes, 0..15 sampled), a
-    device scale at a misaligned fp32, strided rows with NaN/inf, every output dtype."""
-    for out_dtype in dtypes.QUANTIZED:
-        kind = dict(out_dtype=out_dtype.name)
-        for hidden in (9, 5125):
-            for off in (0, 1, n - 1):
-                for out_off in (0, 1, 7, 15):
-                    yield case(op, dtype, 3, hidden, offsets={"input": off, "out": out_off}, **kind)
-        yield case(op, dtype, 3, 769, offsets={"scale": 1}, device_scale=True, **kind)
-        yield case(op, dtype, 5, 769, offsets={"input": 1, "out": 3}, strides={"input": 772, "out": 775},
-                   specials=True, **kind)
-
-
-def _sanitize(family: str, dtype: str) -> Iterator[Case]:
-    n = dtypes.get(dtype).vec_elems
-    if family in STATIC_QUANT:
-        yield from _sanitize_static_quant(family, dtype, n)
-        return
-    if family in QUANT:
-        yield from _sanitize_quant(family, dtype, n)
-        return
-    if family == "rms_norm_nd":
-        yield from _sanitize_nd(dtype, n)
-        return
-    if family == "seed_rms_norm":  # the inputs the seed accepts: aligned, dense, hidden / VEC_SIZE <= 1024
-        for hidden in (769, 4096):  # VEC_SIZE 1 (769 threads) and 8/8/4 (512/512/1024 threads)
-            yield case("seed_rms_norm", dtype, 3, hidden)
-        return
-    for hidden in SANITIZE_HIDDENS:
-        if family == "rms_norm":
-            yield from _sanitize_rms_norm(dtype, n, hidden)
-        elif family == "fused_add_rms_norm":
-            yield from _sanitize_fused_add(dtype, n, hidden)
-        elif family == "layer_norm":
-            yield from _sanitize_layer_norm(dtype, n, hidden)
-        else:
-            yield from _sanitize_backward(family, dtype, n, hidden)
-
-
 def sanitize(family: str, quick: bool = False) -> tuple[Case, ...]:
     """The sanitizer sweep's cases of a family (FAMILIES), every dtype: every element misalignment of
     every pointer at SANITIZE_HIDDENS, strided rows, in place, the options and weight kinds, both row
     variants; quick: only offsets 0, 1 and VEC-1 (is_quick), about half of them."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
-    cases = unique(c for dtype in DTYPES for c in _sanitize(family, dtype))
+    cases = unique(c for dtype in DTYPES for c in op_tests.of(family).sanitize(dtype))
     return tuple(c for c in cases if is_quick(c)) if quick else cases
 
 
 # --- the concurrency check and the soak ----------------------------------------------------------------
 
-CONCURRENCY_HIDDEN = {"rms_norm": 4099, "rms_norm_backward": 1027}
+
+def concurrency_ops() -> tuple[str, ...]:
+    """The ops the concurrency check runs: those with concurrency cases (OpTests.concurrency), in the registry's
+    order."""
+    return tuple(name for name in registry.NAMES if op_tests.of(name).concurrency is not None)
 
 
 def concurrency(op: str) -> tuple[Case, ...]:
-    """The launches of tools/concurrency_check.py, taken in turn: bf16 rows of CONCURRENCY_HIDDEN[op],
-    every pointer through every misalignment 0..7 (at co-prime steps, so the pointers' offsets combine
-    differently), 1 to 4 rows (rms_norm; plain and Gemma with round-once) or 1 to 33 (the backward: one
-    to three 16-row chunks of the dweight sum), strided rows and several epsilons."""
-    h = CONCURRENCY_HIDDEN.get(op)
-    if h is None:
-        raise ValueError(f"the concurrency check runs {tuple(CONCURRENCY_HIDDEN)}, got {op!r}")
-    if op == "rms_norm":
-        return unique(case(op, "bfloat16", 1 + k % 4, h, offsets={"input": k % 8, "weight": 3 * k % 8, "out": 5 * k % 8},
-                           strides={"input": h + 5 + k % 3, "out": h + 3}, epsilon=1e-6 * (1 + k % 7),
-                           gemma=k % 2 == 1, round_once=k % 2 == 1) for k in range(168))
-    return unique(case(op, "bfloat16", 1 + k % 33, h,
-                       offsets={"grad_output": 3 * k % 8, "input": k % 8, "weight": 5 * k % 8, "grad_input": 7 * k % 8,
-                                "grad_weight": (k + 4) % 8},
-                       strides={"grad_output": h + 3 + k % 2, "input": h + 3 + k % 2, "grad_input": h + 1},
-                       epsilon=1e-6 * (1 + k % 3)) for k in range(264))
+    """The launches of tools/concurrency_check.py, taken in turn (OpTests.concurrency): bf16 rows of one hidden
+    size per op, every pointer through every misalignment 0..7 (at co-prime steps, so the pointers' offsets
+    combine differently), several row counts, strided rows and several epsilons."""
+    make = op_tests.of(op).concurrency if op in OPS else None
+    if make is None:
+        raise ValueError(f"the concurrency check runs {concurrency_ops()}, got {op!r}")
+    return unique(make())
 
 
 # tools/soak.py's operands: many launches of one shape, LayerNorm's kernel loaded under memory pressure, and

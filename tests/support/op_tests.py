@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from pyrms.ops import registry
 
@@ -27,12 +27,18 @@ class RawCall:
 @dataclass(frozen=True)
 class OpTests:
     """One op's pieces. ``checker_call(case)``: (checker, its keyword arguments but rng and stream) that run a
-    tests.support.case_matrix.Case of the op on the GPU (pure). ``raw``: its RawCall, where a lab tool launches
-    it (None: none does). ``centered``: whether the op subtracts each row's mean (LayerNorm's): a constant row
+    tests.support.case_matrix.Case of the op on the GPU (pure). The op's cases of the case matrix, each a
+    tests.support.case_matrix.Case: ``sanitize(dtype)``, the sanitizer sweep's; ``gpu(dtype, axis)``, those of one
+    of the GPU tests' axes (case_matrix.GPU_AXES; None: the op has no such tests); ``concurrency()``, the
+    concurrency check's launches, taken in turn (None: it does not run the op). ``raw``: its RawCall, where a lab
+    tool launches it (None: none does). ``centered``: whether the op subtracts each row's mean (LayerNorm's): a constant row
     at epsilon 0 is then 0 * inf, whose NaN bits differ between numpy and the GPU, so the randomized check draws
     epsilon 0 only for the others."""
 
     checker_call: Callable[..., tuple[Callable, dict]]
+    sanitize: Callable[[str], Iterable]
+    gpu: Callable[[str, str], Iterable] | None = None
+    concurrency: Callable[[], Iterable] | None = None
     raw: RawCall | None = None
     centered: bool = False
 

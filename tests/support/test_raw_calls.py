@@ -40,7 +40,7 @@ def test_the_soak_cases_launch_out_first_with_their_dtype_on_raw_pointers(calls,
 
 
 def test_a_concurrency_case_passes_its_strides_and_options(calls):
-    for op in case_matrix.CONCURRENCY_HIDDEN:
+    for op in case_matrix.concurrency_ops():
         case = case_matrix.concurrency(op)[1]
         raw_calls.launch(case, _pointers(case), stream=None)
         kwargs = calls[-1][2]

@@ -29,7 +29,7 @@ def test_soak_allocates_each_cases_operands_with_poisoned_outputs(fake):
 def test_concurrency_expects_the_twins_rows_inside_poison(fake):
     driver.set_device(0)
     rng = np.random.default_rng(1)
-    for op in case_matrix.CONCURRENCY_HIDDEN:
+    for op in case_matrix.concurrency_ops():
         work = concurrency_check.Work(op, 1, 3, rng)
         try:
             assert set(work.slots) == set(raw_calls.outputs(op))

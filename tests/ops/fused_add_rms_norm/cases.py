@@ -2,9 +2,13 @@
 call that runs a case of the case matrix."""
 from __future__ import annotations
 
+from typing import Iterator
+
 from pyrms import dtypes
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.fused_add_rms_norm import twin as fused_twin
+from tests.support.case_matrix import (ROW_OPTIONS, ROW_VARIANTS, SANITIZE_HIDDENS, Case, case, forward_axes,
+                                       misaligned, weight_kinds)
 from tests.support.op_tests import OpTests
 from tests.support.testing import (allocate, allocate_named, case_label, closing, forced_row_variant, pdl_option,
                                    phases, row_kwargs, run_checked, weight_args, weight_operand)
@@ -64,4 +68,42 @@ def _checker_call(case) -> tuple:
         residual_dtype=opt("residual_dtype"))
 
 
-TESTS = {"fused_add_rms_norm": OpTests(_checker_call)}
+# --- its cases of the case matrix
+
+
+def _gpu(dtype: str, axis: str) -> Iterator[Case]:
+    op = "fused_add_rms_norm"
+    yield from forward_axes(op, dtype, axis)
+    if axis == "many_rows":
+        yield case(op, dtype, 70001, 9, offsets={"residual": 1}, strides={"input": 11, "residual": 13})
+    elif axis == "options":
+        for gemma, round_once in ROW_OPTIONS:
+            yield case(op, dtype, 4, 5125, gemma=gemma, round_once=round_once)
+            yield case(op, dtype, 4, 4096, offsets={"input": 1, "residual": 2}, gemma=gemma, round_once=round_once)
+
+
+def _sanitize(dtype: str) -> Iterator[Case]:
+    for hidden in SANITIZE_HIDDENS:
+        yield from _sanitize_at(dtype, dtypes.get(dtype).vec_elems, hidden)
+
+
+def _sanitize_at(dtype: str, n: int, hidden: int) -> Iterator[Case]:
+    op = "fused_add_rms_norm"
+    yield from misaligned(op, dtype, 2, (hidden,), ROW_VARIANTS)
+    yield case(op, dtype, 3, hidden, strides={"input": hidden + 3, "residual": hidden + 5}, gemma=True,
+               round_once=True)
+    for variant in ROW_VARIANTS:
+        for weight, w_off in weight_kinds(dtype):
+            yield case(op, dtype, 3, hidden, offsets={"input": 1, "residual": n - 1, "weight": w_off}, weight=weight,
+                       variant=variant)
+        yield case(op, dtype, 3, hidden, offsets={"residual": n - 1}, variant=variant, pdl=True)
+        if dtype != "float32":  # the fp32 sum normalized, and an fp32 residual (float32 rows have one semantics)
+            for semantics, r_off in ((dict(sum_precision="fp32"), n - 1), (dict(residual_dtype="float32"), 3)):
+                yield case(op, dtype, 3, hidden, offsets={"input": 1, "residual": r_off, "weight": 2},
+                           strides={"residual": hidden + 3}, variant=variant, **semantics)
+            # an fp32 out of its own (the rounded sum's out-of-place kernel), at its 32-byte vector's last element
+            yield case(op, dtype, 3, hidden, offsets={"input": 1, "residual": n - 1, "out": 7, "weight": 1},
+                       strides={"out": hidden + 1}, weight="float32", variant=variant, out_kind="float32")
+
+
+TESTS = {"fused_add_rms_norm": OpTests(_checker_call, _sanitize, gpu=_gpu)}

@@ -4,6 +4,7 @@ tests.support.testing.check_norm_backward), and the forward's raw call of the la
 from __future__ import annotations
 
 import functools
+from typing import Iterator
 
 import numpy as np
 
@@ -13,6 +14,8 @@ from pyrms.ops import _row_plan as plan
 from pyrms.ops._row_twin import row_stats_twin
 from pyrms.ops.layer_norm import plan as ln_plan
 from pyrms.ops.layer_norm import twin as ln_twin
+from tests.support.case_matrix import (ROW_VARIANTS, SANITIZE_HIDDENS, Case, case, forward_axes, gpu_backward, in_place,
+                                       misaligned, sanitize_backward)
 from tests.support.op_tests import OpTests, RawCall
 from tests.support.testing import (allocate_named, backward_checker_call, case_label, closing, forced_row_variant,
                                    guarded, pdl_option, phases, row_kwargs, run_checked)
@@ -82,5 +85,53 @@ def _raw_twin(case, rows, positions) -> dict:
                                            block=block, row_phases=positions["input"])}
 
 
-TESTS = {"layer_norm": OpTests(_checker_call, raw=RawCall(("out",), _raw_launch, _raw_twin), centered=True),
-         "layer_norm_backward": OpTests(functools.partial(backward_checker_call, layer_norm=True), centered=True)}
+# --- its cases of the case matrix
+
+
+def _gpu(dtype: str, axis: str) -> Iterator[Case]:
+    op = "layer_norm"
+    for options in ({}, {"bias": False}):
+        yield from forward_axes(op, dtype, axis, **options)
+    if axis == "many_rows":
+        yield case(op, dtype, 70001, 9, strides={"input": 10})
+    elif axis == "in_place":
+        yield from in_place(op, dtype, 3)
+
+
+def _sanitize(dtype: str) -> Iterator[Case]:
+    for hidden in SANITIZE_HIDDENS:
+        yield from _sanitize_at(dtype, dtypes.get(dtype).vec_elems, hidden)
+
+
+def _sanitize_at(dtype: str, n: int, hidden: int) -> Iterator[Case]:
+    op = "layer_norm"
+    yield from misaligned(op, dtype, 2, (hidden,), ROW_VARIANTS)
+    yield case(op, dtype, 3, hidden, offsets={"input": n - 1}, in_place=True)
+    for variant in ROW_VARIANTS:
+        for bias in (True, False):  # without a weight, with and without bias
+            yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": n - 1}, weight="none", bias=bias,
+                       variant=variant)
+        yield case(op, dtype, 3, hidden, variant=variant, pdl=True)
+        if dtype != "float32":  # mixed dtypes: an fp32 output with each weight kind; fp32 weight and bias
+            for weight in ("same", "float32", "none"):
+                yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": 7, "weight": int(weight != "none")},
+                           weight=weight, variant=variant, out_kind="float32")
+            yield case(op, dtype, 3, hidden, offsets={"out": n - 1, "bias": 1}, weight="float32", variant=variant)
+    yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": n - 1}, strides={"input": hidden + 3, "out": hidden + 5})
+    yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "weight": 1}, strides={"out": hidden + 1}, bias=False)
+    # RMSNorm with a bias: misaligned, strided, in place, without a weight, fp32 parameters and output
+    for variant in ROW_VARIANTS:
+        yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": n - 1, "weight": 2, "bias": 3}, rms=True,
+                   variant=variant)
+        yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "bias": 1}, weight="none", rms=True, variant=variant)
+    yield case(op, dtype, 3, hidden, offsets={"input": n - 1}, strides={"input": hidden + 3}, in_place=True, rms=True)
+    if dtype != "float32":
+        yield case(op, dtype, 3, hidden, offsets={"out": 7, "bias": 1}, weight="float32", out_kind="float32", rms=True)
+
+
+TESTS = {"layer_norm": OpTests(_checker_call, _sanitize, gpu=_gpu, raw=RawCall(("out",), _raw_launch, _raw_twin),
+                               centered=True),
+         "layer_norm_backward": OpTests(
+             functools.partial(backward_checker_call, layer_norm=True),
+             functools.partial(sanitize_backward, "layer_norm_backward", layer_norm=True),
+             gpu=functools.partial(gpu_backward, "layer_norm_backward", layer_norm=True), centered=True)}

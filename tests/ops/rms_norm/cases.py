@@ -2,13 +2,18 @@
 runs a case of the case matrix, and the raw call of the lab tools."""
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 
 import pyrms
 from pyrms import driver, dtypes
+from pyrms.ops import _row_plan as plan
 from pyrms.ops._row_twin import row_stats_twin
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin
+from tests.support.case_matrix import (GPU_HIDDENS, MISALIGNED_HIDDENS, MIXED_HIDDENS, ROW_OPTIONS, ROW_VARIANTS,
+                                       SANITIZE_HIDDENS, Case, case, in_place, misaligned, sizes, strided, weight_kinds)
 from tests.support.op_tests import OpTests, RawCall
 from tests.support.testing import (allocate, closing, forced_row_variant, guarded, pdl_option, phases, row_kwargs,
                                    run_checked, weight_args, weight_operand)
@@ -140,5 +145,88 @@ def _raw_twin(case, rows, positions) -> dict:
                                           row_phases=positions["input"], gemma=gemma, round_once=round_once)}
 
 
-TESTS = {"rms_norm": OpTests(_checker_call, raw=RawCall(("out",), _raw_launch, _raw_twin)),
-         "rms_norm_nd": OpTests(_nd_checker_call)}
+# --- its cases of the case matrix
+
+
+def _gpu(dtype: str, axis: str) -> Iterator[Case]:
+    n = dtypes.get(dtype).vec_elems
+    op = "rms_norm"
+    if axis == "misaligned":
+        yield from misaligned(op, dtype, 3, MISALIGNED_HIDDENS, ROW_VARIANTS)
+    elif axis == "mixed":
+        for in_off, w_off, out_off in ((1, 2, 3), (n - 1, 0, 1), (2, 2, 0), (3, n - 1, 3)):
+            for hidden in MIXED_HIDDENS:
+                yield case(op, dtype, 2, hidden, offsets={"input": in_off % n, "weight": w_off % n, "out": out_off % n})
+    elif axis == "sizes":
+        yield from sizes(op, dtype, sorted(GPU_HIDDENS + (32768, 32776)), (None, "many"))
+        yield case(op, dtype, 2, 262144, offsets={"input": 3 % n})
+    elif axis == "strided":
+        yield from strided(op, dtype, (7, 300))  # 300: past plan.FEW_ROWS
+    elif axis == "many_rows":
+        yield case(op, dtype, 70001, 9, strides={"input": 11})
+    elif axis == "options":
+        for gemma, round_once in ROW_OPTIONS:
+            yield case(op, dtype, 4, 5125, gemma=gemma, round_once=round_once)
+            yield case(op, dtype, 4, 4096, offsets={"input": 1}, gemma=gemma, round_once=round_once, variant="many")
+    elif axis == "in_place":
+        yield from in_place(op, dtype, 3, variants=(None, "many"))
+
+
+def _sanitize(dtype: str) -> Iterator[Case]:
+    for hidden in SANITIZE_HIDDENS:
+        yield from _sanitize_at(dtype, dtypes.get(dtype).vec_elems, hidden)
+
+
+def _sanitize_at(dtype: str, n: int, hidden: int) -> Iterator[Case]:
+    op = "rms_norm"
+    yield from misaligned(op, dtype, 2, (hidden,), ROW_VARIANTS)
+    yield case(op, dtype, 3, hidden, offsets={"input": 1, "out": 2}, strides={"input": hidden + 3, "out": hidden + 5})
+    yield case(op, dtype, 2, hidden, offsets={"weight": n - 1}, gemma=True, round_once=True)
+    for variant in (None, "many"):
+        yield case(op, dtype, 2, hidden, offsets={"input": n - 1}, in_place=True, variant=variant)
+    for variant in ROW_VARIANTS:
+        for weight, w_off in weight_kinds(dtype):
+            yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "weight": w_off, "out": 1}, weight=weight,
+                       variant=variant)
+        yield case(op, dtype, 3, hidden, offsets={"input": 1}, variant=variant, pdl=True)
+        if dtype != "float32":  # an fp32 output (offset 7: its 32-byte vector's last element), each weight kind
+            for weight in ("same", "float32", "none"):
+                yield case(op, dtype, 3, hidden, offsets={"input": n - 1, "weight": int(weight != "none"), "out": 7},
+                           weight=weight, variant=variant, out_kind="float32")
+
+
+def _sanitize_nd(dtype: str) -> Iterator[Case]:
+    """QKV-like slices, transposed views, in place, a weight per outer row, the weight kinds; then many short
+    plain rows (packed, 8 to 32 lanes a row: the ALIGNED packed variant where aligned)."""
+    n = dtypes.get(dtype).vec_elems
+    op = "rms_norm_nd"
+    for hidden in (7, 64, 128, 130, 1000, 5125):
+        row = 3 * hidden + 5  # a fused row: this slice's heads, then the others'
+        qkv = {"input": (row, hidden)}
+        for in_off, out_off in ((0, 0), (1, n - 1), (n - 1, 1)):
+            yield case(op, dtype, None, hidden, offsets={"input": in_off, "out": out_off, "weight": in_off},
+                       strides=qkv, sizes=(3, 2))
+        yield case(op, dtype, None, hidden, offsets={"input": 1}, strides={"input": (6 * hidden, hidden, 3 * hidden)},
+                   sizes=(2, 3, 2))
+        yield case(op, dtype, None, hidden, offsets={"input": n - 1}, strides=qkv, sizes=(3, 2), in_place=True)
+        yield case(op, dtype, None, hidden, offsets={"input": 1, "weight": 1}, strides={"weight": hidden + 1},
+                   sizes=(3, 4), per_row=True)
+        for weight, w_off in weight_kinds(dtype):
+            yield case(op, dtype, None, hidden, offsets={"input": 1, "weight": w_off}, strides=qkv, sizes=(3, 2),
+                       weight=weight)
+    for hidden in (64, 128, 1000):
+        for in_off, out_off in ((0, 0), (1, n - 1)):
+            yield case("rms_norm", dtype, plan.FEW_ROWS + 3, hidden, offsets={"input": in_off, "out": out_off})
+
+
+def _concurrency() -> Iterator[Case]:
+    """bf16 rows of 4099, 1 to 4 rows, plain and Gemma with round-once."""
+    op, h = "rms_norm", 4099
+    return (case(op, "bfloat16", 1 + k % 4, h, offsets={"input": k % 8, "weight": 3 * k % 8, "out": 5 * k % 8},
+                 strides={"input": h + 5 + k % 3, "out": h + 3}, epsilon=1e-6 * (1 + k % 7), gemma=k % 2 == 1,
+                 round_once=k % 2 == 1) for k in range(168))
+
+
+TESTS = {"rms_norm": OpTests(_checker_call, _sanitize, gpu=_gpu, concurrency=_concurrency,
+                             raw=RawCall(("out",), _raw_launch, _raw_twin)),
+         "rms_norm_nd": OpTests(_nd_checker_call, _sanitize_nd)}

@@ -3,6 +3,7 @@ and the call that runs a case of the case matrix."""
 from __future__ import annotations
 
 import functools
+from typing import Iterator
 
 import numpy as np
 
@@ -10,6 +11,7 @@ from pyrms import dtypes
 from pyrms.ops.rms_norm import twin as rms_twin
 from pyrms.ops.rms_norm_quant import plan as quant_plan
 from pyrms.ops.rms_norm_quant import twin as quant_twin
+from tests.support.case_matrix import MISALIGNED_HIDDENS, ROW_VARIANTS, Case, case, operands
 from tests.support.op_tests import OpTests
 from tests.support.testing import (allocate, allocate_named, case_common, case_label, closing, forced_row_variant,
                                    guarded, pdl_option, phases, put_specials, run_checked)
@@ -125,5 +127,62 @@ def _checker_call(case, *, fused: bool) -> tuple:
         group_size=opt("group_size"), ue8m0=opt("ue8m0"), column_major=opt("column_major"), norm_out=opt("norm_out"))
 
 
-TESTS = {"rms_norm_quant": OpTests(functools.partial(_checker_call, fused=False)),
-         "fused_add_rms_norm_quant": OpTests(functools.partial(_checker_call, fused=True))}
+# --- their cases of the case matrix
+
+
+def _sanitize(op: str, dtype: str) -> Iterator[Case]:
+    """Every output dtype and mode: input, weight, residual and the output each at offsets 1 and VEC-1 (the
+    rows' vector) at hidden sizes with a prefix, a body and a tail (the static scale read from a device
+    pointer); then a misaligned per-token scale, strided rows, NaN/inf rows and both row variants."""
+    n = dtypes.get(dtype).vec_elems
+    for out_dtype in dtypes.QUANTIZED:
+        for mode in ("static", "per_token"):
+            kind = dict(out_dtype=out_dtype.name, mode=mode)
+            for hidden in MISALIGNED_HIDDENS:
+                for name in operands(op)[0] + ("weight",):
+                    for off in (1, n - 1):
+                        yield case(op, dtype, 3, hidden, offsets={name: off}, device_scale=mode == "static", **kind)
+            for variant in ROW_VARIANTS:
+                yield case(op, dtype, 5, 16384, offsets={"scale": 1}, strides={"input": 16387, "out": 16390},
+                           specials=True, variant=variant, **kind)
+        yield from _sanitize_group_quant(op, dtype, n, out_dtype.name)
+    yield from _sanitize_norm_out(op, dtype, n)
+
+
+def _sanitize_norm_out(op: str, dtype: str, n: int) -> Iterator[Case]:
+    """The unquantized output beside each mode: at phases 1 and VEC-1 (its own split against x's), at x's
+    phase (the held vectors' y), strided, with NaN/inf rows, both row variants."""
+    for mode, group, hidden in (("static", None, 5125), ("per_token", None, 769), ("per_group", 64, 192)):
+        kind = dict(mode=mode, group_size=group, norm_out=True)
+        for off in (1, n - 1):
+            yield case(op, dtype, 3, hidden, offsets={"norm_out": off}, **kind)
+            yield case(op, dtype, 3, hidden, offsets={"norm_out": off, "input": off}, device_scale=mode == "static",
+                       **kind)
+        for variant in ROW_VARIANTS:
+            yield case(op, dtype, 5, hidden, strides={"norm_out": hidden + 3}, offsets={"input": 1}, specials=True,
+                       variant=variant, **kind)
+
+
+def _sanitize_group_quant(op: str, dtype: str, n: int, out_dtype: str) -> Iterator[Case]:
+    """per_group: groups crossing the split (input and residual at phases 1 and VEC-1), a misaligned output
+    and scales in both layouts (column-major padded, as DeepGEMM's), ue8m0, NaN/inf rows, both row variants,
+    and the most groups a row may have."""
+    kind = dict(out_dtype=out_dtype, mode="per_group")
+    for group, hidden in ((64, 192), (128, 7168)):
+        for name in operands(op)[0] + ("weight",):
+            for off in (1, n - 1):
+                yield case(op, dtype, 3, hidden, offsets={name: off}, group_size=group, **kind)
+        for variant in ROW_VARIANTS:
+            for column_major in (False, True):
+                yield case(op, dtype, 5, hidden, offsets={"scale": 1, "input": 1},
+                           strides={"input": hidden + 3, "out": hidden + 5,
+                                    "scale": 8 if column_major else hidden // group + 1},
+                           column_major=column_major, ue8m0=column_major, specials=True, variant=variant,
+                           group_size=group, **kind)
+    yield case(op, dtype, 3, 65536, offsets={"input": 1}, group_size=64, **kind)
+
+
+TESTS = {"rms_norm_quant": OpTests(functools.partial(_checker_call, fused=False),
+                                   functools.partial(_sanitize, "rms_norm_quant")),
+         "fused_add_rms_norm_quant": OpTests(functools.partial(_checker_call, fused=True),
+                                             functools.partial(_sanitize, "fused_add_rms_norm_quant"))}

@@ -2,10 +2,13 @@
 a tolerance: the seed has no bit-exact twin) and the call that runs a case of the case matrix."""
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 
 from pyrms import dtypes
 from pyrms.ops.rms_norm import twin as rms_twin
+from tests.support.case_matrix import Case, case
 from tests.support.op_tests import OpTests
 from tests.support.testing import allocate, case_common, closing, run_checked
 
@@ -39,4 +42,10 @@ def _checker_call(case) -> tuple:
     return check_seed, dict(case_common(case), rows=case.rows)
 
 
-TESTS = {"seed_rms_norm": OpTests(_checker_call)}
+def _sanitize(dtype: str) -> Iterator[Case]:
+    """The inputs the seed accepts: aligned, dense, hidden / VEC_SIZE <= 1024."""
+    for hidden in (769, 4096):  # VEC_SIZE 1 (769 threads) and 8/8/4 (512/512/1024 threads)
+        yield case("seed_rms_norm", dtype, 3, hidden)
+
+
+TESTS = {"seed_rms_norm": OpTests(_checker_call, _sanitize)}

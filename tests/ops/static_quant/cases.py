@@ -2,9 +2,12 @@
 and the call that runs a case of the case matrix."""
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 
 from pyrms import dtypes
+from tests.support.case_matrix import Case, case
 from tests.support.op_tests import OpTests
 from tests.support.testing import allocate, case_label, closing, guarded, pdl_option, put_specials, run_checked
 
@@ -63,4 +66,22 @@ def _checker_call(case) -> tuple:
                                     device_scale=opt("device_scale"), specials=opt("specials"), pdl=opt("pdl"))
 
 
-TESTS = {"static_quant": OpTests(_checker_call)}
+# --- its cases of the case matrix
+
+
+def _sanitize(dtype: str) -> Iterator[Case]:
+    """A standalone quantizer: input and out at phases 0, 1 and VEC-1 (out's in bytes, 0..15 sampled), a
+    device scale at a misaligned fp32, strided rows with NaN/inf, every output dtype."""
+    op, n = "static_quant", dtypes.get(dtype).vec_elems
+    for out_dtype in dtypes.QUANTIZED:
+        kind = dict(out_dtype=out_dtype.name)
+        for hidden in (9, 5125):
+            for off in (0, 1, n - 1):
+                for out_off in (0, 1, 7, 15):
+                    yield case(op, dtype, 3, hidden, offsets={"input": off, "out": out_off}, **kind)
+        yield case(op, dtype, 3, 769, offsets={"scale": 1}, device_scale=True, **kind)
+        yield case(op, dtype, 5, 769, offsets={"input": 1, "out": 3}, strides={"input": 772, "out": 775},
+                   specials=True, **kind)
+
+
+TESTS = {"static_quant": OpTests(_checker_call, _sanitize)}
