@@ -10,7 +10,8 @@
 // norm_backward_twin (the backward family's twin, in pyrms.reference) reproduces the kernels bit for bit.
 //
 // layer_norm_backward_kernel<T, V, W, DBIAS, G> + sum_partials_kernel<OutT>: see norm_backward.cuh (dw and
-// db are two planes of the workspace, summed by two launches of sum_partials_kernel). W = float: fp32
+// db are two planes of the workspace, summed by two launches of sum_partials_kernel; few rows with their saved
+// statistics take one launch of layer_norm_backward_few_kernel instead, the same bits). W = float: fp32
 // gamma beside bf16/fp16 rows (dw, db in fp32); G = float: an fp32 dy. W = void: no
 // weight (g = dy, no dw); DBIAS = false (without a weight only) sums nothing: no workspace, no kernel 2.
 #include "norm_backward.cuh"
@@ -46,6 +47,21 @@ __global__ void __launch_bounds__(HELD > 0 ? 256 : 512, staged_min_blocks(HELD, 
                                                    epsilon, rows,
                                                    hidden, grad_input_stride, grad_output_stride, input_stride,
                                                    chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);
+}
+
+// Few rows given their saved mean and rstd, in one launch (norm_backward.cuh's norm_backward_few): dx, dw and db
+// bitwise those of the kernels above, without a workspace. grad_weight, grad_bias: T or float by fp32_grads (null:
+// not written).
+template <typename T, typename W = T, bool DBIAS = true, typename G = T>
+__global__ void __launch_bounds__(FEW_MAX_THREADS, 1) layer_norm_backward_few_kernel(
+    T* grad_input, void* grad_weight, void* grad_bias, int fp32_grads, const G* grad_output, const T* input,
+    const W* __restrict__ weight, const float* __restrict__ mean, const float* __restrict__ rstd, float epsilon,
+    int rows, int hidden, long long grad_input_stride, long long grad_output_stride, long long input_stride,
+    int chunk_rows, int fold) {
+    static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
+    norm_backward_few<T, true, false, W, DBIAS, G>(grad_input, grad_weight, grad_bias, fp32_grads, grad_output, input,
+                                                   weight, mean, rstd, epsilon, rows, hidden, grad_input_stride,
+                                                   grad_output_stride, input_stride, chunk_rows, fold);
 }
 
 }  // namespace pyrms

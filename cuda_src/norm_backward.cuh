@@ -183,7 +183,8 @@ __device__ __forceinline__ void for_owned_columns(const RowSplit& ws, int hidden
     if (ws.tail + t < hidden) f(ws.tail + t, 1);
 }
 
-template <typename T, int V, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G>
+// SUMS = false: dx alone, no parameter-gradient terms (norm_backward_few sums them from the rows themselves).
+template <typename T, int V, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G, bool SUMS = true>
 __device__ __forceinline__ void norm_backward_rows(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     const float* __restrict__ mean, const float* __restrict__ rstd, float epsilon, int rows, int hidden,
@@ -192,7 +193,7 @@ __device__ __forceinline__ void norm_backward_rows(
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
     constexpr int N = Vec<T>::N;
     constexpr bool WEIGHTED = !Weightless<W>::value;
-    constexpr int P = param_planes<W, DBIAS>();  // parameter gradients summed over rows: dweight, dbias
+    constexpr int P = SUMS ? param_planes<W, DBIAS>() : 0;  // parameter gradients summed over rows: dweight, dbias
     constexpr int PS = P > 0 ? P : 1;              // (arrays may not be empty; nothing is summed when P = 0)
     constexpr int VC = V > 0 ? V : 1;
     __shared__ float scratch[2][32];
@@ -387,6 +388,108 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const flo
         for (int y = 0; y < 32; ++y) total = __fadd_rn(total, lane_sums[y][threadIdx.x]);
         out[col] = from_float<OutT>(total);
     }
+}
+
+// ---- Few rows in one launch, from the forward's saved statistics ---------------------------------------------
+//
+// norm_backward_few: blocks 0 .. rows - 1 make one row's dx each (norm_backward_rows, SUMS = false); each
+// block after them makes the parameter gradients of 32 columns straight from x, dy and the saved statistics
+// (mean, rstd): the same terms as kernel 1's (dy * x_hat, and dy), summed in sum_partials_kernel's order
+// (chunks of chunk_rows rows from +0, lane y of 32 summing chunks y, y + 32, ..., the lane sums in lane
+// order), so the same bits as the two kernels, in one launch and without a workspace. Adding a term to +0
+// first, as kernel 1 writes it, changes nothing: a sum made from +0 by additions is never -0.
+// For few rows: the column blocks read every row, FEW_LANE_BATCH lanes' rows in flight at once; the launcher
+// takes it where the rows make at most 32 chunks of at most FEW_CHUNK_ROWS rows, so that a lane sums one chunk,
+// and the plan's block has at most FEW_MAX_THREADS threads (the kernels' launch bounds: registers for the batch).
+constexpr int FEW_CHUNK_ROWS = 4;
+constexpr int FEW_LANE_BATCH = 4;
+constexpr int FEW_MAX_THREADS = 512;
+
+// The parameter gradients of `rows` rows, columns column_block * 32 .. + 31 (see above). blockDim.x / 32
+// groups of lanes; out[p] (dweight unless weightless, then dbias; null: not written) as float where
+// fp32_grads, else as T.
+template <typename T, bool CENTERED, typename W, bool DBIAS, typename G>
+__device__ __forceinline__ void few_rows_param_grads(void* const (&out)[2], int fp32_grads, const G* grad_output,
+                                                     const T* input, const float* __restrict__ mean,
+                                                     const float* __restrict__ rstd, int rows, int hidden,
+                                                     long long grad_output_stride, long long input_stride,
+                                                     int chunk_rows, int column_block) {
+    constexpr bool WEIGHTED = !Weightless<W>::value;
+    constexpr int P = param_planes<W, DBIAS>();
+    __shared__ float lane_sums[P > 0 ? P : 1][32][33];  // [plane][lane][column], padded against bank conflicts
+    const int c = threadIdx.x & 31, groups = blockDim.x >> 5;
+    const int col = column_block * 32 + c;
+    const bool in_row = col < hidden;
+    for (int y0 = threadIdx.x >> 5; y0 < 32; y0 += groups * FEW_LANE_BATCH) {
+        float xv[FEW_LANE_BATCH][FEW_CHUNK_ROWS], dv[FEW_LANE_BATCH][FEW_CHUNK_ROWS];
+        RowStats st[FEW_LANE_BATCH][FEW_CHUNK_ROWS];
+        // Every load of the batch first, then the ordered additions: one memory latency per batch.
+#pragma unroll
+        for (int b = 0; b < FEW_LANE_BATCH; ++b) {
+#pragma unroll
+            for (int u = 0; u < FEW_CHUNK_ROWS; ++u) {
+                const int r = (y0 + b * groups) * chunk_rows + u;
+                const bool here = in_row && y0 + b * groups < 32 && u < chunk_rows && r < rows;
+                dv[b][u] = here ? to_float(grad_output[r * grad_output_stride + col]) : 0.0f;
+                if constexpr (WEIGHTED) {
+                    xv[b][u] = here ? to_float(input[r * input_stride + col]) : 0.0f;
+                    st[b][u] = here ? RowStats{CENTERED ? mean[r] : 0.0f, rstd[r]} : RowStats{0.0f, 0.0f};
+                }
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < FEW_LANE_BATCH; ++b) {
+            const int y = y0 + b * groups;
+            if (y >= 32) break;
+            float chunk[P > 0 ? P : 1];
+#pragma unroll
+            for (int q = 0; q < P; ++q) chunk[q] = 0.0f;
+#pragma unroll
+            for (int u = 0; u < FEW_CHUNK_ROWS; ++u) {
+                if (u < chunk_rows && y * chunk_rows + u < rows) {
+                    if constexpr (WEIGHTED) chunk[0] = __fadd_rn(chunk[0], __fmul_rn(dv[b][u], normalized<CENTERED>(xv[b][u], st[b][u])));
+                    if constexpr (DBIAS) chunk[P - 1] = __fadd_rn(chunk[P - 1], dv[b][u]);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < P; ++q) lane_sums[q][y][c] = __fadd_rn(0.0f, chunk[q]);
+        }
+    }
+    __syncthreads();
+    const int q = threadIdx.x >> 5;  // group q writes plane q
+    void* const dst = q == 0 ? out[0] : out[1];  // not out[q]: a dynamic index would put out in local memory
+    if (q < P && in_row && dst != nullptr) {
+        float total = 0.0f;
+#pragma unroll
+        for (int y = 0; y < 32; ++y) total = __fadd_rn(total, lane_sums[q][y][c]);
+        if (fp32_grads) {
+            static_cast<float*>(dst)[col] = total;
+        } else {
+            static_cast<T*>(dst)[col] = from_float<T>(total);
+        }
+    }
+}
+
+// The kernel's body (see above): grid rows + ceil(hidden / 32) blocks of the plan's block (the row sums' tree).
+// grad_weight, grad_bias: void* because they are T or float by fp32_grads, a launch argument rather than a
+// template one, so that the variants compile once for both.
+template <typename T, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G>
+__device__ __forceinline__ void norm_backward_few(
+    T* grad_input, void* grad_weight, void* grad_bias, int fp32_grads, const G* grad_output, const T* input,
+    const W* __restrict__ weight, const float* __restrict__ mean, const float* __restrict__ rstd, float epsilon,
+    int rows, int hidden, long long grad_input_stride, long long grad_output_stride, long long input_stride,
+    int chunk_rows, int fold) {
+    if (static_cast<int>(blockIdx.x) < rows) {
+        norm_backward_rows<T, 0, CENTERED, GEMMA, W, DBIAS, G, false>(
+            grad_input, nullptr, grad_output, input, weight, mean, rstd, epsilon, rows, hidden, grad_input_stride,
+            grad_output_stride, input_stride, 1, 1, 0, 0, fold);
+        return;
+    }
+    begin_dependent_grid();
+    void* const out[2] = {Weightless<W>::value ? grad_bias : grad_weight, grad_bias};
+    few_rows_param_grads<T, CENTERED, W, DBIAS, G>(out, fp32_grads, grad_output, input, mean, rstd, rows, hidden,
+                                                   grad_output_stride, input_stride, chunk_rows,
+                                                   static_cast<int>(blockIdx.x) - rows);
 }
 
 // ---- The staged backward (aligned operands) -------------------------------------------------------

@@ -8,7 +8,8 @@
 //
 // Kernel 1, rms_norm_backward_kernel<T, V, GEMMA, W, G>, writes dx and per-chunk fp32 partial sums of dw;
 // kernel 2, sum_partials_kernel<OutT> (OutT = T, or float for an fp32 dw), sums the partials. Both,
-// the alignment handling and the fixed dw order are described in norm_backward.cuh.
+// the alignment handling and the fixed dw order are described in norm_backward.cuh. Few rows with a saved
+// rstd take one launch instead, rms_norm_backward_few_kernel: the same bits.
 // W = void: no weight (w = 1, g = dy, as torch.nn.RMSNorm(elementwise_affine=False)): dx only, no
 // partials, no kernel 2; dx is bitwise what W = T computes with a 16-byte aligned all-ones weight.
 // W = float: an fp32 weight beside bf16/fp16 rows (mixed-precision training's master weights), dw in fp32;
@@ -51,6 +52,19 @@ __global__ void __launch_bounds__(HELD > 0 ? 256 : 512, staged_min_blocks(HELD, 
     norm_backward_staged<T, false, GEMMA, W, DBIAS, G, HELD>(grad_input, partials, grad_output, input, weight, nullptr, rstd, epsilon, rows,
                                                     hidden, grad_input_stride, grad_output_stride, input_stride,
                                                     chunk_rows, rows_per_block, ws_stride, fold, dot_fold, stages);
+}
+
+// Few rows given their saved rstd, in one launch (norm_backward.cuh's norm_backward_few): dx and the parameter
+// gradients bitwise those of the two kernels above, without a workspace. grad_weight, grad_bias: T or float by
+// fp32_grads (grad_bias: DBIAS only).
+template <typename T, bool GEMMA, typename W = T, typename G = T, bool DBIAS = false>
+__global__ void __launch_bounds__(FEW_MAX_THREADS, 1) rms_norm_backward_few_kernel(
+    T* grad_input, void* grad_weight, void* grad_bias, int fp32_grads, const G* grad_output, const T* input,
+    const W* __restrict__ weight, const float* __restrict__ rstd, float epsilon, int rows, int hidden,
+    long long grad_input_stride, long long grad_output_stride, long long input_stride, int chunk_rows, int fold) {
+    norm_backward_few<T, false, GEMMA, W, DBIAS, G>(grad_input, grad_weight, grad_bias, fp32_grads, grad_output, input,
+                                                    weight, nullptr, rstd, epsilon, rows, hidden, grad_input_stride,
+                                                    grad_output_stride, input_stride, chunk_rows, fold);
 }
 
 }  // namespace pyrms

@@ -121,6 +121,14 @@ def chunk_rows_for(rows: int, dtype, hidden: int) -> int:
     return chunk
 
 
+# A call of at most this many rows given the forward's saved statistics takes one launch (norm_backward.cuh's
+# norm_backward_few: a block per row for dx, and blocks of 32 columns summing the parameter gradients from the
+# rows, each of 32 lanes one chunk), where its chunks are of at most FEW_CHUNK_ROWS rows and the plan's block has
+# at most FEW_MAX_THREADS threads (the kernel's constants of those names).
+FEW_CHUNK_ROWS = GRAD_MIN_CHUNK_ROWS
+FEW_MAX_THREADS = 512
+ONE_LAUNCH_ROWS = 32 * FEW_CHUNK_ROWS
+
 # A chunk's column sums live in shared memory when they fit in this many bytes, else in the workspace.
 SHARED_SUMS_LIMIT = 96 * 1024
 
@@ -151,10 +159,11 @@ def _backward_group(dtype: dtypes.DType, centered: bool, weight: str) -> tuple[s
         variants += [NormBackwardPlan(dtype, 0, 32, 0, False, False, grad_dtype, weightless=weightless, fp32_weight=fp32,
                                       fp32_grad_output=d, bias=True) for d in ((False, True) if fp32 else (False,))]
     sums = _sum_partials(dtype) if any(p.params for p in variants) else {}
+    few = dict.fromkeys(p.few_expression for p in variants if p.params and not p.vectors)
     # every variant's staged kernel, and those that sum a plane or two with the sums held in registers, by HELD
     staged = dict.fromkeys(replace(p, held=held).staged_expression for p in variants
                            for held in (0, *(range(1, STAGED_HELD_MAX + 1) if p.params else ())))
-    return tuple(p.expression for p in variants) + tuple(staged) + tuple(sums)
+    return tuple(p.expression for p in variants) + tuple(staged) + tuple(few) + tuple(sums)
 
 
 @dataclass(frozen=True)
@@ -260,6 +269,26 @@ class NormBackwardPlan(KernelPlan):
                                                    **self._type_args)
         return self.staged_contract.expression(T=self.dtype.ctype, GEMMA=self.gemma, DBIAS=self.bias, HELD=self.held,
                                                **self._type_args)
+
+    @property
+    def few_contract(self) -> Contract:
+        """The one-launch kernel of few rows given their saved statistics (norm_backward_few)."""
+        return contract(self.source, self.kernel.removesuffix("_kernel") + "_few_kernel")
+
+    @property
+    def few_expression(self) -> str:
+        """The one-launch kernel of the same variant."""
+        if self.centered:
+            return self.few_contract.expression(T=self.dtype.ctype, DBIAS=self.sums_bias, **self._type_args)
+        return self.few_contract.expression(T=self.dtype.ctype, GEMMA=self.gemma, DBIAS=self.bias, **self._type_args)
+
+    def one_launch_rows(self) -> int:
+        """The most rows a call given the saved statistics launches once for (norm_backward_few), 0 where it never
+        does: nothing summed over rows (then kernel 1 alone is one launch), more threads than FEW_MAX_THREADS, or
+        chunks of more than FEW_CHUNK_ROWS rows at that row count."""
+        if not self.params or self.block > FEW_MAX_THREADS or self.chunk_for(ONE_LAUNCH_ROWS) > FEW_CHUNK_ROWS:
+            return 0
+        return 32 * self.chunk_for(ONE_LAUNCH_ROWS)
 
     def staged_shape(self, threads: int, stages: int, held: int | None = None) -> "NormBackwardPlan":
         """This plan with the staged kernel at `threads` threads and `stages` row buffers, its column sums in

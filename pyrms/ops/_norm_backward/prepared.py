@@ -35,7 +35,7 @@ class Prepared:
     __slots__ = ("device", "plan", "rows_kernel", "rows_shared", "staged_kernel", "staged_shapes", "sms", "sm_shared",
                  "staged_limit", "sum_kernel", "hidden", "strides",
                  "rows_per_block", "max_rows", "pointers", "saved_pointers", "weight_item", "staged_masks",
-                 "weightless", "pdl", "placed", "call_shapes")
+                 "weightless", "pdl", "placed", "call_shapes", "few_kernel", "few_rows")
 
     def __init__(self, device, centered, dtype, grad_weight_dtype, hidden, grad_input_stride, grad_output_stride,
                  input_stride, gemma, rows_per_block, weightless, grad_bias, pdl, weight_dtype=None,
@@ -58,6 +58,11 @@ class Prepared:
         self.rows_kernel = launch.get_kernel(p.source, p.expression, p.group, p.signature, device)
         params = int(not weightless) + int(grad_bias)  # the parameter gradients written, in plane order
         self.sum_kernel = launch.get_kernel(p.source, p.sum_expression, p.group, p.sum_contract.signature, device) if params else None
+        # Few rows given their saved statistics: one launch, where planned and no rows_per_block is forced (a forced
+        # one asks for kernel 1's shape).
+        self.few_rows = 0 if rows_per_block is not None or not params else p.one_launch_rows()
+        self.few_kernel = launch.get_kernel(p.source, p.few_expression, p.group, p.few_contract.signature,
+                                            device) if self.few_rows else None
         # What this GPU lets a block opt into (227 KiB on Hopper, less on earlier GPUs), less 1 KiB for the
         # kernels' static shared memory: the planned shared memory of either kernel is taken only where it fits.
         limit = device.max_shared_memory_per_block_optin - 1024
@@ -129,9 +134,12 @@ class Prepared:
                 p.workspace_bytes(num_tokens, rows_per_block), p.chunks(num_tokens))
         return shape
 
-    def workspace_bytes(self, grad_input, grad_output, input, weight, num_tokens) -> int:
+    def workspace_bytes(self, grad_input, grad_output, input, weight, num_tokens, saved: bool = False) -> int:
         """Bytes of workspace a call with these pointers needs (0: none), for a caller that passes its own
-        (pyrms.torch takes it from torch's caching allocator, on the stream the launch runs on)."""
+        (pyrms.torch takes it from torch's caching allocator, on the stream the launch runs on); saved: the call
+        is given the forward's statistics (few rows then need none)."""
+        if saved and num_tokens <= self.few_rows:
+            return 0
         return self._call_shape(num_tokens, self._staged(grad_input, grad_output, input, weight))[4]
 
     def __call__(self, grad_input, grad_output, input, weight, grads, epsilon, num_tokens, stream, workspace,
@@ -154,6 +162,14 @@ class Prepared:
         if placed is not None and not placed.ok(pointers, handle):
             return False
         gi_stride, go_stride, x_stride = self.strides
+        if num_tokens <= self.few_rows and rstd:
+            # grad_weight and grad_bias by name (0: not written), from the planes' order
+            named = (0, *grads) if self.weightless else (*grads, 0)
+            self.few_kernel.launch(num_tokens + -(-hidden // 32), p.block,
+                                   (grad_input, named[0], named[1], int(p.grad_dtype is dtypes.FLOAT32), grad_output,
+                                    input, weight, *saved, epsilon, num_tokens, hidden, gi_stride, go_stride, x_stride,
+                                    p.chunk_for(num_tokens), p.stats_fold), handle, pdl=self.pdl)
+            return True
         staged = self._staged(grad_input, grad_output, input, weight)
         rows_per_block, ws_chunk, group, ws_rows, needed, chunks = self._call_shape(num_tokens, staged)
         # Where column 0 sits in a workspace row: the weight's phase in the column split (0 without one).

@@ -80,7 +80,7 @@ def _launch(grad_input, grads, grad_out, x, weight, eps, centered, gemma, grad_b
         if prepared is not None:
             # The workspace from torch's caching allocator, on the stream the kernels run on: freed when this
             # call returns, reused by torch only by work queued after them on that stream.
-            nbytes = prepared.workspace_bytes(a_gi, a_go, a_x, a_w, rows)
+            nbytes = prepared.workspace_bytes(a_gi, a_go, a_x, a_w, rows, saved=bool(saved))
             ws = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if nbytes else None
             if prepared(a_gi, a_go, a_x, a_w, params, float(eps), rows, stream, None if ws is None else ws.data_ptr(),
                         saved, saved_mean):

@@ -70,22 +70,31 @@ def test_array_rstd_is_checked(recorded):
     calls, _ = recorded
     saved = Tensor.empty((rows, 1), "float32")
     pyrms.rms_norm_backward(dx, dw, dy, x, w, 1e-5, rstd=saved)
-    assert calls[0][4][5] == saved.ptr
+    assert calls[0][4][7] == saved.ptr  # few rows: the one launch's, after the weight
 
 
 @pytest.mark.parametrize("aligned", [True, False])
-def test_the_pointer_follows_the_weight_in_both_kernels(recorded, aligned):
-    """Raw pointers: rstd is the kernels' sixth argument (0: recompute), in the staged kernel (every pointer
-    16-byte aligned) and the rows kernel; LayerNorm's kernels take mean, then rstd, there."""
+def test_the_pointer_follows_the_weight_in_every_kernel(recorded, aligned):
+    """Raw pointers: rstd is the sixth argument of the staged kernel (every pointer 16-byte aligned) and the rows
+    kernel (0: recompute), past the few rows that launch once; LayerNorm's kernels take mean, then rstd, there.
+    Up to ONE_LAUNCH_ROWS rows given rstd, the one launch takes them after the weight too."""
     calls, _ = recorded
     shift = 0 if aligned else 2
+    rows = bwd_plan.ONE_LAUNCH_ROWS + 1
     p = bwd_plan.plan_norm_backward("bfloat16", 64)
     for rstd in (None, F):
-        pyrms.rms_norm_backward(A, B, C + shift, D, E, 1e-5, 4, 64, dtype="bfloat16", rstd=rstd)
+        pyrms.rms_norm_backward(A, B, C + shift, D, E, 1e-5, rows, 64, dtype="bfloat16", rstd=rstd)
         assert calls[0][0] == (p.staged_expression if aligned else p.expression)
         assert calls[0][4][4:7] == (E, rstd or 0, 1e-5)
         calls.clear()
-    for mean, rstd in ((None, None), (F, F + 64)):
-        pyrms.layer_norm_backward(A, B, None, C + shift, D, E, 1e-5, 4, 64, dtype="bfloat16", mean=mean, rstd=rstd)
+    for mean, rstd in ((None, None), (F, F + 1024)):
+        pyrms.layer_norm_backward(A, B, None, C + shift, D, E, 1e-5, rows, 64, dtype="bfloat16", mean=mean, rstd=rstd)
         assert calls[0][4][4:8] == (E, mean or 0, rstd or 0, 1e-5)
         calls.clear()
+    # (grad_input, grad_weight, grad_bias, fp32 gradients, grad_output, input, weight, [mean,] rstd, epsilon, rows)
+    pyrms.rms_norm_backward(A, B, C + shift, D, E, 1e-5, 4, 64, dtype="bfloat16", rstd=F)
+    assert [c[0] for c in calls] == [p.few_expression]
+    assert calls[0][4][:11] == (A, B, 0, 0, C + shift, D, E, F, 1e-5, 4, 64)
+    calls.clear()
+    pyrms.layer_norm_backward(A, B, None, C + shift, D, E, 1e-5, 4, 64, dtype="bfloat16", mean=F, rstd=F + 64)
+    assert calls[0][4][:12] == (A, B, 0, 0, C + shift, D, E, F, F + 64, 1e-5, 4, 64)
