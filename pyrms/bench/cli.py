@@ -13,7 +13,9 @@ from . import targets as targets_mod
 PROG = "python -m pyrms.bench"
 
 EPILOG = """
-sections: the copy ceiling; the shape sweep (each implementation validated, then timed); the launch
+sections: the copy ceiling; the shape sweep (each implementation validated, then timed); after a GEMM, in a
+CUDA graph (at the shapes of up to --after-gemm-tokens tokens: each implementation after a GEMM that writes its
+input, {pairs} pairs GEMM -> norm captured into a graph, less the graph of the GEMMs alone, per norm); the launch
 floor (an empty kernel and a one-row copy, back to back and in a CUDA graph, each without and with
 programmatic dependent launch); host time per call; CUDA graph capture and replay; the copy ceiling
 again; the targets (bandwidth, decode latency, host time per call), each PASS, FAIL or N/A with its
@@ -61,7 +63,7 @@ def extra_op_shapes() -> tuple[cfg.Shape, ...]:
 def epilog() -> str:
     """EPILOG with the run's defaults and the ops (from the registry's benchmark declarations) filled in."""
     ints = lambda values: ",".join(map(str, values))  # noqa: E731
-    return EPILOG.format(tokens=ints(cfg.TOKENS), hidden=ints(cfg.HIDDEN), quick_tokens=ints(cfg.QUICK_TOKENS),
+    return EPILOG.format(pairs=cfg.AFTER_GEMM_PAIRS, tokens=ints(cfg.TOKENS), hidden=ints(cfg.HIDDEN), quick_tokens=ints(cfg.QUICK_TOKENS),
                          quick_hidden=ints(cfg.QUICK_HIDDEN), extras=_join(ops_mod.extras()),
                          extra_shapes=_join(map(str, extra_op_shapes())), prog=PROG,
                          nopdl_peers=_join(cfg.IMPL_LABELS[i] for i in cfg.OTHER_IMPLS),
@@ -104,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-floor", action="store_true", help="skip the launch floor")
     g.add_argument("--no-host", action="store_true", help="skip host time per call")
     g.add_argument("--no-graphs", action="store_true", help="skip CUDA graph capture and replay")
+    g.add_argument("--no-after-gemm", action="store_true", help="skip the norms after a GEMM, in a CUDA graph")
+    g.add_argument("--after-gemm-tokens", type=_typed(cfg.parse_count), metavar="N", default=cfg.DECODE_MAX_TOKENS,
+                   help="time the norms after a GEMM at the shapes of up to N tokens (default "
+                        f"{cfg.DECODE_MAX_TOKENS}: where a norm costs a few us and what runs before it shows; "
+                        "each larger shape adds its GEMMs' time)")
+    g.add_argument("--gemm-k", type=_typed(cfg.parse_count), metavar="K",
+                   help="inner size of the GEMM before each norm, [T, K] @ [K, H] (default K = H)")
     t = p.add_argument_group("how to measure")
     t.add_argument("--rounds", type=_typed(cfg.parse_count), metavar="N", help="passes over all implementations per shape "
                    "(their spread is the run-to-run spread; default 3, --quick 2)")
@@ -178,6 +187,7 @@ def build_config(args, now: datetime.datetime | None = None) -> cfg.Config:
         shapes=shapes, dtypes=args.dtypes, ops=ops, impls=impls, quick=quick,
         rounds=args.rounds or (2 if quick else 3), reps=args.reps or (5 if quick else 10), batch=args.batch,
         sweep=not args.no_sweep, floor=not args.no_floor, host=not args.no_host, graphs=not args.no_graphs,
+        after_gemm=not args.no_after_gemm, after_gemm_tokens=args.after_gemm_tokens, gemm_k=args.gemm_k,
         host_calls=args.host_calls or (5000 if quick else 20000), memory_cap_gib=args.memory_cap, copy_mib=args.copy_mib,
         epsilon=args.epsilon, seed=args.seed, device=args.device, out_dir=args.out, stem=stem,
         plot=not args.no_plot, extra_op_shapes=extra_shapes, compile_tokens=compile_tokens, notes=notes)

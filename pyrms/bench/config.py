@@ -34,6 +34,7 @@ IMPL_STYLES = {"pyrms": ("#1f77b4", "o"), "pyrms_nopdl": ("#17becf", "P"), "seed
                "torch": ("#d62728", "^"), "compile": ("#ff7f0e", "v"), "triton": ("#2ca02c", "D"),
                "liger": ("#9467bd", "X"), "flashinfer": ("#8c564b", "*"), "flashinfer_pdl": ("#e377c2", "h")}
 DECODE_MAX_TOKENS = 128  # shapes up to this many tokens are latency-bound: judged against the launch floor
+AFTER_GEMM_PAIRS = 8  # GEMM -> norm pairs in one graph of the after-GEMM section
 FLOOR_HIDDEN = (4096, 5120, 8192)  # the launch floor's one-row copy, at these and every decode hidden of a run
 DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
@@ -149,6 +150,9 @@ class Config:
     floor: bool = True
     host: bool = True
     graphs: bool = True
+    after_gemm: bool = True
+    after_gemm_tokens: int = DECODE_MAX_TOKENS  # the after-GEMM section's shapes: at most this many tokens
+    gemm_k: int | None = None  # the inner size of the GEMM before each norm (None: the norm's hidden)
     host_calls: int = 20000
     copy_mib: int = 1024
     memory_cap_gib: float = 8.0

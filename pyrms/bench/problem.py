@@ -35,7 +35,7 @@ def fill_random(ptr: int, nbytes: int, dt: dtypes.DType, rng, low: float = -2.0,
 
 class Problem:
     def __init__(self, op: Bench, dtype: str, shape: Shape, *, device: driver.Device, rng, cap_bytes: int,
-                 l2_factor: float = 2.0):
+                 l2_factor: float = 2.0, sets: int | None = None):
         self.op = op
         self.dt = dtypes.get(dtype)
         self.tokens, self.hidden = shape.tokens, shape.hidden
@@ -44,7 +44,8 @@ class Problem:
         self.stride = stats.pad(self.row_bytes)                         # bytes between sets
         self.vector_stride = stats.pad(self.hidden * 4)                 # room for an fp32 dγ as well
         set_bytes = len(op.arrays) * self.stride + len(op.vector_outputs) * self.vector_stride
-        self.sets = stats.rotation_sets(set_bytes, device.l2_cache_bytes, cap_bytes, l2_factor)
+        # ``sets`` given: exactly that many (the after-GEMM graphs: one per GEMM -> norm pair), whatever the L2
+        self.sets = sets or stats.rotation_sets(set_bytes, device.l2_cache_bytes, cap_bytes, l2_factor)
         self._buffers: list[driver.DeviceBuffer] = []
         self._tensors: dict = {}
         self._torch: dict = {}

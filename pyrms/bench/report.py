@@ -13,6 +13,7 @@ from . import targets as targets_mod
 from .config import (DECODE_MAX_TOKENS, DTYPE_SHORT, IMPL_LABELS, IMPL_STYLES, IMPLS, LIKE_FOR_LIKE, NOPDL,
                      OTHER_IMPLS, OTHER_PDL_IMPLS, PYRMS_IMPLS)
 from .results import FAILED, OK, SKIPPED, Record, best_of, find
+from .torch_impls import FLASHINFER_EXT_NOTE
 
 DASH = "-"
 SHORT_LABELS = {"pyrms": "pyrms", "pyrms_nopdl": "nopdl", "seed": "seed", "torch": "eager", "compile": "compile",
@@ -95,14 +96,28 @@ def _impls(records, op, dtype, order):
     return [i for i in order if i in present]
 
 
+def _ratio_columns(others) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(label, pyrms's implementation, its peers) of each like-for-like ratio that has a peer among ``others``."""
+    pairings = [(label, mine, peers) for label, (mine, peers) in zip(("xbest", "xpdl"), LIKE_FOR_LIKE)]
+    return [(label, mine, peers) for label, mine, peers in pairings + [("xseed", NOPDL, ("seed",))]
+            if any(i in peers for i in others)]
+
+
+def _missing_ratio_notes(ratios, impls) -> list[str]:
+    """A note for each ratio whose pyrms implementation the run did not time."""
+    lines = []
+    for me in dict.fromkeys(me for _, me, _ in ratios if me not in impls):
+        labels = " or ".join(label for label, m, _ in ratios if m == me)
+        lines.append(f"  note: no {labels}: the ratio is of {IMPL_LABELS[me]}, which this run did not time")
+    return lines
+
+
 def table(records, op: str, dtype: str, ceiling_gbps: float, impl_order) -> str:
     """Bandwidth table: pyrms in detail, the others' GB/s, and the ratios, each of like with like (pyrms without
     PDL against the peers without it, pyrms with PDL against the peers with it; the header says which)."""
     impls = _impls(records, op, dtype, impl_order)
     others = [i for i in impls if i != "pyrms"]
-    pairings = [(label, mine, peers) for label, (mine, peers) in zip(("xbest", "xpdl"), LIKE_FOR_LIKE)]
-    ratios = [(label, mine, peers) for label, mine, peers in pairings + [("xseed", NOPDL, ("seed",))]
-              if any(i in peers for i in others)]
+    ratios = _ratio_columns(others)
     title = f"{op} {dtype}: GB/s per implementation (copy ceiling {ceiling_gbps:.0f} GB/s)"
     head = (f"{'tokens':>6} {'hidden':>6} {'MB':>8} {'floor us':>9} | {'pyrms us':>9} {'GB/s':>6} {'%ceil':>5} {'+-%':>5} |"
             + "".join(f" {SHORT_LABELS[i]:>7}" for i in others) + " |"
@@ -123,10 +138,7 @@ def table(records, op: str, dtype: str, ceiling_gbps: float, impl_order) -> str:
             row += f" {_cell(rec, '{:7.0f}', lambda r: r.gbps):>7}"
         cells = [ratio(records, op, dtype, tokens, hidden, me, peers) for _, me, peers in ratios]
         lines.append(row + " |" + "".join(f" {c:>6}" for c in cells))
-    lines += _reasons(records, op, dtype)
-    for me in dict.fromkeys(me for _, me, _ in ratios if me not in impls):
-        labels = " or ".join(label for label, m, _ in ratios if m == me)
-        lines.append(f"  note: no {labels}: the ratio is of {IMPL_LABELS[me]}, which this run did not time")
+    lines += _reasons(records, op, dtype) + _missing_ratio_notes(ratios, impls)
     return "\n".join(lines)
 
 
@@ -145,6 +157,45 @@ def latency_table(records, op: str, dtype: str, impl_order) -> str:
     return "\n".join(lines)
 
 
+def after_gemm_table(records, op: str, dtype: str, impl_order) -> str:
+    """One (op, dtype) after a GEMM, in a CUDA graph: µs per norm of every implementation with its spread, the
+    GEMM's own µs, and the like-for-like ratios."""
+    impls = _impls(records, op, dtype, impl_order)
+    ratios = _ratio_columns([i for i in impls if i != "pyrms"])
+    r0 = next(r for r in records if (r.op, r.dtype) == (op, dtype))
+    head = (f"{'tokens':>6} {'hidden':>6} {'K':>6} {'GEMM us':>8} |" + "".join(f" {IMPL_LABELS[i]:>16}" for i in impls)
+            + " |" + "".join(f" {label:>6}" for label, _, _ in ratios))
+    lines = [f"{op} {dtype} after a GEMM, in a CUDA graph: device us per norm (median +- run-to-run spread)",
+             f"  = (replay of {r0.pairs} x (GEMM -> norm) - replay of the {r0.pairs} GEMMs alone) / {r0.pairs}; each "
+             "GEMM a torch.matmul [T, K] @ [K, H] of its own",
+             "  operands writing the norm's input; GEMM us: one GEMM of the graph without the norms. The two graphs",
+             "  alternate sample by sample (each sample a batch of replays behind the spin kernel); ratios as above",
+             head, "-" * len(head)]
+    for hidden, tokens in _shapes(records, op, dtype):
+        at = [r for r in records if (r.op, r.dtype, r.tokens, r.hidden) == (op, dtype, tokens, hidden)]
+        gemm = next((r.gemm_summary for r in at if r.gemm_summary is not None), None)
+        row = f"{tokens:>6} {hidden:>6} {at[0].k:>6} {f'{gemm.median:.2f}' if gemm else DASH:>8} |"
+        for i in impls:
+            rec = find(records, op, dtype, tokens, hidden, i, ok_only=False)
+            row += f" {_cell(rec, '{}', lambda r: f'{r.median_us:.2f} +-{r.summary.spread:.0%}'):>16}"
+        cells = [ratio(records, op, dtype, tokens, hidden, me, peers) for _, me, peers in ratios]
+        lines.append(row + " |" + "".join(f" {c:>6}" for c in cells))
+    lines += _reasons(records, op, dtype) + _missing_ratio_notes(ratios, impls)
+    return "\n".join(lines)
+
+
+def after_gemm_section(after) -> str:
+    """The after-GEMM tables, one per (op, dtype), or why the section was not measured (None: not asked for)."""
+    if after is None:
+        return ""
+    if isinstance(after, dict):
+        return f"After a GEMM, in a CUDA graph: not measured ({after.get('reason', 'unknown')})"
+    if not after:
+        return "After a GEMM, in a CUDA graph: no shape of the run has few enough tokens (--after-gemm-tokens)"
+    return "\n\n".join(after_gemm_table(after, op, dtype, IMPLS) for op in dict.fromkeys(r.op for r in after)
+                       for dtype in dict.fromkeys(r.dtype for r in after if r.op == op))
+
+
 def _reasons(records, op, dtype) -> list[str]:
     """One line per distinct (implementation, status, reason), with the shapes it applies to."""
     groups: dict = {}
@@ -156,7 +207,7 @@ def _reasons(records, op, dtype) -> list[str]:
         where = ", ".join(shapes) if len(shapes) <= 6 else f"{len(shapes)} shapes"
         lines.append(f"  {IMPL_LABELS[impl]} {status} at {where}: {reason}")
     notes = sorted({n for r in records if r.op == op and r.dtype == dtype for n in r.notes
-                    if n.startswith("dγ not validated")})
+                    if n.startswith(("dγ not validated", FLASHINFER_EXT_NOTE))})
     redone = sum(r.host_bound for r in records if r.op == op and r.dtype == dtype)
     if redone:
         notes.append(f"{redone} samples were redone with a longer spin: the host had not queued the batch in time")
@@ -287,7 +338,7 @@ def targets_section(targets) -> str:
 
 
 def full_text(info, ceiling, ceiling_end, records, host, graphs, targets, config, elapsed_s, files,
-              floors=None) -> str:
+              floors=None, after_gemm=None) -> str:
     parts = [header(info, ceiling, config.ops)]
     parts += [f"note: {n}" for n in config.notes]
     if ceiling is not None:
@@ -295,6 +346,7 @@ def full_text(info, ceiling, ceiling_end, records, host, graphs, targets, config
             for dtype in dict.fromkeys(r.dtype for r in records if r.op == op):
                 parts.append(latency_table(records, op, dtype, IMPLS))
                 parts.append(table(records, op, dtype, ceiling.gbps, IMPLS))
+    parts.append(after_gemm_section(after_gemm))
     parts += [floor_section(floors), decode_floor_table(records, floors), host_section(host), graph_section(graphs)]
     if ceiling is not None and ceiling_end is not None:
         drift = ceiling_end.gbps / ceiling.gbps - 1
@@ -307,7 +359,7 @@ def full_text(info, ceiling, ceiling_end, records, host, graphs, targets, config
 
 
 def to_json(info, config, ceiling, ceiling_end, records, host, graphs, targets, elapsed_s, partial,
-            floors=None) -> dict:
+            floors=None, after_gemm=None) -> dict:
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()}
     cfg["shapes"] = [str(s) for s in config.shapes]
     if config.extra_op_shapes is not None:
@@ -319,6 +371,7 @@ def to_json(info, config, ceiling, ceiling_end, records, host, graphs, targets, 
         "copy_ceiling_end": ceiling_end.to_dict() if ceiling_end is not None else None,
         "results": [r.to_dict(gbps) for r in records],
         "launch_floor": [f.to_dict() for f in floors] if floors is not None else None,
+        "after_gemm": [r.to_dict() for r in after_gemm] if isinstance(after_gemm, list) else after_gemm,
         "host_overhead": host, "graphs": graphs,
         "targets": [t.to_dict() for t in targets],
     }

@@ -85,3 +85,28 @@ def best_of(records, op: str, dtype: str, tokens: int, hidden: int, impls) -> Re
     """The fastest successfully timed record among ``impls`` at one shape."""
     found = [r for i in impls if (r := find(records, op, dtype, tokens, hidden, i)) is not None]
     return min(found, key=lambda r: r.median_us) if found else None
+
+
+@dataclass
+class AfterGemm(Record):
+    """One implementation after a GEMM, in a CUDA graph (pyrms.bench.after_gemm): ``rounds`` hold its µs per
+    norm, each sample (a replay of the graph with the norms - a replay of the one without) / ``pairs``;
+    ``gemm_rounds`` the µs per GEMM of the graph without the norms, sample for sample; ``batch`` the replays of
+    each graph per sample; ``k`` the GEMM's inner size."""
+
+    gemm_rounds: list = field(default_factory=list)
+    pairs: int = 0
+    k: int = 0
+
+    @property
+    def gemm_summary(self) -> stats.Summary | None:
+        return stats.summarize(self.gemm_rounds) if self.status == OK else None
+
+    def to_dict(self, ceiling_gbps: float | None = None) -> dict:
+        out = super().to_dict(ceiling_gbps)
+        out.update(method="after a GEMM, in a CUDA graph", pairs=self.pairs, gemm_k=self.k,
+                   replays_per_sample=self.batch, gemm_us_per_round=self.gemm_rounds)
+        g = self.gemm_summary
+        if g is not None:
+            out.update(gemm_median_us=g.median, gemm_spread=g.spread)
+        return out

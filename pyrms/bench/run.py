@@ -1,5 +1,5 @@
-"""One run, section by section: copy ceiling, sweep, launch floor, host time, graphs, copy ceiling
-again, targets, files. Partial JSON is written after every shape, so a run that breaks off still
+"""One run, section by section: copy ceiling, sweep, after a GEMM, launch floor, host time, graphs, copy
+ceiling again, targets, files. Partial JSON is written after every shape, so a run that breaks off still
 leaves its numbers."""
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import driver
 from . import ceiling as ceiling_mod
+from . import after_gemm as after_gemm_mod
 from . import env, report, sweep
 from . import floor as floor_mod
 from . import host as host_mod
@@ -34,7 +35,8 @@ def _one_line(exc: BaseException) -> str:
 
 def _context(config: Config, device) -> Context:
     torch, torch_reason, triton, triton_reason = None, "not selected (--impls)", None, "not selected (--impls)"
-    if any(i in config.impls for i in TORCH_IMPLS):
+    # The after-GEMM section's GEMMs and graphs are PyTorch's, whatever the implementations
+    if any(i in config.impls for i in TORCH_IMPLS) or (config.after_gemm and after_gemm_mod.problems(config)):
         torch, torch_reason = load_torch()
         if torch is not None:
             torch.cuda.set_device(device.ordinal)
@@ -58,12 +60,14 @@ def run(config: Config, argv) -> int:
         if why:
             _progress(f"  {name}: {why}")
     rng = np.random.default_rng(config.seed)
-    state = {"ceiling": None, "ceiling_end": None, "records": [], "floor": None, "host": None, "graphs": None}
+    state = {"ceiling": None, "ceiling_end": None, "records": [], "floor": None, "host": None, "graphs": None,
+             "after_gemm": None}
     files = []
 
     def snapshot(partial: bool, targets=()):
         data = report.to_json(info, config, state["ceiling"], state["ceiling_end"], state["records"], state["host"],
-                              state["graphs"], list(targets), time.perf_counter() - start, partial, state["floor"])
+                              state["graphs"], list(targets), time.perf_counter() - start, partial, state["floor"],
+                              state["after_gemm"])
         report.write_json(config.json_path, data)
 
     timer = timing.EventTimer(device, ctx.stream)
@@ -79,6 +83,13 @@ def run(config: Config, argv) -> int:
                 snapshot(True)
 
             state["records"] = sweep.run(config, ctx, timer, device, rng, ceiling_gbps, _progress, on_problem)
+        if config.after_gemm:
+            _progress("after a GEMM, in a CUDA graph ...")
+            try:
+                state["after_gemm"] = after_gemm_mod.measure(config, ctx, timer, device, rng, _progress)
+            except Exception as exc:
+                state["after_gemm"] = {"reason": _one_line(exc), "traceback": traceback.format_exc()}
+            snapshot(True)
         if config.floor:
             _progress("launch floor ...")
             state["floor"] = floor_mod.measure(config, timer, device, rng, _progress)
@@ -114,9 +125,10 @@ def run(config: Config, argv) -> int:
             files.append(config.plot_path)
     files.append(config.text_path)
     text = report.full_text(info, ceiling, state["ceiling_end"], state["records"], state["host"], state["graphs"],
-                            targets, config, time.perf_counter() - start, files, state["floor"])
+                            targets, config, time.perf_counter() - start, files, state["floor"], state["after_gemm"])
     config.text_path.write_text(text + "\n")
     print(text)
-    if any(r.impl in PYRMS_IMPLS and r.status == FAILED for r in state["records"]):
+    after = state["after_gemm"] if isinstance(state["after_gemm"], list) else []
+    if any(r.impl in PYRMS_IMPLS and r.status == FAILED for r in state["records"] + after):
         status = max(status, 1)
     return status

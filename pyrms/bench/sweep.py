@@ -20,9 +20,43 @@ from .results import FAILED, OK, SKIPPED, Record
 GIB = 1 << 30
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line (a failed record's reason)."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def build_checked(op_name: str, dtype: str, ctx: impls_mod.Context, problem: Problem, expected: validate.Expected,
+                  records: dict[str, Record]) -> dict[str, impls_mod.Impl]:
+    """Build each implementation named in ``records`` on ``problem`` and validate its output; its record takes
+    the outcome (skipped when it cannot run, failed when it breaks or its output is wrong). Returns every Impl
+    built, the failed ones too (the caller closes them all)."""
+    built: dict[str, impls_mod.Impl] = {}
+    for name, rec in records.items():
+        rec.notes += expected.notes
+        try:
+            impl = registry.make(op_name, name, ctx, problem)
+        except impls_mod.Unavailable as exc:
+            rec.status, rec.reason = SKIPPED, str(exc)
+            continue
+        except Exception as exc:
+            rec.status, rec.reason = FAILED, f"setup: {one_line(exc)}"
+            rec.notes.append(traceback.format_exc())
+            continue
+        built[name] = impl
+        rec.notes += impl.notes
+        try:
+            rec.error = validate.check(problem, impl, expected, driver.synchronize)
+        except Exception as exc:
+            rec.status, rec.reason = FAILED, f"validation run: {one_line(exc)}"
+            rec.notes.append(traceback.format_exc())
+        else:
+            if not validate.passed(rec.error, dtype):
+                worst = max(rec.error, key=rec.error.get)
+                rec.status = FAILED
+                rec.reason = (f"validation: relative error of {worst} {rec.error[worst]:.3g} >= "
+                              f"{validate.TOLERANCE[dtype]:g} ({dtype} tolerance)")
+    return built
 
 
 def run_problem(config: Config, ctx: impls_mod.Context, timer: timing.EventTimer, device, rng,
@@ -41,31 +75,8 @@ def run_problem(config: Config, ctx: impls_mod.Context, timer: timing.EventTimer
         ctx.compile_here = config.compile_at(op_name, shape)
         batch = config.batch or stats.batch_size(nbytes)
         for name in names:
-            rec = records[name]
-            rec.sets, rec.batch = problem.sets, batch
-            rec.notes += expected.notes
-            try:
-                impl = registry.make(op_name, name, ctx, problem)
-            except impls_mod.Unavailable as exc:
-                rec.status, rec.reason = SKIPPED, str(exc)
-                continue
-            except Exception as exc:
-                rec.status, rec.reason = FAILED, f"setup: {_one_line(exc)}"
-                rec.notes.append(traceback.format_exc())
-                continue
-            built[name] = impl
-            rec.notes += impl.notes
-            try:
-                rec.error = validate.check(problem, impl, expected, driver.synchronize)
-            except Exception as exc:
-                rec.status, rec.reason = FAILED, f"validation run: {_one_line(exc)}"
-                rec.notes.append(traceback.format_exc())
-            else:
-                if not validate.passed(rec.error, dtype):
-                    worst = max(rec.error, key=rec.error.get)
-                    rec.status = FAILED
-                    rec.reason = (f"validation: relative error of {worst} {rec.error[worst]:.3g} >= "
-                                  f"{validate.TOLERANCE[dtype]:g} ({dtype} tolerance)")
+            records[name].sets, records[name].batch = problem.sets, batch
+        built = build_checked(op_name, dtype, ctx, problem, expected, records)
         cursors = {}
         for name, impl in built.items():
             rec = records[name]
@@ -75,7 +86,7 @@ def run_problem(config: Config, ctx: impls_mod.Context, timer: timing.EventTimer
                 host_us = timer.warm_up(impl.launch, problem.sets, 2 * batch)
                 cursors[name] = timing.Cursor(problem.sets, batch, spin_us=timing.initial_spin_us(host_us, batch))
             except Exception as exc:
-                rec.status, rec.reason = FAILED, f"warm-up: {_one_line(exc)}"
+                rec.status, rec.reason = FAILED, f"warm-up: {one_line(exc)}"
                 rec.notes.append(traceback.format_exc())
         for _ in range(config.rounds):
             for name, cursor in cursors.items():
@@ -85,15 +96,15 @@ def run_problem(config: Config, ctx: impls_mod.Context, timer: timing.EventTimer
                 try:
                     rec.rounds.append(timer.samples(built[name].launch, cursor, config.reps))
                 except Exception as exc:
-                    rec.status, rec.reason = FAILED, f"timing: {_one_line(exc)}"
+                    rec.status, rec.reason = FAILED, f"timing: {one_line(exc)}"
                     rec.notes.append(traceback.format_exc())
         for name, cursor in cursors.items():
             records[name].host_bound = cursor.host_bound
     except Exception as exc:  # the problem itself (allocation, fill): every implementation fails with it
         for rec in records.values():
             if rec.status == OK and not rec.rounds:
-                rec.status, rec.reason = FAILED, f"problem setup: {_one_line(exc)}"
-        print(f"pyrms.bench: {op_name} {dtype} {shape}: {_one_line(exc)}", file=sys.stderr)
+                rec.status, rec.reason = FAILED, f"problem setup: {one_line(exc)}"
+        print(f"pyrms.bench: {op_name} {dtype} {shape}: {one_line(exc)}", file=sys.stderr)
     finally:
         for impl in built.values():
             try:

@@ -72,17 +72,21 @@ def liger_function(ctx, module: str, name: str):
         raise Unavailable(f"Liger-Kernel is not importable: {_one_line(exc)}") from None
 
 
-def flashinfer_function(ctx, name: str):
+FLASHINFER_EXT_NOTE = "FlashInfer's norm.cuh as built by tools/flashinfer_ext"
+
+
+def flashinfer_function(ctx, name: str, notes: list | None = None):
     """``flashinfer.norm.<name>`` (FlashInfer is optional: ``pip install flashinfer-python``) where it takes
-    ``enable_pdl=`` (so that each of its implementations launches as its name says), or Unavailable saying why
-    not."""
+    ``enable_pdl=`` (so that each of its implementations launches as its name says); without the package, the
+    same function of FlashInfer's norm.cuh built by tools/flashinfer_ext (pyrms.bench.flashinfer_ext), saying so
+    in ``notes``; else Unavailable saying why not."""
     import inspect
 
     need_torch(ctx)
     try:
         from flashinfer import norm
     except Exception as exc:
-        raise Unavailable(f"FlashInfer is not importable: {_one_line(exc)}") from None
+        return _flashinfer_extension_function(ctx, name, f"FlashInfer is not importable: {_one_line(exc)}", notes)
     fn = getattr(norm, name, None)
     if fn is None:
         raise Unavailable(f"flashinfer.norm has no {name}")
@@ -93,6 +97,19 @@ def flashinfer_function(ctx, name: str):
     if "enable_pdl" not in parameters:
         raise Unavailable(f"flashinfer.norm.{name} has no enable_pdl= keyword (an older FlashInfer)")
     return fn
+
+
+def _flashinfer_extension_function(ctx, name: str, why_not_package: str, notes: list | None):
+    from . import flashinfer_ext
+
+    try:
+        extension = flashinfer_ext.load(ctx.torch)
+    except Exception as exc:
+        raise Unavailable(f"{why_not_package}; nor is FlashInfer's norm.cuh built by tools/flashinfer_ext: "
+                          f"{_one_line(exc)}") from None
+    if notes is not None:
+        notes.append(f"{FLASHINFER_EXT_NOTE} ({extension.path})")
+    return getattr(extension, name)
 
 
 def need_torch(ctx):

@@ -83,7 +83,7 @@ class FlashInferFusedAdd(Impl):
     def __init__(self, ctx, p):
         super().__init__()
         torch = need_torch(ctx)
-        self.fn = flashinfer_function(ctx, "fused_add_rmsnorm")
+        self.fn = flashinfer_function(ctx, "fused_add_rmsnorm", self.notes)
         self.p, self.eps = p, ctx.epsilon
         self.x, self.r, self.w = p.torch_rows(torch, "x"), p.torch_rows(torch, "r"), p.torch_weight(torch)
 

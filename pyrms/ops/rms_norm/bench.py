@@ -145,7 +145,7 @@ class FlashInferForward(Impl):
     def __init__(self, ctx, p):
         super().__init__()
         torch = need_torch(ctx)
-        self.fn, self.eps = flashinfer_function(ctx, "rmsnorm"), ctx.epsilon
+        self.fn, self.eps = flashinfer_function(ctx, "rmsnorm", self.notes), ctx.epsilon
         self.x, self.y, self.w = p.torch_rows(torch, "x"), p.torch_rows(torch, "y"), p.torch_weight(torch)
         self.y_ptrs = p.ptrs("y")
 
