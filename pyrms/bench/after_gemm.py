@@ -118,18 +118,22 @@ def progress_line(records: list[AfterGemm], seconds: float) -> str:
 def measure(config: Config, ctx: impls_mod.Context, timer: timing.EventTimer, device, rng,
             progress) -> list[AfterGemm] | dict:
     """Every problem of ``problems(config)``: its records, or {"reason": why not} for the whole section."""
+    todo = problems(config)
     torch = ctx.torch
-    if torch is None:
+    if todo and torch is None:
         return {"reason": f"it needs PyTorch (the GEMM, the graph capture): {ctx.torch_reason}"}
+    records: list[AfterGemm] = []
+    if not todo:
+        return records
     side = torch.cuda.Stream(device=device.ordinal)
     # The implementations launch on the capture stream; the graphs are replayed on the benchmark's.
     own = dataclasses.replace(ctx, stream=int(side.cuda_stream), notes=[])
-    records: list[AfterGemm] = []
-    for op_name, dtype, shape in problems(config):
+    for op_name, dtype, shape in todo:
         start = time.perf_counter()
         done = measure_problem(config, own, side, timer, device, rng, op_name, dtype, shape)
         records += done
-        progress(progress_line(done, time.perf_counter() - start))
+        if done:
+            progress(progress_line(done, time.perf_counter() - start))
     return records
 
 
@@ -186,6 +190,8 @@ def measure_problem(config: Config, ctx: impls_mod.Context, side, timer: timing.
     nbytes = op.bytes_moved(shape.tokens, shape.hidden, dtypes.get(dtype).itemsize)
     records = {n: AfterGemm(op_name, dtype, shape.tokens, shape.hidden, n, nbytes, sets=PAIRS, pairs=PAIRS, k=k)
                for n in config.impls_for(op_name)}
+    if not records:
+        return []
     built: dict[str, impls_mod.Impl] = {}
     graphs: dict = {}
     problem = gemms = None
@@ -227,7 +233,7 @@ def measure_problem(config: Config, ctx: impls_mod.Context, side, timer: timing.
         for graph in graphs.values():  # before the memory its nodes use goes
             graph.reset()
         graphs.clear()
-        gemms = None
+        gemms = None  # its operands, before empty_cache
         for impl in built.values():
             try:
                 impl.close()

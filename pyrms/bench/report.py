@@ -169,7 +169,8 @@ def after_gemm_table(records, op: str, dtype: str, impl_order) -> str:
              f"  = (replay of {r0.pairs} x (GEMM -> norm) - replay of the {r0.pairs} GEMMs alone) / {r0.pairs}; each "
              "GEMM a torch.matmul [T, K] @ [K, H] of its own",
              "  operands writing the norm's input; GEMM us: one GEMM of the graph without the norms. The two graphs",
-             "  alternate sample by sample (each sample a batch of replays behind the spin kernel); ratios as above",
+             "  alternate sample by sample (each sample a batch of replays behind the spin kernel); xbest and xpdl as",
+             "  the header explains them (> 1: pyrms is faster)",
              head, "-" * len(head)]
     for hidden, tokens in _shapes(records, op, dtype):
         at = [r for r in records if (r.op, r.dtype, r.tokens, r.hidden) == (op, dtype, tokens, hidden)]

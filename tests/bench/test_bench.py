@@ -1113,6 +1113,10 @@ def test_simulated_run_end_to_end(sim, tmp_path, capsys):
     assert by[("pyrms_nopdl", 1, 512)]["status"] == "ok"
     assert "Targets:" in out
     assert {"latency", "floor", "decode"} <= {t["group"] for t in data["targets"]}
+    # after a GEMM: its GEMMs and graphs are PyTorch's, which the simulator lacks
+    assert data["after_gemm"] == {"reason": "it needs PyTorch (the GEMM, the graph capture): PyTorch is not in the "
+                                            "simulator"}
+    assert "After a GEMM, in a CUDA graph: not measured (it needs PyTorch" in out
     assert "copy ceiling again at the end" in out and "finished in" in out
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "sim.png").stat().st_size > 10_000
@@ -1121,6 +1125,18 @@ def test_simulated_run_end_to_end(sim, tmp_path, capsys):
         assert "no plot: matplotlib is not importable" in captured.err
     # progress went to stderr, one line per problem
     assert captured.err.count("[rms_norm bfloat16 ") == 4
+
+
+def test_a_problem_of_a_given_number_of_sets_has_exactly_those(sim):
+    from pyrms.bench.problem import Problem
+
+    device = driver.get_device(0)
+    kwargs = dict(device=device, rng=np.random.default_rng(0), cap_bytes=1 << 30)
+    with Problem(ops.get("rms_norm"), "bfloat16", config.Shape(1, 512), **kwargs) as rotated:
+        assert rotated.sets == 2 * (1 << 20) // (2 * 1024)  # 2 x L2 in 2 KiB sets
+    with Problem(ops.get("rms_norm"), "bfloat16", config.Shape(1, 512), sets=8, **kwargs) as p:
+        assert p.sets == 8 and p.pools["x"].nbytes == 8 * p.stride
+        assert p.ptr("y", 7) == p.pools["y"].ptr + 7 * p.stride
 
 
 def test_simulated_run_on_device_1_runs_everything_there(sim, tmp_path, capsys):

@@ -24,24 +24,21 @@ _QUOTED = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 def flashinfer_headers(include: Path, root: str = ROOT_HEADER) -> tuple[list[str], list[str]]:
     """(found, missing): the headers under ``include`` that ``root`` needs, transitively through its quoted
     includes (each looked for beside the header that includes it, then under ``include``), as paths relative to
-    ``include``; and the quoted includes found in neither place. Every ``#include "..."`` counts, conditional
-    or commented out by ``//`` at the line's start excepted."""
+    ``include``; and each quoted include found in neither place, as ``NAME (from INCLUDER)``. Every
+    ``#include "..."`` counts, conditional or not, but for a line commented out by ``//`` at its start."""
     include = Path(include)
     found: set[str] = set()
     missing: set[str] = set()
-    todo = [root]
+    todo = [(root, None)]
     while todo:
-        header = todo.pop()
-        if header in found:
-            continue
-        path = include / header
-        if not path.is_file():
-            missing.add(header)
-            continue
-        found.add(header)
-        for name in _QUOTED.findall(path.read_text(errors="replace")):
-            beside = posixpath.normpath(posixpath.join(posixpath.dirname(header), name))
-            todo.append(beside if (include / beside).is_file() else posixpath.normpath(name))
+        name, includer = todo.pop()
+        beside = posixpath.normpath(posixpath.join(posixpath.dirname(includer or ""), name))
+        header = next((h for h in (beside, posixpath.normpath(name)) if (include / h).is_file()), None)
+        if header is None:
+            missing.add(name if includer is None else f"{name} (from {includer})")
+        elif header not in found:
+            found.add(header)
+            todo += [(quoted, header) for quoted in _QUOTED.findall((include / header).read_text(errors="replace"))]
     return sorted(found), sorted(missing)
 
 
