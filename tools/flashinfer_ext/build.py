@@ -12,6 +12,7 @@ architectures as for any PyTorch extension (default: the GPU's).
 from __future__ import annotations
 
 import argparse
+import site
 import sys
 from pathlib import Path
 
@@ -45,9 +46,12 @@ def include_flags(include: Path, cuda_home: str | None, search_roots) -> tuple[l
 
 def build(include: Path, build_dir: Path, verbose: bool = False) -> Path:
     """Compile and load the extension into ``build_dir``; its shared library's path."""
+    import torch
     from torch.utils import cpp_extension
 
-    paths, extra = include_flags(include, cpp_extension.CUDA_HOME, [p for p in sys.path if p and Path(p).is_dir()])
+    # PyTorch's own CUDA wheels (site-packages/nvidia/...) sit beside it; other site directories after it
+    roots = dict.fromkeys([Path(torch.__file__).resolve().parents[1], *map(Path, site.getsitepackages())])
+    paths, extra = include_flags(include, cpp_extension.CUDA_HOME, list(roots))
     build_dir.mkdir(parents=True, exist_ok=True)
     cpp_extension.load(name=flashinfer_ext.MODULE, sources=[str(HERE / s) for s in SOURCES], extra_include_paths=paths,
                        extra_cflags=["-O3"], extra_cuda_cflags=[*CUDA_FLAGS, *extra],
