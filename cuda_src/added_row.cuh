@@ -92,8 +92,15 @@ template <typename T, typename R> struct SummedRow {
     __device__ __forceinline__ WidePack<T> vec(int at) const { return held(at); }
     __device__ __forceinline__ float elem(int at) const { return __fadd_rn(to_float(in[at]), to_float(res[at])); }
     // The sums of pass 2's vector at `at`: held, or rebuilt from the input's values re-read there.
+    using Sums = WidePack<T>;
+    using Elem = float;
     __device__ __forceinline__ WidePack<T> sums(const WidePack<T>& held_sums, int) const { return held_sums; }
     __device__ __forceinline__ WidePack<T> sums(const Pack<T>& x, int at) const { return add_fp32(x, res + at, res_width); }
+    // The same sums for a pass 2 that walks another operand's split (rms_norm_quant.cu's outputs): the residual's
+    // load width for body vectors that start where `out` is vector-aligned (out of any type, in vectors of T's N).
+    template <typename Shape, typename O> __device__ __forceinline__ SummedRow at_split(const Shape& sh, const O* out) const {
+        return {in, res, load_width<R>((sh.phase(res) - sh.template phase<O, Vec<T>::N>(out)) & (Vec<R>::N - 1))};
+    }
 };
 
 // for_each_out's body callback for the fp32 sum: it hands over a held vector (the sums, as WidePack) or
@@ -144,6 +151,20 @@ __device__ __forceinline__ void fp32_sum_rms_norm_row(T* in_row, R* res_row, con
             in_row[i] = rms_scale<T, GEMMA, ROUND_ONCE>(s, weight_at(weight, i), inv);
         },
         SumsOf<T, W, SummedRow<T, R>, decltype(body)>{src, body});
+}
+
+// The residual's new values R(s) over the row, each sum rebuilt from input + residual by the thread that stores it
+// (the input's split): for a kernel whose pass 2 reads the old residual at other splits than the input's, so that
+// no store may come before the block's last such read (rms_norm_quant.cu's fp32 sum: it calls this after a barrier).
+template <int CACHE, int SPREAD, bool ALIGNED, typename T, typename R>
+__device__ __forceinline__ void store_summed_row(const SummedRow<T, R>& src, R* res_row, int n) {
+    constexpr int N = Vec<T>::N;
+    const RowShape<CACHE, SPREAD, ALIGNED> sh;
+    const RowSplit s = sh.split(src.in, n);
+    const int u = sh.lane;
+    if (u < s.pre) res_row[u] = from_float<R>(src.elem(u));
+    if (s.tail + u < n) res_row[s.tail + u] = from_float<R>(src.elem(s.tail + u));
+    for (int v = u; v < s.vectors; v += sh.lanes) store_sums(res_row + s.pre + v * N, src.held(s.pre + v * N), src.res_width);
 }
 
 }  // namespace pyrms

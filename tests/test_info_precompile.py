@@ -170,17 +170,20 @@ def test_every_unit_counts():
     # RMSNorm backward: the same, and one with an fp32 weight per 2-byte dtype; the seed at 5120 in bf16 and
     # fp16 (fp32 would need 1280 threads).
     # rms_norm.cu twice over: its plain rows and its N-D kernel (rms_norm_nd), one unit each. The
-    # quantizing ops: per op, dtype, output dtype (3), mode (3: per_group's one unit for both group sizes)
-    # and rounding (2): 2 x 3 x 3 x 3 x 2. Fused add's bf16 and fp16 units three times over (the rounded
+    # quantizing ops: per op, dtype, output dtype (3), mode (3: per_group's one unit for both group sizes),
+    # rounding (2) and norm_out (2): 2 x 3 x 3 x 3 x 2 x 2, and the quantizing fused add's bf16 and fp16 units
+    # again with the fp32 sum (2 x 3 x 3 x 2 x 2). Fused add's bf16 and fp16 units three times over (the rounded
     # sum, the fp32 sum, an fp32 residual): 3 x 2 x 10 + 6 for fp32, whose sum is never rounded.
     # Mixed dtypes: each 2-byte rms_norm, N-D and fused-add (rounded sum only) unit again with an fp32
     # output (10 per dtype each); LayerNorm's forward with fp32 weight and bias, and with an fp32 output for
     # each weight kind (4 per dtype), and every LayerNorm unit again as RMSNorm with a bias (rms). static_quant: one
     # per dtype and output dtype (3 x 3).
     assert by_source == {"rms_norm.cu": 92, "fused_add_rms_norm.cu": 86, "layer_norm.cu": 28,
-                         "layer_norm_backward.cu": 8, "rms_norm_backward.cu": 8, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 216,
+                         "layer_norm_backward.cu": 8, "rms_norm_backward.cu": 8, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 288,
                          "static_quant.cu": 9}
     assert "rms_norm_quant.cu rms_norm_group_quant_kernel bfloat16 float8_e4m3fn per_group" in {u.label for u in units}
+    assert "rms_norm_quant.cu fused_add_rms_norm_quant_kernel float16 int8 per_token norm_out fp32_sum" in \
+        {u.label for u in units}
     assert precompile.every_unit(["rms_norm", "rms_norm_nd"], [dtypes.FLOAT32]) == \
         [u for u in units if u.label.startswith("rms_norm.cu float32")]
     assert "rms_norm.cu bfloat16 nd weight=none" in {u.label for u in units}

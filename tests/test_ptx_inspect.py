@@ -336,7 +336,7 @@ def test_waits_before_memory():
 
 def test_quant_families_select_mode_and_output(tool):
     """The quantizing kernels' variants: out_dtype and mode beside the row family's; per_group names the group
-    kernel (no MODE argument), fused the fused add's."""
+    kernel (no MODE argument), fused the fused add's, whose fp32_sum is its FP32_SUM kernels."""
     family = tool.FAMILIES["rms_norm_quant"]
     default = tool.resolve_variant(family, None, dtypes.BFLOAT16, 5120)
     assert default == {"cache": 4, "few": False, "aligned": False, "round_input": False, "norm_out": False,
@@ -346,7 +346,12 @@ def test_quant_families_select_mode_and_output(tool):
     v = tool.resolve_variant(tool.FAMILIES["fused_add_rms_norm_quant"], "mode=per_group,out_dtype=int8,few,round_input",
                              dtypes.FLOAT32, 7168)
     assert tool.FAMILIES["fused_add_rms_norm_quant"].expression(dtypes.FLOAT32, 7168, v) == \
-        "pyrms::fused_add_rms_norm_group_quant_kernel<float, signed char, true, false, 4, 2, true, false>"
+        "pyrms::fused_add_rms_norm_group_quant_kernel<float, signed char, true, false, false, 4, 2, true, false>"
+    fp32_sum = tool.resolve_variant(tool.FAMILIES["fused_add_rms_norm_quant"], "mode=per_token,fp32_sum",
+                                    dtypes.BFLOAT16, 5120)
+    assert tool.FAMILIES["fused_add_rms_norm_quant"].expression(dtypes.BFLOAT16, 5120, fp32_sum) == \
+        "pyrms::fused_add_rms_norm_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, 1, false, false, true, 4, 1, false, false>"
+    assert "fp32_sum" not in default  # the plain op has one sum: none
     with_norm = tool.resolve_variant(family, "mode=per_token,norm_out", dtypes.BFLOAT16, 5120)
     assert family.expression(dtypes.BFLOAT16, 5120, with_norm) == \
         "pyrms::rms_norm_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, 1, false, true, 4, 1, false, false>"

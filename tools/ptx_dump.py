@@ -147,9 +147,10 @@ def _quant_mode(modes: tuple[str, ...]) -> Callable:
 
 def _quant_family(spec: OpSpec) -> "Family":
     """The quantizing kernels: the row family's variants plus round_input, norm_out (the unquantized output
-    beside), the output dtype and the mode (per_group: the group kernels; the group size is a run-time argument)."""
+    beside), the spec's extra switches (the fused add's fp32_sum), the output dtype and the mode (per_group: the
+    group kernels; the group size is a run-time argument)."""
     planner = spec.inspect.planner
-    row = _row_family(planner, spec.source, "", {name: False for name in spec.flags}, out=False)
+    row = _row_family(planner, spec.source, "", {**{name: False for name in spec.flags}, **spec.inspect.extra}, out=False)
     modes = tuple(dict.fromkeys(options["mode"] for options in spec.option_sets(dtypes.BFLOAT16)))  # what compiles
     return Family(
         spec.source, spec.inspect.about,

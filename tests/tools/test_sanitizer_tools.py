@@ -85,14 +85,15 @@ def test_shards_partition_the_matrix(sanitize_all):
               for k in range(11)]
     assert sorted(sum(shards, [])) == sorted(everything)
     assert max(map(len, shards)) - min(map(len, shards)) <= 1
-    # 156 of them rms_norm_nd's, 105 the weightless backward's, 1350 the quantizing ops' (414 per group, 108 with a norm_out), 56
+    # 156 of them rms_norm_nd's, 105 the weightless backward's, 1410 the quantizing ops' (470 per group, 132 with a norm_out,
+    # 60 the fused add's fp32 sum: 2 dtypes x 3 modes x 10), 56
     # fused add's fp32 sum and fp32 residual (2 dtypes x 7 hidden sizes x 2 launch shapes x 2 semantics), 224
     # the mixed dtypes' (2 dtypes x 7 hidden sizes x 2 shapes x (3 + 3 + 1 + 1): an fp32 out with each weight
     # kind for rms_norm and layer_norm, fused add's fp32 out, LayerNorm's fp32 gamma/beta); each case once (the
     # separate tools' matrix had the aligned case once per pointer: 483 repeats then), 234 static_quant's, 112
     # the backward's fp32 weight's (2 ops x 2 dtypes x 7 hidden sizes x 2 layouts x 2 grad_output dtypes), 182
     # RMSNorm with a bias (3 dtypes x 7 hidden sizes x 5 forward and 3 backward cases, and 2 x 7 with fp32 parameters).
-    assert len(everything) == len(set(everything)) == 6989
+    assert len(everything) == len(set(everything)) == 7049
     for shard in shards:  # interleaved: every process gets some of each family op, not one op's slow cases
         assert {op for op, _ in shard} >= set(sanitize_all.OPS) - {"seed_rms_norm"}
 
@@ -122,8 +123,8 @@ def test_backward_cases_without_weight(sanitize_all):
 
 def test_every_case_compiles_the_unit_it_launches(sanitize_all):
     """Each case's unit holds the name expression its launch looks up, whatever flags it sets (its op's
-    plan flags, pyrms.precompile.flags): the quantizing ops' norm_out and round_input, rms_norm's gemma and
-    round_once. A flag the compile step dropped would compile the other unit, and each sanitizer shard its own
+    plan flags, pyrms.precompile.flags): the quantizing ops' norm_out and round_input (and the fused add's
+    sum_precision, an option of its own), rms_norm's gemma and round_once. A flag the compile step dropped would compile the other unit, and each sanitizer shard its own
     copy of the right one under the tool."""
 
     seen = set()
@@ -134,9 +135,11 @@ def test_every_case_compiles_the_unit_it_launches(sanitize_all):
             if case.option("weight") != "same" or case.option("out_kind") != "same":
                 continue
         else:
+            fused = op == "fused_add_rms_norm_quant"
             p = quant_plan.plan_rms_norm_quant(case.dtype, case.hidden, case.option("out_dtype"), mode=case.option("mode"),
                                          round_input=case.option("round_input"), norm_out=case.option("norm_out"),
-                                         residual=op == "fused_add_rms_norm_quant", group=case.option("group_size"))
-            seen.add(case.option("norm_out"))
+                                         residual=fused, group=case.option("group_size"),
+                                         sum_precision=case.option("sum_precision") if fused else None)
+            seen.add((case.option("norm_out"), p.sum_precision if fused else None))
         assert p.expression in sanitize_all.compile_unit(op, case).names, (op, case)
-    assert seen == {False, True}
+    assert {norm_out for norm_out, _ in seen} == {False, True} and (True, "fp32") in seen and (False, "fp32") in seen

@@ -62,14 +62,15 @@ class Prepared:
                  "grouped", "scale_strides", "norm_out")
 
     def __init__(self, device, residual, dtype, out_dtype, mode, hidden, input_stride, residual_stride, out_stride,
-                 round_input, given_on_device, pdl, norm_out, norm_out_stride, group_size=None, ue8m0=False,
-                 column_major_scales=False, scale_stride=None):
+                 round_input, given_on_device, pdl, norm_out, norm_out_stride, sum_precision, group_size=None,
+                 ue8m0=False, column_major_scales=False, scale_stride=None):
         hidden = check.size("hidden_size", hidden)
         dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
         self.norm_out = norm_out = check.flag("norm_out", norm_out)
         _no_lone_norm_out_stride(norm_out, norm_out_stride)
         p = quant_plan.plan_rms_norm_quant(dt, hidden, out_dtype, mode=mode, round_input=check.flag("round_input", round_input),
-                                        residual=bool(residual), group=group_size, norm_out=norm_out)
+                                        residual=bool(residual), group=group_size, norm_out=norm_out,
+                                        sum_precision=sum_precision)
         ue8m0, column_major = check.flag("ue8m0", ue8m0), check.flag("column_major_scales", column_major_scales)
         self.grouped = mode == "per_group"
         if not self.grouped and (ue8m0 or column_major or scale_stride is not None):
@@ -201,7 +202,7 @@ def rms_norm_quant(out: Operand, input: Operand, weight: Operand, epsilon: float
     """
     _run(False, out, input, None, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
          (group_size, ue8m0, column_major_scales, scale_stride), dtype, input_stride, None, out_stride, norm_out,
-         norm_out_stride, stream, round_input, pdl)
+         norm_out_stride, stream, round_input, pdl, None)
 
 
 def fused_add_rms_norm_quant(out: Operand, input: Operand, residual: Operand, weight: Operand, epsilon: float,
@@ -213,16 +214,28 @@ def fused_add_rms_norm_quant(out: Operand, input: Operand, residual: Operand, we
                              input_stride: int | None = None, residual_stride: int | None = None,
                              out_stride: int | None = None, norm_out: OptionalOperand = None,
                              norm_out_stride: int | None = None, stream: StreamLike = None, round_input: bool = False,
-                             pdl: bool = True) -> None:
-    """vLLM's residual add, then ``rms_norm_quant`` of the rounded sum: ``residual <- round(input +
-    residual)`` in place (as the unquantized fused add; ``input`` is only read), and ``out`` the
-    quantized RMSNorm of the new residual, bit for bit ``rms_norm_quant(out, residual, ...)`` on it. The
-    arguments as in ``rms_norm_quant`` (``out`` and ``scale`` arrays too); ``residual`` with its own
-    ``residual_stride``, disjoint from the rest; ``norm_out`` the new residual's RMSNorm, unquantized.
+                             pdl: bool = True, sum_precision: str | None = None) -> None:
+    """The residual add, then ``rms_norm_quant`` of the sum. ``residual`` is updated in place (``input`` is
+    only read) and ``out`` is the quantized RMSNorm of the sum; ``sum_precision`` says which sum:
+
+    - ``'rounded'`` (None, the default; vLLM's ``fused_add_rms_norm_static_fp8_quant`` and its dynamic kernels):
+      ``residual <- round(input + residual)``, and that rounded sum is normalized, bit for bit
+      ``rms_norm_quant(out, residual, ...)`` on the new residual.
+    - ``'fp32'`` (FlashInfer's ``fused_add_rmsnorm_quant``): the sum ``input + residual`` in fp32 is normalized
+      and quantized, never rounded first; the residual stores it rounded to its dtype (the unquantized
+      ``fused_add_rms_norm(..., sum_precision='fp32')``'s semantics). bf16 and fp16 rows; float32 rows have
+      one semantics (their sum is never rounded), so both spellings give the same bits there.
+      Where it differs from FlashInfer: inv_rms is ``1 / sqrt`` correctly rounded (FlashInfer: ``rsqrt``) over
+      pyrms's fixed reduction tree, so a row's result is batch invariant; FlashInfer clamps before the cast,
+      so its NaN becomes +qmax, where pyrms writes NaN (docs/numerics.md); beside FlashInfer's fp8 static scale
+      (a tensor or a float, ``y * (1/scale)``, the same product as pyrms's), pyrms has every mode and int8.
+
+    The arguments as in ``rms_norm_quant`` (``out`` and ``scale`` arrays too); ``residual`` with its own
+    ``residual_stride``, disjoint from the rest; ``norm_out`` the sum's RMSNorm, unquantized.
     """
     _run(True, out, input, residual, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
          (group_size, ue8m0, column_major_scales, scale_stride), dtype, input_stride, residual_stride, out_stride,
-         norm_out, norm_out_stride, stream, round_input, pdl)
+         norm_out, norm_out_stride, stream, round_input, pdl, sum_precision)
 
 
 def _given(mode, scale, scale_ub) -> tuple[float, int | None]:
@@ -266,7 +279,7 @@ def _arrays(out, scale, scale_ub, out_dtype, out_stride, num_tokens, hidden_size
 
 def _run(residual, out, input, res, weight, epsilon, num_tokens, hidden_size, scale, out_dtype, mode, scale_ub,
          grouping, dtype, input_stride, residual_stride, out_stride, norm_out, norm_out_stride, stream, round_input,
-         pdl) -> None:
+         pdl, sum_precision) -> None:
     """grouping: (group_size, ue8m0, column_major_scales, scale_stride), as given."""
     if not (type(input) is int and type(weight) is int and (res is None or type(res) is int)
             and (norm_out is None or type(norm_out) is int)):
@@ -296,19 +309,21 @@ def _run(residual, out, input, res, weight, epsilon, num_tokens, hidden_size, sc
     pointers = (out, input, *((res,) if residual else ()), weight, *((scale,) if mode != "static" else ()),
                 *((given_ptr,) if given_ptr is not None else ()), *((norm_out,) if norm_out is not None else ()))
     static = (residual, dtype, out_dtype, mode, hidden_size, input_stride, residual_stride, out_stride, round_input,
-              given_ptr is not None, pdl, norm_out is not None, norm_out_stride, *grouping)
+              given_ptr is not None, pdl, norm_out is not None, norm_out_stride, sum_precision, *grouping)
     prepared = _prepared.get(*static)
     if prepared is not None and all(type(p) is int for p in pointers) and prepared(pointers, given, epsilon,
                                                                                      num_tokens, stream):
         return
     _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub, grouping,
-             input_stride, residual_stride, out_stride, norm_out is not None, norm_out_stride, stream, round_input, pdl)
+             input_stride, residual_stride, out_stride, norm_out is not None, norm_out_stride, stream, round_input, pdl,
+             sum_precision)
     launched = _prepared.require(*static)(pointers, given, float(epsilon), int(num_tokens), stream)
     assert launched, "the checks above accept what the prepared launch declines"
 
 
 def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub, grouping,
-             input_stride, residual_stride, out_stride, norm_out, norm_out_stride, stream, round_input, pdl) -> None:
+             input_stride, residual_stride, out_stride, norm_out, norm_out_stride, stream, round_input, pdl,
+             sum_precision) -> None:
     """Raise the error that names what the prepared launch declined (the general path's checks); norm_out:
     whether one was given (the last pointer)."""
     check.flag("pdl", pdl)
@@ -321,7 +336,8 @@ def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype,
     if mode not in quant_plan.QUANT_MODES:
         raise ValueError(f"mode must be one of {quant_plan.QUANT_MODES}, got {mode!r}")
     group_size, ue8m0, column_major, scale_stride = grouping
-    p = quant_plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, group=group_size)
+    p = quant_plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, group=group_size, residual=residual,
+                                       sum_precision=sum_precision)
     check.flag("ue8m0", ue8m0)
     check.flag("column_major_scales", column_major)
     names = ["out", "input", *(["residual"] if residual else []), "weight"]

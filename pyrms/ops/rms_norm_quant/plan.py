@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from ... import dtypes
 from ...contract import Contract, contract
 from .._row_plan import _RowPlan, block_and_cache
+from ..fused_add_rms_norm.plan import SUM_PRECISIONS
 
 
 # The kernels' MODE, by position: one given scale, one computed per row (per token), or one per group of
@@ -58,19 +59,34 @@ class RmsNormQuantPlan(_RowPlan):
 
 @dataclass(frozen=True)
 class FusedAddRmsNormQuantPlan(RmsNormQuantPlan):
-    """rms_norm_quant.cu's kernel after the fused residual add (added_row.cuh)."""
+    """rms_norm_quant.cu's kernel after the fused residual add (added_row.cuh). sum_precision (SUM_PRECISIONS,
+    as fused_add_rms_norm's plan): "fp32" normalizes the fp32 sum (the kernels' FP32_SUM; bf16 and fp16 only),
+    "rounded" the rounded one."""
+
+    sum_precision: str = "rounded"
 
     kernel = "fused_add_rms_norm_quant_kernel"
     group_kernel = "fused_add_rms_norm_group_quant_kernel"
 
+    def _type_params(self) -> dict:
+        """Q and MODE, and FP32_SUM: the semantics, a template flag of its own (a spelled-out option, not a FLAG)."""
+        return {**super()._type_params(), "FP32_SUM": self.sum_precision == "fp32"}
+
 
 def plan_rms_norm_quant(dtype, hidden: int, out_dtype, *, mode: str = "static", round_input: bool = False,
-                        residual: bool = False, group: int | None = None, norm_out: bool = False) -> RmsNormQuantPlan:
+                        residual: bool = False, group: int | None = None, norm_out: bool = False,
+                        sum_precision: str | None = None) -> RmsNormQuantPlan:
     """The plan of rms_norm_quant (residual=True: fused_add_rms_norm_quant; norm_out: with the unquantized
     output beside); ValueError for an unknown
     mode or output dtype, and per group (``group``: 64 or 128, default 128) for a group that does not divide
-    hidden or more than MAX_GROUPS groups; a group given to another mode is refused too."""
+    hidden or more than MAX_GROUPS groups; a group given to another mode is refused too. sum_precision (the
+    fused add only): SUM_PRECISIONS' "rounded" (None, the default) or "fp32"; float32 rows have one semantics,
+    so both plan the same kernel there."""
     dt, qt = dtypes.get(dtype), dtypes.quantized(out_dtype)
+    if sum_precision is not None and (not isinstance(sum_precision, str) or sum_precision not in SUM_PRECISIONS):
+        raise ValueError(f"sum_precision must be one of {SUM_PRECISIONS} (or None), got {sum_precision!r}")
+    if sum_precision is not None and not residual:
+        raise ValueError(f"sum_precision applies to fused_add_rms_norm_quant only, got sum_precision={sum_precision!r}")
     if mode not in QUANT_MODES:
         raise ValueError(f"mode must be one of {QUANT_MODES}, got {mode!r}")
     if mode != "per_group":
@@ -85,5 +101,9 @@ def plan_rms_norm_quant(dtype, hidden: int, out_dtype, *, mode: str = "static", 
             raise ValueError(f"per_group needs hidden_size a multiple of group_size {group} and at most {MAX_GROUPS} "
                              f"groups ({MAX_GROUPS * group} elements), got hidden_size {hidden}")
     block, cache = block_and_cache(dt, hidden)
-    cls = FusedAddRmsNormQuantPlan if residual else RmsNormQuantPlan
-    return cls(dt, hidden, block, cache, qt, mode, bool(round_input), group, bool(norm_out))
+    if not residual:
+        return RmsNormQuantPlan(dt, hidden, block, cache, qt, mode, bool(round_input), group, bool(norm_out))
+    if sum_precision is None or dt is dtypes.FLOAT32:  # float32's sum is never rounded
+        sum_precision = "rounded"
+    return FusedAddRmsNormQuantPlan(dt, hidden, block, cache, qt, mode, bool(round_input), group, bool(norm_out),
+                                    sum_precision)

@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
-from .._row_twin import F32, _as_2d, row_stats_twin, scale_twin
+from .._row_twin import F32, _as_2d, _one_nan, row_stats_twin, scale_twin
 from .plan import QUANT_GROUPS
-from ..fused_add_rms_norm.twin import rounded_sum
+from ..fused_add_rms_norm.plan import SUM_PRECISIONS
+from ..fused_add_rms_norm.twin import _fp32_sum, rounded_sum
 
 __all__ = ["quantize_static", "quantize_per_token", "quantize_per_group", "normalized_twin", "rms_norm_quant_twin", "fused_add_rms_norm_quant_twin"]  # what pyrms.reference gathers
 
@@ -125,12 +126,14 @@ def quantize_per_group(y, out_dtype, group, ue8m0=False, column_major=False) -> 
     return q, (np.ascontiguousarray(scales.T).T if column_major else scales)
 
 
-def normalized_twin(x, weight, epsilon, *, block, row_phases=0, round_input=False) -> np.ndarray:
+def normalized_twin(x, weight, epsilon, *, block, row_phases=0, round_input=False, dtype=None) -> np.ndarray:
     """The fp32 values rms_norm_quant.cu quantizes (its `normalized`): (x * inv_rms) * w in fp32, or with
     round_input the plain forward's output (the seed's rounding: round(round(x * inv_rms) * w)) as fp32 (vLLM's).
-    x: (rows, hidden) in the storage dtype; weight of that dtype; block and row_phases as the row core's twin (_row_twin.row_stats_twin)."""
+    x: (rows, hidden) in the storage dtype, or float32 values of rows of another storage ``dtype`` (the fused
+    add's fp32 sums, FP32_SUM: split and rounded as that dtype's rows); weight of the storage dtype; block and
+    row_phases as the row core's twin (_row_twin.row_stats_twin)."""
     x = _as_2d(x)
-    dt = dtypes.get(x.dtype)
+    dt = dtypes.get(x.dtype if dtype is None else dtype)
     xf = x.astype(F32)
     _, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems)
     if round_input:
@@ -140,11 +143,12 @@ def normalized_twin(x, weight, epsilon, *, block, row_phases=0, round_input=Fals
 
 
 def rms_norm_quant_twin(x, weight, epsilon, out_dtype, *, block, row_phases=0, mode="static", scale=None,
-                        scale_ub=None, round_input=False, group=128, ue8m0=False) -> tuple[np.ndarray, np.ndarray | None]:
+                        scale_ub=None, round_input=False, group=128, ue8m0=False,
+                        dtype=None) -> tuple[np.ndarray, np.ndarray | None]:
     """Bit-exact twin of rms_norm_quant_kernel (and of the group kernel): (q, per-row scales, (rows, groups)
-    scales, or None for static): normalized_twin, then quantize_static(y, scale), quantize_per_token(y,
-    scale_ub) or quantize_per_group(y, group, ue8m0) (no scale_ub)."""
-    y = normalized_twin(x, weight, epsilon, block=block, row_phases=row_phases, round_input=round_input)
+    scales, or None for static): normalized_twin (dtype: as there), then quantize_static(y, scale),
+    quantize_per_token(y, scale_ub) or quantize_per_group(y, group, ue8m0) (no scale_ub)."""
+    y = normalized_twin(x, weight, epsilon, block=block, row_phases=row_phases, round_input=round_input, dtype=dtype)
     if mode == "static":
         return quantize_static(y, scale, out_dtype), None
     if mode == "per_token":
@@ -156,10 +160,24 @@ def rms_norm_quant_twin(x, weight, epsilon, out_dtype, *, block, row_phases=0, m
     raise ValueError(f"mode must be 'static', 'per_token' or 'per_group', got {mode!r}")
 
 
-def fused_add_rms_norm_quant_twin(x, residual, weight, epsilon, out_dtype, *, block, residual_phases=0, **options):
-    """Bit-exact twin of fused_add_rms_norm_quant_kernel: (q, scales or None, new residual): the rounded sum
-    (fused_add_rms_norm_twin's), quantized as rms_norm_quant_twin (options: its mode, scale, ...)."""
-    total = rounded_sum(x, residual)
-    q, scales = rms_norm_quant_twin(total, weight, epsilon, out_dtype, block=block, row_phases=residual_phases,
-                                    **options)
-    return q, scales, total
+def fused_add_rms_norm_quant_twin(x, residual, weight, epsilon, out_dtype, *, block, residual_phases=0,
+                                  input_phases=0, sum_precision="rounded", **options):
+    """Bit-exact twin of fused_add_rms_norm_quant_kernel: (q, scales or None, new residual), quantized as
+    rms_norm_quant_twin (options: its mode, scale, ...).
+
+    sum_precision "rounded" (vLLM's): the rounded sum (fused_add_rms_norm_twin's) is stored and normalized, the
+    sum of squares split at the residual's phases. "fp32" (FP32_SUM, FlashInfer's fused_add_rmsnorm_quant): the
+    fp32 sum is normalized and quantized, split at the input's phases, and stored rounded to the dtype. A
+    float32 x has one semantics: both are the first. A NaN sum is stored as the GPU's one NaN."""
+    if sum_precision not in SUM_PRECISIONS:
+        raise ValueError(f"sum_precision must be one of {SUM_PRECISIONS}, got {sum_precision!r}")
+    x, residual = _as_2d(x), _as_2d(residual)
+    if sum_precision == "rounded" or x.dtype == F32:
+        total = rounded_sum(x, residual)
+        q, scales = rms_norm_quant_twin(total, weight, epsilon, out_dtype, block=block, row_phases=residual_phases,
+                                        **options)
+        return q, scales, total
+    sums = _fp32_sum(x, residual)
+    q, scales = rms_norm_quant_twin(sums, weight, epsilon, out_dtype, block=block, row_phases=input_phases,
+                                    dtype=x.dtype, **options)
+    return q, scales, _one_nan(sums.astype(x.dtype))

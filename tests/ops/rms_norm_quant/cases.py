@@ -8,6 +8,7 @@ from typing import Iterator
 import numpy as np
 
 from pyrms import dtypes
+from pyrms.ops.fused_add_rms_norm import twin as fused_twin
 from pyrms.ops.rms_norm import twin as rms_twin
 from pyrms.ops.rms_norm_quant import plan as quant_plan
 from pyrms.ops.rms_norm_quant import twin as quant_twin
@@ -20,10 +21,11 @@ from tests.support.testing import (allocate, allocate_named, case_common, case_l
 def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", fused=False, offsets=None,
                          strides=None, device_scale=False, scale_ub=None, round_input=False, specials=False,
                          epsilon=1e-5, variant=None, pdl=None, group_size=None, ue8m0=False, column_major=False,
-                         norm_out=False, stream=None):
+                         norm_out=False, sum_precision=None, stream=None):
     """One pyrms.rms_norm_quant (fused: fused_add_rms_norm_quant) launch on guarded operands, every output
     compared bit for bit with the twin: q, the per-token or per-group scales, the updated residual, and with
-    norm_out the unquantized output (rms_norm_twin's, of the rounded sum when fused).
+    norm_out the unquantized output (rms_norm_twin's, of the rounded sum when fused; of the fp32 sum,
+    fused_add_rms_norm_twin's, with sum_precision="fp32").
 
     offsets: elements past a 16-byte boundary by name ('input', 'residual', 'weight', 'out' in bytes,
     'scale': fp32 elements, for the per-token or per-group scales or a device scale, 'scale_ub', 'norm_out');
@@ -48,7 +50,8 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
         ops["input"].upload()
     scale = float(np.float32(rng.uniform(0.5, 1.5) * 2.5 / float(qt.qmax)))
     ub = None if scale_ub is None else float(np.float32(rng.uniform(1.0, 3.0) if scale_ub == "device" else scale_ub))
-    p = quant_plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, round_input=round_input, residual=fused, group=group_size)
+    p = quant_plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, round_input=round_input, residual=fused, group=group_size,
+                                       sum_precision=sum_precision)
     twin = dict(block=p.block, mode=mode, scale=scale, scale_ub=ub, round_input=round_input)
     grouping = {}
     if mode == "per_group":
@@ -58,7 +61,9 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
     x, res = ops["input"], ops.get("residual")
     if fused:
         q, scales, total = quant_twin.fused_add_rms_norm_quant_twin(x.values(), res.values(), w.values()[0], epsilon,
-                                                                   qt, residual_phases=phases(res), **twin)
+                                                                   qt, residual_phases=phases(res),
+                                                                   input_phases=phases(x),
+                                                                   sum_precision=p.sum_precision, **twin)
     else:
         q, scales = quant_twin.rms_norm_quant_twin(x.values(), w.values()[0], epsilon, qt, row_phases=phases(x), **twin)
     q = q.view(np.uint8)
@@ -96,9 +101,14 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
         # rms_norm's output bit for bit: its default rounding is what round_input quantizes
         norm = allocate(rng, dt, rows, hidden, misalign=offsets.get("norm_out", 0), stride=strides.get("norm_out"),
                         poison=True)
-        outputs["norm_out"] = (norm, rms_twin.rms_norm_twin(
-            total if fused else x.values(), w.values()[0], epsilon, block=p.block,
-            row_phases=phases(res if fused else x), round_once=not round_input))
+        if fused and p.sum_precision == "fp32":
+            expected = fused_twin.fused_add_rms_norm_twin(x.values(), res.values(), w.values()[0], epsilon, block=p.block,
+                                                          input_phases=phases(x), sum_precision="fp32",
+                                                          round_once=not round_input)[0]
+        else:
+            expected = rms_twin.rms_norm_twin(total if fused else x.values(), w.values()[0], epsilon, block=p.block,
+                                              row_phases=phases(res if fused else x), round_once=not round_input)
+        outputs["norm_out"] = (norm, expected)
         extra.append(norm)
         common["norm_out"], common["norm_out_stride"] = norm.ptr, norm.stride
     inputs["input"] = x
@@ -106,7 +116,7 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
                   out_stride=out.stride, round_input=round_input, stream=stream, **grouping, **pdl_option(pdl))
     if fused:
         launch = lambda: fused_add_rms_norm_quant(out.ptr, x.ptr, res.ptr, w.ptr, epsilon, rows, hidden,  # noqa: E731
-                                                  residual_stride=res.stride, **common)
+                                                  residual_stride=res.stride, sum_precision=sum_precision, **common)
     else:
         launch = lambda: rms_norm_quant(out.ptr, x.ptr, w.ptr, epsilon, rows, hidden, **common)  # noqa: E731
     with closing(*ops.values(), w, out, *extra):
@@ -114,7 +124,8 @@ def check_rms_norm_quant(rng, dtype, rows, hidden, out_dtype, *, mode="static", 
             run_checked(case_label("fused_add_rms_norm_quant" if fused else "rms_norm_quant", dt, rows, hidden, offsets,
                                    strides, out_dtype=qt.name, mode=mode, device_scale=device_scale, scale_ub=scale_ub,
                                    round_input=round_input, specials=specials, variant=variant, pdl=pdl,
-                                   norm_out=norm_out, **{k: v for k, v in grouping.items() if k != "scale_stride"}),
+                                   norm_out=norm_out, sum_precision=sum_precision,
+                                   **{k: v for k, v in grouping.items() if k != "scale_stride"}),
                         launch, outputs=outputs, inputs=inputs)
 
 
@@ -124,7 +135,8 @@ def _checker_call(case, *, fused: bool) -> tuple:
         case_common(case), rows=case.rows, pdl=opt("pdl"), out_dtype=opt("out_dtype"), mode=opt("mode"), fused=fused,
         offsets=dict(case.offsets), strides=dict(case.strides), device_scale=opt("device_scale"),
         scale_ub=opt("scale_ub"), round_input=opt("round_input"), specials=opt("specials"), variant=opt("variant"),
-        group_size=opt("group_size"), ue8m0=opt("ue8m0"), column_major=opt("column_major"), norm_out=opt("norm_out"))
+        group_size=opt("group_size"), ue8m0=opt("ue8m0"), column_major=opt("column_major"), norm_out=opt("norm_out"),
+        sum_precision=opt("sum_precision"))
 
 
 # --- their cases of the case matrix
@@ -147,6 +159,23 @@ def _sanitize(op: str, dtype: str) -> Iterator[Case]:
                            specials=True, variant=variant, **kind)
         yield from _sanitize_group_quant(op, dtype, n, out_dtype.name)
     yield from _sanitize_norm_out(op, dtype, n)
+    if op == "fused_add_rms_norm_quant" and dtype != "float32":
+        yield from _sanitize_fp32_sum(op, dtype, n)
+
+
+def _sanitize_fp32_sum(op: str, dtype: str, n: int) -> Iterator[Case]:
+    """The fused add's fp32 sum beside each mode: input, residual and the outputs at phases 1 and VEC-1 (the
+    sums rebuilt from both rows at the outputs' splits, the residual stored last), strided rows with NaN/inf, the
+    unquantized output beside, both row variants."""
+    for mode, group, hidden in (("static", None, 5125), ("per_token", None, 769), ("per_group", 64, 192)):
+        kind = dict(mode=mode, group_size=group, sum_precision="fp32")
+        for name in ("input", "residual", "out", "norm_out"):
+            for off in (1, n - 1):
+                yield case(op, dtype, 3, hidden, offsets={name: off}, norm_out=name == "norm_out", **kind)
+        for variant in ROW_VARIANTS:
+            yield case(op, dtype, 5, hidden, offsets={"input": 1, "residual": n - 1},
+                       strides={"input": hidden + 3, "residual": hidden + 5}, specials=True, norm_out=True,
+                       variant=variant, out_dtype="int8", **kind)
 
 
 def _sanitize_norm_out(op: str, dtype: str, n: int) -> Iterator[Case]:

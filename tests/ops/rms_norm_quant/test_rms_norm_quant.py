@@ -32,7 +32,7 @@ def test_plans_follow_rms_norm_and_name_their_kernels():
     assert p.expression == "pyrms::rms_norm_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, 0, false, false, 4, 1, false, false>"
     f = quant_plan.plan_rms_norm_quant("fp16", 9, "int8", mode="per_token", round_input=True, residual=True)
     assert f.aligned_latency_expression == \
-        "pyrms::fused_add_rms_norm_quant_kernel<__half, signed char, 1, true, false, 1, 1, true, true>"
+        "pyrms::fused_add_rms_norm_quant_kernel<__half, signed char, 1, true, false, false, 1, 1, true, true>"
     assert len(p.group) == len(set(p.group)) == 14 and p.expression in p.group and p.latency_expression in p.group
     with pytest.raises(ValueError, match="mode must be one of"):
         quant_plan.plan_rms_norm_quant("bf16", 8, "int8", mode="per_block")
@@ -49,7 +49,7 @@ def test_per_group_plans_use_the_group_kernels():
     assert g.expression == "pyrms::rms_norm_group_quant_kernel<__nv_bfloat16, __nv_fp8_e4m3, false, false, 4, 1, false, false>"
     f = quant_plan.plan_rms_norm_quant("float32", 64, "int8", mode="per_group", group=64, residual=True, round_input=True)
     assert f.aligned_latency_expression == \
-        "pyrms::fused_add_rms_norm_group_quant_kernel<float, signed char, true, false, 1, 1, true, true>"
+        "pyrms::fused_add_rms_norm_group_quant_kernel<float, signed char, true, false, false, 1, 1, true, true>"
     assert f.group_shift == 6 and len(f.group) == 14
     assert quant_plan.plan_rms_norm_quant("bf16", 1024, "int8", mode="per_group", group=64).group == \
         quant_plan.plan_rms_norm_quant("bf16", 4096, "int8", mode="per_group").group

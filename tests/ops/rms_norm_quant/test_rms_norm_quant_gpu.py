@@ -225,6 +225,62 @@ def test_norm_out_beside_device_scales(rng, dtype):
                  fused=fused, offsets={"scale_ub": 2, "scale": 1})
 
 
+# --- the fused add's fp32 sum (sum_precision="fp32": FlashInfer's fused_add_rmsnorm_quant) ------------------------
+
+
+@pytest.mark.parametrize("variant", ["few", "many"])
+@pytest.mark.parametrize("mode, group", ALL_MODES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_fp32_sum_each_pointer_misaligned(rng, dtype, mode, group, variant):
+    """The fp32 sum at every phase of each row operand: the tree split at the input's boundaries, the sums pass 2
+    does not hold rebuilt from input + residual at the outputs' splits, the residual stored after them."""
+    n = dtypes.get(dtype).vec_elems
+    opts = dict(mode=mode, group_size=group, variant=variant, fused=True, sum_precision="fp32")
+    for hidden in ((192, 7168) if mode == "per_group" else (9, 5125)):
+        for off in range(n):
+            for name in ("input", "residual", "weight"):
+                run_case(rng, dtype, 3, hidden, "float8_e4m3fn", offsets={name: off}, **opts)
+            run_case(rng, dtype, 3, hidden, "int8", offsets={"input": off, "residual": n - 1 - off, "out": 2 * off},
+                     **opts)
+            run_case(rng, dtype, 3, hidden, "float8_e5m2", norm_out=True, round_input=off % 2 == 1,
+                     offsets={"norm_out": off, "residual": off}, **opts)
+        for off in (1, 3, 7, 8, 15):
+            run_case(rng, dtype, 3, hidden, "float8_e4m3fn", offsets={"out": off}, **opts)
+
+
+@pytest.mark.parametrize("out_dtype", QUANT)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_fp32_sum_sizes_strides_and_specials(rng, dtype, out_dtype):
+    """Hidden sizes from 1 to 65537, row strides, NaN/inf rows, many rows (past FEW_ROWS, and 20001), a device
+    scale and scale_ub, round_input, per group's scale layouts, pdl off."""
+    fp8 = out_dtype != "int8"
+    for mode in MODES:
+        opts = dict(mode=mode, fused=True, sum_precision="fp32")
+        for hidden in (1, 5, 8, 31, 769, 4096, 5120, 8192, 16384, 32776, 65537):
+            run_case(rng, dtype, 2, hidden, out_dtype, offsets={"residual": 1, "out": 5}, **opts)
+        run_case(rng, dtype, 7, 5120, out_dtype, strides={"input": 5123, "residual": 5131, "out": 5127}, **opts)
+        run_case(rng, dtype, 300, 769, out_dtype, strides={"input": 1001, "residual": 771, "out": 800}, **opts)
+        run_case(rng, dtype, 5, 5125, out_dtype, specials=True, offsets={"input": 1}, **opts)
+        run_case(rng, dtype, 4, 4096, out_dtype, round_input=True, variant="few", **opts)  # ALIGNED
+        run_case(rng, dtype, 20001, 9, out_dtype, offsets={"residual": 1}, pdl=False, **opts)
+    run_case(rng, dtype, 3, 769, out_dtype, device_scale=True, fused=True, sum_precision="fp32",
+             offsets={"scale": 1})
+    if fp8:
+        run_case(rng, dtype, 3, 769, out_dtype, mode="per_token", scale_ub="device", fused=True,
+                 sum_precision="fp32", offsets={"scale_ub": 2, "scale": 1})
+    for column_major in (False, True):
+        run_case(rng, dtype, 5, 7168, out_dtype, mode="per_group", fused=True, sum_precision="fp32", specials=True,
+                 column_major=column_major, ue8m0=column_major, offsets={"input": 1, "scale": 1},
+                 strides={"input": 7171, "scale": 8 if column_major else 57})
+
+
+def test_fp32_sum_of_float32_rows_is_the_rounded_sum(rng):
+    """float32 rows have one semantics: sum_precision="fp32" launches the rounded sum's kernel, the same bits."""
+    for mode, group in ALL_MODES:
+        run_case(rng, "float32", 3, 768, "float8_e4m3fn", mode=mode, group_size=group, fused=True,
+                 sum_precision="fp32", offsets={"residual": 1})
+
+
 # --- out and the scales as arrays ---------------------------------------------------------------------
 
 
