@@ -683,6 +683,9 @@ CASES = [
          lambda: pyrms.fused_add_rms_norm_quant(A, B, B + 65536, W, 1e-6, 4, 256, scale=0.5, dtype="bfloat16",
                                                 norm_out=FakeArray(A + 65536, (4, 256), "<f4")), ValueError,
          "norm_out has dtype float32, but the dtype is bfloat16"),
+    Case("quant-sum-precision-unknown", "pyrms.fused_add_rms_norm_quant", "sum_precision = 'fp16'",
+         lambda: pyrms.fused_add_rms_norm_quant(A, B, B + 65536, W, 1e-6, 4, 256, scale=0.5, sum_precision="fp16"),
+         ValueError, "sum_precision must be one of ('rounded', 'fp32') (or None), got 'fp16'"),
     # --- streams, events, tensors, buffers ----------------------------------------------------------
     Case("stream-str", "pyrms.rms_norm", "stream = 'default'", lambda: rms(stream="default"), TypeError,
          "stream must be a pyrms Stream, a raw CUstream handle (int), an object with an int .cuda_stream"),
