@@ -456,9 +456,10 @@ __device__ __forceinline__ void few_rows_param_grads(void* const (&out)[2], int 
         }
     }
     __syncthreads();
-    const int q = threadIdx.x >> 5;  // group q writes plane q
-    void* const dst = q == 0 ? out[0] : out[1];  // not out[q]: a dynamic index would put out in local memory
-    if (q < P && in_row && dst != nullptr) {
+    // group g writes planes g, g + groups, ...: a block of one warp writes both
+    for (int q = threadIdx.x >> 5; q < P; q += groups) {
+        void* const dst = q == 0 ? out[0] : out[1];  // not out[q]: a dynamic index would put out in local memory
+        if (!in_row || dst == nullptr) continue;
         float total = 0.0f;
 #pragma unroll
         for (int y = 0; y < 32; ++y) total = __fadd_rn(total, lane_sums[q][y][c]);
