@@ -10,7 +10,7 @@ What only one op knows (its plan's option checks, a scale's value, its N-D strid
 ``facts`` hook, run after the shared scalar checks; what it returns (usually the op's plan) gives each
 ``Fact`` of the declaration for the call: an operand's dtype, its span, whether it is there at all.
 
-The walk, in order: the on/off flags, num_tokens and hidden_size, epsilon, the facts hook; then each
+The walk, in order: the on/off flags, the stride argument of an optional row operand not given, num_tokens and hidden_size, epsilon, the facts hook; then each
 operand's kind (an int pointer), the row operands' stride arguments, each operand non-null, aligned to
 its element and within 2^59 elements, the in-place pairs' dtypes, the overlaps (what is written against
 everything after it in the declaration), the stream, and last the device of each pointer and of the
@@ -46,7 +46,8 @@ class Memory:
     such operand, as a weight of weight_dtype='none'). ``stride``: for [num_tokens, hidden] rows, the name of
     the stride argument that lays them out; ``span``: for the others, (row stride, elements per row) in
     elements (PER_ROW, ONE) or a Fact giving it, None for a [hidden] vector. ``written``: the launch writes it,
-    so nothing else may overlap it. ``optional``: absent where the call gives None. ``kind``: what a value
+    so nothing else may overlap it. ``optional``: absent where the call gives None (then its stride argument
+    must not be given). ``kind``: what a value
     that is not an int must be, for its TypeError; ``refusal``: where one ValueError says what every bad value
     (not an int, null, misaligned) should have been, that sentence."""
 
@@ -89,6 +90,11 @@ def explain(declaration: Declaration, call: dict) -> None:
     ``declaration`` says; return where nothing is (see the module docstring for the order)."""
     for name in declaration.flags:
         check.flag(name, call[name])
+    for memory in declaration.operands:  # a layout for rows that are not there: refused before anything is sized
+        if memory.optional and memory.stride and call[memory.key or memory.name] is None and (
+                call[memory.stride] is not None):
+            raise ValueError(f"{memory.stride} applies with a {memory.name} only, got {memory.stride}="
+                             f"{call[memory.stride]!r} and {memory.name}=None")
     num_tokens, hidden = check.sizes(call["num_tokens"], call["hidden_size"])
     if declaration.epsilon:
         check.epsilon(call["epsilon"])
