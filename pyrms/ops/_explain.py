@@ -11,8 +11,8 @@ What only one op knows (its plan's option checks, a scale's value, its N-D strid
 ``Fact`` of the declaration for the call: an operand's dtype, its span, whether it is there at all.
 
 The walk, in order: the on/off flags, the stride argument of an optional row operand not given, num_tokens and hidden_size, epsilon, the facts hook; then each
-operand's kind (an int pointer), the row operands' stride arguments, each operand non-null, aligned to
-its element and within 2^59 elements, the in-place pairs' dtypes, the overlaps (what is written against
+operand's kind (an int pointer), the row operands' stride arguments, each operand non-null and aligned to
+its element, each spanning fewer than 2^59 elements (rows in their strides' order), the in-place pairs' dtypes, the overlaps (what is written against
 everything after it in the declaration), the stream, and last the device of each pointer and of the
 stream (a missing driver is reported after bad arguments).
 """
@@ -73,7 +73,8 @@ class Declaration:
     exactly the same memory, of one dtype then; ``in_place_when``: a Fact saying per call whether they may
     (None: always). ``strides``: the row operands' stride arguments in the order they are checked, where that
     is not the operands' (input_stride before out_stride, as the signatures have them). ``its_elements``: misalignment says "as its float32 elements must be" (the quantizing
-    ops, whose operands are of several kinds), not "as float32 elements must be"."""
+    ops, whose operands are of several kinds), not "as float32 elements must be". ``sizes(num_tokens,
+    hidden_size)``: the rows and hidden size of the call (the N-D form reads leading sizes)."""
 
     operands: tuple[Memory, ...]
     facts: Callable[[dict, int, int], Any]
@@ -83,6 +84,7 @@ class Declaration:
     in_place_when: Fact | None = None
     strides: tuple[str, ...] = ()
     its_elements: bool = False
+    sizes: Callable[[Any, Any], tuple[int, int]] = check.sizes
 
 
 def explain(declaration: Declaration, call: dict) -> None:
@@ -95,7 +97,7 @@ def explain(declaration: Declaration, call: dict) -> None:
                 call[memory.stride] is not None):
             raise ValueError(f"{memory.stride} applies with a {memory.name} only, got {memory.stride}="
                              f"{call[memory.stride]!r} and {memory.name}=None")
-    num_tokens, hidden = check.sizes(call["num_tokens"], call["hidden_size"])
+    num_tokens, hidden = declaration.sizes(call["num_tokens"], call["hidden_size"])
     if declaration.epsilon:
         check.epsilon(call["epsilon"])
     facts = declaration.facts(call, num_tokens, hidden)
@@ -114,17 +116,21 @@ def explain(declaration: Declaration, call: dict) -> None:
                                                                        if name not in declaration.strides]
     strides = {rows[name]: check.stride_arg(name, call[name], hidden) for name in order}
     its = "its " if declaration.its_elements else ""
-    regions = {}
+    layouts = {}  # name -> (row stride, elements per row)
     for memory, ptr, element in present:
-        step, length = (strides[memory.name], hidden) if memory.stride else _read(memory.span, facts) or (0, hidden)
         if ptr <= 0:
             raise ValueError(f"{memory.name} must be a non-null device pointer, got {ptr}")
         if ptr % element.itemsize:
             raise ValueError(f"{memory.name} pointer {ptr:#x} is not aligned to {element.itemsize} bytes, as "
                              f"{its}{element.name} elements must be")
-        if step:
-            check.extent(memory.name, num_tokens, step, length)
-        regions[memory.name] = (memory, check.span(ptr, num_tokens if step else 1, step, length, element.itemsize))
+        layouts[memory.name] = (strides[memory.name], hidden) if memory.stride else _read(memory.span, facts) or (
+            0, hidden)
+    for name in [*strides, *layouts]:  # the rows in their strides' order, then any other span of several rows
+        if layouts[name][0]:
+            check.extent(name, num_tokens, *layouts[name])
+    regions = {memory.name: (memory, check.span(ptr, num_tokens if layouts[memory.name][0] else 1,
+                                                *layouts[memory.name], element.itemsize))
+               for memory, ptr, element in present}
     elements = {memory.name: element for memory, _, element in present}
     pairs = [(w, r) for w, r in declaration.in_place if w in regions and r in regions]
     for written, read in pairs:

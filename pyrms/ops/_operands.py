@@ -72,11 +72,12 @@ def stride_arg(name: str, value, hidden: int) -> int:
     return value
 
 
-def sizes(num_tokens, hidden_size) -> tuple[int, int]:
-    """num_tokens and hidden_size of a call on raw pointers, where both are required."""
+def sizes(num_tokens, hidden_size, rows=None) -> tuple[int, int]:
+    """num_tokens and hidden_size of a call on raw pointers, where both are required; ``rows(num_tokens)``
+    reads the rows where num_tokens is not one size (the N-D form's leading sizes)."""
     if num_tokens is None or hidden_size is None:
         raise TypeError("num_tokens and hidden_size are required when every operand is a raw pointer")
-    return size("num_tokens", num_tokens), size("hidden_size", hidden_size)
+    return size("num_tokens", num_tokens) if rows is None else rows(num_tokens), size("hidden_size", hidden_size)
 
 
 def size(name: str, value, limit: int = INT32_MAX) -> int:
