@@ -42,7 +42,7 @@ class Memory:
     """One memory operand of an op's raw-pointer call.
 
     ``name``: the argument, as messages name it; the call's value is under ``key`` where given (two roles of
-    one argument), else under ``name``. ``element``: its dtype, or a Fact giving it (None: the call has no
+    one argument), else under ``name``; a Fact key: the facts' (an operand the hook read from an array). ``element``: its dtype, or a Fact giving it (None: the call has no
     such operand, as a weight of weight_dtype='none'). ``stride``: for [num_tokens, hidden] rows, the name of
     the stride argument that lays them out; ``span``: for the others, (row stride, elements per row) in
     elements (PER_ROW, ONE) or a Fact giving it, None for a [hidden] vector. ``written``: the launch writes it,
@@ -59,7 +59,7 @@ class Memory:
     optional: bool = False
     kind: str | Fact = "a device pointer (int)"
     refusal: str | None = None
-    key: str | None = None
+    key: str | Fact | None = None
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,9 @@ class Declaration:
     sizes: Callable[[Any, Any], tuple[int, int]] = check.sizes
 
 
-def explain(declaration: Declaration, call: dict) -> None:
+def explain(declaration: Declaration, call: dict) -> Any:
     """Raise the error naming what is wrong with ``call`` (the op's arguments by name), checked as
-    ``declaration`` says; return where nothing is (see the module docstring for the order)."""
+    ``declaration`` says; where nothing is, return the facts (for a launch that needs what the hook read)."""
     for name in declaration.flags:
         check.flag(name, call[name])
     for memory in declaration.operands:  # a layout for rows that are not there: refused before anything is sized
@@ -103,7 +103,8 @@ def explain(declaration: Declaration, call: dict) -> None:
     facts = declaration.facts(call, num_tokens, hidden)
     present = []  # (memory, pointer, element) of the operands this call has
     for memory in declaration.operands:
-        value, element = call[memory.key or memory.name], _read(memory.element, facts)
+        key = memory.key or memory.name
+        value, element = _read(key, facts) if isinstance(key, Fact) else call[key], _read(memory.element, facts)
         if element is not None and not (memory.optional and value is None):
             present.append((memory, value, element))
     for memory, value, element in present:
@@ -148,6 +149,7 @@ def explain(declaration: Declaration, call: dict) -> None:
     stream = call["stream"]
     check.stream(stream)
     _placement.check(driver.selected_device(), {name: span[0] for name, (_, span) in regions.items()}, stream)
+    return facts
 
 
 def _read(field, facts):
