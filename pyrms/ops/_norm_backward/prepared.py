@@ -319,9 +319,9 @@ def _facts(call: dict, num_tokens: int, hidden: int) -> SimpleNamespace:
         raise ValueError(f"grad_weight_dtype must be float32 beside a float32 weight (the parameter gradients take "
                          f"the weight's dtype), got {dtypes.get(grad_weight_dtype).name}")
     # The parameter gradients: [hidden] vectors of their own dtype (float32 beside an fp32 weight), arrays read.
-    _, pdt, grads = check.layout(num_tokens, hidden, dt, rows={}, vectors={}, params=params,
-                                 params_dtype=dtypes.FLOAT32 if p0.fp32_weight else grad_weight_dtype)
-    arrays = [region.op for region in grads.values() if region.op.array is not None]
+    pdt, grads = check.parameter_vectors(hidden, dt, params, dtypes.FLOAT32 if p0.fp32_weight else grad_weight_dtype,
+                                         None if call["dtype"] is None else dt)
+    arrays = [op for op in grads.values() if op.array is not None]
     if arrays:  # on the launch's device (asking the driver only where some gradient is an array)
         check.same_device(arrays, driver.selected_device().ordinal)
     p = bwd_plan.plan_norm_backward(dt, hidden, centered=centered, gemma=bool(call["gemma"]), grad_dtype=pdt,
@@ -330,7 +330,7 @@ def _facts(call: dict, num_tokens: int, hidden: int) -> SimpleNamespace:
     per_call = rows_per_block_arg(call["rows_per_block"], p)
     own = None if call["workspace"] is None else check.workspace(call["workspace"], p.workspace_bytes(num_tokens,
                                                                                                      per_call))
-    pointers = {name: region.ptr for name, region in grads.items()}
+    pointers = {name: op.ptr for name, op in grads.items()}
     return SimpleNamespace(dtype=dt, grad_output=dtypes.FLOAT32 if p0.fp32_grad_output else dt,
                            weight=dtypes.FLOAT32 if p0.fp32_weight else dt, grads=pdt, pointers=pointers,
                            grad_weight=pointers.get("grad_weight"), grad_bias=pointers.get("grad_bias"), plan=p,
