@@ -103,7 +103,7 @@ def static_quant(out: Operand, input: Operand, num_tokens: int | None = None, hi
     if out_dtype is None:
         out_dtype = _OUT_DTYPE
     pointers: tuple[Any, ...]  # out, input and a device scale, or out and input
-    value: Any  # the scale as a float, or what was given instead (for _explain to name)
+    value: Any  # the scale as a float, or what was given instead (for the explain path to name)
     if type(scale) is int:
         value, pointers = 1.0, (out, input, scale)
     else:
