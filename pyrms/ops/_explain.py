@@ -87,6 +87,13 @@ class Declaration:
     sizes: Callable[[Any, Any], tuple[int, int]] = check.sizes
 
 
+def statistic(name: str, *, written: bool) -> Memory:
+    """A row statistic the forward saves for the backward (mean, rstd): one float32 per row where the call gives
+    one, any bad value refused in one sentence."""
+    return Memory(name, dtypes.FLOAT32, span=PER_ROW, written=written, optional=True,
+                  refusal="must be a non-null, 4-byte aligned device pointer to num_tokens float32 (or such an array)")
+
+
 def explain(declaration: Declaration, call: dict) -> Any:
     """Raise the error naming what is wrong with ``call`` (the op's arguments by name), checked as
     ``declaration`` says; where nothing is, return the facts (for a launch that needs what the hook read)."""

@@ -337,7 +337,6 @@ def _facts(call: dict, num_tokens: int, hidden: int) -> SimpleNamespace:
                            workspace=own and own.ptr, workspace_span=own and (0, own.span[1] - own.span[0]))
 
 
-_SAVED = "must be a non-null, 4-byte aligned device pointer to num_tokens float32 (or such an array)"
 # What is written (grad_input and the parameter gradients) is disjoint from everything else, but grad_input may be
 # exactly grad_output or input; a caller's workspace (its bytes) and the forward's saved statistics are read.
 _DECLARATION = _explain.Declaration(
@@ -351,8 +350,7 @@ _DECLARATION = _explain.Declaration(
               _explain.Memory("weight", _explain.Fact("weight"), optional=True),
               _explain.Memory("workspace", dtypes.INT8, span=_explain.Fact("workspace_span"), optional=True,
                               key=_explain.Fact("workspace")),
-              _explain.Memory("mean", dtypes.FLOAT32, span=_explain.PER_ROW, optional=True, refusal=_SAVED),
-              _explain.Memory("rstd", dtypes.FLOAT32, span=_explain.PER_ROW, optional=True, refusal=_SAVED)),
+              _explain.statistic("mean", written=False), _explain.statistic("rstd", written=False)),
     facts=_facts, in_place=(("grad_input", "grad_output"), ("grad_input", "input")),
     strides=("grad_input_stride", "input_stride", "grad_output_stride"))
 

@@ -249,14 +249,10 @@ def _facts(call: dict, num_tokens: int, hidden: int) -> SimpleNamespace:
     return SimpleNamespace(dtype=dt, out_dtype=p.out_dtype, param_dtype=p.param_dtype, in_place=p.out == "same")
 
 
-_SAVED = "must be a non-null, 4-byte aligned device pointer to num_tokens float32 (or such an array)"
 # The saved statistics first (their overlaps read "mean and out"), out (in place over input, of its dtype), input,
 # and the weight and bias of one dtype (the input's, or float32 beside 2-byte rows).
 _DECLARATION = _explain.Declaration(
-    operands=(_explain.Memory("mean", dtypes.FLOAT32, span=_explain.PER_ROW, written=True, optional=True,
-                              refusal=_SAVED),
-              _explain.Memory("rstd", dtypes.FLOAT32, span=_explain.PER_ROW, written=True, optional=True,
-                              refusal=_SAVED),
+    operands=(_explain.statistic("mean", written=True), _explain.statistic("rstd", written=True),
               _explain.Memory("out", _explain.Fact("out_dtype"), stride="out_stride", written=True),
               _explain.Memory("input", stride="input_stride"),
               _explain.Memory("weight", _explain.Fact("param_dtype"), optional=True),

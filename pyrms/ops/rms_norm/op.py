@@ -328,9 +328,7 @@ def _facts(call: dict, num_tokens: int, hidden: int) -> rms_plan.RmsNormPlan:
 # rstd (where the call stores each row's inv_rms), out (in place over input allowed, of one dtype), input and the
 # weight (none for weight_dtype='none'): what is written disjoint from the rest.
 _DECLARATION = _explain.Declaration(
-    operands=(_explain.Memory("rstd", dtypes.FLOAT32, span=_explain.PER_ROW, written=True, optional=True,
-                              refusal="must be a non-null, 4-byte aligned device pointer to num_tokens float32 (or "
-                                      "such an array)"),
+    operands=(_explain.statistic("rstd", written=True),
               _explain.Memory("out", _explain.Fact("out_dtype"), stride="out_stride", written=True),
               _explain.Memory("input", stride="input_stride"),
               _explain.Memory("weight", _explain.Fact("weight_dtype"))),
