@@ -52,16 +52,6 @@ def operand(name: str, value, dtype_hint: dtypes.DType | None = None) -> Operand
     return Operand(name, array.ptr, array)
 
 
-def raw_pointers(names, pointers, dt: dtypes.DType) -> None:
-    """The checks raw int pointers get: non-null and aligned to one element."""
-    for name, ptr in zip(names, pointers):
-        if ptr <= 0 or ptr % dt.itemsize:
-            if ptr <= 0:
-                raise ValueError(f"{name} must be a non-null device pointer, got {ptr}")
-            raise ValueError(f"{name} pointer {ptr:#x} is not aligned to {dt.itemsize} bytes, "
-                             f"as {dt.name} elements must be")
-
-
 def stride_arg(name: str, value, hidden: int) -> int:
     """A row stride argument: hidden when None, else an int >= hidden."""
     if value is None:
@@ -72,11 +62,12 @@ def stride_arg(name: str, value, hidden: int) -> int:
     return value
 
 
-def sizes(num_tokens, hidden_size) -> tuple[int, int]:
-    """num_tokens and hidden_size of a call on raw pointers, where both are required."""
+def sizes(num_tokens, hidden_size, rows=None) -> tuple[int, int]:
+    """num_tokens and hidden_size of a call on raw pointers, where both are required; ``rows(num_tokens)``
+    reads the rows where num_tokens is not one size (the N-D form's leading sizes)."""
     if num_tokens is None or hidden_size is None:
         raise TypeError("num_tokens and hidden_size are required when every operand is a raw pointer")
-    return size("num_tokens", num_tokens), size("hidden_size", hidden_size)
+    return size("num_tokens", num_tokens) if rows is None else rows(num_tokens), size("hidden_size", hidden_size)
 
 
 def size(name: str, value, limit: int = INT32_MAX) -> int:
@@ -181,30 +172,6 @@ def no_partial_overlap(a: Operand, a_span, b: Operand, b_span, *, may_alias: boo
         return
     allowed = " or exactly the same memory (in place)" if may_alias else ""
     raise ValueError(f"{a.name} and {b.name} overlap; they must be disjoint{allowed}")
-
-
-def pointer_table(pointers: dict[str, int], shapes: dict[str, tuple[int, int, int]], num_tokens: int,
-                  element: dict[str, str], written: set[str] | frozenset[str]) -> None:
-    """The checks of an op's raw pointers, by name, in the order given: each non-null and aligned to its element,
-    each row operand's extent, and nothing written overlapping anything else. ``shapes``: name -> (itemsize, row
-    stride in elements or 0 for a vector, elements per row); ``element``: name -> its element's name for the
-    message (a dtype's name, "float32")."""
-    spans = {}
-    for name, ptr in pointers.items():
-        itemsize, stride, length = shapes[name]
-        if ptr <= 0:
-            raise ValueError(f"{name} must be a non-null device pointer, got {ptr}")
-        if ptr % itemsize:
-            raise ValueError(f"{name} pointer {ptr:#x} is not aligned to {itemsize} bytes, as its {element[name]} "
-                             "elements must be")
-        if stride:
-            extent(name, num_tokens, stride, length)
-        spans[name] = (Operand(name, ptr), span(ptr, num_tokens if stride else 1, stride, length, itemsize))
-    names = list(pointers)
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            if a in written or b in written:
-                no_partial_overlap(*spans[a], *spans[b], may_alias=False)
 
 
 def same_device(ops: list[Operand], device_ordinal: int) -> None:
@@ -474,7 +441,7 @@ def allocate_like(shape_of, dt: dtypes.DType, rows: int, hidden: int) -> Tensor:
     return Tensor.empty(shape if shape and shape[-1] == hidden else (rows, hidden), dt, driver.selected_device())
 
 
-# --- Launch layouts: the shared validation of the family's ops ------------------------------------
+# --- Launch layouts: what the family's ops share beyond their declarations (pyrms/ops/_explain.py) --------
 
 
 @dataclass(frozen=True)
@@ -499,60 +466,27 @@ def _param_hint(value, explicit: dtypes.DType | None, storage: dtypes.DType | No
     return storage if typestr[1:] in ("i2", "u2", "V2") else None
 
 
-def layout(num_tokens: int, hidden: int, dtype, rows: dict, vectors: dict, params: dict | None = None,
-           params_dtype=None) -> tuple[dtypes.DType, dtypes.DType | None, dict[str, Region]]:
-    """Validate the memory arguments of one launch, in one dtype (see resolve_dtype).
-
-    rows: name -> (value, stride, stride argument's name) for [num_tokens, hidden] operands;
-    vectors: name -> value for [hidden] operands; params: name -> value for [hidden] vectors of their
-    own dtype (parameter gradients, an fp32 weight), in `params_dtype` (default: their arrays' dtype,
-    else the storage dtype), which must be the storage dtype or float32. Returns (dtype, params dtype
-    or None, regions by name).
-    """
-    hint = None if dtype is None else dtypes.get(dtype)
-    ops = {name: operand(name, value, hint) for name, (value, _, _) in rows.items()}
-    ops.update((name, operand(name, value, hint)) for name, value in vectors.items())
-    dt = resolve_dtype(dtype, list(ops.values()))
-    aligned(list(ops.values()), dt)
-    regions = {}
-    for name, (_, stride, stride_name) in rows.items():
-        stride = row_stride(ops[name], stride, stride_name, num_tokens, hidden)
-        regions[name] = Region(ops[name], stride, span(ops[name].ptr, num_tokens, stride, hidden, dt.itemsize))
-    for name in vectors:
-        vector(ops[name], hidden)
-        regions[name] = Region(ops[name], hidden, span(ops[name].ptr, 1, hidden, hidden, dt.itemsize))
-    pdt = None
-    if params:
-        explicit = None if params_dtype is None else dtypes.get(params_dtype)
-        param_ops = [operand(name, value, _param_hint(value, explicit, hint)) for name, value in params.items()]
-        pdt = resolve_dtype(explicit if explicit is not None else _first_dtype(param_ops, dt), param_ops)
-        if pdt not in (dt, dtypes.FLOAT32):
-            raise ValueError(f"{param_ops[0].name} dtype must be {dt.name} (the dtype) or float32, got {pdt.name}")
-        aligned(param_ops, pdt)
-        for op in param_ops:
-            vector(op, hidden)
-            regions[op.name] = Region(op, hidden, span(op.ptr, 1, hidden, hidden, pdt.itemsize))
-    return dt, pdt, regions
+def parameter_vectors(hidden: int, dt: dtypes.DType, params: dict, params_dtype=None,
+                      given: dtypes.DType | None = None) -> tuple[dtypes.DType | None, dict[str, Operand]]:
+    """Validate [hidden] vectors of their own dtype (parameter gradients, name -> pointer or array) beside rows of
+    ``dt``: in ``params_dtype`` (default: their arrays' dtype, else ``dt``), which must be ``dt`` or float32, each
+    non-null and aligned to it; ``given``: the dtype the call named (None: none), the only one that names raw
+    2-byte storage. Returns (their dtype, None where there are none; their operands by name)."""
+    if not params:
+        return None, {}
+    explicit = None if params_dtype is None else dtypes.get(params_dtype)
+    param_ops = [operand(name, value, _param_hint(value, explicit, given)) for name, value in params.items()]
+    pdt = resolve_dtype(explicit if explicit is not None else _first_dtype(param_ops, dt), param_ops)
+    if pdt not in (dt, dtypes.FLOAT32):
+        raise ValueError(f"{param_ops[0].name} dtype must be {dt.name} (the dtype) or float32, got {pdt.name}")
+    aligned(param_ops, pdt)
+    for op in param_ops:
+        vector(op, hidden)
+    return pdt, {op.name: op for op in param_ops}
 
 
 def _first_dtype(ops: list[Operand], default: dtypes.DType) -> dtypes.DType:
     return next((op.array.dtype for op in ops if op.array is not None), default)
-
-
-def raw_regions(operands, hidden: int) -> list[Region]:
-    """The regions of raw-pointer operands given as (name, pointer, rows, row stride, itemsize), for ``disjoint``;
-    none for an operand without a pointer (None or 0) or without bytes read (itemsize 0)."""
-    return [Region(Operand(name, ptr), stride, span(ptr, rows, stride, hidden, itemsize))
-            for name, ptr, rows, stride, itemsize in operands if type(ptr) is int and ptr > 0 and itemsize]
-
-
-def disjoint(written: list[Region], others: list[Region], in_place=()) -> None:
-    """What a launch writes must not overlap anything else it touches, except exactly the same
-    memory for the (written, other) name pairs in `in_place`."""
-    for i, w in enumerate(written):
-        for other in written[i + 1:] + others:
-            may_alias = (w.op.name, other.op.name) in in_place
-            no_partial_overlap(w.op, w.span, other.op, other.span, may_alias=may_alias)
 
 
 def workspace(value, nbytes: int) -> Region:
@@ -605,15 +539,6 @@ def float32_per_row(name: str, value, num_tokens: int, what: str, *, written: bo
                          f"(stride 1 between tokens)")
     arrays_on_device({name: view})
     return view.ptr
-
-
-def float32_per_row_pointer(name: str, value, num_tokens: int) -> Region:
-    """A raw pointer to one float32 per row (a saved rstd): non-null and 4-byte aligned; its region spans the
-    num_tokens floats, for the overlap checks."""
-    if type(value) is not int or value <= 0 or value % 4:
-        raise ValueError(f"{name} must be a non-null, 4-byte aligned device pointer to num_tokens float32 (or such "
-                         f"an array), got {value!r}")
-    return Region(Operand(name, value), 1, (value, value + 4 * num_tokens))
 
 
 def no_weight(weight_dtype) -> str:

@@ -3,10 +3,11 @@ call path from raw pointers or arrays (kernels: cuda_src/norm_backward.cuh, inst
 from __future__ import annotations
 
 import contextlib
+from types import SimpleNamespace
 
 from ... import driver, dtypes, launch
 from .. import _operands as check
-from .. import _placement, _workspace
+from .. import _explain, _placement, _workspace
 from .._prepared import Pointers, PreparedCache, scalars_ok, use_pdl
 from . import plan as bwd_plan
 
@@ -273,63 +274,85 @@ def norm_backward(*, centered, grad_input, grad_weight, grad_bias, grad_output, 
 def _general(centered, grad_input, params, grad_output, input, weight, epsilon, num_tokens, hidden_size, dtype,
              grad_output_stride, input_stride, grad_input_stride, gemma, grad_weight_dtype, workspace, rows_per_block,
              stream, pdl, weight_dtype, grad_output_dtype, saved):
-    """Every check with its message (the rows, the weight and the saved statistics, ``saved`` by name, are raw
-    pointers by now; the parameter gradients, by name, may still be arrays), then the prepared launch on the
-    pointers."""
-    check.flag("pdl", pdl)
-    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
+    """Every check with its message, the shared explain path's on the backward's declaration (the rows, the weight
+    and the saved statistics, ``saved`` by name, are raw pointers by now; the parameter gradients, by name, may
+    still be arrays, which its facts hook reads), then the prepared launch on the pointers."""
+    call = dict(centered=centered, grad_input=grad_input, params=params, grad_output=grad_output, input=input,
+                weight=weight, mean=saved.get("mean"), rstd=saved.get("rstd"), epsilon=epsilon, num_tokens=num_tokens,
+                hidden_size=hidden_size, dtype=dtype, grad_output_stride=grad_output_stride, input_stride=input_stride,
+                grad_input_stride=grad_input_stride, gemma=gemma, grad_weight_dtype=grad_weight_dtype,
+                workspace=workspace, rows_per_block=rows_per_block, stream=stream, pdl=pdl, weight_dtype=weight_dtype,
+                grad_output_dtype=grad_output_dtype)
+    facts = _explain.explain(_DECLARATION, call)
+    p, hidden = facts.plan, facts.plan.hidden
+    strides = tuple(check.stride_arg(name, call[name], hidden)
+                    for name in ("grad_input_stride", "grad_output_stride", "input_stride"))
+    prepared = _prepared.require(centered, p.dtype, facts.grads, hidden, *strides, gemma, rows_per_block, weight is None,
+                                 "grad_bias" in params, pdl, _float32(p.fp32_weight), _float32(p.fp32_grad_output))
+    launched = prepared(grad_input, grad_output, input, weight or 0, tuple(facts.pointers.values()), float(epsilon),
+                        int(num_tokens), stream, facts.workspace, saved.get("rstd", 0), saved.get("mean", 0))
+    assert launched, "the checks above accept what the prepared launch declines"
+
+
+def _facts(call: dict, num_tokens: int, hidden: int) -> SimpleNamespace:
+    """The backward's own checks for the shared explain path: the saved statistics it takes, no weight_dtype
+    without a weight, its plan's (what may be float32 beside the rows), the parameter gradients (read where they
+    are arrays, of one dtype: the rows' or float32), rows_per_block and a caller's workspace; and per call the
+    operands' dtypes and pointers, the plan and the workspace's pointer and span (None: none given)."""
+    centered, params, saved = call["centered"], call["params"], [name for name in ("mean", "rstd") if call[name]
+                                                                  is not None]
     if not centered and "mean" in saved:
         raise TypeError("RMSNorm's backward takes no mean (its statistic is rstd alone)")
     if centered and len(saved) == 1:
         given, missing = (*saved, *({"mean", "rstd"} - set(saved)))
         raise ValueError(f"{given} was given without {missing}: LayerNorm's backward reads the forward's mean and "
                          f"rstd together (pass both, or neither to recompute them)")
-    saved = {name: check.float32_per_row_pointer(name, value, num_tokens) for name, value in saved.items()}
-    eps = check.epsilon(epsilon)
-    weightless = weight is None
+    weightless, grad_weight_dtype = call["weight"] is None, call["grad_weight_dtype"]
     if weightless:
-        check.no_weight(weight_dtype)
-    dt0 = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+        check.no_weight(call["weight_dtype"])
+    dt = dtypes.BFLOAT16 if call["dtype"] is None else dtypes.get(call["dtype"])
     # The plan names what may be float32 beside the rows (the weight, then grad_output) before any pointer is read.
-    p0 = bwd_plan.plan_norm_backward(dt0, 1, centered=centered, weight=not weightless, grad_bias="grad_bias" in params,
-                                    weight_dtype=None if weightless else weight_dtype, grad_output_dtype=grad_output_dtype)
+    p0 = bwd_plan.plan_norm_backward(dt, 1, centered=centered, weight=not weightless, grad_bias="grad_bias" in params,
+                                    weight_dtype=None if weightless else call["weight_dtype"],
+                                    grad_output_dtype=call["grad_output_dtype"])
     if p0.fp32_weight and grad_weight_dtype is not None and dtypes.get(grad_weight_dtype) is not dtypes.FLOAT32:
         raise ValueError(f"grad_weight_dtype must be float32 beside a float32 weight (the parameter gradients take "
                          f"the weight's dtype), got {dtypes.get(grad_weight_dtype).name}")
-    rows = {"grad_input": (grad_input, grad_input_stride, "grad_input_stride"),
-            "input": (input, input_stride, "input_stride")}
-    own_dy = {"grad_output": (grad_output, grad_output_stride, "grad_output_stride")}
-    if not p0.fp32_grad_output:
-        rows.update(own_dy)
-    # An fp32 weight is a [hidden] vector of the parameter gradients' float32, read beside them.
-    vectors = {} if weightless else {"weight": weight}
-    dt, pdt, r = check.layout(num_tokens, hidden, dtype, rows=rows, vectors={} if p0.fp32_weight else vectors,
-                              params={**vectors, **params} if p0.fp32_weight else params,
-                              params_dtype=dtypes.FLOAT32 if p0.fp32_weight else grad_weight_dtype)
-    if p0.fp32_grad_output:
-        check.in_place_dtypes(grad_input, grad_output, dt, dtypes.FLOAT32, "grad_output", "grad_input")
-        r.update(check.layout(num_tokens, hidden, dtypes.FLOAT32, rows=own_dy, vectors={})[2])
-    strides = (r["grad_input"].stride, r["grad_output"].stride, r["input"].stride)
-    grad_bias = "grad_bias" in params
-    p = bwd_plan.plan_norm_backward(dt, hidden, centered=centered, gemma=bool(gemma), grad_dtype=pdt,
-                                   weight=not weightless, grad_bias=grad_bias, weight_dtype=_float32(p0.fp32_weight),
-                                   grad_output_dtype=_float32(p0.fp32_grad_output))
-    per_call = rows_per_block_arg(rows_per_block, p)
-    own = None if workspace is None else check.workspace(workspace, p.workspace_bytes(num_tokens, per_call))
-    check.disjoint([r["grad_input"], *(r[name] for name in params)],
-                   [r["grad_output"], r["input"], *(() if weightless else (r["weight"],)), *([own] if own else []),
-                    *saved.values()],
-                   in_place={("grad_input", "grad_output"), ("grad_input", "input")})
-    device = driver.selected_device()
-    check.same_device([region.op for region in r.values()], device.ordinal)
-    pointers = {name: region.ptr for name, region in r.items()} | {name: region.ptr for name, region in saved.items()}
-    _placement.check(device, {**pointers, "workspace": own.ptr} if own else pointers, stream)
-    prepared = _prepared.require(centered, dt, pdt, hidden, *strides, gemma, rows_per_block, weightless, grad_bias,
-                                 pdl, _float32(p.fp32_weight), _float32(p.fp32_grad_output))
-    launched = prepared(r["grad_input"].ptr, r["grad_output"].ptr, r["input"].ptr, 0 if weightless else r["weight"].ptr,
-                        tuple(r[name].ptr for name in params), eps, num_tokens, stream, own.ptr if own else None,
-                        saved["rstd"].ptr if saved else 0, saved["mean"].ptr if "mean" in saved else 0)
-    assert launched, "the checks above accept what the prepared launch declines"
+    # The parameter gradients: [hidden] vectors of their own dtype (float32 beside an fp32 weight), arrays read.
+    pdt, grads = check.parameter_vectors(hidden, dt, params, dtypes.FLOAT32 if p0.fp32_weight else grad_weight_dtype,
+                                         None if call["dtype"] is None else dt)
+    arrays = [op for op in grads.values() if op.array is not None]
+    if arrays:  # on the launch's device (asking the driver only where some gradient is an array)
+        check.same_device(arrays, driver.selected_device().ordinal)
+    p = bwd_plan.plan_norm_backward(dt, hidden, centered=centered, gemma=bool(call["gemma"]), grad_dtype=pdt,
+                                   weight=not weightless, grad_bias="grad_bias" in params,
+                                   weight_dtype=_float32(p0.fp32_weight), grad_output_dtype=_float32(p0.fp32_grad_output))
+    per_call = rows_per_block_arg(call["rows_per_block"], p)
+    own = None if call["workspace"] is None else check.workspace(call["workspace"], p.workspace_bytes(num_tokens,
+                                                                                                     per_call))
+    pointers = {name: op.ptr for name, op in grads.items()}
+    return SimpleNamespace(dtype=dt, grad_output=dtypes.FLOAT32 if p0.fp32_grad_output else dt,
+                           weight=dtypes.FLOAT32 if p0.fp32_weight else dt, grads=pdt, pointers=pointers,
+                           grad_weight=pointers.get("grad_weight"), grad_bias=pointers.get("grad_bias"), plan=p,
+                           workspace=own and own.ptr, workspace_span=own and (0, own.span[1] - own.span[0]))
+
+
+# What is written (grad_input and the parameter gradients) is disjoint from everything else, but grad_input may be
+# exactly grad_output or input; a caller's workspace (its bytes) and the forward's saved statistics are read.
+_DECLARATION = _explain.Declaration(
+    operands=(_explain.Memory("grad_input", stride="grad_input_stride", written=True),
+              _explain.Memory("grad_weight", _explain.Fact("grads"), written=True, optional=True,
+                              key=_explain.Fact("grad_weight")),
+              _explain.Memory("grad_bias", _explain.Fact("grads"), written=True, optional=True,
+                              key=_explain.Fact("grad_bias")),
+              _explain.Memory("grad_output", _explain.Fact("grad_output"), stride="grad_output_stride"),
+              _explain.Memory("input", stride="input_stride"),
+              _explain.Memory("weight", _explain.Fact("weight"), optional=True),
+              _explain.Memory("workspace", dtypes.INT8, span=_explain.Fact("workspace_span"), optional=True,
+                              key=_explain.Fact("workspace")),
+              _explain.statistic("mean", written=False), _explain.statistic("rstd", written=False)),
+    facts=_facts, in_place=(("grad_input", "grad_output"), ("grad_input", "input")),
+    strides=("grad_input_stride", "input_stride", "grad_output_stride"))
 
 
 def _float32(flag: bool) -> str | None:

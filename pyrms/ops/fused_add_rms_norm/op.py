@@ -1,10 +1,12 @@
 """``pyrms.fused_add_rms_norm``: residual add + RMSNorm in place (kernel: cuda_src/fused_add_rms_norm.cu)."""
 from __future__ import annotations
 
-from ... import driver, dtypes
+from types import SimpleNamespace
+
+from ... import dtypes
 from .. import _row_plan as planner
 from .. import _operands as check
-from .. import _placement
+from .. import _explain, _placement
 from ..._types import DTypeLike, Operand, OptionalOperand, StreamLike
 from .._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 from . import plan as fused_plan
@@ -117,8 +119,11 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperan
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(input, residual, weight, epsilon, num_tokens, stream, out or 0):
             return out
-        _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, stream,
-                 pdl, gemma, weight_dtype, sum_precision, residual_dtype, out, out_dtype, out_stride)
+        _explain.explain(_DECLARATION, dict(
+            input=input, residual=residual, weight=weight, out=out, epsilon=epsilon, num_tokens=num_tokens,
+            hidden_size=hidden_size, dtype=dtype, input_stride=input_stride, residual_stride=residual_stride,
+            out_stride=out_stride, stream=stream, pdl=pdl, gemma=gemma, weight_dtype=weight_dtype,
+            sum_precision=sum_precision, residual_dtype=residual_dtype, out_dtype=out_dtype))
         launched = _prepared.require(*static)(input, residual, weight, float(epsilon),
                                               check.size("num_tokens", num_tokens), stream, out)
         assert launched, "the checks above accept what the prepared launch declines"
@@ -151,39 +156,29 @@ def fused_add_rms_norm(input: Operand, residual: Operand, weight: OptionalOperan
     return out
 
 
-def _explain(input, residual, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, residual_stride, stream,
-             pdl, gemma, weight_dtype, sum_precision, residual_dtype, out, out_dtype, out_stride) -> None:
-    """Raise the error naming what the prepared launch declined."""
-    check.flag("pdl", pdl)
-    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
-    check.epsilon(epsilon)
-    dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-    p = fused_plan.plan_fused_add_rms_norm(dt, 1, gemma=bool(gemma), weight_dtype=weight_dtype,  # checked
-                                        sum_precision=sum_precision, residual_dtype=residual_dtype,
-                                        out_dtype=out_dtype)
-    if p.out == "same" and (out is not None or out_stride is not None):
+def _facts(call: dict, num_tokens: int, hidden: int) -> SimpleNamespace:
+    """fused_add_rms_norm's own checks for the shared explain path (its plan's; an out given where it takes none,
+    or missing where it needs one), and per call the operands' dtypes (out: only where it has one of its own)."""
+    dt = dtypes.BFLOAT16 if call["dtype"] is None else dtypes.get(call["dtype"])
+    p = fused_plan.plan_fused_add_rms_norm(dt, 1, gemma=bool(call["gemma"]), weight_dtype=call["weight_dtype"],
+                                           sum_precision=call["sum_precision"], residual_dtype=call["residual_dtype"],
+                                           out_dtype=call["out_dtype"])
+    out = call["out"]
+    if p.out == "same" and (out is not None or call["out_stride"] is not None):
         raise ValueError(f"out (and out_stride) take an output of another dtype than input's {dt.name} (out_dtype="
                          f"'float32'); the output of input's dtype is written over input (in place)")
     if p.out != "same" and out is None:
         raise TypeError(f"out_dtype={p.out_dtype.name} needs out, a device pointer or array of its own for the output")
-    rows = {"input": (input, input_stride, "input_stride")}
-    residual_row = {"residual": (residual, residual_stride, "residual_stride")}
-    if p.fp32_residual:  # rows of another dtype: a layout of their own
-        _, _, r = check.layout(num_tokens, hidden, dtypes.FLOAT32, rows=residual_row, vectors={})
-    else:
-        rows, r = {**rows, **residual_row}, {}
-    if out is not None:
-        check.in_place_dtypes(out, input, p.out_dtype, dt)
-        _, _, o_r = check.layout(num_tokens, hidden, p.out_dtype, rows={"out": (out, out_stride, "out_stride")},
-                                 vectors={})
-        r.update(o_r)
-    if p.weight == "float32":  # a [hidden] vector of its own dtype: layout's params
-        _, _, found = check.layout(num_tokens, hidden, dtype, rows=rows, vectors={}, params={"weight": weight},
-                                   params_dtype=dtypes.FLOAT32)
-    else:
-        _, _, found = check.layout(num_tokens, hidden, dtype, rows=rows,
-                                   vectors={} if p.weight == "none" else {"weight": weight})
-    r.update(found)
-    check.disjoint([*((r["out"],) if "out" in r else ()), r["input"], r["residual"]],
-                   [r["weight"]] if "weight" in r else [])
-    _placement.check(driver.selected_device(), {name: region.ptr for name, region in r.items()}, stream)
+    # out, where there is one, is of another dtype than input: never in place (a dtype check names out=input)
+    return SimpleNamespace(dtype=dt, out=None if p.out == "same" else p.out_dtype, residual_dtype=p.residual_dtype,
+                           weight_dtype=p.weight_dtype, in_place=False)
+
+
+# out (an fp32 output of its own), input and residual are written: disjoint from each other and the weight.
+_DECLARATION = _explain.Declaration(
+    operands=(_explain.Memory("out", _explain.Fact("out"), stride="out_stride", written=True),
+              _explain.Memory("input", stride="input_stride", written=True),
+              _explain.Memory("residual", _explain.Fact("residual_dtype"), stride="residual_stride", written=True),
+              _explain.Memory("weight", _explain.Fact("weight_dtype"))),
+    facts=_facts, in_place=(("out", "input"),), in_place_when=_explain.Fact("in_place"),
+    strides=("input_stride", "residual_stride", "out_stride"))

@@ -1,12 +1,13 @@
 """``pyrms.layer_norm`` and ``pyrms.layer_norm_backward`` (kernels: cuda_src/layer_norm.cu, cuda_src/layer_norm_backward.cu)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, overload
 
-from ... import driver, dtypes
+from ... import dtypes
 from .. import _row_plan as planner
 from .. import _operands as check
-from .. import _placement
+from .. import _explain, _placement
 from .._norm_backward.prepared import norm_backward
 from ..._types import Array, ArrayT, DTypeLike, OptionalOperand, Operand, OperandT, StreamLike, Workspace
 from ...tensor import Tensor
@@ -154,8 +155,9 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
         if epsilon is UNSET:  # raw pointers input first (the prepared launch declines a missing epsilon): explained
             _convention.resolve(_FORM, (input, weight, bias), eps, epsilon, out)
         out, input, weight, bias = input, weight, bias, eps
-        _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
-                 weight_dtype, out_dtype, rms)
+        _explain_call(out, input, weight, bias, epsilon, num_tokens, hidden_size, None, None, dtype=dtype,
+                      input_stride=input_stride, out_stride=out_stride, stream=stream, pdl=pdl, weight_dtype=weight_dtype,
+                      out_dtype=out_dtype, rms=rms)
         launched = _prepared.require(*static)(out, input, weight, bias, float(epsilon), int(num_tokens), stream)
         assert launched, "the checks above accept what the prepared launch declines"
         return out
@@ -212,19 +214,9 @@ def _with_stats(out, input, weight, bias, epsilon, num_tokens, hidden_size, mean
     if prepared is not None and prepared(out, input, weight, bias, epsilon, num_tokens, stream, stats.get("mean", 0),
                                          stats["rstd"]):
         return out
-    # the statistics' checks first (the rest's are _explain's, which reports a missing driver last)
-    written = [check.float32_per_row_pointer(name, value, rows) for name, value in stats.items()]
-    dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-    p = ln_plan.plan_layer_norm(dt, 1, weight=weight is not None, weight_dtype=weight_dtype, out_dtype=out_dtype,
-                                bias=bias is not None, rms=check.flag("rms", rms))
-    x_stride = check.stride_arg("input_stride", input_stride, hidden)
-    o_stride = check.stride_arg("out_stride", out_stride, hidden)
-    check.disjoint(written, check.raw_regions((("out", out, rows, o_stride, p.out_dtype.itemsize),
-                                               ("input", input, rows, x_stride, dt.itemsize),
-                                               ("weight", weight, 1, hidden, p.param_dtype.itemsize),
-                                               ("bias", bias, 1, hidden, p.param_dtype.itemsize)), hidden))
-    _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
-             weight_dtype, out_dtype, rms)
+    _explain_call(out, input, weight, bias, epsilon, num_tokens, hidden_size, stats.get("mean"), stats["rstd"],
+                  dtype=dtype, input_stride=input_stride, out_stride=out_stride, stream=stream, pdl=pdl,
+                  weight_dtype=weight_dtype, out_dtype=out_dtype, rms=rms)
     raise AssertionError("unreachable: layer_norm's statistics passed every check the prepared launch makes")
 
 
@@ -246,27 +238,33 @@ def _params_dtype(dt: dtypes.DType, weight_dtype, found: dict):
     return want if has_weight else None
 
 
-def _explain(out, input, weight, bias, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
-             pdl, weight_dtype, out_dtype, rms) -> None:
-    """Raise the error naming what the prepared launch declined."""
-    check.flag("pdl", pdl)
-    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
-    check.epsilon(epsilon)
-    if weight is None:
-        check.no_weight(weight_dtype)
-    dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-    p = ln_plan.plan_layer_norm(dt, 1, weight=weight is not None, weight_dtype=weight_dtype, out_dtype=out_dtype,
-                                bias=bias is not None, rms=check.flag("rms", rms))
-    vectors = {name: v for name, v in (("weight", weight), ("bias", bias)) if v is not None}
-    params = {} if p.param_dtype is dt else vectors  # fp32 gamma and beta: [hidden] vectors of their own dtype
-    _, _, r = check.layout(num_tokens, hidden, dtype, rows={"input": (input, input_stride, "input_stride")},
-                           vectors={} if params else vectors, params=params, params_dtype=p.param_dtype)
-    check.in_place_dtypes(out, input, p.out_dtype, dt)
-    _, _, o_r = check.layout(num_tokens, hidden, p.out_dtype, rows={"out": (out, out_stride, "out_stride")}, vectors={})
-    r.update(o_r)
-    check.disjoint([r["out"]], [r[name] for name in ("input", *vectors)],
-                   in_place={("out", "input")} if p.out == "same" else ())
-    _placement.check(driver.selected_device(), {name: region.ptr for name, region in r.items()}, stream)
+def _facts(call: dict, num_tokens: int, hidden: int) -> SimpleNamespace:
+    """layer_norm's own checks for the shared explain path (no weight_dtype without a weight, its plan's), and per
+    call the dtypes, and whether out may be input (of the input's dtype)."""
+    if call["weight"] is None:
+        check.no_weight(call["weight_dtype"])
+    dt = dtypes.BFLOAT16 if call["dtype"] is None else dtypes.get(call["dtype"])
+    p = ln_plan.plan_layer_norm(dt, 1, weight=call["weight"] is not None, weight_dtype=call["weight_dtype"],
+                                out_dtype=call["out_dtype"], bias=call["bias"] is not None, rms=check.flag("rms", call["rms"]))
+    return SimpleNamespace(dtype=dt, out_dtype=p.out_dtype, param_dtype=p.param_dtype, in_place=p.out == "same")
+
+
+# The saved statistics first (their overlaps read "mean and out"), out (in place over input, of its dtype), input,
+# and the weight and bias of one dtype (the input's, or float32 beside 2-byte rows).
+_DECLARATION = _explain.Declaration(
+    operands=(_explain.statistic("mean", written=True), _explain.statistic("rstd", written=True),
+              _explain.Memory("out", _explain.Fact("out_dtype"), stride="out_stride", written=True),
+              _explain.Memory("input", stride="input_stride"),
+              _explain.Memory("weight", _explain.Fact("param_dtype"), optional=True),
+              _explain.Memory("bias", _explain.Fact("param_dtype"), optional=True)),
+    facts=_facts, in_place=(("out", "input"),), in_place_when=_explain.Fact("in_place"),
+    strides=("input_stride", "out_stride"))
+
+
+def _explain_call(out, input, weight, bias, epsilon, num_tokens, hidden_size, mean, rstd, **options) -> None:
+    """Raise the error naming what the prepared launch declined (the shared explain path, on the declaration)."""
+    _explain.explain(_DECLARATION, dict(out=out, input=input, weight=weight, bias=bias, epsilon=epsilon,
+                                        num_tokens=num_tokens, hidden_size=hidden_size, mean=mean, rstd=rstd, **options))
 
 
 def layer_norm_backward(grad_input: Operand, grad_weight: OptionalOperand, grad_bias: OptionalOperand,

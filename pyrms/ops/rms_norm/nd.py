@@ -8,11 +8,13 @@ many short rows packed several to a warp (rms_plan.RmsNormPlan.lanes). Same tree
 """
 from __future__ import annotations
 
+import functools
 import numbers
+from types import SimpleNamespace
 
 from ... import dtypes, launch
 from .. import _operands as check
-from .. import _placement, _views
+from .. import _explain, _placement, _views
 from . import plan as rms_plan
 
 _MAX_ELEMS = check.INT64_MAX // 16  # byte offsets of every dtype fit in 64 bits (check.extent)
@@ -69,7 +71,7 @@ def lead_sizes(value) -> tuple[int, ...]:
 class NdPrepared:
     """rms_norm's prepared launch for one (device, dtype, hidden, N-D strides, weight stride, options):
     as ops.rms_norm.Prepared, a call checks what changes between calls and returns False, having
-    launched nothing, for anything unusual (explain() then names it)."""
+    launched nothing, for anything unusual (the explain path, ND_DECLARATION's, then names it)."""
 
     __slots__ = ("nd", "ndim", "x_strides", "o_strides", "w_stride", "weightless", "mask", "o_mask", "w_mask",
                  "w_itemsize", "itemsize", "o_itemsize", "hidden", "last", "placed")
@@ -100,7 +102,7 @@ class NdPrepared:
         self.placed = _placement.for_device(device)
 
     def _shape(self, num_tokens):
-        """The per-call facts of a row shape, or None where it is invalid (explain() says why)."""
+        """The per-call facts of a row shape, or None where it is invalid (the explain path says why)."""
         sizes = num_tokens if type(num_tokens) is tuple else (num_tokens,)
         if len(sizes) != self.ndim or not all(type(n) is int and n > 0 for n in sizes):
             return None
@@ -139,15 +141,16 @@ class NdPrepared:
         return True
 
 
-def explain(out, input, weight, epsilon, num_tokens, hidden: int, dt: dtypes.DType, p, x_strides, o_strides,
-            weight_stride, stream) -> None:
-    """Raise the error that names what NdPrepared declined (checks in its order, no driver needed
-    until the last)."""
-    check.epsilon(epsilon)
-    sizes = lead_sizes(num_tokens)
-    x_strides = lead_strides("input_stride", x_strides, sizes, hidden)
-    o_strides = lead_strides("out_stride", o_strides, sizes, hidden)
-    w_stride = weight_stride_arg(weight_stride, hidden, p.weight == "none")
+def _facts(call: dict, rows: int, hidden: int) -> SimpleNamespace:
+    """The N-D form's own checks for the shared explain path (its plan's, its strides', its rows' overlap and
+    extents), and per call the operands' dtypes and spans, and whether out may be input (the same strides)."""
+    dt = dtypes.BFLOAT16 if call["dtype"] is None else dtypes.get(call["dtype"])
+    p = rms_plan.plan_rms_norm(dt, hidden, gemma=bool(call["gemma"]), weight_dtype=call["weight_dtype"],
+                               out_dtype=call["out_dtype"])
+    sizes = lead_sizes(call["num_tokens"])
+    x_strides = lead_strides("input_stride", call["input_stride"], sizes, hidden)
+    o_strides = lead_strides("out_stride", call["out_stride"], sizes, hidden)
+    w_stride = weight_stride_arg(call["weight_stride"], hidden, p.weight == "none")
     if _views.rows_overlap(sizes, o_strides, hidden):
         raise ValueError(f"out_stride={o_strides} with num_tokens={sizes} and hidden_size={hidden} makes rows "
                          f"of out overlap; each output element must be written once")
@@ -157,29 +160,25 @@ def explain(out, input, weight, epsilon, num_tokens, hidden: int, dt: dtypes.DTy
             raise ValueError(f"{name} spans more than 2^59 elements (num_tokens={sizes}, strides {strides})")
     if w_elems > _MAX_ELEMS:
         raise ValueError(f"weight spans more than 2^59 elements ({sizes[0]} rows of stride {w_stride})")
-    odt = p.out_dtype
-    check.raw_pointers(("out",), (out,), odt)
-    check.raw_pointers(("input",), (input,), dt)
-    check.in_place_dtypes(out, input, odt, dt)
-    if p.weight_dtype:
-        check.raw_pointers(("weight",), (weight,), p.weight_dtype)
-    o, x, w = check.Operand("out", out), check.Operand("input", input), check.Operand("weight", weight)
-    o_span = (out, out + o_elems * odt.itemsize)
-    if not (out == input and x_strides == o_strides):
-        check.no_partial_overlap(o, o_span, x, (input, input + x_elems * dt.itemsize), may_alias=False)
-    if p.weight_dtype:
-        check.no_partial_overlap(o, o_span, w, (weight, weight + w_elems * p.weight_itemsize), may_alias=False)
-    check.stream(stream)
-    from ... import driver  # last: a missing driver is reported after the arguments
+    return SimpleNamespace(dtype=dt, out_dtype=p.out_dtype, weight_dtype=p.weight_dtype, out_span=(0, o_elems),
+                           input_span=(0, x_elems), weight_span=(0, w_elems),
+                           in_place=call["out"] == call["input"] and x_strides == o_strides)
 
-    placed = dict(zip(("out", "input", "weight"), (out, input, weight) if p.weight_dtype else (out, input)))
-    _placement.check(driver.selected_device(), placed, stream)
+
+# What NdPrepared checks per call, for the shared explain path: out, input and the weight over the elements their
+# N-D layouts span (one row of that many, for the overlap checks); out may be input with the same strides.
+ND_DECLARATION = _explain.Declaration(
+    operands=(_explain.Memory("out", _explain.Fact("out_dtype"), span=_explain.Fact("out_span"), written=True),
+              _explain.Memory("input", span=_explain.Fact("input_span")),
+              _explain.Memory("weight", _explain.Fact("weight_dtype"), span=_explain.Fact("weight_span"))),
+    facts=_facts, in_place=(("out", "input"),), in_place_when=_explain.Fact("in_place"),
+    sizes=functools.partial(check.sizes, rows=lambda num_tokens: _views.rows(lead_sizes(num_tokens))))
 
 
 def spans(sizes: tuple[int, ...], x_strides: tuple[int, ...], o_strides: tuple[int, ...], w_stride: int,
           hidden: int) -> tuple[int, int, int]:
     """Elements that input, out and the weight span from their pointers (a weight per outer row: sizes[0]
-    rows of ``w_stride``): what NdPrepared bounds and checks for overlap, and explain too."""
+    rows of ``w_stride``): what NdPrepared bounds and checks for overlap, and the explain path too."""
     return (_views.extent(sizes, x_strides, hidden), _views.extent(sizes, o_strides, hidden),
             (sizes[0] - 1) * w_stride + hidden)
 

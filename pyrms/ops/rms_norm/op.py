@@ -10,14 +10,12 @@ from ..._types import Array, ArrayT, DTypeLike, Operand, OperandT, OptionalOpera
 from ...tensor import Tensor
 from .._convention import UNSET, Form
 from .. import _convention
-from .. import _placement, _views
+from .. import _explain, _placement, _views
 from .._prepared import PreparedCache, RowLaunches, use_pdl
-from .nd import NdLaunch, NdPrepared, is_nd, lead_sizes, lead_strides
-from .nd import explain as explain_nd
+from .nd import ND_DECLARATION, NdLaunch, NdPrepared, is_nd, lead_sizes, lead_strides
 from . import plan as rms_plan
 
-_NAMES = ("out", "input", "weight")
-_FORM = Form("rms_norm", _NAMES[1:], 2, 1e-6)
+_FORM = Form("rms_norm", ("input", "weight"), 2, 1e-6)
 _DEFAULT_DTYPE = dtypes.BFLOAT16
 # Up to this many rows the latency kernel launches (plan.FEW_ROWS); read at every call, so that
 # tests.support.testing.forced_row_variant can force either kernel.
@@ -239,12 +237,11 @@ def rms_norm(input: Any, weight: Any = UNSET, eps: Any = UNSET, epsilon: Any = U
         if epsilon is UNSET:  # raw pointers input first (the prepared launch declines a missing epsilon): explained
             _convention.resolve(_FORM, (input, weight), eps, epsilon, out)
         out, input, weight = input, weight, eps
-        if nd:
-            _explain_nd(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
-                        pdl, gemma, weight_dtype, weight_stride, out_dtype)
-        else:
-            _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl,
-                     gemma, weight_dtype, out_dtype)
+        _explain.explain(ND_DECLARATION if nd else _DECLARATION, dict(
+            out=out, input=input, weight=weight, rstd=None, epsilon=epsilon, num_tokens=num_tokens,
+            hidden_size=hidden_size, dtype=dtype, input_stride=input_stride, out_stride=out_stride,
+            weight_stride=weight_stride, stream=stream, pdl=pdl, gemma=gemma, weight_dtype=weight_dtype,
+            out_dtype=out_dtype))
         launched = _prepared.require(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pdl, weight_dtype,
                                      weight_stride, out_dtype)(out, input, weight, float(epsilon), num_tokens, stream)
         assert launched, "the checks above accept what the prepared launch declines"
@@ -302,18 +299,10 @@ def _with_rstd(out, input, weight, epsilon, num_tokens, hidden_size, rstd, *, dt
                              out_dtype)
     if prepared is not None and prepared(out, input, weight, epsilon, num_tokens, stream, rstd):
         return out
-    # rstd's checks first (the rest's are _explain's, which reports a missing driver last)
-    rows, hidden = check.sizes(num_tokens, hidden_size)
-    written = check.float32_per_row_pointer("rstd", rstd, rows)
-    dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
-    p = rms_plan.plan_rms_norm(dt, 1, weight_dtype=weight_dtype, out_dtype=out_dtype)
-    x_stride = check.stride_arg("input_stride", input_stride, hidden)
-    o_stride = check.stride_arg("out_stride", out_stride, hidden)
-    check.disjoint([written], check.raw_regions((("out", out, rows, o_stride, p.out_dtype.itemsize),
-                                                 ("input", input, rows, x_stride, dt.itemsize),
-                                                 ("weight", weight, 1, hidden, p.weight_itemsize)), hidden))
-    _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream, pdl, gemma,
-             weight_dtype, out_dtype)
+    _explain.explain(_DECLARATION, dict(
+        out=out, input=input, weight=weight, rstd=rstd, epsilon=epsilon, num_tokens=num_tokens, hidden_size=hidden_size,
+        dtype=dtype, input_stride=input_stride, out_stride=out_stride, stream=stream, pdl=pdl, gemma=gemma,
+        weight_dtype=weight_dtype, out_dtype=out_dtype))
     raise AssertionError("unreachable: rms_norm's rstd passed every check the prepared launch makes")
 
 
@@ -329,43 +318,18 @@ def _nd_strides(num_tokens, hidden_size, input_stride, out_stride) -> tuple:
         return input_stride, out_stride
 
 
-def _explain_nd(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
-                pdl, gemma, weight_dtype, weight_stride, out_dtype) -> None:
-    """_explain for the N-D form (rms_norm_nd.explain)."""
-    check.flag("pdl", pdl)
-    if num_tokens is None or hidden_size is None:
-        raise TypeError("num_tokens and hidden_size are required when every operand is a raw pointer")
-    hidden = check.size("hidden_size", hidden_size)
-    dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
-    p = rms_plan.plan_rms_norm(dt, hidden, gemma=bool(gemma), weight_dtype=weight_dtype, out_dtype=out_dtype)
-    explain_nd(out, input, weight, epsilon, num_tokens, hidden, dt, p, input_stride, out_stride, weight_stride, stream)
+def _facts(call: dict, num_tokens: int, hidden: int) -> rms_plan.RmsNormPlan:
+    """rms_norm's own checks for the shared explain path: its plan's (the weight's and the output's kinds)."""
+    dt = _DEFAULT_DTYPE if call["dtype"] is None else dtypes.get(call["dtype"])
+    return rms_plan.plan_rms_norm(dt, 1, gemma=bool(call["gemma"]), weight_dtype=call["weight_dtype"],
+                                 out_dtype=call["out_dtype"])
 
 
-def _explain(out, input, weight, epsilon, num_tokens, hidden_size, dtype, input_stride, out_stride, stream,
-             pdl, gemma, weight_dtype, out_dtype) -> None:
-    """Raise the error that names what the prepared launch declined (the general path's checks)."""
-    check.flag("pdl", pdl)
-    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
-    check.epsilon(epsilon)
-    dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
-    p = rms_plan.plan_rms_norm(dt, 1, gemma=bool(gemma), weight_dtype=weight_dtype,
-                              out_dtype=out_dtype)  # the weight's and the output's kinds, checked
-    odt = p.out_dtype
-    x_stride = check.stride_arg("input_stride", input_stride, hidden)
-    o_stride = check.stride_arg("out_stride", out_stride, hidden)
-    check.raw_pointers(_NAMES[:1], (out,), odt)
-    check.raw_pointers(_NAMES[1:2], (input,), dt)
-    check.in_place_dtypes(out, input, odt, dt)
-    if p.weight_dtype:
-        check.raw_pointers(_NAMES[2:], (weight,), p.weight_dtype)
-    check.extent("input", num_tokens, x_stride, hidden)
-    check.extent("out", num_tokens, o_stride, hidden)
-    o, x, w = check.Operand("out", out), check.Operand("input", input), check.Operand("weight", weight)
-    o_span = check.span(out, num_tokens, o_stride, hidden, odt.itemsize)
-    check.no_partial_overlap(o, o_span, x, check.span(input, num_tokens, x_stride, hidden, dt.itemsize), may_alias=True)
-    if p.weight_dtype:
-        check.no_partial_overlap(o, o_span, w, check.span(weight, 1, hidden, hidden, p.weight_itemsize), may_alias=False)
-    check.stream(stream)
-    # Last: a missing driver is reported after the arguments.
-    placed = dict(zip(_NAMES, (out, input, weight) if p.weight_dtype else (out, input)))
-    _placement.check(driver.selected_device(), placed, stream)
+# rstd (where the call stores each row's inv_rms), out (in place over input allowed, of one dtype), input and the
+# weight (none for weight_dtype='none'): what is written disjoint from the rest.
+_DECLARATION = _explain.Declaration(
+    operands=(_explain.statistic("rstd", written=True),
+              _explain.Memory("out", _explain.Fact("out_dtype"), stride="out_stride", written=True),
+              _explain.Memory("input", stride="input_stride"),
+              _explain.Memory("weight", _explain.Fact("weight_dtype"))),
+    facts=_facts, in_place=(("out", "input"),), strides=("input_stride", "out_stride"))

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from types import SimpleNamespace
 
-from ... import driver, dtypes
+from ... import dtypes
 from .. import _row_plan as planner
 from .. import _adapter, _operands as check
 from . import arrays as _quant_arrays
-from .. import _placement
+from .. import _explain, _placement
 from ..._types import DTypeLike, Operand, OptionalOperand, StreamLike
 from .._prepared import Pointers, PreparedCache, RowLaunches, scalars_ok, use_pdl
 from . import plan as quant_plan
@@ -45,7 +46,8 @@ def group_scales(groups: int, column_major: bool, scale_stride) -> tuple[int, in
 
 
 def _no_lone_norm_out_stride(norm_out: bool, norm_out_stride) -> None:
-    """ValueError for a norm_out_stride given without a norm_out (the prepared launch's check and _explain's)."""
+    """ValueError for a norm_out_stride given without a norm_out (the prepared launch's check; the explain path's
+    is its declaration's, an optional row operand)."""
     if not norm_out and norm_out_stride is not None:
         raise ValueError(f"norm_out_stride applies with a norm_out only, got norm_out_stride={norm_out_stride!r} "
                          f"and norm_out=None")
@@ -314,70 +316,62 @@ def _run(residual, out, input, res, weight, epsilon, num_tokens, hidden_size, sc
     if prepared is not None and all(type(p) is int for p in pointers) and prepared(pointers, given, epsilon,
                                                                                      num_tokens, stream):
         return
-    _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub, grouping,
-             input_stride, residual_stride, out_stride, norm_out is not None, norm_out_stride, stream, round_input, pdl,
-             sum_precision)
+    static_mode = mode == "static"
+    _explain.explain(_DECLARATION, dict(
+        out=out, input=input, residual=res, weight=weight, scales=None if static_mode else scale,
+        scale=given_ptr if static_mode else None, scale_ub=None if static_mode else given_ptr, norm_out=norm_out,
+        given=given, scale_ub_given=scale_ub, with_residual=residual, grouping=grouping, mode=mode, epsilon=epsilon,
+        num_tokens=num_tokens, hidden_size=hidden_size, dtype=dtype, out_dtype=out_dtype, input_stride=input_stride,
+        residual_stride=residual_stride, out_stride=out_stride, norm_out_stride=norm_out_stride, stream=stream, pdl=pdl,
+        round_input=round_input, sum_precision=sum_precision))
     launched = _prepared.require(*static)(pointers, given, float(epsilon), int(num_tokens), stream)
     assert launched, "the checks above accept what the prepared launch declines"
 
 
-def _explain(residual, pointers, given, epsilon, num_tokens, hidden_size, dtype, out_dtype, mode, scale_ub, grouping,
-             input_stride, residual_stride, out_stride, norm_out, norm_out_stride, stream, round_input, pdl,
-             sum_precision) -> None:
-    """Raise the error that names what the prepared launch declined (the general path's checks); norm_out:
-    whether one was given (the last pointer)."""
-    check.flag("pdl", pdl)
-    check.flag("round_input", round_input)
-    _no_lone_norm_out_stride(norm_out, norm_out_stride)
-    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
-    check.epsilon(epsilon)
-    dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-    qt = dtypes.quantized(out_dtype)
+def _facts(call: dict, num_tokens: int, hidden: int) -> SimpleNamespace:
+    """The quantizing ops' own checks for the shared explain path (the mode, the output dtype, the scale's and the
+    per-group layout's options, the scale's value), and per call: which operands there are, their dtypes, the
+    scales' span and what they must be."""
+    dt = dtypes.BFLOAT16 if call["dtype"] is None else dtypes.get(call["dtype"])
+    qt, mode = dtypes.quantized(call["out_dtype"]), call["mode"]
     if mode not in quant_plan.QUANT_MODES:
         raise ValueError(f"mode must be one of {quant_plan.QUANT_MODES}, got {mode!r}")
-    group_size, ue8m0, column_major, scale_stride = grouping
-    p = quant_plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, group=group_size, residual=residual,
-                                       sum_precision=sum_precision)
+    group_size, ue8m0, column_major, scale_stride = call["grouping"]
+    p = quant_plan.plan_rms_norm_quant(dt, hidden, qt, mode=mode, group=group_size, residual=call["with_residual"],
+                                       sum_precision=call["sum_precision"])
     check.flag("ue8m0", ue8m0)
     check.flag("column_major_scales", column_major)
-    names = ["out", "input", *(["residual"] if residual else []), "weight"]
-    if mode != "static":
-        names.append("scale")
     if mode == "per_token":
-        if scale_ub is not None and qt.integer:
+        if call["scale_ub_given"] is not None and qt.integer:
             raise ValueError("scale_ub applies to float8 outputs only (as in vLLM), not int8")
-    elif scale_ub is not None:
+    elif call["scale_ub_given"] is not None:
         raise ValueError("scale_ub applies to mode='per_token' only")
     if mode != "per_group" and (ue8m0 or column_major or scale_stride is not None):
         raise ValueError(f"ue8m0, column_major_scales and scale_stride apply to mode='per_group' only, not {mode!r}")
-    if len(pointers) > len(names) + norm_out:
-        names.append("scale" if mode == "static" else "scale_ub")
-    if norm_out:
-        names.append("norm_out")
-    for name, ptr in zip(names, pointers):
-        if type(ptr) is not int:
-            kind = "a device pointer (int)"
-            if name == "scale" and mode != "static":
-                kind += (" to num_tokens float32, or a float32 array of them" if mode == "per_token"
-                         else " to the per-group float32 scales, or a float32 (num_tokens, groups) array")
-            raise TypeError(f"{name} must be {kind}, got {type(ptr).__name__}")
-    check.scale_value("scale" if mode == "static" else "scale_ub", given, inf_ok=mode != "static")
-    x_stride = check.stride_arg("input_stride", input_stride, hidden)
-    o_stride = check.stride_arg("out_stride", out_stride, hidden)
-    r_stride = check.stride_arg("residual_stride", residual_stride, hidden)
-    n_stride = check.stride_arg("norm_out_stride", norm_out_stride, hidden)
-    scale_shape = (4, 1, 1) if mode == "per_token" else (4, 0, 1)  # a mode checked above
+    check.scale_value("scale" if mode == "static" else "scale_ub", call["given"], inf_ok=mode != "static")
+    scales, kind = _explain.PER_ROW, " to num_tokens float32, or a float32 array of them"
     if mode == "per_group":
-        groups = hidden // p.group_size
-        _, group_stride, scale_shape = group_scales(groups, column_major, scale_stride)
+        kind = " to the per-group float32 scales, or a float32 (num_tokens, groups) array"
+        _, group_stride, (_, *span) = group_scales(hidden // p.group_size, column_major, scale_stride)
+        scales = (span[0], span[1])
         if column_major and group_stride is not None and group_stride < num_tokens:
             raise ValueError(f"scale_stride must be >= num_tokens ({num_tokens}) for column-major scales, so the "
                              f"tokens of one group do not overlap the next group's, got {group_stride}")
-    shapes = {"out": (1, o_stride, hidden), "input": (dt.itemsize, x_stride, hidden),
-              "residual": (dt.itemsize, r_stride, hidden), "weight": (dt.itemsize, 0, hidden),
-              "scale": scale_shape, "scale_ub": (4, 0, 1), "norm_out": (dt.itemsize, n_stride, hidden)}
-    element = {name: "float32" if shapes[name][0] == 4 and name.startswith("scale") else dt.name for name in names}
-    check.pointer_table(dict(zip(names, pointers)), shapes, num_tokens, element,
-                        {"out", "residual", "norm_out"} | ({"scale"} if mode != "static" else set()))
-    check.stream(stream)
-    _placement.check(driver.selected_device(), dict(zip(names, pointers)), stream)
+    return SimpleNamespace(dtype=dt, out_dtype=qt, residual=dt if call["with_residual"] else None,
+                           scales=None if mode == "static" else dtypes.FLOAT32, scales_span=scales,
+                           scales_kind="a device pointer (int)" + kind)
+
+
+# In call order: out, input, [residual,] weight, [scales,] [the scale or scale_ub read from a device pointer,]
+# [norm_out]; what is written (out, residual, norm_out, the per-token or per-group scales) is disjoint from all.
+_DECLARATION = _explain.Declaration(
+    operands=(_explain.Memory("out", _explain.Fact("out_dtype"), stride="out_stride", written=True),
+              _explain.Memory("input", stride="input_stride"),
+              _explain.Memory("residual", _explain.Fact("residual"), stride="residual_stride", written=True),
+              _explain.Memory("weight"),
+              _explain.Memory("scale", _explain.Fact("scales"), span=_explain.Fact("scales_span"), written=True,
+                              kind=_explain.Fact("scales_kind"), key="scales"),
+              _explain.Memory("scale", dtypes.FLOAT32, span=_explain.ONE, optional=True),
+              _explain.Memory("scale_ub", dtypes.FLOAT32, span=_explain.ONE, optional=True),
+              _explain.Memory("norm_out", stride="norm_out_stride", written=True, optional=True)),
+    facts=_facts, flags=("pdl", "round_input"), strides=("input_stride", "out_stride"), its_elements=True)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from ... import driver, dtypes, launch
+from ... import dtypes, launch
 from .. import _adapter, _operands as check
-from .. import _placement
+from .. import _explain, _placement
 from ..._types import DTypeLike, Operand, StreamLike
 from .._prepared import Pointers, PreparedCache, use_pdl
 from ..rms_norm_quant import arrays as _quant_arrays
 from . import plan as static_plan
 
 _OUT_DTYPE = dtypes.FLOAT8_E4M3FN  # where out_dtype is None and out is a raw pointer
+_DEFAULT_DTYPE = dtypes.BFLOAT16
 
 # Launch arguments: out, input, scale_ptr, scale (the call's), then the packed tail hidden, input_stride,
 # out_stride (the prepared launch's).
@@ -28,7 +29,7 @@ class Prepared:
 
     def __init__(self, device, dtype, out_dtype, hidden, input_stride, out_stride, on_device, pdl):
         hidden = check.size("hidden_size", hidden)
-        dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
+        dt = _DEFAULT_DTYPE if dtype is None else dtypes.get(dtype)
         p = static_plan.plan_static_quant(dt, hidden, out_dtype)
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
@@ -102,7 +103,7 @@ def static_quant(out: Operand, input: Operand, num_tokens: int | None = None, hi
     if out_dtype is None:
         out_dtype = _OUT_DTYPE
     pointers: tuple[Any, ...]  # out, input and a device scale, or out and input
-    value: Any  # the scale as a float, or what was given instead (for _explain to name)
+    value: Any  # the scale as a float, or what was given instead (for the explain path to name)
     if type(scale) is int:
         value, pointers = 1.0, (out, input, scale)
     else:
@@ -113,27 +114,24 @@ def static_quant(out: Operand, input: Operand, num_tokens: int | None = None, hi
     if prepared is not None and all(type(p) is int for p in pointers) and prepared(pointers, value, num_tokens,
                                                                                      stream):
         return
-    _explain(pointers, value, num_tokens, hidden_size, dtype, out_dtype, input_stride, out_stride, stream, pdl)
+    _explain.explain(_DECLARATION, dict(out=pointers[0], input=pointers[1], scale=pointers[2] if len(pointers) == 3 else None,
+                                        value=value, num_tokens=num_tokens, hidden_size=hidden_size, dtype=dtype,
+                                        out_dtype=out_dtype, input_stride=input_stride, out_stride=out_stride,
+                                        stream=stream, pdl=pdl))
     launched = _prepared.require(*static)(pointers, value, check.size("num_tokens", num_tokens), stream)
     assert launched, "the checks above accept what the prepared launch declines"
 
 
-def _explain(pointers, value, num_tokens, hidden_size, dtype, out_dtype, input_stride, out_stride, stream,
-             pdl) -> None:
-    """Raise the error that names what the prepared launch declined."""
-    check.flag("pdl", pdl)
-    num_tokens, hidden = check.sizes(num_tokens, hidden_size)
-    dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-    dtypes.quantized(out_dtype)
-    names = ("out", "input", "scale")
-    for name, ptr in zip(names, pointers):
-        if type(ptr) is not int:
-            raise TypeError(f"{name} must be a device pointer (int), got {type(ptr).__name__}")
-    check.scale_value("scale", value)
-    x_stride = check.stride_arg("input_stride", input_stride, hidden)
-    o_stride = check.stride_arg("out_stride", out_stride, hidden)
-    shapes = {"out": (1, o_stride, hidden), "input": (dt.itemsize, x_stride, hidden), "scale": (4, 0, 1)}
-    check.pointer_table(dict(zip(names, pointers)), shapes, num_tokens,
-                        {name: "float32" if name == "scale" else dt.name for name in names}, {"out"})
-    check.stream(stream)
-    _placement.check(driver.selected_device(), dict(zip(names, pointers)), stream)
+def _facts(call: dict, num_tokens: int, hidden: int) -> static_plan.StaticQuantPlan:
+    """static_quant's own checks for the shared explain path: the dtypes (its plan's), the scale's value."""
+    p = static_plan.plan_static_quant(_DEFAULT_DTYPE if call["dtype"] is None else call["dtype"], 1, call["out_dtype"])
+    check.scale_value("scale", call["value"])
+    return p
+
+
+# out (written), input, and a device scale where the call reads one: out disjoint from each.
+_DECLARATION = _explain.Declaration(
+    operands=(_explain.Memory("out", _explain.Fact("out_dtype"), stride="out_stride", written=True),
+              _explain.Memory("input", stride="input_stride"),
+              _explain.Memory("scale", dtypes.FLOAT32, span=_explain.ONE, optional=True)),
+    facts=_facts, epsilon=False, strides=("input_stride",), its_elements=True)
