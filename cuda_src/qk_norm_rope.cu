@@ -25,7 +25,7 @@
 // is one of its lanes' held vectors (the plan packs only such heads). In place: each lane computes all its
 // outputs (reading partners that other lanes own from memory) before the segment's __syncwarp, then stores.
 //
-// Variants: T in {__half, __nv_bfloat16}; (CACHE, LANES) as rms_norm.cu's packed kernels; GEMMA; IS_NEOX;
+// Variants: T in {float, __half, __nv_bfloat16}; (CACHE, LANES) as rms_norm.cu's packed kernels; GEMMA; IS_NEOX;
 // ALIGNED (the launcher found qkv and both weights 16-byte aligned, and head_dim and token_stride multiples of
 // the vector): every row is all body, and the partners of a vector are one aligned vector (GPT-J: the vector
 // itself; NeoX where rotary_dim / 2 is a multiple of the vector), loaded whole instead of element by element.
@@ -79,8 +79,8 @@ __global__ void __launch_bounds__(QK_NORM_ROPE_THREADS) qk_norm_rope_kernel(
     const float inv = row_inv_rms<T, T, CACHE, 1, ALIGNED, false>(sh, row, row, RowIn<T, false>{row}, w, epsilon,
                                                                   head_dim, held, unused_w);
     const Rotary rot{cos_sin_cache + positions[token] * rotary_dim, rotary_dim, rotary_dim >> 1};
-    auto norm = [inv](auto x, float wi) { return rms_scale<T, GEMMA, true, float>(x, wi, inv); };
-    auto from_memory = [&](int i) { return norm(row[i], to_float(w[i])); };  // a[i], read from the row
+    auto norm = [inv](float x, float wi) { return rms_scale<T, GEMMA, true, float>(x, wi, inv); };  // a[i] of x[i]
+    auto from_memory = [&](int i) { return norm(to_float(row[i]), to_float(w[i])); };  // a[i], read from the row
     auto out_at = [&](int i, float a) {
         return from_float<T>(rot.rotate<IS_NEOX>(i, a, i < rot.dim ? from_memory(rot.partner<IS_NEOX>(i)) : 0.0f));
     };
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(QK_NORM_ROPE_THREADS) qk_norm_rope_kernel(
         const WeightVec<T, T> wv = load_weights<T>(w, at, w_width);
         float a[N];
 #pragma unroll
-        for (int j = 0; j < N; ++j) a[j] = norm(held[k].e[j], wv.at(j));
+        for (int j = 0; j < N; ++j) a[j] = norm(to_float(held[k].e[j]), wv.at(j));
         if (whole) {
             float b[N];
             if (IS_NEOX) {
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(QK_NORM_ROPE_THREADS) qk_norm_rope_kernel(
                 const Pack<T> xp = at < rot.dim ? load_aligned(row + p) : held[k];
                 const WeightVec<T, T> wp = at < rot.dim ? load_weights<T>(w, p, 16) : wv;
 #pragma unroll
-                for (int j = 0; j < N; ++j) b[j] = norm(xp.e[j], wp.at(j));
+                for (int j = 0; j < N; ++j) b[j] = norm(to_float(xp.e[j]), wp.at(j));
             } else {
 #pragma unroll
                 for (int j = 0; j < N; ++j) b[j] = a[j ^ 1];

@@ -180,7 +180,7 @@ def test_every_unit_counts():
     # per dtype and output dtype (3 x 3).
     assert by_source == {"rms_norm.cu": 92, "fused_add_rms_norm.cu": 86, "layer_norm.cu": 28,
                          "layer_norm_backward.cu": 8, "rms_norm_backward.cu": 8, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 288,
-                         "static_quant.cu": 9}
+                         "static_quant.cu": 9, "qk_norm_rope.cu": 12}
     assert "rms_norm_quant.cu rms_norm_group_quant_kernel bfloat16 float8_e4m3fn per_group" in {u.label for u in units}
     assert "rms_norm_quant.cu fused_add_rms_norm_quant_kernel float16 int8 per_token norm_out fp32_sum" in \
         {u.label for u in units}

@@ -103,7 +103,7 @@ def qk_norm_rope(qkv: Operand, q_weight: Operand, k_weight: Operand, cos_sin_cac
     last bit. v's heads are not touched. Writing k and v into a paged KV cache is not fused here.
 
     ``qkv``: a device pointer (int) to ``num_tokens`` tokens of ``token_stride`` (default (num_q_heads +
-    2 * num_kv_heads) * head_dim) elements of ``dtype`` (bfloat16, the default, or float16), or an array
+    2 * num_kv_heads) * head_dim) elements of ``dtype`` (bfloat16, the default, float16 or float32), or an array
     [tokens, (num_q_heads + 2 * num_kv_heads) * head_dim] or [tokens, num_q_heads + 2 * num_kv_heads, head_dim],
     contiguous inside a token, any token stride (a strided view of a larger buffer). ``q_weight``, ``k_weight``:
     [head_dim] of qkv's dtype. ``cos_sin_cache``: float32 [max_position, rotary_dim], cos in the first half of

@@ -10,8 +10,6 @@ from ...contract import KernelPlan
 from .._row_plan import PACKED_SHAPES, PACKED_THREADS
 from ..rms_norm.plan import plan_rms_norm
 
-DTYPES = (dtypes.BFLOAT16, dtypes.FLOAT16)
-
 
 @dataclass(frozen=True)
 class QkNormRopePlan(KernelPlan):
@@ -60,11 +58,9 @@ class QkNormRopePlan(KernelPlan):
 
 
 def plan_qk_norm_rope(dtype, head_dim: int, *, gemma: bool = False, is_neox: bool = True) -> QkNormRopePlan:
-    """The plan for heads of ``head_dim`` elements of ``dtype`` (bfloat16 or float16); ValueError for another
-    dtype or a head too long to pack into one warp (more than 32 * 4 vectors)."""
+    """The plan for heads of ``head_dim`` elements of ``dtype`` (bfloat16, float16 or float32); ValueError for
+    another dtype or a head too long to pack into one warp (more than 32 * 4 vectors)."""
     dt = dtypes.get(dtype)
-    if dt not in DTYPES:
-        raise ValueError(f"qk_norm_rope takes bfloat16 or float16 heads, got {dt.name}")
     if isinstance(head_dim, bool) or type(head_dim) is not int or head_dim <= 0:
         raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
     lanes, cache = plan_rms_norm(dt, head_dim).packed_shape

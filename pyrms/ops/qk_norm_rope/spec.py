@@ -1,16 +1,17 @@
-"""qk_norm_rope's registry entry: one compile unit per (dtype, gemma, is_neox), every head_dim's packed shape."""
+"""qk_norm_rope's registry entry: one compile unit per (dtype, gemma, is_neox), every head_dim's packed shape (so
+a unit does not depend on head_dim; a head too long to pack is refused at the call)."""
 from __future__ import annotations
 
 from .._spec import OpSpec, Unit
-from .plan import DTYPES, QkNormRopePlan, plan_qk_norm_rope
+from .plan import QkNormRopePlan
 
 
 def _option_sets(dt) -> list[dict]:
-    return QK_NORM_ROPE.flag_sets() if dt in DTYPES else []
+    return QK_NORM_ROPE.flag_sets()
 
 
 def _unit(dt, head_dim, *, gemma=False, is_neox=False) -> Unit:
-    p = plan_qk_norm_rope(dt, head_dim, gemma=gemma, is_neox=is_neox)
+    p = QkNormRopePlan(dt, head_dim, 0, 0, gemma, is_neox)  # the group only: every packed shape
     label = "".join(f" {name}" for name in p.FLAGS if getattr(p, name))
     return Unit(p.source, p.group, f"{p.source} {dt.name}{label}")
 
@@ -22,8 +23,8 @@ def _operands(**_):
 
 QK_NORM_ROPE = OpSpec(
     name="qk_norm_rope", module="pyrms.ops.qk_norm_rope.op", source=QkNormRopePlan.source, plan=QkNormRopePlan,
-    option_sets=_option_sets, unit=_unit, inspect=None, hiddens=(64, 128, 256),
+    option_sets=_option_sets, unit=_unit, inspect=None,
     twin="pyrms.ops.qk_norm_rope.twin",
-    check="qk_norm_rope", operands=_operands, case_options=("gemma", "is_neox", "rotary_dim", "epsilon", "pdl"))
+    check="qk_norm_rope", operands=_operands, case_options=("gemma", "is_neox", "rotary_dim", "epsilon", "specials", "pdl"))
 
 SPECS = (QK_NORM_ROPE,)

@@ -68,17 +68,18 @@ def qk_norm_rope_ref(qkv, q_weight, k_weight, cos_sin_cache, positions, *, num_q
 
 def qk_norm_rope_twin(qkv, q_weight, k_weight, cos_sin_cache, positions, *, num_q_heads, num_kv_heads, head_dim,
                       rotary_dim=None, is_neox=True, epsilon=1e-6, gemma=False, phase=0) -> np.ndarray:
-    """Bit-exact twin of qk_norm_rope_kernel: qkv (bfloat16 or float16, [tokens, token_stride]) with its q and k
-    heads rewritten. Each head's inv_rms is the RMSNorm row's (the row core's tree, fold 32, at the head's
-    alignment: ``phase`` is qkv's first element's position inside its 16-byte vector, in elements); then in fp32
+    """Bit-exact twin of qk_norm_rope_kernel: qkv (bfloat16, float16 or float32, [tokens, >= (num_q_heads + 2 *
+    num_kv_heads) * head_dim]) with its q and k heads rewritten. Each head's inv_rms is the RMSNorm row's (the row
+    core's tree, fold 32, at the head's alignment: ``phase`` is each token's first element's position inside its
+    16-byte vector, in elements: an int for every token, or one per token); then in fp32
     a = (x * inv_rms) * w, its rotation (_rotate), and one rounding to the storage dtype. NaN results are the
     GPU's one NaN. cos_sin_cache: float32 [max_position, rotary_dim]; positions: int [tokens]."""
     rows, heads, is_q = _heads(qkv, num_q_heads, num_kv_heads, head_dim)
     dt = dtypes.get(rows.dtype)
     plan = plan_qk_norm_rope(dt, head_dim, gemma=gemma, is_neox=is_neox)  # ValueError for what it refuses
     rot = rotary_dim_arg(rotary_dim, head_dim)
-    tokens, stride = np.asarray(qkv).shape
-    starts = phase + np.arange(tokens)[:, None] * stride + np.arange(heads)[None, :] * head_dim
+    tokens = np.asarray(qkv).shape[0]
+    starts = np.broadcast_to(np.asarray(phase), (tokens,))[:, None] + np.arange(heads)[None, :] * head_dim
     xf = rows.astype(F32)
     _, inv = row_stats_twin(xf, epsilon, plan.fold, (starts % dt.vec_elems).ravel(), dt.vec_elems)
     w = np.where(is_q[:, None], np.asarray(q_weight).astype(F32), np.asarray(k_weight).astype(F32))
