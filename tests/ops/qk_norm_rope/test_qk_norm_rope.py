@@ -4,7 +4,6 @@ compiled by NVRTC for sm_90 (no spills, 16-byte accesses where aligned, PDL's wa
 arguments and every refusal before a launch (through the fake driver), and the registry entry."""
 import importlib
 
-import ml_dtypes
 import numpy as np
 import pytest
 
