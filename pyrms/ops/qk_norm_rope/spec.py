@@ -24,7 +24,7 @@ def _operands(**_):
 QK_NORM_ROPE = OpSpec(
     name="qk_norm_rope", module="pyrms.ops.qk_norm_rope.op", source=QkNormRopePlan.source, plan=QkNormRopePlan,
     option_sets=_option_sets, unit=_unit, inspect=None,
-    twin="pyrms.ops.qk_norm_rope.twin",
+    twin="pyrms.ops.qk_norm_rope.twin", torch="pyrms.ops.qk_norm_rope.torch_binding",
     check="qk_norm_rope", operands=_operands, case_options=("gemma", "is_neox", "rotary_dim", "epsilon", "specials", "pdl"))
 
 SPECS = (QK_NORM_ROPE,)

@@ -224,7 +224,8 @@ def test_precompile_lists_its_units():
 
 def test_registry_entry():
     spec = registry.get("qk_norm_rope")
-    assert spec.module == "pyrms.ops.qk_norm_rope.op" and spec.source == "qk_norm_rope.cu" and spec.torch is None
+    assert spec.module == "pyrms.ops.qk_norm_rope.op" and spec.source == "qk_norm_rope.cu"
+    assert spec.torch == "pyrms.ops.qk_norm_rope.torch_binding"
     assert spec.flags == ("gemma", "is_neox") and spec.operands()[0] == ("qkv",)
     assert registry.NAMES.index("qk_norm_rope") < registry.NAMES.index("seed_rms_norm")  # the seed stays last
     assert pyrms.qk_norm_rope is qk_module.qk_norm_rope and "qk_norm_rope" in pyrms.__all__
