@@ -12,11 +12,21 @@ from pyrms import driver, dtypes
 from pyrms.ops.qk_norm_rope.twin import qk_norm_rope_twin
 from tests.support import case_matrix
 from tests.support.hostile_cases import FakeArray
-from tests.support.testing import _closing, _raw, allocate, check_case, check_qk_norm_rope, rope_cache
+from tests.ops.qk_norm_rope.cases import check_qk_norm_rope, rope_cache
+from tests.support.testing import allocate, check_case, closing, guarded
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = ["bfloat16", "float16", "float32"]
+
+
+def on_device(values: np.ndarray):
+    """A guarded [rows, n] operand holding ``values`` (a cos_sin_cache table, or positions as one row)."""
+    values = np.atleast_2d(values)
+    operand = guarded(values.dtype, values.shape[0], values.shape[1], 0, None, 0)
+    operand.set_values(values)
+    operand.upload()
+    return operand
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -67,10 +77,10 @@ def test_position_zero_is_rms_norms_round_once_row(rng, dtype):
     width = (nq + 2 * nkv) * head_dim
     src = allocate(rng, dt, tokens, width, misalign=1)
     w = allocate(rng, dt, 1, head_dim, low=0.5, high=1.5)
-    cache = _raw(rope_cache(4, head_dim).ravel(), 0, 4, head_dim, head_dim)
-    positions = _raw(np.zeros(tokens, np.int64), 0, 1, tokens, tokens)
+    cache = on_device(rope_cache(4, head_dim))
+    positions = on_device(np.zeros(tokens, np.int64))
     out = allocate(rng, dt, tokens, width, misalign=1, poison=True)
-    with _closing(src, w, cache, positions, out):
+    with closing(src, w, cache, positions, out):
         pyrms.rms_norm(out.ptr, src.ptr, w.ptr, 1e-6, (tokens, nq + nkv), head_dim, dtype=dt,
                        input_stride=(width, head_dim), out_stride=(width, head_dim), round_once=True)
         pyrms.qk_norm_rope(src.ptr, w.ptr, w.ptr, cache.ptr, positions.ptr, num_q_heads=nq, num_kv_heads=nkv,
@@ -90,11 +100,11 @@ def test_a_tokens_result_does_not_depend_on_the_batch(rng):
     one.set_values(many.values()[123:124])
     one.upload()
     w = allocate(rng, dt, 1, head_dim)
-    cache = _raw(rope_cache(64, head_dim).ravel(), 0, 64, head_dim, head_dim)
+    cache = on_device(rope_cache(64, head_dim))
     pos = rng.integers(0, 64, 300)
-    positions = _raw(pos, 0, 1, 300, 300)
-    position = _raw(pos[123:124].copy(), 0, 1, 1, 1)
-    with _closing(many, one, w, cache, positions, position):
+    positions = on_device(pos)
+    position = on_device(pos[123:124])
+    with closing(many, one, w, cache, positions, position):
         for x, p, n in ((many, positions, 300), (one, position, 1)):
             pyrms.qk_norm_rope(x.ptr, w.ptr, w.ptr, cache.ptr, p.ptr, num_q_heads=nq, num_kv_heads=nkv,
                                head_dim=head_dim, num_tokens=n, is_neox=False)
@@ -111,12 +121,12 @@ def test_pyrms_tensors_and_array_interfaces(rng):
     x = allocate(rng, dt, tokens, heads * head_dim, stride=stride)
     qw, kw = allocate(rng, dt, 1, head_dim), allocate(rng, dt, 1, head_dim)
     table = rope_cache(50, rot)
-    cache = _raw(table.ravel(), 0, 50, rot, rot)
+    cache = on_device(table)
     pos = rng.integers(0, 50, tokens)
-    positions = _raw(pos, 0, 1, tokens, tokens)
+    positions = on_device(pos)
     want = qk_norm_rope_twin(x.values(), qw.values()[0], kw.values()[0], table, pos, num_q_heads=nq,
                              num_kv_heads=nkv, head_dim=head_dim, rotary_dim=rot)
-    with _closing(x, qw, kw, cache, positions):
+    with closing(x, qw, kw, cache, positions):
         qkv = pyrms.Tensor(x.ptr, (tokens, heads, head_dim), dt, (stride, head_dim, 1), 0)
         pyrms.qk_norm_rope(qkv, pyrms.Tensor(qw.ptr, (head_dim,), dt), pyrms.Tensor(kw.ptr, (head_dim,), dt),
                            FakeArray(cache.ptr, (50, rot), "<f4"), FakeArray(positions.ptr, (tokens,), "<i8"),

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from pyrms.ops.qk_norm_rope.twin import qk_norm_rope_twin
-from tests.support.testing import rope_cache
+from tests.ops.qk_norm_rope.cases import rope_cache
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
