@@ -8,15 +8,14 @@ from .. import _adapter, _operands as check
 
 
 def qkv_array(value, dtype, width: int, heads: int, head_dim: int, token_stride):
-    """(pointer, tokens, token stride, dtype, view) of a qkv array: [tokens, width] or [tokens, heads, head_dim]
+    """(view, tokens, token stride) of a qkv array: [tokens, width] or [tokens, heads, head_dim]
     (heads = q + 2 kv heads), contiguous inside a token, any token stride; its dtype must agree with one given."""
     view = _adapter.read("qkv", value, None if dtype is None else dtypes.get(dtype), written=True)
     shape, strides = view.shape, view.strides
-    if shape[1:] == (width,) and (width == 1 or strides[1] == 1):
-        pass
-    elif shape[1:] == (heads, head_dim) and (heads == 1 or strides[1] == head_dim) and (head_dim == 1 or strides[2] == 1):
-        pass
-    else:
+    flat = shape[1:] == (width,) and (width == 1 or strides[1] == 1)
+    per_head = shape[1:] == (heads, head_dim) and (heads == 1 or strides[1] == head_dim) and (
+        head_dim == 1 or strides[2] == 1)
+    if not (flat or per_head):
         raise ValueError(f"qkv has shape {shape} and strides {strides} (elements); expected [tokens, {width}] or "
                          f"[tokens, {heads}, {head_dim}] (q, k and v heads), contiguous inside each token")
     tokens = shape[0]
@@ -25,7 +24,7 @@ def qkv_array(value, dtype, width: int, heads: int, head_dim: int, token_stride)
         raise ValueError(f"token_stride={token_stride} but qkv's token stride is {stride}; leave token_stride out")
     if dtype is not None and dtypes.get(dtype) is not view.dtype:
         raise ValueError(f"qkv has dtype {view.dtype.name}, but the dtype is {dtypes.get(dtype).name}")
-    return view.ptr, tokens, stride, view.dtype, view
+    return view, tokens, stride
 
 
 def weight_array(name: str, value, dt: dtypes.DType, head_dim: int):

@@ -8,8 +8,7 @@ from ... import driver, dtypes, launch
 from .. import _operands as check
 from .. import _placement
 from ..._types import DTypeLike, Operand, StreamLike
-from .._prepared import Pointers, use_pdl
-from .._prepared import PreparedCache
+from .._prepared import Pointers, PreparedCache, use_pdl
 from . import arrays as _arrays
 from .plan import plan_qk_norm_rope
 from .twin import rotary_dim_arg
@@ -114,27 +113,31 @@ def qk_norm_rope(qkv: Operand, q_weight: Operand, k_weight: Operand, cos_sin_cac
     another operand. ``stream``, ``pdl``: as every pyrms op takes them. Everything else is validated before the
     launch; the launch is asynchronous on ``stream``.
     """
+    views: dict[str, Any] = {}  # the arrays given, whose device is checked once they are all read
     if type(qkv) is not int:
         heads = check.size("num_q_heads", num_q_heads) + 2 * check.size("num_kv_heads", num_kv_heads)
         head_dim = check.size("head_dim", head_dim)
-        qkv, tokens, token_stride, dtype, _ = _arrays.qkv_array(qkv, dtype, heads * head_dim, heads, head_dim,
-                                                                token_stride)
+        views["qkv"], tokens, token_stride = _arrays.qkv_array(qkv, dtype, heads * head_dim, heads, head_dim,
+                                                               token_stride)
         if num_tokens is not None and num_tokens != tokens:
             raise ValueError(f"num_tokens={num_tokens}, but qkv has {tokens} tokens")
-        num_tokens = tokens
+        num_tokens, qkv = tokens, views["qkv"].ptr
+        dtype = dt = dtypes.get(views["qkv"].dtype)
         if num_tokens == 0:
             return
-        dt = dtypes.get(dtype)
         if type(q_weight) is not int:
-            q_weight = _arrays.weight_array("q_weight", q_weight, dt, head_dim).ptr
+            views["q_weight"] = _arrays.weight_array("q_weight", q_weight, dt, head_dim)
+            q_weight = views["q_weight"].ptr
         if type(k_weight) is not int:
-            k_weight = _arrays.weight_array("k_weight", k_weight, dt, head_dim).ptr
+            views["k_weight"] = _arrays.weight_array("k_weight", k_weight, dt, head_dim)
+            k_weight = views["k_weight"].ptr
     if type(cos_sin_cache) is not int:
-        cache, rotary_dim = _arrays.cache_array(cos_sin_cache, rotary_dim)
-        cos_sin_cache = cache.ptr
-        check.arrays_on_device({"cos_sin_cache": cache})
+        views["cos_sin_cache"], rotary_dim = _arrays.cache_array(cos_sin_cache, rotary_dim)
+        cos_sin_cache = views["cos_sin_cache"].ptr
     if type(positions) is not int and num_tokens is not None:
         positions = _arrays.positions_array(positions, num_tokens)
+    if views:
+        check.arrays_on_device(views)
     pointers: tuple[Any, ...] = (qkv, q_weight, k_weight, cos_sin_cache, positions)
     static = (dtype, num_q_heads, num_kv_heads, head_dim, rotary_dim, token_stride, is_neox, gemma, pdl)
     prepared = _prepared.get(*static)
