@@ -36,7 +36,10 @@
 
 namespace pyrms {
 
-// Threads per block (pyrms/ops/_row_plan.py PACKED_THREADS, the packed rows' block).
+// Threads per block (pyrms/ops/_row_plan.py PACKED_THREADS, the packed rows' block). Shapes of at most two held
+// vectors per lane are bounded to four resident blocks (64 registers: half the SM's threads, for latency hiding
+// across many short heads); with no minimum, ptxas spilled fp32's (8, 1) variant at 40 registers, and four held
+// vectors spill at 64 (ptxas -v: tests/ops/qk_norm_rope/test_qk_norm_rope.py compiles every variant).
 constexpr int QK_NORM_ROPE_THREADS = 256;
 
 // One token's rotation: its cos_sin_cache row (cos in [0, half), sin in [half, 2 * half)).
@@ -60,7 +63,7 @@ struct Rotary {
 };
 
 template <typename T, int CACHE, int LANES, bool ALIGNED, bool GEMMA, bool IS_NEOX>
-__global__ void __launch_bounds__(QK_NORM_ROPE_THREADS) qk_norm_rope_kernel(
+__global__ void __launch_bounds__(QK_NORM_ROPE_THREADS, CACHE <= 2 ? 4 : 1) qk_norm_rope_kernel(
     T* qkv, const T* __restrict__ q_weight, const T* __restrict__ k_weight, const float* __restrict__ cos_sin_cache,
     const long long* __restrict__ positions, float epsilon, int rows, int heads, int q_heads, int head_dim,
     int rotary_dim, long long token_stride) {
