@@ -2,7 +2,7 @@
 a unit does not depend on head_dim; a head too long to pack is refused at the call)."""
 from __future__ import annotations
 
-from .._spec import OpSpec, Unit
+from .._spec import OpSpec, Unit, row_labels
 from .plan import QkNormRopePlan
 
 
@@ -12,7 +12,7 @@ def _option_sets(dt) -> list[dict]:
 
 def _unit(dt, head_dim, *, gemma=False, is_neox=False) -> Unit:
     p = QkNormRopePlan(dt, head_dim, 0, 0, gemma, is_neox)  # the group only: every packed shape
-    label = "".join(f" {name}" for name in p.FLAGS if getattr(p, name))
+    label, _ = row_labels(dt, dict(gemma=gemma, is_neox=is_neox), None, None)
     return Unit(p.source, p.group, f"{p.source} {dt.name}{label}")
 
 
