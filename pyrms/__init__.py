@@ -12,7 +12,8 @@ keep vLLM's order.
 
 and the rest of the family: fused_add_rms_norm, rms_norm_backward, layer_norm, layer_norm_backward, and the
 quantizing rms_norm_quant and fused_add_rms_norm_quant (fp8/int8 outputs), and static_quant (vLLM's
-static_scaled_fp8_quant: a standalone fp8/int8 quantizer with one scale).
+static_scaled_fp8_quant: a standalone fp8/int8 quantizer with one scale), and qk_norm_rope (QK-norm then
+rotary embedding, in place on a fused QKV: vLLM's fused_qk_norm_rope).
 
 Importing pyrms never touches the GPU; the driver is initialized at first use, and a machine
 without one raises pyrms.NoDriverError then.
@@ -25,6 +26,7 @@ from .errors import (CompileError, CudaError, HeaderNotFoundError, NoDriverError
 from .ops import backward_workspace_bytes, release_workspaces
 from .ops.fused_add_rms_norm import fused_add_rms_norm
 from .ops.layer_norm import layer_norm, layer_norm_backward
+from .ops.qk_norm_rope import qk_norm_rope
 from .ops.rms_norm import rms_norm
 from .ops.rms_norm_backward import rms_norm_backward
 from .ops.rms_norm_quant import fused_add_rms_norm_quant, rms_norm_quant
@@ -34,7 +36,7 @@ from .tensor import Tensor
 
 __all__ = [
     "__version__", "rms_norm", "seed_rms_norm", "fused_add_rms_norm", "rms_norm_backward", "layer_norm",
-    "rms_norm_quant", "fused_add_rms_norm_quant", "static_quant",
+    "rms_norm_quant", "fused_add_rms_norm_quant", "static_quant", "qk_norm_rope",
     "layer_norm_backward", "backward_workspace_bytes", "release_workspaces", "Tensor", "Stream", "Event", "DeviceBuffer", "PinnedBuffer",
     "get_device", "synchronize", "BFLOAT16", "FLOAT16", "FLOAT32", "PyrmsError", "CudaError", "NoDriverError",
     "OutOfMemoryError", "CompileError", "HeaderNotFoundError", "NvrtcNotFoundError",

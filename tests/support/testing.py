@@ -29,7 +29,7 @@ GUARD = 64  # elements on each side: more than one 16-byte vector in every dtype
 
 def bits(a: np.ndarray) -> np.ndarray:
     """Raw bits, so that NaN compares equal to itself and -0 differs from +0."""
-    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
 @dataclass

@@ -1,0 +1,141 @@
+// QK-norm and rotary embedding in one launch, in place on the q and k heads of a fused QKV tensor (vLLM's
+// fused_qk_norm_rope, FlashInfer's apply_rope_with_cos_sin_cache after a per-head RMSNorm). Row r of `rows` is
+// head h = r % heads (the q heads, then the k heads; heads = num_q_heads + num_kv_heads) of token
+// t = r / heads, the head_dim elements at qkv + t * token_stride + h * head_dim; v's heads are not touched.
+//
+//   a[i]   = (x[i] * inv_rms) * w_i                   kept in fp32 (never rounded to T before the rotation)
+//   w_i    = weight[i], or 1 + weight[i] in fp32 (GEMMA); the q heads' weight is q_weight, the k heads' k_weight
+//   inv_rms = 1 / sqrt(sum_i x[i]^2 / head_dim + eps)   in fp32, in the row core's reduction tree
+//   out[i] = round_T(a[i] * c_k - a[j] * s_k)          i the first of its pair
+//   out[i] = round_T(a[i] * c_k + a[j] * s_k)          i the second of its pair
+//   out[i] = round_T(a[i])                             i >= rotary_dim (partial rotary: passed through, normalized)
+//
+// Pairs (i, j) and their frequency k: IS_NEOX (rotate-half): (k, k + rotary_dim / 2), k < rotary_dim / 2;
+// GPT-J (interleaved): (2k, 2k + 1). c_k = cos_sin_cache[p][k], s_k = cos_sin_cache[p][rotary_dim / 2 + k] for
+// p = positions[t] (int64; not checked against the cache's rows, as in vLLM): vLLM's cos_sin_cache layout,
+// fp32. Every product and sum is one correctly rounded fp32 operation (__fmul_rn, __fadd_rn: no FMA), and the
+// value is rounded to T once, at the store, as vLLM's and FlashInfer's fused kernels do (they keep the
+// normalized head in fp32 registers through the rotation); vLLM scales by (inv_rms * w_i), pyrms by
+// (x * inv_rms) * w_i, the RMSNorm row's order (rms_scale with ROUND_ONCE and an fp32 result).
+//
+// Launch: packed rows only (row_core.cuh's RowShape LANES, the shape of rms_norm_nd_kernel's QK-norm rows):
+// LANES lanes per head, blockDim.x / LANES heads per block; the planner picks (LANES, CACHE) from (dtype,
+// head_dim) as rms_norm's packed shape, so the sum of squares is the RMSNorm row's tree for (dtype, head_dim,
+// alignment) with F = 32 (pyrms.reference's rms row twin gives the same inv_rms). Every body vector of a head
+// is one of its lanes' held vectors (the plan packs only such heads). In place: each lane computes all its
+// outputs (reading partners that other lanes own from memory) before the segment's __syncwarp, then stores.
+//
+// Variants: T in {float, __half, __nv_bfloat16}; (CACHE, LANES) as rms_norm.cu's packed kernels; GEMMA; IS_NEOX;
+// ALIGNED (the launcher found qkv and both weights 16-byte aligned, and head_dim and token_stride multiples of
+// the vector): every row is all body, and the partners of a vector are one aligned vector (GPT-J: the vector
+// itself; NeoX where rotary_dim / 2 is a multiple of the vector), loaded whole instead of element by element.
+// The same bits either way. Any other alignment works, element-aligned, through the row core's splits.
+// Cache hints: the body stores stream (st.global.cs: not read again here); the loads keep the default policy, since
+// the partners and weights are read again by other lanes.
+#include "rms_norm_row.cuh"
+
+namespace pyrms {
+
+// Threads per block (pyrms/ops/_row_plan.py PACKED_THREADS, the packed rows' block). Shapes of at most two held
+// vectors per lane are bounded to four resident blocks (64 registers: half the SM's threads, for latency hiding
+// across many short heads); with no minimum, ptxas spilled fp32's (8, 1) variant at 40 registers, and four held
+// vectors spill at 64 (ptxas -v: tests/ops/qk_norm_rope/test_qk_norm_rope.py compiles every variant).
+constexpr int QK_NORM_ROPE_THREADS = 256;
+
+// One token's rotation: its cos_sin_cache row (cos in [0, half), sin in [half, 2 * half)).
+struct Rotary {
+    const float* cs;
+    int dim, half;
+
+    // j, the partner of element i < dim
+    template <bool IS_NEOX> __device__ __forceinline__ int partner(int i) const {
+        return IS_NEOX ? (i < half ? i + half : i - half) : (i ^ 1);
+    }
+    // out[i] of the comment above, in fp32, from a = a[i] and b = a[partner(i)] (b unused for i >= dim)
+    template <bool IS_NEOX> __device__ __forceinline__ float rotate(int i, float a, float b) const {
+        if (i >= dim) return a;
+        const bool first = IS_NEOX ? i < half : (i & 1) == 0;
+        const int k = IS_NEOX ? (first ? i : i - half) : i >> 1;
+        const float ac = __fmul_rn(a, cs[k]);
+        const float bs = __fmul_rn(b, cs[half + k]);
+        return first ? __fsub_rn(ac, bs) : __fadd_rn(ac, bs);
+    }
+};
+
+template <typename T, int CACHE, int LANES, bool ALIGNED, bool GEMMA, bool IS_NEOX>
+__global__ void __launch_bounds__(QK_NORM_ROPE_THREADS, CACHE <= 2 ? 4 : 1) qk_norm_rope_kernel(
+    T* qkv, const T* __restrict__ q_weight, const T* __restrict__ k_weight, const float* __restrict__ cos_sin_cache,
+    const long long* __restrict__ positions, float epsilon, int rows, int heads, int q_heads, int head_dim,
+    int rotary_dim, long long token_stride) {
+    static_assert(LANES > 0, "packed rows only");
+    using Shape = RowShape<CACHE, 1, ALIGNED, LANES>;
+    constexpr int N = Vec<T>::N;
+    begin_dependent_grid();
+    const int r = blockIdx.x * (blockDim.x / LANES) + threadIdx.x / LANES;
+    if (r >= rows) return;  // whole segments: they share no shuffle or barrier with the others
+    const int token = r / heads;
+    const int head = r - token * heads;
+    T* row = qkv + token * token_stride + static_cast<long long>(head) * head_dim;
+    const T* w = head < q_heads ? q_weight : k_weight;
+
+    const Shape sh;
+    Pack<T> held[Shape::SLOTS];
+    WeightVec<T, T> unused_w[Shape::SLOTS];  // the weights are loaded with the partners', after the sum
+    const float inv = row_inv_rms<T, T, CACHE, 1, ALIGNED, false>(sh, row, row, RowIn<T, false>{row}, w, epsilon,
+                                                                  head_dim, held, unused_w);
+    const Rotary rot{cos_sin_cache + positions[token] * rotary_dim, rotary_dim, rotary_dim >> 1};
+    auto norm = [inv](float x, float wi) { return rms_scale<T, GEMMA, true, float>(x, wi, inv); };  // a[i] of x[i]
+    auto from_memory = [&](int i) { return norm(to_float(row[i]), to_float(w[i])); };  // a[i], read from the row
+    auto out_at = [&](int i, float a) {
+        return from_float<T>(rot.rotate<IS_NEOX>(i, a, i < rot.dim ? from_memory(rot.partner<IS_NEOX>(i)) : 0.0f));
+    };
+
+    // Every output of the lane, computed before any is stored: partners are other lanes' elements.
+    const RowSplit s = sh.split(row, head_dim);
+    const int u = sh.lane;
+    const bool has_pre = u < s.pre, has_tail = s.tail + u < head_dim;
+    T pre_out = T(), tail_out = T();
+    if (has_pre) pre_out = out_at(u, from_memory(u));
+    if (has_tail) tail_out = out_at(s.tail + u, from_memory(s.tail + u));
+    const int w_width = weight_width(sh, w, sh.phase(row));
+    // ALIGNED: a vector's partners are one aligned vector (GPT-J: its own; NeoX: half away, when half is whole vectors)
+    const bool whole = ALIGNED && (!IS_NEOX || (rot.half & (N - 1)) == 0);
+    Pack<T> out[Shape::SLOTS];
+#pragma unroll
+    for (int k = 0; k < Shape::HELD; ++k) {
+        const int at = s.pre + sh.held_vector(k) * N;
+        if (sh.held_vector(k) >= s.vectors) continue;
+        const WeightVec<T, T> wv = load_weights<T>(w, at, w_width);
+        float a[N];
+#pragma unroll
+        for (int j = 0; j < N; ++j) a[j] = norm(to_float(held[k].e[j]), wv.at(j));
+        if (whole) {
+            float b[N];
+            if (IS_NEOX) {
+                const int p = at < rot.half ? at + rot.half : at - rot.half;  // the vector's partners (at < dim)
+                const Pack<T> xp = at < rot.dim ? load_aligned(row + p) : held[k];
+                const WeightVec<T, T> wp = at < rot.dim ? load_weights<T>(w, p, 16) : wv;
+#pragma unroll
+                for (int j = 0; j < N; ++j) b[j] = norm(to_float(xp.e[j]), wp.at(j));
+            } else {
+#pragma unroll
+                for (int j = 0; j < N; ++j) b[j] = a[j ^ 1];
+            }
+#pragma unroll
+            for (int j = 0; j < N; ++j) out[k].e[j] = from_float<T>(rot.rotate<IS_NEOX>(at + j, a[j], b[j]));
+        } else {
+#pragma unroll
+            for (int j = 0; j < N; ++j) out[k].e[j] = out_at(at + j, a[j]);
+        }
+    }
+    __syncwarp(sh.segment_mask());  // every lane of the head has read what it needs before any store
+
+    if (has_pre) row[u] = pre_out;
+    if (has_tail) row[s.tail + u] = tail_out;
+#pragma unroll
+    for (int k = 0; k < Shape::HELD; ++k) {
+        if (sh.held_vector(k) < s.vectors) store_streaming(row + s.pre + sh.held_vector(k) * N, out[k]);
+    }
+}
+
+}  // namespace pyrms
