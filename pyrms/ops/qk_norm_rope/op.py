@@ -2,10 +2,14 @@
 (kernel: cuda_src/qk_norm_rope.cu; the twin: pyrms.ops.qk_norm_rope.twin.qk_norm_rope_twin)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
-from ... import driver, dtypes, launch
+import numpy as np
+
+from ... import dtypes, launch
 from .. import _operands as check
+from .. import _explain as _explain_path
 from .. import _placement
 from ..._types import DTypeLike, Operand, StreamLike
 from .._prepared import Pointers, PreparedCache, use_pdl
@@ -14,6 +18,7 @@ from .plan import plan_qk_norm_rope
 from .twin import rotary_dim_arg
 
 _NAMES = ("qkv", "q_weight", "k_weight", "cos_sin_cache", "positions")
+_INT64 = dtypes.DType("int64", np.dtype(np.int64), "long long", 8)  # the positions' element, for the explain path
 _ALIGN = 15  # the ALIGNED kernel's pointers: 16 bytes
 
 # Launch arguments: qkv, q_weight, k_weight, cos_sin_cache, positions, epsilon, rows (the call's), then the
@@ -150,30 +155,40 @@ def qk_norm_rope(qkv: Operand, q_weight: Operand, k_weight: Operand, cos_sin_cac
 
 
 def _explain(pointers, epsilon, num_tokens, static, stream) -> None:
-    """Raise the error that names what the prepared launch declined (in its order, the driver last)."""
+    """Raise the error that names what the prepared launch declined (the shared explain path)."""
     dtype, num_q_heads, num_kv_heads, head_dim, rotary_dim, token_stride, is_neox, gemma, pdl = static
-    check.flag("pdl", pdl)
-    dt = dtypes.BFLOAT16 if dtype is None else dtypes.get(dtype)
-    nq, nkv = check.size("num_q_heads", num_q_heads), check.size("num_kv_heads", num_kv_heads)
-    head_dim = check.size("head_dim", head_dim)
-    plan_qk_norm_rope(dt, head_dim, gemma=check.flag("gemma", gemma), is_neox=check.flag("is_neox", is_neox))
-    rot = rotary_dim_arg(rotary_dim, head_dim)
-    width = (nq + 2 * nkv) * head_dim
-    stride = _token_stride(token_stride, width)
-    check.epsilon(epsilon)
+    _explain_path.explain(_DECLARATION, dict(zip(_NAMES, pointers), epsilon=epsilon, num_tokens=num_tokens,
+                                             hidden_size=head_dim, dtype=dtype, num_q_heads=num_q_heads,
+                                             num_kv_heads=num_kv_heads, rotary_dim=rotary_dim,
+                                             token_stride=token_stride, is_neox=is_neox, gemma=gemma, pdl=pdl,
+                                             stream=stream))
+
+
+def _sizes(num_tokens, head_dim) -> tuple[int, int]:
+    """The call's tokens and head_dim (a raw qkv says nothing of its tokens: num_tokens is required)."""
     if num_tokens is None:
         raise TypeError("num_tokens is required when qkv is a raw pointer")
-    tokens = check.size("num_tokens", num_tokens)
+    return check.size("num_tokens", num_tokens), check.size("head_dim", head_dim)
+
+
+def _facts(call: dict, tokens: int, head_dim: int) -> SimpleNamespace:
+    """qk_norm_rope's own checks for the shared explain path: the head counts, the plan's options, rotary_dim,
+    token_stride and the heads' index range; the dtype and the operands' spans that follow from them."""
+    dt = dtypes.BFLOAT16 if call["dtype"] is None else dtypes.get(call["dtype"])
+    nq, nkv = check.size("num_q_heads", call["num_q_heads"]), check.size("num_kv_heads", call["num_kv_heads"])
+    plan_qk_norm_rope(dt, head_dim, gemma=call["gemma"], is_neox=call["is_neox"])
+    rot = rotary_dim_arg(call["rotary_dim"], head_dim)
+    stride = _token_stride(call["token_stride"], (nq + 2 * nkv) * head_dim)
     if tokens * (nq + nkv) > check.INT32_MAX:
         raise ValueError(f"num_tokens * (num_q_heads + num_kv_heads) must be at most {check.INT32_MAX}, got "
                          f"{tokens} * {nq + nkv}")
-    for name, ptr in zip(_NAMES, pointers):
-        if type(ptr) is not int:
-            raise TypeError(f"{name} must be a device pointer (int), got {type(ptr).__name__}")
-    shapes = {"qkv": (dt.itemsize, stride, (nq + nkv) * head_dim), "q_weight": (dt.itemsize, 0, head_dim),
-              "k_weight": (dt.itemsize, 0, head_dim), "cos_sin_cache": (4, 0, rot), "positions": (8, 1, 1)}
-    element = {"qkv": dt.name, "q_weight": dt.name, "k_weight": dt.name, "cos_sin_cache": "float32",
-               "positions": "int64"}
-    check.pointer_table(dict(zip(_NAMES, pointers)), shapes, tokens, element, {"qkv"})
-    check.stream(stream)
-    _placement.check(driver.selected_device(), dict(zip(_NAMES, pointers)), stream)
+    return SimpleNamespace(dtype=dt, qkv_span=(stride, (nq + nkv) * head_dim), cache_span=(0, rot))
+
+
+# qkv (its q and k heads rewritten in place) first, so that overlaps read "qkv and ..."; the weights [head_dim].
+_DECLARATION = _explain_path.Declaration(
+    operands=(_explain_path.Memory("qkv", span=_explain_path.Fact("qkv_span"), written=True),
+              _explain_path.Memory("q_weight"), _explain_path.Memory("k_weight"),
+              _explain_path.Memory("cos_sin_cache", dtypes.FLOAT32, span=_explain_path.Fact("cache_span")),
+              _explain_path.Memory("positions", _INT64, span=_explain_path.PER_ROW)),
+    facts=_facts, flags=("pdl", "gemma", "is_neox"), its_elements=True, sizes=_sizes)
