@@ -400,6 +400,7 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const flo
 // first, as kernel 1 writes it, changes nothing: a sum made from +0 by additions is never -0.
 // For few rows: the column blocks read every row, FEW_LANE_BATCH lanes' rows in flight at once; the launcher
 // takes it where the rows make at most 32 chunks of at most FEW_CHUNK_ROWS rows, so that a lane sums one chunk,
+// and never in place (the column blocks read x and dy while the row blocks write dx),
 // and the plan's block has at most FEW_MAX_THREADS threads (the kernels' launch bounds: registers for the batch).
 constexpr int FEW_CHUNK_ROWS = 4;
 constexpr int FEW_LANE_BATCH = 4;

@@ -118,6 +118,11 @@ class Prepared:
         return self.staged_kernel is not None and not (grad_input & m_gi or grad_output & m_go or input & m_x
                                                        or weight & m_w)
 
+    def _one_launch(self, grad_input, grad_output, input, num_tokens) -> bool:
+        """Whether a call given the saved statistics takes the one launch of few rows: where planned, and not in
+        place (its column blocks read x and dy while its row blocks write dx)."""
+        return num_tokens <= self.few_rows and grad_input != grad_output and grad_input != input
+
     def _call_shape(self, num_tokens: int, staged: bool) -> tuple[int, int, int, int, int, int]:
         """(rows per block, the kernel's chunk argument, sum_partials' group, workspace rows, workspace bytes,
         chunks) of a call, from the plan."""
@@ -139,7 +144,7 @@ class Prepared:
         """Bytes of workspace a call with these pointers needs (0: none), for a caller that passes its own
         (pyrms.torch takes it from torch's caching allocator, on the stream the launch runs on); saved: the call
         is given the forward's statistics (few rows then need none)."""
-        if saved and num_tokens <= self.few_rows:
+        if saved and self._one_launch(grad_input, grad_output, input, num_tokens):
             return 0
         return self._call_shape(num_tokens, self._staged(grad_input, grad_output, input, weight))[4]
 
@@ -163,7 +168,7 @@ class Prepared:
         if placed is not None and not placed.ok(pointers, handle):
             return False
         gi_stride, go_stride, x_stride = self.strides
-        if num_tokens <= self.few_rows and rstd:
+        if rstd and self._one_launch(grad_input, grad_output, input, num_tokens):
             # grad_weight and grad_bias by name (0: not written), from the planes' order
             named = (0, *grads) if self.weightless else (*grads, 0)
             self.few_kernel.launch(num_tokens + -(-hidden // 32), p.block,

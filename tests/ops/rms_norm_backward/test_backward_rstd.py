@@ -98,3 +98,14 @@ def test_the_pointer_follows_the_weight_in_every_kernel(recorded, aligned):
     calls.clear()
     pyrms.layer_norm_backward(A, B, None, C + shift, D, E, 1e-5, 4, 64, dtype="bfloat16", mean=F, rstd=F + 64)
     assert calls[0][4][:12] == (A, B, 0, 0, C + shift, D, E, F, F + 64, 1e-5, 4, 64)
+
+
+@pytest.mark.parametrize("in_place", ["grad_output", "input"])
+def test_few_rows_in_place_take_the_two_kernels(recorded, in_place):
+    """The one launch's column blocks read x and dy while its row blocks write dx: in place, the two kernels run."""
+    calls, _ = recorded
+    p = bwd_plan.plan_norm_backward("bfloat16", 64)
+    dy, x = (A, D) if in_place == "grad_output" else (C, A)
+    pyrms.rms_norm_backward(A, B, dy, x, E, 1e-5, 4, 64, dtype="bfloat16", rstd=F)
+    kernels = [c[0] for c in calls]
+    assert p.few_expression not in kernels and p.sum_expression in kernels
