@@ -11,12 +11,14 @@ the cuda.bindings call itself needs: the argument values are written with one ``
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import operator
 import struct
 import threading
 from threading import get_ident
+from typing import Any, Iterator, NamedTuple
 
 from . import compiler, driver, errors
 
@@ -42,6 +44,9 @@ _WRONG_CONTEXT = frozenset({"CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HA
 # device, which a failed launch corrects as above. A CUkernel on an explicit stream runs in the
 # stream's context: nothing is made current for it.
 _PER_THREAD_MAX = 4096  # entries kept, whatever threads come and go
+# Threads inside binding() (pyrms.bind), by threading.get_ident: the launches their call would make, recorded
+# instead of made. Empty but while a thread binds, so that a launch pays one test of an empty dict for it.
+_binding: dict[int, list] = {}
 
 
 class KernelNotFoundError(errors.PyrmsError, KeyError):
@@ -169,6 +174,10 @@ class Kernel:
             bx, by, bz = block, 1, 1
         else:
             bx, by, bz = _dims(block, "block")
+        if _binding and get_ident() in _binding:
+            _binding[get_ident()].append(Recorded(self, False, (gx, gy, gz), (bx, by, bz), shared_bytes, stream,
+                                                  tuple(args), bool(pdl), self.device))
+            return
         try:
             pack = self._packs.pack
         except AttributeError:
@@ -239,6 +248,10 @@ class RowLaunch:
         the kernel's function in this device's context, made current first where this thread's last
         launch did not."""
         ident = get_ident()
+        if _binding and ident in _binding:
+            _binding[ident].append(Recorded(kernel, kernel.any_context, (grid, 1, 1), (self.block, 1, 1),
+                                            self.shared_bytes, stream, (*head, *self.tail), self.pdl, self.device))
+            return
         pack = self._packs.get(ident)
         if pack is None:
             pack = self._new_pack(ident)
@@ -284,6 +297,141 @@ class RowLaunch:
         _make_current(self.device, self._contexts)
         driver.launch_kernel(kernel.function, grid, 1, 1, self.block, 1, 1, self.shared_bytes, stream, pack.address,
                              self.pdl)
+
+
+class Recorded(NamedTuple):
+    """A launch recorded inside binding() instead of made: the kernel, whether its CUkernel may run on an
+    explicit stream (``Kernel.any_context``, as RowLaunch passes it), the grid and block (three ints each), the
+    dynamic shared bytes, the stream as given, the arguments, PDL, and the device whose context runs the
+    kernel's function (None: the current one)."""
+
+    kernel: Kernel
+    any_context: bool
+    grid: tuple
+    block: tuple
+    shared_bytes: int
+    stream: Any
+    args: tuple
+    pdl: bool
+    device: "driver.Device | None"
+
+
+@contextlib.contextmanager
+def binding() -> Iterator[list]:
+    """Inside the block, the calling thread's launches (Kernel.launch, RowLaunch) are recorded in the list it
+    yields (as Recorded) instead of made; other threads launch as usual."""
+    ident = get_ident()
+    if ident in _binding:
+        raise RuntimeError("pyrms.bind: a call being bound cannot bind another")
+    made = _binding[ident] = []
+    try:
+        yield made
+    finally:
+        del _binding[ident]
+
+
+def binding_now() -> bool:
+    """Whether the calling thread is inside binding() (what allocates per call refuses to be bound)."""
+    return get_ident() in _binding
+
+
+class BoundLaunch:
+    """Launches bound to their arguments (``pyrms.bind`` makes them): packed once, each with its complete
+    launch configuration, so that a call is one cuLaunchKernelEx per launch and nothing else.
+
+    ``bound()`` launches on the stream the launches were recorded with; ``bound(stream)`` on another (a raw
+    handle, a pyrms Stream, or anything with ``__cuda_stream__``/``.cuda_stream``), whose configurations are
+    built once and kept (``check_stream(stream)`` first refuses a stream of another device). Launch errors
+    are raised as from Kernel.launch: a kernel's function whose context is not current on the calling thread
+    (another thread, another library's context) is retried once after making its device's context current,
+    anything else raises CudaError. ``result``: what the bound call returned (its output, say); ``operands``:
+    what it was given (kept alive with it)."""
+
+    __slots__ = ("result", "operands", "recorded", "_launch", "_plan", "_packs", "_streams", "_check_stream", "_contexts",
+                 "__weakref__")
+
+    _STREAMS_MAX = 64  # other streams' configurations kept, whatever streams a caller passes
+
+    def __init__(self, recorded, result=None, check_stream=None):
+        if not recorded:
+            raise ValueError("nothing to bind: the call launches nothing")
+        self.recorded = tuple(recorded)
+        self.result = result
+        self.operands = None
+        self._packs = []
+        for r in self.recorded:
+            pack = ArgPack(r.kernel.signature, r.kernel.name)
+            pack.pack(r.args)
+            self._packs.append(pack)
+        self._launch = driver.raw_launch(True)
+        self._check_stream = check_stream
+        self._contexts = driver.process_state().contexts
+        self._streams: dict = {}
+        self._plan = self._plan_for([driver.stream_handle(r.stream) for r in self.recorded])
+
+    def _plan_for(self, handles) -> tuple:
+        """Per launch (config, handle, params address) on the stream ``handles`` name (one raw handle each)."""
+        plan = []
+        for r, pack, stream in zip(self.recorded, self._packs, handles):
+            handle = r.kernel.handle if r.any_context and stream > 2 else r.kernel.function
+            plan.append((driver.launch_config(r.grid, r.block, r.shared_bytes, stream, r.pdl), handle, pack.address))
+        return plan[0] if len(plan) == 1 else tuple(plan)
+
+    def _on(self, stream):
+        """The plan on ``stream`` (another than the recorded one), built and checked once."""
+        try:
+            plan = self._streams.get(stream)
+        except TypeError:  # unhashable: built and checked every call
+            plan = None
+        if plan is None:
+            handle = driver.stream_handle(stream)
+            if self._check_stream is not None:
+                self._check_stream(stream)
+            plan = self._plan_for([handle] * len(self.recorded))
+            try:
+                if len(self._streams) >= self._STREAMS_MAX:
+                    self._streams.clear()
+                self._streams[stream] = plan
+            except TypeError:
+                pass
+        return plan
+
+    def __call__(self, stream=None) -> None:
+        """Launch, on the recorded stream or on ``stream``."""
+        config, handle, address = self._plan if stream is None else self._on(stream)
+        result = self._launch(config, handle, address, 0)
+        if result[0]:
+            self._failed(0, config, handle, address, result)
+
+    def _failed(self, index, config, handle, address, result) -> None:
+        """A launch error: a kernel function's launch retried once after making its device's context current
+        (as RowLaunch does), raised otherwise."""
+        r = self.recorded[index]
+        try:
+            errors.check(result, "cuLaunchKernelEx")
+        except errors.CudaError as exc:
+            if exc.name not in _WRONG_CONTEXT or handle is not r.kernel.function or r.device is None:
+                raise
+        _make_current(r.device, self._contexts)
+        errors.check(self._launch(config, handle, address, 0), "cuLaunchKernelEx")
+
+
+class BoundLaunches(BoundLaunch):
+    """A BoundLaunch of several launches (a call that makes more than one), made in their order."""
+
+    __slots__ = ()
+
+    def __call__(self, stream=None) -> None:
+        """Launch each, on the recorded streams or all on ``stream``."""
+        for index, (config, handle, address) in enumerate(self._plan if stream is None else self._on(stream)):
+            result = self._launch(config, handle, address, 0)
+            if result[0]:
+                self._failed(index, config, handle, address, result)
+
+
+def bound(recorded, result=None, check_stream=None) -> BoundLaunch:
+    """The BoundLaunch (one launch) or BoundLaunches (several) of ``recorded`` (binding()'s list)."""
+    return (BoundLaunch if len(recorded) == 1 else BoundLaunches)(recorded, result, check_stream)
 
 
 class Module:
