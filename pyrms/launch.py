@@ -398,10 +398,19 @@ class BoundLaunch:
 
     def __call__(self, stream=None) -> None:
         """Launch, on the recorded stream or on ``stream``."""
+        if _binding and self._recording(stream):
+            return
         config, handle, address = self._plan if stream is None else self._on(stream)
         result = self._launch(config, handle, address, 0)
         if result[0]:
             self._failed(0, config, handle, address, result)
+
+    def _recording(self, stream) -> bool:
+        """Inside binding() (a call being bound launches through a bound one): the launches recorded, not made."""
+        made = _binding.get(get_ident())
+        if made is not None:
+            made.extend(self.recorded if stream is None else (r._replace(stream=stream) for r in self.recorded))
+        return made is not None
 
     def _failed(self, index, config, handle, address, result) -> None:
         """A launch error: a kernel function's launch retried once after making its device's context current
@@ -423,6 +432,8 @@ class BoundLaunches(BoundLaunch):
 
     def __call__(self, stream=None) -> None:
         """Launch each, on the recorded streams or all on ``stream``."""
+        if _binding and self._recording(stream):
+            return
         for index, (config, handle, address) in enumerate(self._plan if stream is None else self._on(stream)):
             result = self._launch(config, handle, address, 0)
             if result[0]:

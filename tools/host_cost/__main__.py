@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Host cost per call of the benchmark's host-section variants on a machine without a GPU:
 
-    python -m tools.host_cost [--rounds 11] [--number 2000] [--only pyrms,bare] [--callgrind]
+    python -m tools.host_cost [--rounds 41] [--number 500] [--only pyrms,bare] [--callgrind]
 
 The variants are ``python -m pyrms.bench``'s host section's (pyrms.bench.host.host_variants: every op's
 call on raw ints, its bare cuLaunchKernel calls and the extras; those needing PyTorch's CUDA are left out),
@@ -11,7 +11,8 @@ point returns CUDA_SUCCESS at once. So the figures are pyrms's Python and the bi
 conversion, not the driver's work: a GPU host's bare launch costs several times the stand-in's.
 
 Timing: ``timeit`` of ``--number`` calls per variant, the variants interleaved round by round, best of
-``--rounds``. ``--callgrind``: instructions per call instead, deterministic (PYTHONHASHSEED=0), counted by
+``--rounds`` (many short rounds: on a shared machine most rounds lose the processor at some point).
+``--callgrind``: instructions per call instead, deterministic (PYTHONHASHSEED=0), counted by
 valgrind's callgrind over ``--number`` calls against ``2 * --number`` (the difference: one-off costs cancel).
 """
 from __future__ import annotations
@@ -95,8 +96,8 @@ def _callgrind(env, args, name: str, calls: int) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--number", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=41)
+    parser.add_argument("--number", type=int, default=500)
     parser.add_argument("--only", default=None, help="comma-separated variant names")
     parser.add_argument("--callgrind", action="store_true")
     parser.add_argument("--calls", type=int, default=None, help=argparse.SUPPRESS)
