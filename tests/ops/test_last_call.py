@@ -115,3 +115,18 @@ def test_another_selected_device_is_checked(monkeypatch):
         pyrms.rms_norm(y, x, w, 1e-5, ROWS, HIDDEN, dtype="float32")
     for buf in buffers:
         buf.close()
+
+
+def test_launch_prepared_is_the_raw_call_for_adapters(pointers):
+    fake, x, w, _, y = pointers
+    fake.kernel_params = EveryKernel(RMS_ROWS_ARGS)
+    expected = made(fake, lambda: pyrms.rms_norm(y, x, w, 1e-5, ROWS, HIDDEN, dtype="bfloat16"))
+    static = ("bfloat16", HIDDEN, HIDDEN, HIDDEN, False, False, True, None, None, None)
+    args = (y, x, w, 1e-5, ROWS, 0)
+    for _ in range(3):  # seen, bound, launched through the bound launch
+        assert made(fake, lambda: rms_op.launch_prepared(static, args)) == expected
+    assert isinstance(rms_op._last.pair[1], launch.BoundLaunch)
+    fake.launches.clear()
+    assert not rms_op.launch_prepared(static, (y, x + 1, w, 1e-5, ROWS, 0))  # misaligned: declined, nothing launched
+    assert not rms_op.launch_prepared(("bfloat16", -1) + static[2:], args)  # invalid static arguments: declined
+    assert fake.launches == []

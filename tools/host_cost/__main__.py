@@ -12,8 +12,9 @@ conversion, not the driver's work: a GPU host's bare launch costs several times 
 
 Timing: ``timeit`` of ``--number`` calls per variant, the variants interleaved round by round, best of
 ``--rounds`` (many short rounds: on a shared machine most rounds lose the processor at some point).
-``--callgrind``: instructions per call instead, deterministic (PYTHONHASHSEED=0), counted by
-valgrind's callgrind over ``--number`` calls against ``2 * --number`` (the difference: one-off costs cancel).
+``--callgrind``: instructions per call instead, deterministic (PYTHONHASHSEED=0), counted by valgrind's
+callgrind over ``--number`` calls against ``2 * --number`` of each variant, in one process (the difference:
+one-off costs cancel).
 """
 from __future__ import annotations
 
@@ -72,26 +73,38 @@ def time_variants(found: dict, rounds: int, number: int) -> dict[str, float]:
 def _child(args) -> None:
     only = args.only.split(",") if args.only else None
     found, keep = variants(only)
-    if args.calls is not None:  # one callgrind run: the named variant, ``calls`` times inside deque.extend
+    if args.calls is not None:  # under callgrind: each variant ``calls`` then 2 * ``calls`` times, a dump before each
         import collections
         import itertools
+        import math
 
-        fn = found[args.only]
-        fn()
-        collections.deque(itertools.starmap(fn, itertools.repeat((), args.calls)), maxlen=0)
+        for fn in found.values():
+            for _ in range(3):  # compiled, prepared, and a repeated call bound
+                fn()
+            for count in (args.calls, 2 * args.calls):
+                math.fsum(())  # callgrind dumps its counts here (--dump-before=math_fsum)
+                collections.deque(itertools.starmap(fn, itertools.repeat((), count)), maxlen=0)
+        math.fsum(())
+        print(json.dumps(list(found)))
         return
     print(json.dumps(time_variants(found, args.rounds, args.number)))
     del keep
 
 
-def _callgrind(env, args, name: str, calls: int) -> int:
-    """Instructions callgrind counts inside the collections.deque that makes ``calls`` calls of ``name``."""
+def _callgrind(env, only: str | None, calls: int) -> dict[str, float]:
+    """Instructions per call of each variant: callgrind collects inside collections.deque.extend only (the loops
+    making the calls) and dumps its counts before each loop; (2 * calls' count - calls' count) / calls."""
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "cg.out"
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                        "--toggle-collect=deque_extend*", sys.executable, "-m", "tools.host_cost",
-                        "--only", name, "--calls", str(calls)], env=env, check=True, capture_output=True)
-        return int(re.search(r"^summary: (\d+)", out.read_text(), re.M).group(1))
+        child = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                                "--toggle-collect=deque_extend*", "--dump-before=math_fsum", sys.executable, "-m",
+                                "tools.host_cost", *(("--only", only) if only else ()), "--calls", str(calls)],
+                               env=env, check=True, capture_output=True, text=True)
+        names = json.loads(child.stdout.strip().splitlines()[-1])
+        dumps = sorted(pathlib.Path(tmp).glob("cg.out.*"), key=lambda f: int(f.name.rsplit(".", 1)[1]))
+        counts = [int(re.search(r"^(?:summary|totals): (\d+)", f.read_text(), re.M).group(1)) for f in dumps]
+    # dump 1: up to the first loop; then each variant's two loops
+    return {name: (counts[2 + 2 * i] - counts[1 + 2 * i]) / calls for i, name in enumerate(names)}
 
 
 def main(argv=None) -> int:
@@ -110,10 +123,7 @@ def main(argv=None) -> int:
                    LD_LIBRARY_PATH=os.pathsep.join(filter(None, (str(build_standin(pathlib.Path(tmp))),
                                                                 os.environ.get("LD_LIBRARY_PATH")))))
         if args.callgrind:
-            names = args.only.split(",") if args.only else ["bare", "pyrms"]
-            n = args.number
-            for name in names:
-                per_call = (_callgrind(env, args, name, 2 * n) - _callgrind(env, args, name, n)) / n
+            for name, per_call in _callgrind(env, args.only, args.number).items():
                 print(f"{name:32s} {per_call:10.0f} instructions per call")
             return 0
         child = subprocess.run([sys.executable, "-m", "tools.host_cost", *(argv if argv is not None else sys.argv[1:])],

@@ -130,6 +130,29 @@ def prepared(dtype, hidden_size, input_stride, out_stride, gemma, round_once, pd
                          weight_stride, out_dtype)
 
 
+def launch_prepared(static: tuple, args: tuple) -> bool:
+    """``prepared(*static)(*args)`` for adapters that hold raw pointers (pyrms.torch), through rms_norm's last
+    call (bound when it repeats, _prepared.LastCall): True where it launched, False where the arguments are
+    invalid (``rms_norm`` with the same arguments names why). ``args`` are (out, input, weight, epsilon, rows,
+    stream) of exactly the types the prepared launch checks for (ints, a float epsilon, an int stream handle):
+    the memo compares values, so that a bool or an int epsilon would reach no check."""
+    device = driver._selected.device  # type: ignore[attr-defined]
+    key = (args, static, device, _FEW_ROWS)
+    last = _last.pair
+    if last[0] == key:
+        bound = last[1] or _last.bind(key, _prepared.get(*static), *args)
+        if bound is not None:
+            bound()
+            return True
+    else:
+        _last.pair = (key, None)
+    try:
+        prepared = device.prepared[(_prepared, *static)]  # type: ignore[union-attr]
+    except (KeyError, TypeError, AttributeError):
+        prepared = _prepared.get(*static)
+    return prepared is not None and prepared(*args)
+
+
 @overload
 def rms_norm(input: Array, weight: Array | None, eps: float = ..., *, out: None = None, dtype: DTypeLike | None = None,
              stream: StreamLike = None, gemma: bool = False, round_once: bool = False, pdl: bool = True,
