@@ -18,7 +18,7 @@ import operator
 import struct
 import threading
 from threading import get_ident
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from . import compiler, driver, errors
 
@@ -353,7 +353,8 @@ class BoundLaunch:
 
     _STREAMS_MAX = 64  # other streams' configurations kept, whatever streams a caller passes
 
-    def __init__(self, recorded, result=None, check_stream=None):
+    def __init__(self, recorded: "Sequence[Recorded]", result: Any = None,
+                 check_stream: "Callable[[Any], None] | None" = None) -> None:
         if not recorded:
             raise ValueError("nothing to bind: the call launches nothing")
         self.recorded = tuple(recorded)
@@ -397,7 +398,7 @@ class BoundLaunch:
                 pass
         return plan
 
-    def __call__(self, stream=None) -> None:
+    def __call__(self, stream: Any = None) -> None:
         """Launch, on the recorded stream or on ``stream``."""
         if _binding and self._recording(stream):
             return
@@ -431,7 +432,7 @@ class BoundLaunches(BoundLaunch):
 
     __slots__ = ()
 
-    def __call__(self, stream=None) -> None:
+    def __call__(self, stream: Any = None) -> None:
         """Launch each, on the recorded streams or all on ``stream``."""
         if _binding and self._recording(stream):
             return
@@ -441,7 +442,8 @@ class BoundLaunches(BoundLaunch):
                 self._failed(index, config, handle, address, result)
 
 
-def bound(recorded, result=None, check_stream=None) -> BoundLaunch:
+def bound(recorded: Sequence[Recorded], result: Any = None,
+          check_stream: Callable[[Any], None] | None = None) -> BoundLaunch:
     """The BoundLaunch (one launch) or BoundLaunches (several) of ``recorded`` (binding()'s list)."""
     return (BoundLaunch if len(recorded) == 1 else BoundLaunches)(recorded, result, check_stream)
 

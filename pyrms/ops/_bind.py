@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any
+from typing import Any, Callable
 
 from .. import launch
 from . import _placement, registry
@@ -26,7 +26,7 @@ def _function(op) -> tuple[str, Any]:
     return name, function
 
 
-def bind(op, /, *args: Any, **kwargs: Any) -> launch.BoundLaunch:
+def bind(op: str | Callable[..., Any], /, *args: Any, **kwargs: Any) -> launch.BoundLaunch:
     """``op(*args, **kwargs)`` (``op`` one of pyrms's ops, as the function or by name, e.g. ``pyrms.rms_norm``)
     resolved, checked and packed once: returns a launch that repeats it, ``bound()`` on the call's stream or
     ``bound(stream)`` on another stream of the same device (checked the first time each stream is passed).
@@ -46,7 +46,7 @@ def bind(op, /, *args: Any, **kwargs: Any) -> launch.BoundLaunch:
     return bound
 
 
-def bound_call(call, what: str = "pyrms.bind") -> launch.BoundLaunch:
+def bound_call(call: Callable[[], Any], what: str = "pyrms.bind") -> launch.BoundLaunch:
     """The BoundLaunch of what ``call()`` (a call of ops, no arguments) launches: bind's work, for callers
     that hold a ready call (the benchmark's host section). ``what`` names it in errors."""
     with launch.binding() as made:

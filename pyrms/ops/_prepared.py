@@ -18,34 +18,32 @@ LIMIT = 4096  # prepared launches kept per device, whatever shapes a long-runnin
 
 
 class LastCall:
-    """An op's last call on raw ints, bound (pyrms.launch.BoundLaunch: packed once, one driver call per launch)
-    once the same call comes twice in a row, so that a caller repeating a call (a decode step's norms on
+    """An op's last call on raw pointers, bound (pyrms.launch.BoundLaunch: packed once, one driver call per
+    launch) once the same call comes twice in a row, so that a caller repeating a call (a decode step's norms on
     fixed buffers) pays for its checks once.
 
     ``pair`` is (key, BoundLaunch or None), one object, so that threads read a key with its own launch. The op's
     hot path builds ``key`` from every argument, the calling thread's selected device and whatever else its
-    checks read (the few-row threshold), compares it with ``pair[0]`` and, where the arguments' types are those
-    the prepared launch accepts (equal values of other types, ``True == 1``, must reach the checks that refuse
-    them), launches ``pair[1]``; a key seen once is stored with None, and ``bind`` binds it the second time."""
+    checks read (the few-row threshold) and compares it with ``pair[0]``; where they are equal and the values
+    the per-call checks take are of the types those checks accept (equal values of other types, ``True == 1``,
+    must reach the checks that refuse them), it launches ``pair[1]``, and where that is still None (the second
+    call) it launches as usual and then ``bind``s. Any other call replaces the key, with None."""
 
     __slots__ = ("pair",)
 
     def __init__(self):
-        self.pair = ((), None)
+        self.pair: tuple[tuple, launch.BoundLaunch | None] = ((), None)
 
-    def bind(self, key, prepared, *args):
-        """The BoundLaunch of ``prepared(*args)`` (a prepared launch, None where its arguments are invalid),
-        kept for ``key``; None where the prepared launch declines the call (its general path then explains) or
-        where the call is being bound itself (pyrms.bind records its launch)."""
-        if prepared is None or launch.binding_now():
-            return None
+    def bind(self, key: tuple, prepared, *args) -> None:
+        """Keep for ``key`` the BoundLaunch of ``prepared(*args)``, a call of a prepared launch that has just
+        launched: its launch recorded by calling it again in binding mode. Not inside a call being bound itself
+        (pyrms.bind records that one), nor where the prepared launch declines the repeat."""
+        if launch.binding_now():
+            return
         with launch.binding() as made:
             launched = prepared(*args)
-        if not (launched and made):
-            return None
-        bound = launch.bound(made)
-        self.pair = (key, bound)
-        return bound
+        if launched and made:
+            self.pair = (key, launch.bound(made))
 
 
 class PreparedCache:
