@@ -33,24 +33,38 @@ GRAPH_SHAPES = ((1, 4096), (128, 5120))
 
 @contextlib.contextmanager
 def recorded_launches():
-    """Every pyrms kernel launch inside the block (Kernel.launch, and the prepared ops' RowLaunch), as
-    (kernel, grid, block, args, stream, shared_bytes)."""
+    """Every pyrms kernel launch inside the block (Kernel.launch, the prepared ops' RowLaunch, and bound launches:
+    pyrms.bind's, and a repeated raw-pointer call's), as (kernel, grid, block, args, stream, shared_bytes); not
+    the launches recorded for binding (launch.binding), which are not made."""
     calls = []
     original, original_rows = launch.Kernel.launch, launch.RowLaunch.__call__
+    originals_bound = {cls: cls.__call__ for cls in (launch.BoundLaunch, launch.BoundLaunches)}
 
     def recording(self, grid, block, args, stream=None, shared_bytes=0, pdl=False):
-        calls.append((self, grid, block, tuple(args), stream, shared_bytes))
+        if not launch.binding_now():
+            calls.append((self, grid, block, tuple(args), stream, shared_bytes))
         return original(self, grid, block, args, stream, shared_bytes, pdl)
 
     def recording_rows(self, kernel, grid, stream, *head):
-        calls.append((kernel, grid, self.block, (*head, *self.tail), stream, self.shared_bytes))
+        if not launch.binding_now():
+            calls.append((kernel, grid, self.block, (*head, *self.tail), stream, self.shared_bytes))
         return original_rows(self, kernel, grid, stream, *head)
 
+    def recording_bound(self, stream=None):
+        if not launch.binding_now():
+            calls.extend((r.kernel, r.grid, r.block, r.args, r.stream if stream is None else stream, r.shared_bytes)
+                         for r in self.recorded)
+        return originals_bound[type(self)](self, stream)
+
     launch.Kernel.launch, launch.RowLaunch.__call__ = recording, recording_rows
+    for cls in originals_bound:
+        cls.__call__ = recording_bound
     try:
         yield calls
     finally:
         launch.Kernel.launch, launch.RowLaunch.__call__ = original, original_rows
+        for cls, call in originals_bound.items():
+            cls.__call__ = call
 
 
 def _dims3(value) -> tuple[int, int, int]:
