@@ -4,7 +4,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, overload
 
-from ... import dtypes
+from ... import driver, dtypes
 from .. import _row_plan as planner
 from .. import _operands as check
 from .. import _explain, _placement
