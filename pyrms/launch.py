@@ -348,8 +348,8 @@ class BoundLaunch:
     anything else raises CudaError. ``result``: what the bound call returned (its output, say); ``operands``:
     what it was given (kept alive with it)."""
 
-    __slots__ = ("result", "operands", "recorded", "_launch", "_plan", "_packs", "_streams", "_check_stream", "_contexts",
-                 "__weakref__")
+    __slots__ = ("result", "operands", "recorded", "_launch", "_plan", "_packs", "_streams", "_check_stream",
+                 "_contexts", "__weakref__")
 
     _STREAMS_MAX = 64  # other streams' configurations kept, whatever streams a caller passes
 

@@ -140,7 +140,8 @@ def host_variants(ctx, operands: ops_mod.HostOperands) -> tuple[dict, dict, dict
     """The host section's calls on ``operands``, each a function of no arguments, resolved and warmed: for every
     op with a host call (ops.Bench.host, in the registry's order), the bare cuLaunchKernel calls one call of it
     makes, the op on raw ints (named by ops.Bench.host_variants) and the same call bound ("<op> bound",
-    pyrms.bind's launch); then each op's extra variants (ops.Bench.host_extras). Returns (variants by name, op -> why it was skipped, notes for the JSON)."""
+    pyrms.bind's launch); then each op's extra variants (ops.Bench.host_extras). Returns (variants by name,
+    op -> why it was skipped, notes for the JSON)."""
     benches = [b for b in ops_mod.benches().values() if b.host is not None or b.host_extras is not None]
     variants, skipped, notes = {}, {}, {}
     for bench in benches:

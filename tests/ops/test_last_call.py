@@ -23,7 +23,8 @@ RAW = dict(dtype="bfloat16")
 def ops(x, w, b, y):
     """(kinds, the op's module, a call with keyword overrides) of each op with a last-call memo."""
     return [
-        (RMS_ROWS_ARGS, rms_op, lambda eps=1e-5, rows=ROWS, **k: pyrms.rms_norm(y, x, w, eps, rows, HIDDEN, **RAW, **k)),
+        (RMS_ROWS_ARGS, rms_op,
+         lambda eps=1e-5, rows=ROWS, **k: pyrms.rms_norm(y, x, w, eps, rows, HIDDEN, **RAW, **k)),
         (ROWS_ARGS, fused_op,
          lambda eps=1e-5, rows=ROWS, **k: pyrms.fused_add_rms_norm(x, y, w, eps, rows, HIDDEN, **RAW, **k)),
         (LAYER_NORM_ARGS, ln_op,
