@@ -23,7 +23,9 @@ from .driver import DeviceBuffer, Event, PinnedBuffer, Stream, get_device, synch
 from .dtypes import BFLOAT16, FLOAT16, FLOAT32
 from .errors import (CompileError, CudaError, HeaderNotFoundError, NoDriverError, NvrtcNotFoundError, OutOfMemoryError,
                      PyrmsError)
+from .launch import BoundLaunch
 from .ops import backward_workspace_bytes, release_workspaces
+from .ops._bind import bind
 from .ops.fused_add_rms_norm import fused_add_rms_norm
 from .ops.layer_norm import layer_norm, layer_norm_backward
 from .ops.qk_norm_rope import qk_norm_rope
@@ -37,7 +39,7 @@ from .tensor import Tensor
 __all__ = [
     "__version__", "rms_norm", "seed_rms_norm", "fused_add_rms_norm", "rms_norm_backward", "layer_norm",
     "rms_norm_quant", "fused_add_rms_norm_quant", "static_quant", "qk_norm_rope",
-    "layer_norm_backward", "backward_workspace_bytes", "release_workspaces", "Tensor", "Stream", "Event", "DeviceBuffer", "PinnedBuffer",
+    "layer_norm_backward", "bind", "BoundLaunch", "backward_workspace_bytes", "release_workspaces", "Tensor", "Stream", "Event", "DeviceBuffer", "PinnedBuffer",
     "get_device", "synchronize", "BFLOAT16", "FLOAT16", "FLOAT32", "PyrmsError", "CudaError", "NoDriverError",
     "OutOfMemoryError", "CompileError", "HeaderNotFoundError", "NvrtcNotFoundError",
 ]

@@ -11,12 +11,14 @@ the cuda.bindings call itself needs: the argument values are written with one ``
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import operator
 import struct
 import threading
 from threading import get_ident
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from . import compiler, driver, errors
 
@@ -42,6 +44,9 @@ _WRONG_CONTEXT = frozenset({"CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HA
 # device, which a failed launch corrects as above. A CUkernel on an explicit stream runs in the
 # stream's context: nothing is made current for it.
 _PER_THREAD_MAX = 4096  # entries kept, whatever threads come and go
+# Threads inside binding() (pyrms.bind), by threading.get_ident: the launches their call would make, recorded
+# instead of made. Empty but while a thread binds, so that a launch pays one test of an empty dict for it.
+_binding: dict[int, list] = {}
 
 
 class KernelNotFoundError(errors.PyrmsError, KeyError):
@@ -169,6 +174,10 @@ class Kernel:
             bx, by, bz = block, 1, 1
         else:
             bx, by, bz = _dims(block, "block")
+        if _binding and get_ident() in _binding:
+            _binding[get_ident()].append(Recorded(self, False, (gx, gy, gz), (bx, by, bz), shared_bytes, stream,
+                                                  tuple(args), bool(pdl), self.device))
+            return
         try:
             pack = self._packs.pack
         except AttributeError:
@@ -203,9 +212,9 @@ def _make_current(device: driver.Device, contexts: dict) -> None:
 
 class _RowPack(ArgPack):
     """A thread's state in one RowLaunch: its arguments and, for PDL, its launch configuration and
-    the stream last set in it (one object, so that they cannot part when the per-thread dict is cleared)."""
+    the grid and stream last set in it (one object, so that they cannot part when the per-thread dict is cleared)."""
 
-    __slots__ = ("config", "stream")
+    __slots__ = ("config", "grid", "stream")
 
 
 class RowLaunch:
@@ -239,6 +248,10 @@ class RowLaunch:
         the kernel's function in this device's context, made current first where this thread's last
         launch did not."""
         ident = get_ident()
+        if _binding and ident in _binding:
+            _binding[ident].append(Recorded(kernel, kernel.any_context, (grid, 1, 1), (self.block, 1, 1),
+                                            self.shared_bytes, stream, (*head, *self.tail), self.pdl, self.device))
+            return
         pack = self._packs.get(ident)
         if pack is None:
             pack = self._new_pack(ident)
@@ -256,7 +269,8 @@ class RowLaunch:
         if config is None:
             result = self._launch(handle, grid, 1, 1, self.block, 1, 1, self.shared_bytes, stream, pack.address, 0)
         else:
-            config.gridDimX = grid
+            if grid != pack.grid:  # set only when it changes, as the stream: a model repeats row counts
+                config.gridDimX = pack.grid = grid
             if stream != pack.stream:  # the setter converts the int to a CUstream: 100 ns saved per call
                 config.hStream = pack.stream = stream
             result = self._launch(config, handle, pack.address, 0)
@@ -266,7 +280,7 @@ class RowLaunch:
     def _new_pack(self, ident: int) -> _RowPack:
         pack = _RowPack(self.signature, "prepared launch")
         pack.config = driver.pdl_config(self.block, 1, 1, self.shared_bytes) if self.pdl else None
-        pack.stream = None
+        pack.grid = pack.stream = None
         pack.pack((*(0 for _ in range(len(self.signature) - len(self.tail))), *self.tail))
         if len(self._packs) >= _PER_THREAD_MAX:
             self._packs.clear()
@@ -284,6 +298,154 @@ class RowLaunch:
         _make_current(self.device, self._contexts)
         driver.launch_kernel(kernel.function, grid, 1, 1, self.block, 1, 1, self.shared_bytes, stream, pack.address,
                              self.pdl)
+
+
+class Recorded(NamedTuple):
+    """A launch recorded inside binding() instead of made: the kernel, whether its CUkernel may run on an
+    explicit stream (``Kernel.any_context``, as RowLaunch passes it), the grid and block (three ints each), the
+    dynamic shared bytes, the stream as given, the arguments, PDL, and the device whose context runs the
+    kernel's function (None: the current one)."""
+
+    kernel: Kernel
+    any_context: bool
+    grid: tuple
+    block: tuple
+    shared_bytes: int
+    stream: Any
+    args: tuple
+    pdl: bool
+    device: "driver.Device | None"
+
+
+@contextlib.contextmanager
+def binding() -> Iterator[list]:
+    """Inside the block, the calling thread's launches (Kernel.launch, RowLaunch) are recorded in the list it
+    yields (as Recorded) instead of made; other threads launch as usual."""
+    ident = get_ident()
+    if ident in _binding:
+        raise RuntimeError("pyrms.bind: a call being bound cannot bind another")
+    made = _binding[ident] = []
+    try:
+        yield made
+    finally:
+        del _binding[ident]
+
+
+def binding_now() -> bool:
+    """Whether the calling thread is inside binding() (what allocates per call refuses to be bound)."""
+    return get_ident() in _binding
+
+
+class BoundLaunch:
+    """Launches bound to their arguments (``pyrms.bind`` makes them): packed once, each with its complete
+    launch configuration, so that a call is one cuLaunchKernelEx per launch and nothing else.
+
+    ``bound()`` launches on the stream the launches were recorded with; ``bound(stream)`` on another (a raw
+    handle, a pyrms Stream, or anything with ``__cuda_stream__``/``.cuda_stream``), whose configurations are
+    built once and kept (``check_stream(stream)`` first refuses a stream of another device). Launch errors
+    are raised as from Kernel.launch: a kernel's function whose context is not current on the calling thread
+    (another thread, another library's context) is retried once after making its device's context current,
+    anything else raises CudaError. ``result``: what the bound call returned (its output, say); ``operands``:
+    what it was given (kept alive with it)."""
+
+    __slots__ = ("result", "operands", "recorded", "_launch", "_plan", "_packs", "_streams", "_check_stream",
+                 "_contexts", "__weakref__")
+
+    _STREAMS_MAX = 64  # other streams' configurations kept, whatever streams a caller passes
+
+    def __init__(self, recorded: "Sequence[Recorded]", result: Any = None,
+                 check_stream: "Callable[[Any], None] | None" = None) -> None:
+        if not recorded:
+            raise ValueError("nothing to bind: the call launches nothing")
+        self.recorded = tuple(recorded)
+        self.result = result
+        self.operands = None
+        self._packs = []
+        for r in self.recorded:
+            pack = ArgPack(r.kernel.signature, r.kernel.name)
+            pack.pack(r.args)
+            self._packs.append(pack)
+        self._launch = driver.raw_launch(True)
+        self._check_stream = check_stream
+        self._contexts = driver.process_state().contexts
+        self._streams: dict = {}
+        self._plan = self._plan_for([driver.stream_handle(r.stream) for r in self.recorded])
+
+    def _plan_for(self, handles) -> tuple:
+        """Per launch (config, handle, params address) on the stream ``handles`` name (one raw handle each)."""
+        plan = []
+        for r, pack, stream in zip(self.recorded, self._packs, handles):
+            handle = r.kernel.handle if r.any_context and stream > 2 else r.kernel.function
+            plan.append((driver.launch_config(r.grid, r.block, r.shared_bytes, stream, r.pdl), handle, pack.address))
+        return plan[0] if len(plan) == 1 else tuple(plan)
+
+    def _on(self, stream):
+        """The plan on ``stream`` (another than the recorded one), built and checked once."""
+        try:
+            plan = self._streams.get(stream)
+        except TypeError:  # unhashable: built and checked every call
+            plan = None
+        if plan is None:
+            handle = driver.stream_handle(stream)
+            if self._check_stream is not None:
+                self._check_stream(stream)
+            plan = self._plan_for([handle] * len(self.recorded))
+            try:
+                if len(self._streams) >= self._STREAMS_MAX:
+                    self._streams.clear()
+                self._streams[stream] = plan
+            except TypeError:
+                pass
+        return plan
+
+    def __call__(self, stream: Any = None) -> None:
+        """Launch, on the recorded stream or on ``stream``."""
+        if _binding and self._recording(stream):
+            return
+        config, handle, address = self._plan if stream is None else self._on(stream)
+        result = self._launch(config, handle, address, 0)
+        if result[0]:
+            self._failed(0, config, handle, address, result)
+
+    def _recording(self, stream) -> bool:
+        """Inside binding() (a call being bound launches through a bound one): the launches recorded, not made."""
+        made = _binding.get(get_ident())
+        if made is not None:
+            made.extend(self.recorded if stream is None else (r._replace(stream=stream) for r in self.recorded))
+        return made is not None
+
+    def _failed(self, index, config, handle, address, result) -> None:
+        """A launch error: a kernel function's launch retried once after making its device's context current
+        (as RowLaunch does), raised otherwise."""
+        r = self.recorded[index]
+        try:
+            errors.check(result, "cuLaunchKernelEx")
+        except errors.CudaError as exc:
+            if exc.name not in _WRONG_CONTEXT or handle is not r.kernel.function or r.device is None:
+                raise
+        _make_current(r.device, self._contexts)
+        errors.check(self._launch(config, handle, address, 0), "cuLaunchKernelEx")
+
+
+class BoundLaunches(BoundLaunch):
+    """A BoundLaunch of several launches (a call that makes more than one), made in their order."""
+
+    __slots__ = ()
+
+    def __call__(self, stream: Any = None) -> None:
+        """Launch each, on the recorded streams or all on ``stream``."""
+        if _binding and self._recording(stream):
+            return
+        for index, (config, handle, address) in enumerate(self._plan if stream is None else self._on(stream)):
+            result = self._launch(config, handle, address, 0)
+            if result[0]:
+                self._failed(index, config, handle, address, result)
+
+
+def bound(recorded: Sequence[Recorded], result: Any = None,
+          check_stream: Callable[[Any], None] | None = None) -> BoundLaunch:
+    """The BoundLaunch (one launch) or BoundLaunches (several) of ``recorded`` (binding()'s list)."""
+    return (BoundLaunch if len(recorded) == 1 else BoundLaunches)(recorded, result, check_stream)
 
 
 class Module:

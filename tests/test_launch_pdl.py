@@ -84,10 +84,13 @@ def test_row_launch_with_and_without_pdl(fake, kernel):
     pdl(kernel, 3, 0x70, 0x3000)  # same stream: the config keeps it
     pdl(kernel, 4, 0x80, 0x4000)  # another stream: set again
     pdl(kernel, 5, 0x70, 0x5000)
+    pdl(kernel, 5, 0x70, 0x5100)  # same grid: the config keeps it
+    pdl(kernel, 2, 0x70, 0x5200)  # another grid: set again
     plain(kernel, 6, 0x80, 0x6000)
     ctx = 0xC000
     ex = [("cuLaunchKernelEx", (grid, 1, 1), (96, 1, 1), 512, stream, ctx, (ptr, 5120), True)
-          for grid, stream, ptr in ((2, 0x70, 0x2000), (3, 0x70, 0x3000), (4, 0x80, 0x4000), (5, 0x70, 0x5000))]
+          for grid, stream, ptr in ((2, 0x70, 0x2000), (3, 0x70, 0x3000), (4, 0x80, 0x4000), (5, 0x70, 0x5000),
+                                    (5, 0x70, 0x5100), (2, 0x70, 0x5200))]
     assert launches(fake) == [
         ("cuLaunchKernel", (1, 1, 1), (160, 1, 1), 0, 0x70, ctx, (0x1000, 4096)),
         *ex,

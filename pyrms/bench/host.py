@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from .. import driver, dtypes, launch
+from ..ops._bind import bound_call
 from . import ops as ops_mod
 from . import problem as problem_mod
 from . import stats
@@ -32,24 +33,38 @@ GRAPH_SHAPES = ((1, 4096), (128, 5120))
 
 @contextlib.contextmanager
 def recorded_launches():
-    """Every pyrms kernel launch inside the block (Kernel.launch, and the prepared ops' RowLaunch), as
-    (kernel, grid, block, args, stream, shared_bytes)."""
+    """Every pyrms kernel launch inside the block (Kernel.launch, the prepared ops' RowLaunch, and bound launches:
+    pyrms.bind's, and a repeated raw-pointer call's), as (kernel, grid, block, args, stream, shared_bytes); not
+    the launches recorded for binding (launch.binding), which are not made."""
     calls = []
     original, original_rows = launch.Kernel.launch, launch.RowLaunch.__call__
+    originals_bound = {cls: cls.__call__ for cls in (launch.BoundLaunch, launch.BoundLaunches)}
 
     def recording(self, grid, block, args, stream=None, shared_bytes=0, pdl=False):
-        calls.append((self, grid, block, tuple(args), stream, shared_bytes))
+        if not launch.binding_now():
+            calls.append((self, grid, block, tuple(args), stream, shared_bytes))
         return original(self, grid, block, args, stream, shared_bytes, pdl)
 
     def recording_rows(self, kernel, grid, stream, *head):
-        calls.append((kernel, grid, self.block, (*head, *self.tail), stream, self.shared_bytes))
+        if not launch.binding_now():
+            calls.append((kernel, grid, self.block, (*head, *self.tail), stream, self.shared_bytes))
         return original_rows(self, kernel, grid, stream, *head)
 
+    def recording_bound(self, stream=None):
+        if not launch.binding_now():
+            calls.extend((r.kernel, r.grid, r.block, r.args, r.stream if stream is None else stream, r.shared_bytes)
+                         for r in self.recorded)
+        return originals_bound[type(self)](self, stream)
+
     launch.Kernel.launch, launch.RowLaunch.__call__ = recording, recording_rows
+    for cls in originals_bound:
+        cls.__call__ = recording_bound
     try:
         yield calls
     finally:
         launch.Kernel.launch, launch.RowLaunch.__call__ = original, original_rows
+        for cls, call in originals_bound.items():
+            cls.__call__ = call
 
 
 def _dims3(value) -> tuple[int, int, int]:
@@ -121,18 +136,48 @@ def _bare_of(call):
     return lambda: [b() for b in bares]
 
 
+def host_variants(ctx, operands: ops_mod.HostOperands) -> tuple[dict, dict, dict]:
+    """The host section's calls on ``operands``, each a function of no arguments, resolved and warmed: for every
+    op with a host call (ops.Bench.host, in the registry's order), the bare cuLaunchKernel calls one call of it
+    makes, the op on raw ints (named by ops.Bench.host_variants) and the same call bound ("<op> bound",
+    pyrms.bind's launch); then each op's extra variants (ops.Bench.host_extras). Returns (variants by name,
+    op -> why it was skipped, notes for the JSON)."""
+    benches = [b for b in ops_mod.benches().values() if b.host is not None or b.host_extras is not None]
+    variants, skipped, notes = {}, {}, {}
+    for bench in benches:
+        if bench.host is None:
+            continue
+        call = bench.host(operands)
+        try:  # one op that cannot run here (no memory pools, say) does not cost the others their figures
+            bare = _bare_of(call)
+        except Exception as exc:  # noqa: BLE001 - recorded in the results, with its reason
+            skipped[bench.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            continue
+        name, bare_name = bench.host_variants
+        if bare is not None:
+            variants[bare_name] = bare
+        variants[name] = call
+        try:  # the same call bound (pyrms.bind): packed once, one driver call per launch
+            variants[f"{bench.name} bound"] = bound_call(call)
+        except ValueError as exc:  # a call that cannot be bound (a backward borrowing its workspace)
+            notes.setdefault("not_bound", {})[bench.name] = str(exc)
+    for bench in benches:
+        if bench.host_extras is not None:
+            extra, why = bench.host_extras(operands, ctx)
+            variants.update(extra)
+            notes.update(why)
+    return variants, skipped, notes
+
+
 def host_overhead(ctx, device, rng, calls: int, epsilon: float) -> dict:
-    """Host µs per call on 1x4096 bf16, variants interleaved: for every op with a host call (ops.Bench.host,
-    in the registry's order), the bare cuLaunchKernel calls one call of it makes and the op on raw ints (named
-    by ops.Bench.host_variants: "bare <op>" and "<op>", the headline op's "bare" and "pyrms"); then each op's
-    extra variants (ops.Bench.host_extras: the headline op on pyrms.Tensor and torch tensors, through
-    pyrms.torch, torch eager). Every call is built before timing: the timed loop calls it and nothing else."""
+    """Host µs per call on 1x4096 bf16 of host_variants's calls (the raw-int calls named "bare <op>" and "<op>",
+    the headline op's "bare" and "pyrms"), interleaved. Every call is built before timing: the timed loop calls
+    it and nothing else."""
     tokens, hidden = HOST_SHAPE
     dt = dtypes.BFLOAT16
     nbytes = stats.pad(tokens * hidden * dt.itemsize)
     out: dict = {"shape": [tokens, hidden], "dtype": dt.name, "calls_per_batch": BATCH}
     stream = ctx.stream
-    benches = [b for b in ops_mod.benches().values() if b.host is not None or b.host_extras is not None]
     with contextlib.ExitStack() as buffers:
         rows = [buffers.enter_context(driver.DeviceBuffer(nbytes, device)) for _ in range(5)]
         vectors = [buffers.enter_context(driver.DeviceBuffer(stats.pad(hidden * 4), device)) for _ in range(3)]
@@ -142,28 +187,9 @@ def host_overhead(ctx, device, rng, calls: int, epsilon: float) -> dict:
         w, bias, gw = (b.ptr for b in vectors)
         operands = ops_mod.HostOperands(tokens, hidden, dt, device.ordinal, stream, epsilon,
                                         x, r, y, dy, gx, w, bias, gw)
-        variants, skipped, notes = {}, {}, {}
-        for bench in benches:
-            if bench.host is None:
-                continue
-            call = bench.host(operands)
-            try:  # one op that cannot run here (no memory pools, say) does not cost the others their figures
-                bare = _bare_of(call)
-            except Exception as exc:  # noqa: BLE001 - recorded in the results, with its reason
-                skipped[bench.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                continue
-            name, bare_name = bench.host_variants
-            if bare is not None:
-                variants[bare_name] = bare
-            variants[name] = call
+        variants, skipped, notes = host_variants(ctx, operands)
         if skipped:
             out["skipped"] = skipped
-        for bench in benches:
-            if bench.host_extras is not None:
-                extra, why = bench.host_extras(operands, ctx)
-                variants.update(extra)
-                notes.update(why)
-                del extra  # only ``variants`` holds the calls (and the torch views they use)
         out.update(notes)
         if ctx.torch is None:
             out["torch_reason"] = ctx.torch_reason

@@ -294,11 +294,14 @@ def host_section(host: dict | None) -> str:
     lines = [f"Host time per call ({t}x{h} {host['dtype']}; {host['batches']} batches of {host['calls_per_batch']} calls, "
              "each batch starting on an idle device so the GPU never holds the host back; median, p10-p90 spread):"]
     for name, value in us.items():
-        base = value if name.startswith("bare") else us.get(f"bare {name}", us.get("bare"))  # an op vs its own
+        own = name.removesuffix(" bound")  # an op, and its call bound (pyrms.bind), vs the op's own bare calls
+        base = value if name.startswith("bare") else us.get(f"bare {own}", us.get("bare"))
         ratio = f"  {value / base:5.2f} x bare" if base else ""
         lines.append(f"  {labels.get(name, name):<58} {value:7.2f} us +-{spread[name]:.0%}{ratio}")
     for name, reason in host.get("skipped", {}).items():
         lines.append(f"  {name}: not measured ({reason})")
+    for name, reason in host.get("not_bound", {}).items():
+        lines.append(f"  {name} bound: not measured ({reason})")
     for key in ("bare_reason", "torch_reason", "pyrms_torch_reason"):
         if key in host:
             lines.append(f"  ({host[key]})")

@@ -25,7 +25,7 @@ from ._copy import memcpy_dtod, memcpy_dtoh, memcpy_htod, memset_d8
 from ._device import Device
 from ._event import Event
 from ._graph import Graph, capture
-from ._launcher import launch_kernel, pdl_config, raw_launch
+from ._launcher import launch_config, launch_kernel, pdl_config, raw_launch
 from ._memory import DeviceBuffer, MemoryPool, PinnedBuffer, pointer_device
 from ._module import image_kernel, image_load, set_max_dynamic_shared
 from ._owned import _Owned
@@ -37,7 +37,7 @@ __all__ = [
     "Device", "DeviceBuffer", "Event", "Graph", "MemoryPool", "PinnedBuffer", "Stream",
     "CudaStreamProtocol", "DeviceLike", "HasCudaStream", "StreamLike",  # argument types, for annotations
     "capture", "current_device", "device_count", "driver_version", "get_device", "image_kernel", "image_load",
-    "launch_kernel", "memcpy_dtod", "memcpy_dtoh", "memcpy_htod", "memset_d8", "pdl_config",
+    "launch_config", "launch_kernel", "memcpy_dtod", "memcpy_dtoh", "memcpy_htod", "memset_d8", "pdl_config",
     "pointer_device", "process_state", "raw_launch", "resolve_device", "selected_device", "set_device",
     "set_max_dynamic_shared", "stream_device", "stream_handle", "synchronize", "unavailable_reason",
 ]

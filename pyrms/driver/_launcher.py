@@ -25,15 +25,25 @@ def pdl_config(bx: int = 1, by: int = 1, bz: int = 1, shared_bytes: int = 0):
     the caller sets what changes per launch (``gridDimX``, ``hStream``: an int handle or a CUstream).
     cuLaunchKernelEx only reads the config, so one thread may reuse it launch after launch, but
     two threads must not share one that either changes."""
-    attribute = _cu.CUlaunchAttribute()
-    attribute.id = _PDL
-    attribute.value.programmaticStreamSerializationAllowed = 1
+    return launch_config((1, 1, 1), (bx, by, bz), shared_bytes, 0, True)
+
+
+def launch_config(grid: tuple[int, int, int], block: tuple[int, int, int], shared_bytes: int, stream: int,
+                  pdl: bool):
+    """A complete ``CUlaunchConfig`` for cuLaunchKernelEx: ``grid`` and ``block`` (three ints each), the
+    dynamic shared bytes, the stream (a raw handle) and, with ``pdl``, programmatic dependent launch
+    allowed (pdl_config says what that means); without it, no attribute: a plain launch."""
     config = _cu.CUlaunchConfig()
-    config.attrs = [attribute]  # copied into an array the config owns
-    config.numAttrs = 1  # setting attrs leaves numAttrs at 0, and the driver reads numAttrs entries
-    config.gridDimX = config.gridDimY = config.gridDimZ = 1
-    config.blockDimX, config.blockDimY, config.blockDimZ = bx, by, bz
+    if pdl:
+        attribute = _cu.CUlaunchAttribute()
+        attribute.id = _PDL
+        attribute.value.programmaticStreamSerializationAllowed = 1
+        config.attrs = [attribute]  # copied into an array the config owns
+        config.numAttrs = 1  # setting attrs leaves numAttrs at 0, and the driver reads numAttrs entries
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
     config.sharedMemBytes = shared_bytes
+    config.hStream = stream
     return config
 
 
@@ -48,9 +58,9 @@ _thread_config = _ThreadConfig()
 
 
 def raw_launch(pdl: bool = False):
-    """The binding's launch call itself, for the one hot path that calls it directly
-    (``pyrms.launch.RowLaunch``: a Python frame less per launch), which passes its result to
-    ``check``; everything else launches through ``launch_kernel``. Without ``pdl``:
+    """The binding's launch call itself, for the hot paths that call it directly
+    (``pyrms.launch.RowLaunch`` and ``pyrms.launch.BoundLaunch``: a Python frame less per launch), which pass
+    its result to ``check``; everything else launches through ``launch_kernel``. Without ``pdl``:
     ``cuLaunchKernel(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params_address, 0)``;
     with it: ``cuLaunchKernelEx(config, function, params_address, 0)``, ``config`` from pdl_config."""
     return _cu.cuLaunchKernelEx if pdl else _cu.cuLaunchKernel

@@ -17,16 +17,47 @@ from ._operands import FLOAT32_MAX, flag
 LIMIT = 4096  # prepared launches kept per device, whatever shapes a long-running server meets
 
 
+class LastCall:
+    """An op's last call on raw pointers, bound (pyrms.launch.BoundLaunch: packed once, one driver call per
+    launch) once the same call comes twice in a row, so that a caller repeating a call (a decode step's norms on
+    fixed buffers) pays for its checks once.
+
+    ``pair`` is (key, BoundLaunch or None), one object, so that threads read a key with its own launch. The op's
+    hot path builds ``key`` from every argument, the calling thread's selected device and whatever else its
+    checks read (the few-row threshold) and compares it with ``pair[0]``; where they are equal and the values
+    the per-call checks take are of the types those checks accept (equal values of other types, ``True == 1``,
+    must reach the checks that refuse them), it launches ``pair[1]``, and where that is still None (the second
+    call) it launches as usual and then ``bind``s. Any other call replaces the key, with None."""
+
+    __slots__ = ("pair",)
+
+    def __init__(self):
+        self.pair: tuple[tuple, launch.BoundLaunch | None] = ((), None)
+
+    def bind(self, key: tuple, prepared, *args) -> None:
+        """Keep for ``key`` the BoundLaunch of ``prepared(*args)``, a call of a prepared launch that has just
+        launched: its launch recorded by calling it again in binding mode. Not inside a call being bound itself
+        (pyrms.bind records that one), nor where the prepared launch declines the repeat."""
+        if launch.binding_now():
+            return
+        with launch.binding() as made:
+            launched = prepared(*args)
+        if launched and made:
+            self.pair = (key, launch.bound(made))
+
+
 class PreparedCache:
     """Prepared launches of one op, kept in each device's ``prepared`` dict under keys that begin with
     this object; ``factory(device, *static_args)`` builds one, raising TypeError/ValueError for
     arguments it cannot accept. An op's inlined hot path looks up
-    ``driver._selected.device.prepared[(cache, *static_args)]`` itself."""
+    ``driver._selected.device.prepared[(cache, *static_args)]`` itself. ``last``: the op's last call on raw
+    pointers (LastCall), for the ops whose hot path binds it when it repeats."""
 
-    __slots__ = ("factory",)
+    __slots__ = ("factory", "last")
 
     def __init__(self, factory):
         self.factory = factory
+        self.last = LastCall()
 
     def get(self, *static_args):
         """The prepared launch, or None where the arguments are unhashable or invalid (the caller's
@@ -60,9 +91,11 @@ class PreparedCache:
         return {key[1:]: prepared for key, prepared in device.prepared.items() if key[0] is self}
 
     def forget(self, device) -> None:
-        """Drop this op's prepared launches on ``device`` (tools that change what a factory builds)."""
+        """Drop this op's prepared launches on ``device`` (tools that change what a factory builds), and its last
+        call's bound launch."""
         for key in [key for key in device.prepared if key[0] is self]:
             del device.prepared[key]
+        self.last.pair = ((), None)
 
 
 def _keep(items: dict, key, prepared):

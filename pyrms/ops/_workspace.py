@@ -21,7 +21,7 @@ import contextlib
 import threading
 from typing import Iterator
 
-from .. import driver, errors
+from .. import driver, errors, launch
 
 # Freed workspace memory the pool keeps for reuse across synchronizations (its release threshold):
 # the largest common workspace, LayerNorm's at 32768 x 8192, is 134 MB.
@@ -49,7 +49,11 @@ def _pool(device: driver.Device) -> driver.MemoryPool:
 @contextlib.contextmanager
 def borrowed(device: driver.Device, stream: int, nbytes: int) -> Iterator[int]:
     """The address of `nbytes` of workspace for the work queued on `stream` (a raw handle) inside the
-    block; freed on `stream` when the block ends, also when it raises (after whatever it queued)."""
+    block; freed on `stream` when the block ends, also when it raises (after whatever it queued). A call being
+    bound (pyrms.bind) cannot borrow: the workspace would be freed before the bound launches ran."""
+    if launch.binding_now():
+        raise ValueError("a call that borrows its workspace per call cannot be bound (pyrms.bind): pass "
+                         "workspace=, of pyrms.backward_workspace_bytes(...) bytes")
     pool = _pool(device)
     ptr = pool.allocate(nbytes, stream)
     try:

@@ -1087,10 +1087,11 @@ def test_simulated_run_end_to_end(sim, tmp_path, capsys):
     assert "rms_norm bfloat16: GB/s per implementation" in out and "device time per launch" in out
     assert "seed skipped at 2x16384: seed kernel cannot launch" in out
     host_data = data["host_overhead"]
-    assert set(host_data["per_call_us"]) == {"bare", "pyrms", "rms_norm pyrms.Tensor"}
+    assert set(host_data["per_call_us"]) == {"bare", "pyrms", "rms_norm bound", "rms_norm pyrms.Tensor",
+                                             "rms_norm alternating"}
     assert set(host_data["skipped"]) == {"fused_add_rms_norm", "layer_norm", "rms_norm_backward"}  # not simulated
     assert host_data["torch_reason"] == "PyTorch is not in the simulator"
-    assert "bare cuLaunchKernel" in out and "pyrms.rms_norm on raw ints" in out
+    assert "bare cuLaunchKernel" in out and "pyrms.rms_norm on raw ints" in out and "  rms_norm bound  " in out
     graphs = data["graphs"]["shapes"]
     assert [g["graph_output_matches"] for g in graphs] == [True, True]
     assert [g["op"] for g in graphs] == [ops.headline()] * 2  # the headline's host call, captured

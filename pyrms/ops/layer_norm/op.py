@@ -4,7 +4,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, overload
 
-from ... import dtypes
+from ... import driver, dtypes
 from .. import _row_plan as planner
 from .. import _operands as check
 from .. import _explain, _placement
@@ -75,6 +75,7 @@ class Prepared:
 
 
 _prepared = PreparedCache(Prepared)
+_last = _prepared.last  # the last call on raw pointers, bound when it repeats
 _FORM = Form("layer_norm", ("input", "weight", "bias"), 2, 1e-5)
 
 
@@ -147,10 +148,25 @@ def layer_norm(input: Any, weight: Any = UNSET, bias: Any = UNSET, eps: Any = UN
     # bias and eps hold out, input, the weight and the bias (_convention says why).
     if mean is None and rstd is None and type(input) is int and type(weight) is int and (
             bias is None or type(bias) is int) and (eps is None or type(eps) is int) and out is UNSET:
+        # The last call, bound when it repeats (_prepared.LastCall), first: its key is the arguments as given, the
+        # thread's device (driver._selected: private to pyrms, read through the package on purpose) and the few-row
+        # threshold. Static arguments compare as the prepared launches' keys do.
+        key = (input, weight, bias, eps, epsilon, num_tokens, stream, dtype, hidden_size, input_stride, out_stride, pdl,
+               weight_dtype, out_dtype, rms, driver._selected.device, _FEW_ROWS)  # type: ignore[attr-defined]
+        last = _last.pair
+        repeated = last[0] == key and type(epsilon) is float and type(num_tokens) is int and (
+            stream is None or type(stream) is int)  # values the per-call checks take of their own types only
+        if repeated and last[1] is not None:
+            last[1]()
+            return input
+        if not repeated:
+            _last.pair = (key, None)
         static = (dtype, hidden_size, input_stride, out_stride, eps is not None, pdl, bias is not None, weight_dtype,
                   out_dtype, rms)
         prepared = _prepared.get(*static)
         if prepared is not None and prepared(input, weight, bias, eps, epsilon, num_tokens, stream):
+            if repeated:  # the same call twice in a row: bound for the next ones
+                _last.bind(key, prepared, input, weight, bias, eps, epsilon, num_tokens, stream)
             return input
         if epsilon is UNSET:  # raw pointers input first (the prepared launch declines a missing epsilon): explained
             _convention.resolve(_FORM, (input, weight, bias), eps, epsilon, out)

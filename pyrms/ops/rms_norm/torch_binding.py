@@ -29,6 +29,7 @@ from .. import _views
 from ..layer_norm import torch_binding as _layer_norm
 from ..rms_norm_backward import torch_binding as _backward
 from .._row_plan import FEW_ROWS
+from .op import launch_prepared as _launch_prepared
 from .op import prepared as _prepared_rms_norm
 from .op import rms_norm as _rms_norm
 
@@ -45,7 +46,8 @@ def launch(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool
     # asked about a CPU tensor, which _explain refuses by name).
     try:
         dtype = DTYPE_NAMES.get(x.dtype)
-        ok = (dtype is not None and (device := x.get_device()) >= 0 and device == driver.selected_device().ordinal)
+        ok = (dtype is not None and (device := x.get_device()) >= 0
+              and device == (driver._selected.device or driver.selected_device()).ordinal)  # a frame less if selected
         hidden = x.shape[-1]
         ok = ok and vector_weight(weight, hidden, device, x.dtype)
     except (AttributeError, IndexError):  # not a tensor, or a 0-d one
@@ -69,9 +71,8 @@ def launch(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma: bool
         weightless = weight is None  # its own kernel (pyrms.rms_norm's weight_dtype "none"), a null weight
         args = (out.data_ptr(), x.data_ptr(), 0 if weightless else weight.data_ptr(), float(eps), numel // hidden,
                 current_stream(device))
-        prepared = _prepared_rms_norm(dtype, hidden, stride, hidden, gemma, round_once, True,
-                                      "none" if weightless else None)
-        if prepared is None or not prepared(*args):  # the general path says what is wrong
+        if not _launch_prepared((dtype, hidden, stride, hidden, gemma, round_once, True, "none" if weightless else None,
+                                 None, None), args):  # the general path says what is wrong
             _rms_norm(args[0], args[1], None if weightless else args[2], args[3], args[4], hidden, dtype=dtype,
                       input_stride=stride, out_stride=hidden, stream=args[5], gemma=gemma, round_once=round_once)
     return out
