@@ -548,6 +548,14 @@ def no_weight(weight_dtype) -> str:
     return "none"
 
 
+def weightless_pointer(weight) -> None:
+    """A raw-pointer call without a weight (weight_dtype='none') takes weight None or 0: a pointer there is refused,
+    not ignored."""
+    if weight not in (None, 0):
+        raise ValueError(f"weight_dtype='none' is a call without a weight, but weight={weight!r} was given; "
+                         "pass weight=None")
+
+
 def weight_operand(found, weight_dtype) -> tuple[int | None, dtypes.DTypeLike | None]:
     """(pointer, weight_dtype) of the raw-pointer call from check.arrays' entry for a `mixed` weight
     (None: weight=None). An array's dtype is the weight's, and must agree with a weight_dtype given."""

@@ -125,7 +125,8 @@ class NdPrepared:
                 return False
             self.last = (num_tokens, *last[1:])
         _, rows, d1, d2, o_bytes, x_bytes, w_bytes = last
-        if (not (out and input and (weight or self.weightless)) or (out | input) & self.mask or weight & self.w_mask
+        if (not (out and input and (not weight if self.weightless else weight)) or (out | input) & self.mask
+                or weight & self.w_mask
                 or out & self.o_mask):
             return False
         same = out == input and self.x_strides == self.o_strides and self.o_itemsize == self.itemsize
@@ -150,6 +151,8 @@ def _facts(call: dict, rows: int, hidden: int) -> SimpleNamespace:
     sizes = lead_sizes(call["num_tokens"])
     x_strides = lead_strides("input_stride", call["input_stride"], sizes, hidden)
     o_strides = lead_strides("out_stride", call["out_stride"], sizes, hidden)
+    if p.weight == "none":
+        check.weightless_pointer(call["weight"])
     w_stride = weight_stride_arg(call["weight_stride"], hidden, p.weight == "none")
     if _views.rows_overlap(sizes, o_strides, hidden):
         raise ValueError(f"out_stride={o_strides} with num_tokens={sizes} and hidden_size={hidden} makes rows "

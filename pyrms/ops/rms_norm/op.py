@@ -65,7 +65,8 @@ class Prepared:
             return False
         # Null or misaligned pointers; a negative one fails to pack (struct range) before any launch.
         pointers_or = out | input | weight
-        if (not (out and input and (weight or self.weightless)) or pointers_or & self.mask or weight & self.w_mask
+        if (not (out and input and (not weight if self.weightless else weight)) or pointers_or & self.mask
+                or weight & self.w_mask
                 or out & self.o_mask):
             return False
         rows, o_bytes, x_bytes = self.spans  # a model repeats row counts: the spans of the last one are kept
@@ -365,8 +366,11 @@ def _nd_strides(num_tokens, hidden_size, input_stride, out_stride) -> tuple:
 def _facts(call: dict, num_tokens: int, hidden: int) -> rms_plan.RmsNormPlan:
     """rms_norm's own checks for the shared explain path: its plan's (the weight's and the output's kinds)."""
     dt = _DEFAULT_DTYPE if call["dtype"] is None else dtypes.get(call["dtype"])
-    return rms_plan.plan_rms_norm(dt, 1, gemma=bool(call["gemma"]), weight_dtype=call["weight_dtype"],
-                                 out_dtype=call["out_dtype"])
+    p = rms_plan.plan_rms_norm(dt, 1, gemma=bool(call["gemma"]), weight_dtype=call["weight_dtype"],
+                               out_dtype=call["out_dtype"])
+    if p.weight == "none":
+        check.weightless_pointer(call["weight"])
+    return p
 
 
 # rstd (where the call stores each row's inv_rms), out (in place over input allowed, of one dtype), input and the

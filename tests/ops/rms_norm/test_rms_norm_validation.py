@@ -123,3 +123,15 @@ def test_a_closed_tensor_is_refused():
 def test_valid_arguments_reach_the_driver(overrides):
     with pytest.raises(pyrms.NoDriverError, match="^no CUDA driver found"):
         call(**overrides)
+
+
+@pytest.mark.parametrize("weight", [0x30001, 0x30000], ids=["misaligned", "aligned"])
+@pytest.mark.parametrize("hidden", [64, 4096])
+def test_a_weight_beside_weight_dtype_none_is_refused(fake, names_only, weight, hidden):
+    """weight_dtype='none' is the call without a weight: a weight pointer beside it is refused by name, aligned or not
+    (a misaligned one once failed an internal assertion), the same on the N-D path; weight 0 launches."""
+    with pytest.raises(ValueError, match="weight_dtype='none' is a call without a weight, but weight="):
+        pyrms.rms_norm(0x10000, 0x20000, weight, 1e-6, 3, hidden, dtype="bfloat16", weight_dtype="none")
+    with pytest.raises(ValueError, match="weight_dtype='none' is a call without a weight, but weight="):
+        pyrms.rms_norm(0x10000, 0x20000, weight, 1e-6, (1, 3), hidden, dtype="bfloat16", weight_dtype="none")
+    pyrms.rms_norm(0x10000, 0x20000, 0, 1e-6, 3, hidden, dtype="bfloat16", weight_dtype="none")
