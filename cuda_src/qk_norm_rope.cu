@@ -20,12 +20,12 @@
 //
 // Launch: packed rows only (row_core.cuh's RowShape LANES, the shape of rms_norm_nd_kernel's QK-norm rows):
 // LANES lanes per head, blockDim.x / LANES heads per block; the planner picks (LANES, CACHE) from (dtype,
-// head_dim) as rms_norm's packed shape, so the sum of squares is the RMSNorm row's tree for (dtype, head_dim,
+// head_dim) as the row core's packed rows take (pyrms/ops/_row_plan.py's packed_shape), so the sum of squares is the RMSNorm row's tree for (dtype, head_dim,
 // alignment) with F = 32 (pyrms.reference's rms row twin gives the same inv_rms). Every body vector of a head
 // is one of its lanes' held vectors (the plan packs only such heads). In place: each lane computes all its
 // outputs (reading partners that other lanes own from memory) before the segment's __syncwarp, then stores.
 //
-// Variants: T in {float, __half, __nv_bfloat16}; (CACHE, LANES) as rms_norm.cu's packed kernels; GEMMA; IS_NEOX;
+// Variants: T in {float, __half, __nv_bfloat16}; (CACHE, LANES) as the N-D RMSNorm's packed kernels; GEMMA; IS_NEOX;
 // ALIGNED (the launcher found qkv and both weights 16-byte aligned, and head_dim and token_stride multiples of
 // the vector): every row is all body, and the partners of a vector are one aligned vector (GPT-J: the vector
 // itself; NeoX where rotary_dim / 2 is a multiple of the vector), loaded whole instead of element by element.

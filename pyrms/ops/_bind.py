@@ -27,11 +27,11 @@ def _function(op) -> tuple[str, Any]:
 
 
 def bind(op: str | Callable[..., Any], /, *args: Any, **kwargs: Any) -> launch.BoundLaunch:
-    """``op(*args, **kwargs)`` (``op`` one of pyrms's ops, as the function or by name, e.g. ``pyrms.rms_norm``)
+    """``op(*args, **kwargs)`` (``op`` one of pyrms's ops, as the function or by name, e.g. ``pyrms.layer_norm``)
     resolved, checked and packed once: returns a launch that repeats it, ``bound()`` on the call's stream or
     ``bound(stream)`` on another stream of the same device (checked the first time each stream is passed).
 
-        step = pyrms.bind(pyrms.rms_norm, out, x, w, 1e-6, tokens, hidden, stream=s)
+        step = pyrms.bind(pyrms.layer_norm, out, x, w, b, 1e-5, tokens, hidden, stream=s)
         step()      # the same launch as the call, one driver call; errors raise CudaError
 
     Every argument is checked when binding, as the call checks it, and raises the same errors; what the call

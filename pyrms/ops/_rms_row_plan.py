@@ -9,6 +9,12 @@ from .. import dtypes
 from ._row_plan import _RowPlan, _WeightAndOutKinds, weight_kind
 
 
+# How the fused residual add (cuda_src/added_row.cuh) sums input and residual, for the fused add and the quantizing
+# fused add alike: "rounded" normalizes the sum rounded to the residual's dtype (vLLM's), "fp32" the fp32 sum
+# (FlashInfer's), the residual storing it rounded either way.
+SUM_PRECISIONS = ("rounded", "fp32")
+
+
 @dataclass(frozen=True)
 class RmsRowPlan(_WeightAndOutKinds, _RowPlan):
     """A plan of a kernel on the RMSNorm row: gemma scales by 1 + weight, round_once rounds the normalized row

@@ -38,6 +38,19 @@ def packed_positions(lanes: int, cache: int) -> int:
     return min(cache, 32 // lanes)
 
 
+def packed_shape(dtype: dtypes.DType, hidden: int, block: int, cache: int) -> tuple[int, int]:
+    """(LANES, CACHE) of the packed rows (PACKED_SHAPES) of a row plan of ``block`` threads caching ``cache`` fold
+    steps, or (0, 0) where rows are too long to pack (a fold wider than a warp). Each position holds the plan's
+    cache of fold steps; the positions of fewer than 32 lanes' worth only where every alignment of the row leaves at
+    most that many body vectors (row_core.cuh: the positions past them must hold no element); prefix and tail fit
+    any. The packed kernels (the N-D RMSNorm's rows, the rotary QK-norm's heads) take it: the same tree per row."""
+    if block != 32:
+        return 0, 0
+    body = hidden // dtype.vec_elems  # the most body vectors any alignment gives
+    return next((n, c) for n, c in PACKED_SHAPES
+                if c // packed_positions(n, c) == cache and (body <= n * packed_positions(n, c) or n == 32))
+
+
 def max_threads(held: int) -> int:
     """Threads per block a kernel that holds `held` vectors per thread allows (max_threads in
     row_core.cuh): the registers for them must fit beside the rest without spilling."""

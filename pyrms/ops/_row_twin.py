@@ -142,3 +142,17 @@ def rms_row_twin(x, weight, epsilon, *, block, row_phases=0, gemma=False, round_
     xf = x.astype(F32)
     _, inv = row_stats_twin(xf, epsilon, block, row_phases, dt.vec_elems)
     return scale_twin(xf, inv, weight, dt, gemma=gemma, round_once=round_once, out_dtype=out_dtype)
+
+
+def fp32_sum(x, residual) -> np.ndarray:
+    """The fused residual add's fp32 sum, fp32(x) + fp32(residual) (numpy's float32 add is __fadd_rn), a NaN sum the
+    GPU's one NaN (_one_nan)."""
+    with np.errstate(invalid="ignore"):  # inf + -inf = NaN, as on the GPU
+        return _one_nan(x.astype(F32) + residual.astype(F32))
+
+
+def rounded_sum(x, residual):
+    """The fused add's new residual (vLLM's semantics): round_T(fp32(x) + fp32(residual)), [rows, hidden],
+    a NaN sum the GPU's one NaN (_one_nan)."""
+    x, residual = _as_2d(x), _as_2d(residual)
+    return _one_nan(fp32_sum(x, residual).astype(x.dtype))

@@ -5,14 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import dtypes
-from .._rms_row_plan import RmsRowPlan, rms_weight_kind
+from .._rms_row_plan import SUM_PRECISIONS, RmsRowPlan, rms_weight_kind
 from .._row_plan import block_and_cache, out_kind
 
 
 # What fused_add_rms_norm normalizes (docs/numerics.md, "Fused residual add"): the sum rounded to the
 # dtype (vLLM's, the default; the sum is stored rounded), or the fp32 sum (FlashInfer's, SGLang's; the
 # residual still stores it rounded, or exactly in an fp32 residual: QuACK's, Transformer Engine's).
-SUM_PRECISIONS = ("rounded", "fp32")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
-from .._row_twin import F32, _as_2d, _one_nan, _out, rms_ref, rms_row_twin, row_stats_twin, scale_twin
+from .._row_twin import (F32, _as_2d, _one_nan, _out, fp32_sum, rms_ref, rms_row_twin, rounded_sum, row_stats_twin,
+                         scale_twin)
 
 __all__ = ["fused_add_rms_norm_ref", "rounded_sum", "fused_add_rms_norm_twin"]  # what pyrms.reference gathers
 
@@ -13,18 +14,6 @@ def fused_add_rms_norm_ref(x, residual, weight, epsilon, *, gemma=False):
     """float64: (RMSNorm(x + residual), x + residual), the sum not rounded."""
     total = _as_2d(x).astype(np.float64) + _as_2d(residual).astype(np.float64)
     return rms_ref(total, weight, epsilon, gemma=gemma), total
-
-
-def _fp32_sum(x, residual) -> np.ndarray:
-    with np.errstate(invalid="ignore"):  # inf + -inf = NaN, as on the GPU
-        return _one_nan(x.astype(F32) + residual.astype(F32))
-
-
-def rounded_sum(x, residual):
-    """The fused add's new residual (vLLM's semantics): round_T(fp32(x) + fp32(residual)), [rows, hidden],
-    a NaN sum the GPU's one NaN (_one_nan)."""
-    x, residual = _as_2d(x), _as_2d(residual)
-    return _one_nan(_fp32_sum(x, residual).astype(x.dtype))
 
 
 def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_phases=0, input_phases=0, gemma=False,
@@ -52,7 +41,7 @@ def fused_add_rms_norm_twin(x, residual, weight, epsilon, *, block, residual_pha
         return out, total
     if _out(dtypes.get(x.dtype), out_dtype) != dtypes.get(x.dtype):
         raise ValueError("an fp32 out_dtype takes sum_precision='rounded' (the fp32 sum is written over the input)")
-    total = _fp32_sum(x, residual)
+    total = fp32_sum(x, residual)
     dt = dtypes.get(x.dtype)
     _, inv = row_stats_twin(total, epsilon, block, input_phases, dt.vec_elems)
     return (scale_twin(total, inv, weight, dt, gemma=gemma, round_once=round_once),

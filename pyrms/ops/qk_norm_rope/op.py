@@ -93,8 +93,8 @@ def qk_norm_rope(qkv: Operand, q_weight: Operand, k_weight: Operand, cos_sin_cac
     x, of ``head_dim`` elements:
 
     - ``a = x * inv_rms * w``, ``inv_rms = 1 / sqrt(mean(x^2) + epsilon)``, w = q_weight (k_weight for a k head),
-      or 1 + w with ``gemma``; the sum of squares in fp32 in the RMSNorm row's reduction tree (as
-      ``pyrms.rms_norm`` on the same head, at the same alignment);
+      or 1 + w with ``gemma``; the sum of squares in fp32 in the RMSNorm row's reduction tree (as the
+      family's RMSNorm of the same head at the same alignment);
     - then the rotation by position p = positions[t]: with c_k = cos_sin_cache[p, k] and
       s_k = cos_sin_cache[p, rotary_dim/2 + k], each pair (i, j) of frequency k becomes
       (a_i c_k - a_j s_k, a_j c_k + a_i s_k); NeoX pairs (``is_neox``, rotate-half) are (k, k + rotary_dim/2),

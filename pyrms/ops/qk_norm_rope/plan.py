@@ -1,14 +1,13 @@
 """qk_norm_rope's launch plan: pure, no GPU. The heads are RMSNorm rows of head_dim elements packed several
-to a warp, in the shape (and so the reduction tree) that rms_norm's packed rows take for (dtype, head_dim):
-RmsNormPlan.packed_shape (pyrms/ops/rms_norm/plan.py)."""
+to a warp, in the shape (and so the reduction tree) that the row core's packed rows take for (dtype, head_dim):
+pyrms/ops/_row_plan.py's packed_shape of the row plan's block and cache."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ... import dtypes
 from ...contract import KernelPlan
-from .._row_plan import PACKED_SHAPES, PACKED_THREADS
-from ..rms_norm.plan import plan_rms_norm
+from .._row_plan import PACKED_SHAPES, PACKED_THREADS, block_and_cache, packed_shape
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ def plan_qk_norm_rope(dtype, head_dim: int, *, gemma: bool = False, is_neox: boo
     dt = dtypes.get(dtype)
     if isinstance(head_dim, bool) or type(head_dim) is not int or head_dim <= 0:
         raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
-    lanes, cache = plan_rms_norm(dt, head_dim).packed_shape
+    lanes, cache = packed_shape(dt, head_dim, *block_and_cache(dt, head_dim))
     if not lanes:
         raise ValueError(f"head_dim must be at most {32 * 4 * dt.vec_elems} for {dt.name} (one warp per head), "
                          f"got {head_dim}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ... import dtypes
 from ...contract import Contract, contract
 from .._rms_row_plan import RmsRowPlan, rms_weight_kind
-from .._row_plan import CACHE_CHOICES, PACKED_SHAPES, PACKED_THREADS, block_and_cache, out_kind, packed_positions
+from .._row_plan import CACHE_CHOICES, PACKED_SHAPES, PACKED_THREADS, block_and_cache, out_kind, packed_shape
 
 
 @dataclass(frozen=True)
@@ -19,15 +19,8 @@ class RmsNormPlan(RmsRowPlan):
 
     @property
     def packed_shape(self) -> tuple[int, int]:
-        """(LANES, CACHE) of the packed kernel (PACKED_SHAPES), or (0, 0) where rows are too long to pack (a
-        fold wider than a warp). Each position holds the plan's cache of fold steps; the positions of fewer
-        than 32 lanes' worth only where every alignment of the row leaves at most that many body vectors
-        (row_core.cuh: the positions past them must hold no element); prefix and tail fit any."""
-        if self.block != 32:
-            return 0, 0
-        body = self.hidden // self.dtype.vec_elems  # the most body vectors any alignment gives
-        return next((n, c) for n, c in PACKED_SHAPES
-                    if c // packed_positions(n, c) == self.cache and (body <= n * packed_positions(n, c) or n == 32))
+        """(LANES, CACHE) of the packed kernel, or (0, 0) where rows are too long to pack (_row_plan.packed_shape)."""
+        return packed_shape(self.dtype, self.hidden, self.block, self.cache)
 
     @property
     def lanes(self) -> int:

@@ -225,7 +225,7 @@ def fused_add_rms_norm_quant(out: Operand, input: Operand, residual: Operand, we
       ``rms_norm_quant(out, residual, ...)`` on the new residual.
     - ``'fp32'`` (FlashInfer's ``fused_add_rmsnorm_quant``): the sum ``input + residual`` in fp32 is normalized
       and quantized, never rounded first; the residual stores it rounded to its dtype (the unquantized
-      ``fused_add_rms_norm(..., sum_precision='fp32')``'s semantics). bf16 and fp16 rows; float32 rows have
+      fused add's ``sum_precision='fp32'`` semantics). bf16 and fp16 rows; float32 rows have
       one semantics (their sum is never rounded), so both spellings give the same bits there.
       Where it differs from FlashInfer: inv_rms is ``1 / sqrt`` correctly rounded (FlashInfer: ``rsqrt``) over
       pyrms's fixed reduction tree, so a row's result is batch invariant; FlashInfer clamps before the cast,

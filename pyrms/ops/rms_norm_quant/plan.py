@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from ... import dtypes
 from ...contract import Contract, contract
 from .._row_plan import _RowPlan, block_and_cache
-from ..fused_add_rms_norm.plan import SUM_PRECISIONS
+from .._rms_row_plan import SUM_PRECISIONS
 
 
 # The kernels' MODE, by position: one given scale, one computed per row (per token), or one per group of
@@ -60,7 +60,7 @@ class RmsNormQuantPlan(_RowPlan):
 @dataclass(frozen=True)
 class FusedAddRmsNormQuantPlan(RmsNormQuantPlan):
     """rms_norm_quant.cu's kernel after the fused residual add (added_row.cuh). sum_precision (SUM_PRECISIONS,
-    as fused_add_rms_norm's plan): "fp32" normalizes the fp32 sum (the kernels' FP32_SUM; bf16 and fp16 only),
+    as the unquantized fused add's plan): "fp32" normalizes the fp32 sum (the kernels' FP32_SUM; bf16 and fp16 only),
     "rounded" the rounded one."""
 
     sum_precision: str = "rounded"

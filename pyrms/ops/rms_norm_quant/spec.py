@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ... import dtypes
 from .._spec import Inspect, OpSpec, Unit
-from ..fused_add_rms_norm.plan import SUM_PRECISIONS
+from .._rms_row_plan import SUM_PRECISIONS
 from .plan import QUANT_MODES, FusedAddRmsNormQuantPlan, RmsNormQuantPlan, plan_rms_norm_quant
 
 _CASE_OPTIONS = ("epsilon", "pdl", "variant", "out_dtype", "mode", "device_scale", "scale_ub", "round_input",

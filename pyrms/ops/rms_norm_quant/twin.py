@@ -6,8 +6,8 @@ import numpy as np
 from ... import dtypes
 from .._row_twin import F32, _as_2d, _one_nan, row_stats_twin, scale_twin
 from .plan import QUANT_GROUPS
-from ..fused_add_rms_norm.plan import SUM_PRECISIONS
-from ..fused_add_rms_norm.twin import _fp32_sum, rounded_sum
+from .._rms_row_plan import SUM_PRECISIONS
+from .._row_twin import fp32_sum, rounded_sum
 
 __all__ = ["quantize_static", "quantize_per_token", "quantize_per_group", "normalized_twin", "rms_norm_quant_twin", "fused_add_rms_norm_quant_twin"]  # what pyrms.reference gathers
 
@@ -177,7 +177,7 @@ def fused_add_rms_norm_quant_twin(x, residual, weight, epsilon, out_dtype, *, bl
         q, scales = rms_norm_quant_twin(total, weight, epsilon, out_dtype, block=block, row_phases=residual_phases,
                                         **options)
         return q, scales, total
-    sums = _fp32_sum(x, residual)
+    sums = fp32_sum(x, residual)
     q, scales = rms_norm_quant_twin(sums, weight, epsilon, out_dtype, block=block, row_phases=input_phases,
                                     dtype=x.dtype, **options)
     return q, scales, _one_nan(sums.astype(x.dtype))
