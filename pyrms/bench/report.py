@@ -142,6 +142,11 @@ def table(records, op: str, dtype: str, ceiling_gbps: float, impl_order) -> str:
     return "\n".join(lines)
 
 
+def _median_spread(rec) -> str:
+    """A record's cell of the latency-style tables: its median µs and run-to-run spread (or why it has none)."""
+    return _cell(rec, "{}", lambda r: f"{r.median_us:.2f} +-{r.summary.spread:.0%}")
+
+
 def latency_table(records, op: str, dtype: str, impl_order) -> str:
     """Device time per launch (median µs) of every implementation, with its spread."""
     impls = _impls(records, op, dtype, impl_order)
@@ -151,8 +156,7 @@ def latency_table(records, op: str, dtype: str, impl_order) -> str:
         row = f"{tokens:>6} {hidden:>6} |"
         for i in impls:
             rec = find(records, op, dtype, tokens, hidden, i, ok_only=False)
-            cell = _cell(rec, "{}", lambda r: f"{r.median_us:.2f} +-{r.summary.spread:.0%}")
-            row += f" {cell:>15}"
+            row += f" {_median_spread(rec):>15}"
         lines.append(row)
     return "\n".join(lines)
 
@@ -178,7 +182,7 @@ def after_gemm_table(records, op: str, dtype: str, impl_order) -> str:
         row = f"{tokens:>6} {hidden:>6} {at[0].k:>6} {f'{gemm.median:.2f}' if gemm else DASH:>8} |"
         for i in impls:
             rec = find(records, op, dtype, tokens, hidden, i, ok_only=False)
-            row += f" {_cell(rec, '{}', lambda r: f'{r.median_us:.2f} +-{r.summary.spread:.0%}'):>16}"
+            row += f" {_median_spread(rec):>16}"
         cells = [ratio(records, op, dtype, tokens, hidden, me, peers) for _, me, peers in ratios]
         lines.append(row + " |" + "".join(f" {c:>6}" for c in cells))
     lines += _reasons(records, op, dtype) + _missing_ratio_notes(ratios, impls)
