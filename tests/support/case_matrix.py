@@ -351,11 +351,18 @@ def weight_kinds(dtype: str) -> Iterator[tuple[str, int]]:
         yield "float32", 3
 
 
+def over_sanitize_hiddens(cases_at, dtype: str) -> Iterator[Case]:
+    """An op's sanitizer sweep of ``dtype``: ``cases_at(dtype, the dtype's vector elements, hidden)`` at every
+    SANITIZE_HIDDENS size (an op's OpTests.sanitize as functools.partial(over_sanitize_hiddens, its cases_at))."""
+    n = dtypes.get(dtype).vec_elems
+    for hidden in SANITIZE_HIDDENS:
+        yield from cases_at(dtype, n, hidden)
+
+
 def sanitize_backward(op: str, dtype: str, *, layer_norm: bool) -> Iterator[Case]:
     """The sanitizer sweep's cases of RMSNorm's (or, ``layer_norm``, LayerNorm's) backward at every
     SANITIZE_HIDDENS size."""
-    for hidden in SANITIZE_HIDDENS:
-        yield from _sanitize_backward(op, dtype, dtypes.get(dtype).vec_elems, hidden, layer_norm)
+    return over_sanitize_hiddens(lambda dt, n, hidden: _sanitize_backward(op, dt, n, hidden, layer_norm), dtype)
 
 
 def _sanitize_backward(op: str, dtype: str, n: int, hidden: int, layer_norm: bool) -> Iterator[Case]:

@@ -2,12 +2,13 @@
 call that runs a case of the case matrix."""
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 from pyrms import dtypes
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.fused_add_rms_norm import twin as fused_twin
-from tests.support.case_matrix import (ROW_OPTIONS, ROW_VARIANTS, SANITIZE_HIDDENS, Case, case, forward_axes,
+from tests.support.case_matrix import (ROW_OPTIONS, ROW_VARIANTS, over_sanitize_hiddens, Case, case, forward_axes,
                                        misaligned, weight_kinds)
 from tests.support.op_tests import OpTests
 from tests.support.testing import (allocate, allocate_named, case_label, closing, forced_row_variant, pdl_option,
@@ -82,11 +83,6 @@ def _gpu(dtype: str, axis: str) -> Iterator[Case]:
             yield case(op, dtype, 4, 4096, offsets={"input": 1, "residual": 2}, gemma=gemma, round_once=round_once)
 
 
-def _sanitize(dtype: str) -> Iterator[Case]:
-    for hidden in SANITIZE_HIDDENS:
-        yield from _sanitize_at(dtype, dtypes.get(dtype).vec_elems, hidden)
-
-
 def _sanitize_at(dtype: str, n: int, hidden: int) -> Iterator[Case]:
     op = "fused_add_rms_norm"
     yield from misaligned(op, dtype, 2, (hidden,), ROW_VARIANTS)
@@ -106,4 +102,4 @@ def _sanitize_at(dtype: str, n: int, hidden: int) -> Iterator[Case]:
                        strides={"out": hidden + 1}, weight="float32", variant=variant, out_kind="float32")
 
 
-TESTS = {"fused_add_rms_norm": OpTests(_checker_call, _sanitize, gpu=_gpu)}
+TESTS = {"fused_add_rms_norm": OpTests(_checker_call, functools.partial(over_sanitize_hiddens, _sanitize_at), gpu=_gpu)}

@@ -14,7 +14,7 @@ from pyrms.ops import _row_plan as plan
 from pyrms.ops._row_twin import row_stats_twin
 from pyrms.ops.layer_norm import plan as ln_plan
 from pyrms.ops.layer_norm import twin as ln_twin
-from tests.support.case_matrix import (ROW_VARIANTS, SANITIZE_HIDDENS, Case, case, forward_axes, gpu_backward, in_place,
+from tests.support.case_matrix import (ROW_VARIANTS, over_sanitize_hiddens, Case, case, forward_axes, gpu_backward, in_place,
                                        misaligned, sanitize_backward)
 from tests.support.op_tests import OpTests, RawCall
 from tests.support.testing import (allocate_named, backward_checker_call, case_label, closing, forced_row_variant,
@@ -98,11 +98,6 @@ def _gpu(dtype: str, axis: str) -> Iterator[Case]:
         yield from in_place(op, dtype, 3)
 
 
-def _sanitize(dtype: str) -> Iterator[Case]:
-    for hidden in SANITIZE_HIDDENS:
-        yield from _sanitize_at(dtype, dtypes.get(dtype).vec_elems, hidden)
-
-
 def _sanitize_at(dtype: str, n: int, hidden: int) -> Iterator[Case]:
     op = "layer_norm"
     yield from misaligned(op, dtype, 2, (hidden,), ROW_VARIANTS)
@@ -129,7 +124,7 @@ def _sanitize_at(dtype: str, n: int, hidden: int) -> Iterator[Case]:
         yield case(op, dtype, 3, hidden, offsets={"out": 7, "bias": 1}, weight="float32", out_kind="float32", rms=True)
 
 
-TESTS = {"layer_norm": OpTests(_checker_call, _sanitize, gpu=_gpu, raw=RawCall(("out",), _raw_launch, _raw_twin),
+TESTS = {"layer_norm": OpTests(_checker_call, functools.partial(over_sanitize_hiddens, _sanitize_at), gpu=_gpu, raw=RawCall(("out",), _raw_launch, _raw_twin),
                                centered=True),
          "layer_norm_backward": OpTests(
              functools.partial(backward_checker_call, layer_norm=True),

@@ -2,6 +2,7 @@
 runs a case of the case matrix, and the raw call of the lab tools."""
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 import numpy as np
@@ -13,7 +14,7 @@ from pyrms.ops._row_twin import row_stats_twin
 from pyrms.ops.rms_norm import plan as rms_plan
 from pyrms.ops.rms_norm import twin as rms_twin
 from tests.support.case_matrix import (GPU_HIDDENS, MISALIGNED_HIDDENS, MIXED_HIDDENS, ROW_OPTIONS, ROW_VARIANTS,
-                                       SANITIZE_HIDDENS, Case, case, in_place, misaligned, sizes, strided, weight_kinds)
+                                       over_sanitize_hiddens, Case, case, in_place, misaligned, sizes, strided, weight_kinds)
 from tests.support.op_tests import OpTests, RawCall
 from tests.support.testing import (allocate, closing, forced_row_variant, guarded, pdl_option, phases, row_kwargs,
                                    run_checked, weight_args, weight_operand)
@@ -172,11 +173,6 @@ def _gpu(dtype: str, axis: str) -> Iterator[Case]:
         yield from in_place(op, dtype, 3, variants=(None, "many"))
 
 
-def _sanitize(dtype: str) -> Iterator[Case]:
-    for hidden in SANITIZE_HIDDENS:
-        yield from _sanitize_at(dtype, dtypes.get(dtype).vec_elems, hidden)
-
-
 def _sanitize_at(dtype: str, n: int, hidden: int) -> Iterator[Case]:
     op = "rms_norm"
     yield from misaligned(op, dtype, 2, (hidden,), ROW_VARIANTS)
@@ -227,6 +223,6 @@ def _concurrency() -> Iterator[Case]:
                  round_once=k % 2 == 1) for k in range(168))
 
 
-TESTS = {"rms_norm": OpTests(_checker_call, _sanitize, gpu=_gpu, concurrency=_concurrency,
+TESTS = {"rms_norm": OpTests(_checker_call, functools.partial(over_sanitize_hiddens, _sanitize_at), gpu=_gpu, concurrency=_concurrency,
                              raw=RawCall(("out",), _raw_launch, _raw_twin)),
          "rms_norm_nd": OpTests(_nd_checker_call, _sanitize_nd)}
