@@ -89,8 +89,9 @@ def test_deterministic_and_counted():
     # the quantizing ops' offsets are all 1 or VEC-1 (132 of their cases with a norm_out), and so are the 238
     # mixed-dtype cases' (an fp32 out at 7); static_quant's quick cases: its offsets 0, 1 and VEC-1 (156); the
     # backward's 112 fp32-weight cases (a weight at 0 or VEC-1); 140 of the 182 RMSNorm-with-a-bias cases (14 of
-    # them among the 238); qk_norm_rope's 156 (its qkv at 0, 1 and VEC-1, the other operands' offsets as they are)
-    assert len(_all_sanitize(quick=True)) == 2355 + 1410 + 238 + 156 + 112 + 126 + 156
+    # them among the 238); qk_norm_rope's 156 (its qkv at 0, 1 and VEC-1, the other operands' offsets as they are);
+    # layer_norm_quant's 280 (its offsets all 1 or VEC-1)
+    assert len(_all_sanitize(quick=True)) == 2355 + 1410 + 238 + 156 + 112 + 126 + 156 + 280
     assert sum(c.option("out_kind") == "float32" or (c.op == "layer_norm" and c.option("weight") == "float32")
                for c in _all_sanitize()) == 238
     assert sum(c.option("rms") or c.option("rms_bias") for c in _all_sanitize()) == 182
