@@ -78,7 +78,7 @@ def _quant_operands(*, bias=True, weight=True, **_):
 
 LAYER_NORM_QUANT = OpSpec(
     name="layer_norm_quant", module="pyrms.ops.layer_norm.quant", source=LayerNormQuantPlan.source,
-    plan=LayerNormQuantPlan, torch="pyrms.ops.layer_norm.torch_binding",
+    plan=LayerNormQuantPlan, torch="pyrms.ops.layer_norm.torch_quant",
     option_sets=_quant_option_sets, unit=_quant_unit,
     inspect=Inspect("row", "pyrms::layer_norm_quant_kernel, LayerNorm's row with a static fp8/int8 store (the "
                     "float8_e4m3fn output's); weightless = no weight; fp32_params = fp32 weight and bias",
