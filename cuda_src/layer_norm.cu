@@ -12,7 +12,7 @@
 //   quantized (layer_norm_quant_kernel, FlashInfer's layernorm_quant): the forward's fp32 value v (before round_O),
 //              q = quantize(v, s) with one static fp32 scale s (quant.cuh: float8 v * (1/s), int8 v / s, then
 //              saturate); ROUND_INPUT: v rounded to T first, the forward's output of T bit for bit, which is what
-//              FlashInfer's kernel quantizes (its generalLayerNorm casts the value to the input's type).
+//              FlashInfer's kernel quantizes (it casts the value to the input's type before scaling it).
 // Every step is one explicitly rounded fp32 operation (__fsub_rn, __fmul_rn, ...: no FMA), so
 // layer_norm_twin and layer_norm_quant_twin (pyrms/ops/layer_norm/twin.py) reproduce the kernels bit for bit.
 //
