@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from functools import partial
 
+from ... import dtypes
 from .._norm_backward.plan import BACKWARD_VECTORS, NormBackwardPlan, plan_norm_backward
 from .._norm_backward.spec import backward_operands, backward_option_sets, backward_unit
-from ... import dtypes
 from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, out_options, Unit, weight_options
 from .plan import LayerNormPlan, LayerNormQuantPlan, plan_layer_norm, plan_layer_norm_quant
 
@@ -54,7 +54,6 @@ LAYER_NORM_BACKWARD = OpSpec(
     case_options=COMMON_CASE_OPTIONS + ("in_place", "grad_bias", "grad_dtype", "rows_per_block", "own_workspace",
                                       "grad_output_kind"),
     random=True)
-
 
 
 def _quant_option_sets(dt) -> list[dict]:
