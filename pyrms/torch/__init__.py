@@ -8,6 +8,7 @@
     q = pyrms.torch.rms_norm_quant(x, weight, 1e-6, scale=0.02)   # fp8 (or int8) out: static, per_token, per_group
     q, s = pyrms.torch.rms_norm_quant(x, weight, 1e-6, mode="per_token")   # and its fp32 scales
     q, s = pyrms.torch.fused_add_rms_norm_quant(x, residual, weight, 1e-6, mode="per_group")  # residual += x
+    q = pyrms.torch.layer_norm_quant(x, gamma, beta, 1e-6, scale=0.02)  # LayerNorm, static fp8 (or int8) out
     print(pyrms.torch.replace_norms(model))               # HF RMSNorms, nn.RMSNorm, nn.LayerNorm -> pyrms's
 
 Calls launch on torch's current stream and work eagerly, under autograd, under

@@ -1,12 +1,14 @@
-"""LayerNorm's registry entries: the forward, and the backward (layer_norm_backward.cu)."""
+"""LayerNorm's registry entries: the forward, the backward (layer_norm_backward.cu), and the forward with a quantized
+output (layer_norm_quant)."""
 from __future__ import annotations
 
 from functools import partial
 
+from ... import dtypes
 from .._norm_backward.plan import BACKWARD_VECTORS, NormBackwardPlan, plan_norm_backward
 from .._norm_backward.spec import backward_operands, backward_option_sets, backward_unit
 from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, out_options, Unit, weight_options
-from .plan import LayerNormPlan, plan_layer_norm
+from .plan import LayerNormPlan, LayerNormQuantPlan, plan_layer_norm, plan_layer_norm_quant
 
 _ABOUT = ("pyrms::layer_norm_kernel (forward), planned on the row core; weightless = no weight; fp32_params = fp32 "
           "weight and bias; out=float32")
@@ -53,4 +55,36 @@ LAYER_NORM_BACKWARD = OpSpec(
                                       "grad_output_kind"),
     random=True)
 
-SPECS = (LAYER_NORM, LAYER_NORM_BACKWARD)
+
+def _quant_option_sets(dt) -> list[dict]:
+    return [dict(out_dtype=q, weight_dtype=w, **flags) for q in dtypes.QUANTIZED for w in weight_options(dt)
+            for flags in LAYER_NORM_QUANT.flag_sets()]
+
+
+def _quant_unit(dt, hidden, *, bias=True, round_input=False, weight_dtype=None, out_dtype=None) -> Unit:
+    # one unit per dtype, weight kind, output dtype and flag set (whatever the hidden size)
+    p = plan_layer_norm_quant(dt, hidden, out_dtype or dtypes.FLOAT8_E4M3FN, bias=bias, weight=weight_dtype != "none",
+                              weight_dtype=None if weight_dtype == "none" else weight_dtype, round_input=round_input)
+    on = "".join(f" {flag}" for flag, value in (("bias", bias), ("round_input", round_input)) if value)
+    label = "" if p.weight == "same" else f" weight={p.weight}"
+    return Unit(p.source, tuple(p.group), f"{p.source} {p.kernel} {dt.name} {p.out_dtype.name}{on}{label}")
+
+
+def _quant_operands(*, bias=True, weight=True, **_):
+    # out: the quantized bytes (offsets in bytes); scale: a device scale (one fp32), where a case has one
+    return ("input", "out"), ("weight",) * weight + ("bias",) * bias + ("scale",)
+
+
+LAYER_NORM_QUANT = OpSpec(
+    name="layer_norm_quant", module="pyrms.ops.layer_norm.quant", source=LayerNormQuantPlan.source,
+    plan=LayerNormQuantPlan, torch="pyrms.ops.layer_norm.torch_quant",
+    option_sets=_quant_option_sets, unit=_quant_unit,
+    inspect=Inspect("row", "pyrms::layer_norm_quant_kernel, LayerNorm's row with a static fp8/int8 store (the "
+                    "float8_e4m3fn output's); weightless = no weight; fp32_params = fp32 weight and bias",
+                    plan_layer_norm_quant, {"weightless": False, "fp32_params": False}, out=False),
+    twin="pyrms.ops.layer_norm.twin",
+    check="quant", operands=_quant_operands,
+    case_options=("epsilon", "pdl", "weight", "variant", "bias", "out_dtype", "device_scale", "round_input",
+                  "specials"))
+
+SPECS = (LAYER_NORM, LAYER_NORM_BACKWARD, LAYER_NORM_QUANT)
