@@ -674,7 +674,7 @@ def test_quant_dynamo_fullgraph_traces_the_ops_with_fake_strides(dynamo):
     assert ("torch.ops.pyrms.rms_norm_quant.default(l_x_, l_w_, 1e-06, torch.float8_e4m3fn, 'per_group', None, None, "
             "None, None, None, False, True, True, False, True)") in code
     assert ("torch.ops.pyrms.fused_add_rms_norm_quant.default(l_x_, l_r_, l_w_, 1e-06, torch.float8_e5m2, 'per_token', "
-            "None, None, 2.0, None, None, False, False, False, False, False)") in code
+            "None, None, 2.0, None, None, False, False, False, False, False, None)") in code
     (returned,) = [n for n in gm.graph.nodes if n.op == "output"][0].args
     metas = [(tuple(v.shape), v.stride(), v.dtype) for v in (n.meta["example_value"] for n in returned)]
     assert metas == [((5, 256), (256, 1), F8), ((5, 256), (256, 1), F8), ((5, 2), (1, 8), torch.float32),
@@ -739,7 +739,7 @@ def test_quant_eager_goes_straight_to_the_launch(stub_quant, monkeypatch):
         (False, 1e-5, F8, "static", 1.0, None, None, None, None, False, False, False, False, False),
         (False, 1e-6, F8, "static", None, s, None, None, None, False, False, False, False, True),
         (False, 1e-6, F8, "per_token", None, None, None, s, None, False, False, False, False, False),
-        (True, 1e-6, I8, "per_group", None, None, None, None, None, False, False, False, False, True),
+        (True, 1e-6, I8, "per_group", None, None, None, None, None, False, False, False, False, True, None),
     ]
     assert type(stub_quant[0][4]) is float
 
@@ -836,3 +836,16 @@ def test_qk_norm_bench_lets_torch_compile_specialize_to_every_shape(monkeypatch)
     assert {"pyrms", "pyrms.torch", "torch eager", "torch.compile"} <= set(impls)
     bench_qk_norm.implementations(4)  # never lowered
     assert getattr(config, name) == 12
+
+
+def test_fused_add_rms_norm_quant_sum_precision_reaches_the_graph_and_is_checked():
+    """sum_precision is the custom op's last argument (traced into the graph as given); the fake implementation
+    refuses a value the raw op would, naming it, so torch.compile fails at trace time, not at the launch."""
+    def f(x, r, w):
+        return pt.fused_add_rms_norm_quant(x, r, w, 1e-6, scale=0.25, sum_precision="fp32")
+
+    code = make_fx(f, tracing_mode="fake")(cpu(3, 128), cpu(3, 128), cpu(128)).code
+    assert "'static', 0.25, None, None, None, None, False, False, False, False, False, 'fp32')" in code
+    with pytest.raises(ValueError, match="sum_precision must be one of 'rounded', 'fp32' or None, got 'fp64'"):
+        make_fx(lambda x, r, w: pt.fused_add_rms_norm_quant(x, r, w, scale=0.25, sum_precision="fp64"),
+                tracing_mode="fake")(cpu(3, 128), cpu(3, 128), cpu(128))

@@ -480,7 +480,7 @@ def quant_cases():
 
 def raw_quant(x, w, eps, residual=None, *, out_dtype=torch.float8_e4m3fn, mode="static", scale=None, scale_ub=None,
               group_size=None, ue8m0=False, column_major_scales=False, tma_aligned_scales=False, round_input=False,
-              norm_out=False):
+              norm_out=False, sum_precision=None):
     """pyrms.rms_norm_quant (fused_add_rms_norm_quant with a residual) through raw pointers on the rows where
     pyrms.torch reads them (a contiguous copy where no one stride addresses them), into outputs allocated
     here: (q [rows, hidden], scales [rows, per row] or None, norm_out [rows, hidden] or None)."""
@@ -508,7 +508,8 @@ def raw_quant(x, w, eps, residual=None, *, out_dtype=torch.float8_e4m3fn, mode="
         pyrms.rms_norm_quant(q.data_ptr(), src.data_ptr(), w.data_ptr(), eps, rows, hidden, **options)
     else:
         pyrms.fused_add_rms_norm_quant(q.data_ptr(), src.data_ptr(), residual.data_ptr(), w.data_ptr(), eps, rows,
-                                       hidden, residual_stride=row_stride(residual), **options)
+                                       hidden, residual_stride=row_stride(residual), sum_precision=sum_precision,
+                                       **options)
     return q, scales, y
 
 
@@ -538,15 +539,18 @@ def test_rms_norm_quant_is_the_raw_op_bit_for_bit(gen, dtype):
                 assert_quant_equal(got, want, x, kwargs, norm_out, (name, case, norm_out))
 
 
+@pytest.mark.parametrize("sum_precision", [None, "fp32"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fused_add_rms_norm_quant_is_the_raw_op_bit_for_bit(gen, dtype):
-    """residual updated in place as the raw op updates its own copy (contiguous, so at the same phase), x only read."""
+def test_fused_add_rms_norm_quant_is_the_raw_op_bit_for_bit(gen, dtype, sum_precision):
+    """residual updated in place as the raw op updates its own copy (contiguous, so at the same phase), x only read;
+    with either sum normalized (sum_precision="fp32": the fp32 sum, as the raw op's)."""
     hidden = 1408
     w = randn(gen, hidden, dtype=dtype)
     for shape in ((2, 3, hidden), (300, hidden)):
         x, residual = randn(gen, *shape, dtype=dtype), randn(gen, *shape, dtype=dtype)
         before = x.clone()
         for case, kwargs in quant_cases():
+            kwargs = {**kwargs, "sum_precision": sum_precision}
             for norm_out in (False, True):
                 ours, theirs = residual.clone(), residual.clone()
                 version = ours._version

@@ -9,8 +9,8 @@ Imports torch: only pyrms.torch imports this module (the registry names it, ``Op
     torch.ops.pyrms.rms_norm_quant(x, weight, eps, out_dtype, quant_mode, scale?, scale_tensor?, scale_ub?,
                                    scale_ub_tensor?, group_size?, ue8m0, column_major_scales, tma_aligned_scales,
                                    round_input, norm_out) -> (q, scales, norm_out)
-    torch.ops.pyrms.fused_add_rms_norm_quant(x, residual, weight, eps, <the same>) -> (q, scales, norm_out)
-        mutates residual
+    torch.ops.pyrms.fused_add_rms_norm_quant(x, residual, weight, eps, <the same>, sum_precision?)
+        -> (q, scales, norm_out), mutates residual
 
 The launch (``residual=None``: the plain op) returns ``(q, scales, norm_out)``: a custom op's outputs cannot be
 None, so an output not asked for is an empty tensor (static's scales, the norm_out without ``norm_out=True``).
@@ -47,6 +47,7 @@ from ...torch._layout import (QUANT_ALLOWED, QUANT_NAMES, check_device, check_me
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import increment_version as _increment_version
 from ...torch._routing import records as _records
+from .._rms_row_plan import SUM_PRECISIONS
 from .op import fused_add_rms_norm_quant as _fused_add_rms_norm_quant
 from .op import rms_norm_quant as _rms_norm_quant
 from .plan import plan_rms_norm_quant
@@ -131,10 +132,11 @@ def outputs(x: torch.Tensor, out_dtype: torch.dtype, mode: str, groups: int, col
 def launch(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None, eps: float, out_dtype: torch.dtype,
            mode: str, scale: float | None, scale_tensor: torch.Tensor | None, scale_ub: float | None,
            scale_ub_tensor: torch.Tensor | None, group_size: int | None, ue8m0: bool, column_major_scales: bool,
-           tma_aligned_scales: bool, round_input: bool,
-           norm_out: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+           tma_aligned_scales: bool, round_input: bool, norm_out: bool,
+           sum_precision: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(q, scales, norm_out) of x's rows (see pyrms.torch.rms_norm_quant); with a residual, the fused op:
-    residual <- x + residual in place first (see pyrms.torch.fused_add_rms_norm_quant)."""
+    residual <- x + residual in place first, its sum normalized as ``sum_precision`` says (see
+    pyrms.torch.fused_add_rms_norm_quant)."""
     dtype, out, groups = check(x, weight, residual, out_dtype, mode, scale, scale_tensor, scale_ub, scale_ub_tensor,
                                group_size, ue8m0, column_major_scales, tma_aligned_scales)
     residual_stride = None if residual is None else in_place_stride("residual", residual)
@@ -158,16 +160,20 @@ def launch(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
         _rms_norm_quant(q.data_ptr(), x.data_ptr(), weight.data_ptr(), eps, numel // hidden, hidden, **options)
     else:
         _fused_add_rms_norm_quant(q.data_ptr(), x.data_ptr(), residual.data_ptr(), weight.data_ptr(), eps,
-                                  numel // hidden, hidden, residual_stride=residual_stride, **options)
+                                  numel // hidden, hidden, residual_stride=residual_stride, sum_precision=sum_precision,
+                                  **options)
     return q, scales, normed
 
 
 def fake(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None, eps: float, out_dtype: torch.dtype,
          mode: str, scale: float | None, scale_tensor: torch.Tensor | None, scale_ub: float | None,
          scale_ub_tensor: torch.Tensor | None, group_size: int | None, ue8m0: bool, column_major_scales: bool,
-         tma_aligned_scales: bool, round_input: bool,
-         norm_out: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+         tma_aligned_scales: bool, round_input: bool, norm_out: bool,
+         sum_precision: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The fake implementations' (q, scales, norm_out): rms_norm_quant's checks and outputs, without a launch."""
+    if sum_precision not in (None, *SUM_PRECISIONS):
+        raise ValueError(f"sum_precision must be one of {', '.join(map(repr, SUM_PRECISIONS))} or None, "
+                         f"got {sum_precision!r}")
     _, _, groups = check(x, weight, residual, out_dtype, mode, scale, scale_tensor, scale_ub, scale_ub_tensor,
                          group_size, ue8m0, column_major_scales, tma_aligned_scales)
     return outputs(x, out_dtype, mode, groups, column_major_scales, tma_aligned_scales, norm_out)
@@ -196,10 +202,10 @@ def fused_add_rms_norm_quant_op(x: Tensor, residual: Tensor, weight: Tensor, eps
                              quant_mode: str, scale: Optional[float], scale_tensor: Optional[Tensor],
                              scale_ub: Optional[float], scale_ub_tensor: Optional[Tensor], group_size: Optional[int],
                              ue8m0: bool, column_major_scales: bool, tma_aligned_scales: bool, round_input: bool,
-                             norm_out: bool) -> tuple[Tensor, Tensor, Tensor]:
+                             norm_out: bool, sum_precision: Optional[str] = None) -> tuple[Tensor, Tensor, Tensor]:
     return launch(x, weight, residual, eps, out_dtype, quant_mode, scale, scale_tensor, scale_ub,
                                 scale_ub_tensor, group_size, ue8m0, column_major_scales, tma_aligned_scales,
-                                round_input, norm_out)
+                                round_input, norm_out, sum_precision)
 
 
 @fused_add_rms_norm_quant_op.register_fake
@@ -288,8 +294,8 @@ def fused_add_rms_norm_quant(x: torch.Tensor, residual: torch.Tensor, weight: to
                              scale: float | torch.Tensor | None = None,
                              scale_ub: float | torch.Tensor | None = None, group_size: int | None = None,
                              ue8m0: bool = False, column_major_scales: bool = False, tma_aligned_scales: bool = False,
-                             round_input: bool = False,
-                             norm_out: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
+                             round_input: bool = False, norm_out: bool = False,
+                             sum_precision: str | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """vLLM's residual add, then rms_norm_quant of the rounded sum: ``residual <- x + residual`` in place
     (added in fp32, rounded to the dtype, as the unquantized fused add; x is only read), then the return of
     ``rms_norm_quant(residual, weight, eps, ...)`` on the new residual, bit for bit, with the same arguments.
@@ -297,10 +303,12 @@ def fused_add_rms_norm_quant(x: torch.Tensor, residual: torch.Tensor, weight: to
     ``residual``: x's shape and dtype, its rows one stride apart (ValueError otherwise: an in-place op cannot
     work on a copy); x's rows may lie anywhere (read from a copy where no one stride addresses them). No
     autograd: call it under ``torch.no_grad()`` or ``torch.inference_mode()`` (RuntimeError when autograd
-    would have to record it), as the unquantized fused add.
+    would have to record it), as the unquantized fused add. ``sum_precision="fp32"`` normalizes the fp32 sum
+    instead of the rounded one (FlashInfer's ``fused_add_rmsnorm_quant``; the residual is still stored rounded),
+    as ``pyrms.fused_add_rms_norm_quant``'s; None or ``"rounded"``: the rounded sum.
     """
     options = (out_dtype, mode, *_scale_pair("scale", scale), *_scale_pair("scale_ub", scale_ub), group_size, ue8m0,
-               column_major_scales, tma_aligned_scales, round_input, norm_out)
+               column_major_scales, tma_aligned_scales, round_input, norm_out, sum_precision)
     if torch.compiler.is_compiling() or _dispatch_modes():
         return _returned(mode, norm_out, _FUSED_ADD_RMS_NORM_QUANT(x, residual, weight, float(eps), *options))
     if _records(x, weight, residual):
