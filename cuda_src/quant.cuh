@@ -8,7 +8,8 @@
 //   int8: q = cvt.rni.sat.s8.f32(z): round to nearest even, saturate to [-128, 127], NaN -> 0.
 //   z = y / s or y * (1/s), the reciprocal an fp32 division: as vLLM's kernel of each mode (Scaled).
 //   dynamic scales: s = fmaxf(amax / qmax, min_scale), min_scale = 1/(qmax * 512) for fp8, FLT_EPSILON
-//   for int8 (vLLM's min_scaling_factor); per group with ue8m0, s then rounded up to a power of two.
+//   for int8 (vLLM's min_scaling_factor; dynamic_quant.cu passes each mode's own floor instead); per group
+//   with ue8m0, s then rounded up to a power of two.
 #pragma once
 #include <cuda_fp8.h>
 #include "common.cuh"
