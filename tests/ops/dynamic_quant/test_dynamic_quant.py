@@ -301,6 +301,18 @@ def test_per_tensor_clears_folds_then_quantizes(dfake):
         ["cuLaunchKernelEx"] * 3 + ["cuLaunchKernel"] * 3
 
 
+def test_a_bound_per_tensor_call_repeats_its_three_launches(dfake):
+    """pyrms.bind records the clear, the maxima and the rows' launch, and repeats them in order."""
+    pyrms.dynamic_quant(O, X, 1500, 64, scale=S, mode="per_tensor", out_dtype="int8")
+    called = [(args[1], args[6]) for args in _launches(dfake)]
+    dfake.calls.clear()
+    bound = pyrms.bind(pyrms.dynamic_quant, O, X, 1500, 64, scale=S, mode="per_tensor", out_dtype="int8")
+    assert not _launches(dfake)
+    bound()
+    bound()
+    assert [(args[1], args[6]) for args in _launches(dfake)] == called * 2 and len(called) == 3
+
+
 def test_per_token_and_per_group_arguments(dfake):
     pyrms.dynamic_quant(O, X, 4, 1024, scale=S, mode="per_token")
     pyrms.dynamic_quant(O, X, 4, 1024, scale=S, mode="per_token", scale_ub=U, input_stride=1030)
