@@ -61,8 +61,8 @@ template <typename Q, int MODE> __device__ __forceinline__ float dynamic_factor(
 }
 
 // The largest |x| of each slot of a row's elements (slot i >> shift of element i) folded into slots[] as
-// fp32 bits (atomicMax; NaN skipped). The row is walked at split s, its body vectors read at `width` bytes
-// (FIRST_READ: without a cache hint, so that a second pass finds it in L2). Each thread meets its elements in
+// fp32 bits (atomicMax; NaN skipped). The row is walked at split s, its body vectors read in pieces of `width`
+// bytes without a cache hint (the rows' second pass should find them in L2). Each thread meets its elements in
 // increasing order, so its running maximum is folded once per slot it touches.
 template <typename T> __device__ __forceinline__ void fold_row_max(const T* x, RowSplit s, int width, int hidden,
                                                                    int shift, unsigned* slots) {

@@ -47,8 +47,8 @@ class Prepared:
     dynamic_quant, resolved once. A call checks the pointers, the rows and scale_ub's value; False launches nothing
     and the general path names what is wrong."""
 
-    __slots__ = ("kernel", "launch", "amax_kernel", "amax_launch", "pointers", "max_rows", "placed", "mode",
-                 "ub_on_device", "ub_allowed", "column_major", "group_stride")
+    __slots__ = ("kernel", "launch", "amax_kernel", "amax_launch", "pointers", "max_rows", "placed", "ub_on_device",
+                 "ub_allowed", "column_major", "group_stride")
 
     def __init__(self, device, dtype, out_dtype, mode, hidden, input_stride, out_stride, ub_on_device, group_size,
                  ue8m0, column_major_scales, scale_stride, pdl):
@@ -65,7 +65,7 @@ class Prepared:
         self.ub_allowed = _ub_error(mode, p.out_dtype) is None
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
-        self.mode, self.column_major, self.group_stride = mode, column_major, 0
+        self.column_major, self.group_stride = column_major, 0
         if mode == "per_group":
             row_stride, self.group_stride, scales = group_scales(hidden // p.group_size, column_major, scale_stride)
         else:

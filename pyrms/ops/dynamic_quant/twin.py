@@ -15,7 +15,7 @@ __all__ = ["dynamic_quant_ref", "dynamic_quant_twin"]  # what pyrms.reference ga
 def _rows(x) -> tuple[np.ndarray, np.ndarray]:
     """(x as (rows, hidden), its fp32 values); ValueError for a dtype the kernel does not take."""
     x = _as_2d(x)
-    dtypes.get(x.dtype)  # ValueError for a dtype the kernel does not take
+    dtypes.get(x.dtype)
     return x, x.astype(F32)
 
 
