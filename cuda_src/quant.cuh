@@ -8,15 +8,17 @@
 //   int8: q = cvt.rni.sat.s8.f32(z): round to nearest even, saturate to [-128, 127], NaN -> 0.
 //   z = y / s or y * (1/s), the reciprocal an fp32 division: as vLLM's kernel of each mode (Scaled).
 //   dynamic scales: s = fmaxf(amax / qmax, min_scale), min_scale = 1/(qmax * 512) for fp8, FLT_EPSILON
-//   for int8 (vLLM's min_scaling_factor); per group with ue8m0, s then rounded up to a power of two.
+//   for int8 (vLLM's min_scaling_factor; dynamic_quant.cu passes each mode's own floor instead); per group
+//   with ue8m0, s then rounded up to a power of two.
 #pragma once
 #include <cuda_fp8.h>
 #include "common.cuh"
 
 namespace pyrms {
 
-// The modes of a quantizing kernel: one given scale, one computed per row, one per group of a row.
-enum QuantMode { STATIC = 0, PER_TOKEN = 1, PER_GROUP = 2 };
+// The modes of a quantizing kernel: one given scale, one computed per row, one per group of a row, one
+// computed over the whole tensor (dynamic_quant.cu).
+enum QuantMode { STATIC = 0, PER_TOKEN = 1, PER_GROUP = 2, PER_TENSOR = 3 };
 
 template <typename Q> struct Quant;
 
@@ -50,9 +52,13 @@ template <typename Q> __device__ __forceinline__ float min_scale() {
     return Quant<Q>::integer ? 1.1920928955078125e-07f : __fdiv_rn(1.0f, __fmul_rn(Quant<Q>::qmax, 512.0f));
 }
 
-// The scale of values whose largest magnitude is amax (amax >= 0, never NaN).
+// The scale of values whose largest magnitude is amax (amax >= 0, never NaN), at least `floor`.
+template <typename Q> __device__ __forceinline__ float dynamic_scale(float amax, float floor) {
+    return fmaxf(__fdiv_rn(amax, Quant<Q>::qmax), floor);
+}
+
 template <typename Q> __device__ __forceinline__ float dynamic_scale(float amax) {
-    return fmaxf(__fdiv_rn(amax, Quant<Q>::qmax), min_scale<Q>());
+    return dynamic_scale<Q>(amax, min_scale<Q>());
 }
 
 // The power of two at or above s (s > 0, not NaN; DeepSeek's UE8M0 scales): the exponent raised by one

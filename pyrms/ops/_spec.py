@@ -54,8 +54,9 @@ class OpSpec:
     where that shape cannot launch). ``hiddens``: the
     hidden sizes to enumerate units over (None: any, the precompile's list). ``inspect``: how
     tools/ptx_dump.py names its kernels (None: it has none of its own there). ``check``: which kind of
-    checker runs its cases ("row", "backward", "quant", "static_quant", "seed"); ``operands(**layout)``: the case matrix's
-    (row operands, vector operands) of a case; ``case_options``: the options a case may set.
+    checker runs its cases ("row", "backward", "quant", "static_quant", "dynamic_quant", "seed");
+    ``operands(**layout)``: the case matrix's (row operands, vector operands) of a case; ``case_options``: the
+    options a case may set.
     ``random``: whether the randomized check draws it. ``torch``: the module (in the op's folder) that binds it
     for PyTorch, imported by pyrms.torch only; ``bench``: the module that declares its benchmark problems
     (None: the op has none of its own); ``twin``: the module of its float64 reference and bit-exact twin, whose

@@ -29,7 +29,7 @@ from tests.support import op_tests
 OPS = FAMILIES = registry.NAMES
 BACKWARD = registry.with_check("backward")
 QUANT = registry.with_check("quant")
-STATIC_QUANT = registry.with_check("static_quant")  # standalone quantizers: no norm, no weight
+STANDALONE_QUANT = registry.with_check("static_quant") + registry.with_check("dynamic_quant")  # no norm, no weight
 DTYPES = tuple(d.name for d in dtypes.ALL)
 
 # Every option a case may set, at its default (what the checkers of tests.support.testing take when it is left out).

@@ -24,10 +24,10 @@ def quantized_out(value, stride, out_dtype, num_tokens, hidden_size) -> tuple[in
     return ptr, stride, dt, num_tokens, hidden_size
 
 
-def scalar_array(name: str, value) -> int:
+def scalar_array(name: str, value, written: bool = False) -> int:
     """The pointer of a float32 array of one element (shape (), (1,), or any of size 1): a static scale or
-    scale_ub that the kernel reads."""
-    view = _float32(name, value, written=False)
+    scale_ub that the kernel reads, or (written) a per-tensor scale that it writes."""
+    view = _float32(name, value, written=written)
     if math.prod(view.shape) != 1:
         raise ValueError(f"{name} has shape {view.shape}; expected one float32 element (shape () or (1,))")
     check.arrays_on_device({name: view})

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
+from .._quant_twin import abs_max, dynamic_scale, pow2_ceil, quant_rows, quantize
 from .._row_twin import F32, _as_2d, _one_nan, row_stats_twin, scale_twin
 from .plan import QUANT_GROUPS
 from .._rms_row_plan import SUM_PRECISIONS
@@ -16,52 +17,6 @@ __all__ = ["quantize_static", "quantize_per_token", "quantize_per_group", "norma
 # formulas and the vLLM sources each one matches.
 
 
-def _quant_rows(y) -> np.ndarray:
-    """y as a (rows, hidden) float32 array; TypeError for another dtype, which would hide a rounding."""
-    y = _as_2d(y)
-    if y.dtype != F32 or y.ndim != 2:
-        raise TypeError(f"y must be a float32 array of shape (rows, hidden), got {y.dtype} {y.shape}")
-    return y
-
-
-def _quantize(y: np.ndarray, scale: np.ndarray, qt: dtypes.QuantDType, *, divide: bool) -> np.ndarray:
-    """q = convert(saturate(y / scale)) or convert(saturate(y * (1/scale))), scale broadcast against y.
-
-    fp8: clamp to [-qmax, qmax], then round to nearest even; NaN stays NaN (the canonical positive NaN,
-    ml_dtypes' float32 NaN conversion); the clamp makes ±inf and finite overflow ±qmax (cvt's satfinite).
-    int8: round to nearest even, then clamp to [-128, 127]; NaN becomes 0 (cvt.rni.sat.s8.f32).
-    """
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # inf/inf and 0*inf: NaN, as on the GPU
-        z = y / scale if divide else y * (F32(1.0) / scale)
-        if qt.integer:
-            z = np.clip(np.rint(z), qt.qmin, qt.qmax)
-            z = np.where(np.isnan(z), F32(0.0), z)  # numpy's NaN -> int8 cast is undefined
-        else:
-            z = np.clip(z, qt.qmin, qt.qmax)  # np.clip keeps NaN; ml_dtypes would turn >= 480 into NaN
-            z = np.where(np.isnan(z), F32(np.nan), z)  # drop NaN's sign: the kernel writes one NaN pattern
-    return z.astype(qt.numpy)
-
-
-def _abs_max(y: np.ndarray, axis: int) -> np.ndarray:
-    """fmaxf-reduction of |y| from 0: NaN is skipped (fmaxf returns the other operand), and the maximum is
-    exact, so the reduction order of the kernel does not matter."""
-    return np.fmax.reduce(np.abs(y), axis=axis, initial=F32(0.0))
-
-
-def _dynamic_scale(amax: np.ndarray, qt: dtypes.QuantDType) -> np.ndarray:
-    """fmaxf(amax / qmax, min_scale), both fp32 operations (vLLM's fused per-token/per-block kernels)."""
-    return np.fmax(amax / qt.qmax, qt.min_scale)
-
-
-def _pow2_ceil(s: np.ndarray) -> np.ndarray:
-    """The power of two at or above each positive float32 s (ue8m0): the exponent is raised by one when the
-    mantissa is not zero, which is exp2f(ceilf(log2f(s))) bit for bit for normal s (and keeps inf)."""
-    bits = s.view(np.uint32)
-    exponent = (bits >> np.uint32(23)) & np.uint32(0xFF)
-    exponent = exponent + ((bits & np.uint32(0x7FFFFF)) != 0).astype(np.uint32)
-    return (exponent << np.uint32(23)).view(F32)
-
-
 def quantize_static(y, scale, out_dtype) -> np.ndarray:
     """One fp32 scale for the whole tensor: q = saturate(round(y / scale)), spelled as vLLM's kernels do.
 
@@ -71,11 +26,11 @@ def quantize_static(y, scale, out_dtype) -> np.ndarray:
     first (the kernel reads an fp32 scale); it must be finite and > 0 (ValueError otherwise).
     """
     qt = dtypes.quantized(out_dtype)
-    y = _quant_rows(y)
+    y = quant_rows(y)
     s = F32(scale)
     if not (np.isfinite(s) and s > 0):
         raise ValueError(f"scale must be a finite float32 > 0, got {scale!r} (float32 {s!r})")
-    return _quantize(y, s, qt, divide=qt.integer)
+    return quantize(y, s, qt, divide=qt.integer)
 
 
 def quantize_per_token(y, out_dtype, scale_ub=None) -> tuple[np.ndarray, np.ndarray]:
@@ -88,8 +43,8 @@ def quantize_per_token(y, out_dtype, scale_ub=None) -> tuple[np.ndarray, np.ndar
     written out, so ``q * scale`` dequantizes.
     """
     qt = dtypes.quantized(out_dtype)
-    y = _quant_rows(y)
-    amax = _abs_max(y, axis=1)
+    y = quant_rows(y)
+    amax = abs_max(y, axis=1)
     if scale_ub is not None:
         if qt.integer:
             raise ValueError("scale_ub applies to float8 outputs only (as in vLLM), not int8")
@@ -97,8 +52,8 @@ def quantize_per_token(y, out_dtype, scale_ub=None) -> tuple[np.ndarray, np.ndar
         if not (np.isfinite(ub) and ub > 0):
             raise ValueError(f"scale_ub must be a finite float32 > 0, got {scale_ub!r}")
         amax = np.fmin(amax, ub)
-    scales = _dynamic_scale(amax, qt)
-    return _quantize(y, scales[:, None], qt, divide=not qt.integer), scales
+    scales = dynamic_scale(amax, qt)
+    return quantize(y, scales[:, None], qt, divide=not qt.integer), scales
 
 
 def quantize_per_group(y, out_dtype, group, ue8m0=False, column_major=False) -> tuple[np.ndarray, np.ndarray]:
@@ -112,17 +67,17 @@ def quantize_per_group(y, out_dtype, group, ue8m0=False, column_major=False) -> 
     (groups, rows) row-major (``scales.T`` is C-contiguous), vLLM's transposed scale layout.
     """
     qt = dtypes.quantized(out_dtype)
-    y = _quant_rows(y)
+    y = quant_rows(y)
     rows, hidden = y.shape
     if group not in QUANT_GROUPS:
         raise ValueError(f"group must be one of {QUANT_GROUPS}, got {group!r}")
     if hidden % group:
         raise ValueError(f"group {group} does not divide hidden {hidden}")
     grouped = y.reshape(rows, hidden // group, group)
-    scales = _dynamic_scale(_abs_max(grouped, axis=2), qt)
+    scales = dynamic_scale(abs_max(grouped, axis=2), qt)
     if ue8m0:
-        scales = _pow2_ceil(scales)
-    q = _quantize(grouped, scales[..., None], qt, divide=not qt.integer).reshape(rows, hidden)
+        scales = pow2_ceil(scales)
+    q = quantize(grouped, scales[..., None], qt, divide=not qt.integer).reshape(rows, hidden)
     return q, (np.ascontiguousarray(scales.T).T if column_major else scales)
 
 
