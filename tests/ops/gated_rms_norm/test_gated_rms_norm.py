@@ -4,7 +4,6 @@ plan, the kernels compiled by NVRTC for sm_90 (no spills, no FMA, PDL's wait fir
 arguments and every refusal before a launch (through the fake driver), and the registry entry."""
 import importlib
 
-import ml_dtypes
 import numpy as np
 import pytest
 
