@@ -5,9 +5,9 @@ Imports torch: only pyrms.torch imports this module (the registry names it, ``Op
 
     torch.ops.pyrms.gated_rms_norm(x, z, weight?, eps, group_size?, norm_before_gate) -> Tensor
 
-Forward only: the op's autograd formula raises NotImplementedError, so a graph that records it fails at
-backward, naming the op, rather than returning wrong gradients. No ``from __future__ import annotations``
-here: torch infers the op's schema from the annotations as objects.
+The forward is pyrms's kernel; the backward is the formula's gradient in torch ops, in fp32 (_grads): no pyrms
+backward kernel yet, so the gradients are not bit-reproducible across batches as the forward is. No
+``from __future__ import annotations`` here: torch infers the op's schema from the annotations as objects.
 """
 from typing import Optional
 
@@ -64,16 +64,46 @@ def _(x, z, weight, eps, group_size, norm_before_gate):
     return empty_rows_like(x)
 
 
-def _no_backward(ctx, grad):
-    raise NotImplementedError("pyrms.torch.gated_rms_norm has no backward yet (forward only): compute it with "
-                              "torch ops, or call it under torch.no_grad() / torch.inference_mode()")
+def _grads(grad: Tensor, x: Tensor, z: Tensor, weight: Optional[Tensor], eps: float, group_size: Optional[int],
+           norm_before_gate: bool) -> tuple:
+    """(dx, dz, dweight) of the forward's formula in fp32, each in its input's dtype (dweight None without a weight).
+    Per group, with s = silu(z), v = x (or x * s with the gate first), r = 1 / sqrt(mean(v^2) + eps), n = v * r:
+    dv = r * (dn - n * mean(dn * n)) where dn = dy * w (* s, norm first) is the gradient reaching n; then
+    norm first: dx = dv, ds = dy * n * w, dw = sum over rows of dy * n * s; gate first: dx = dv * s, ds = dv * x,
+    dw = sum of dy * n; and dz = ds * silu'(z), silu'(z) = sigmoid(z) * (1 + z * (1 - sigmoid(z)))."""
+    hidden = x.shape[-1]
+    gs = group_size_arg(group_size, hidden)
+    xf, zf, dy = (t.reshape(-1, hidden).float() for t in (x, z, grad))
+    wf = 1.0 if weight is None else weight.float()
+    sg = torch.sigmoid(zf)
+    s = zf * sg
+    v = (xf if norm_before_gate else xf * s).reshape(-1, hidden // gs, gs)
+    r = torch.rsqrt(v.square().mean(-1, keepdim=True) + eps)
+    n = v * r
+    dn = (dy * wf * s if norm_before_gate else dy * wf).reshape(-1, hidden // gs, gs)
+    dv = (r * (dn - n * (dn * n).mean(-1, keepdim=True))).reshape(-1, hidden)
+    n = n.reshape(-1, hidden)
+    if norm_before_gate:
+        dx, ds, dw = dv, dy * n * wf, dy * n * s
+    else:
+        dx, ds, dw = dv * s, dv * xf, dy * n
+    dz = ds * (sg * (1.0 + zf * (1.0 - sg)))
+    dweight = None if weight is None else dw.sum(0).to(weight.dtype)
+    return dx.reshape(x.shape).to(x.dtype), dz.reshape(z.shape).to(z.dtype), dweight
 
 
 def _save(ctx, inputs, output) -> None:
-    pass
+    x, z, weight, eps, group_size, norm_before_gate = inputs
+    ctx.save_for_backward(x, z, weight)
+    ctx.options = (eps, group_size, norm_before_gate)
 
 
-gated_rms_norm_op.register_autograd(_no_backward, setup_context=_save)
+def _backward(ctx, grad):
+    x, z, weight = ctx.saved_tensors
+    return (*_grads(grad, x, z, weight, *ctx.options), None, None, None)
+
+
+gated_rms_norm_op.register_autograd(_backward, setup_context=_save)
 
 _GATED_RMS_NORM = torch.ops.pyrms.gated_rms_norm.default
 
@@ -86,9 +116,9 @@ def gated_rms_norm(x: Tensor, z: Tensor, weight: Optional[Tensor] = None, eps: f
     shape and dtype.
 
     ``x``, ``z``: CUDA tensors [..., hidden] of one dtype (bfloat16, float16 or float32); ``weight``: [hidden] of
-    x's dtype or float32, or None; ``group_size``: None (the whole row) or a divisor of hidden. Forward only:
-    where autograd records the call, its backward raises NotImplementedError. Under torch.compile it is the custom
-    op ``torch.ops.pyrms.gated_rms_norm``.
+    x's dtype or float32, or None; ``group_size``: None (the whole row) or a divisor of hidden. Differentiable in
+    x, z and the weight: the backward is the formula's gradient in torch ops, in fp32 (pyrms has no backward kernel
+    for it yet). Under torch.compile it is the custom op ``torch.ops.pyrms.gated_rms_norm``.
     """
     if torch.compiler.is_compiling() or _dispatch_modes() or _records(x, weight, z):
         return _GATED_RMS_NORM(x, z, weight, float(eps), group_size, norm_before_gate)

@@ -1,6 +1,6 @@
 """pyrms.torch.gated_rms_norm on the GPU: eagerly and under torch.compile(fullgraph=True) (the custom op
 torch.ops.pyrms.gated_rms_norm), the twin's bits on a strided x, both orders, groups, an fp32 weight and none; its
-fake refuses bad shapes; a recorded call's backward raises NotImplementedError by name."""
+fake refuses bad shapes; the gradients (the backward in torch ops) against float64 autograd, eager and compiled."""
 import numpy as np
 import pytest
 
@@ -61,13 +61,40 @@ def test_the_fake_checks_shapes():
         op(x, z, w, 1e-6, 1000, True)
 
 
-def test_backward_is_refused_by_name():
-    """Under autograd the forward runs (the custom op) and gives the eager bits; backward raises."""
-    x, z, w = _operands(3)
+def _formula64(x, z, w, eps, group_size, norm_before_gate):
+    """mamba_ssm's rmsnorm_fn (no bias) in torch float64: the gradients' reference, through torch's autograd."""
+    silu = z * torch.sigmoid(z)
+    v = x if norm_before_gate else x * silu
+    gs = group_size or v.shape[-1]
+    g = v.reshape(*v.shape[:-1], -1, gs)
+    y = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)).reshape(v.shape)
+    y = y if w is None else y * w
+    return y * silu if norm_before_gate else y
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("norm_before_gate", [True, False])
+@pytest.mark.parametrize("group_size, weight_dtype", [(None, torch.float32), (128, torch.bfloat16), (256, None)])
+def test_gradients_are_the_formulas(compiled, norm_before_gate, group_size, weight_dtype):
+    """x, z and the weight's gradients (the backward in torch ops, fp32) within bf16's rounding of float64
+    autograd through the peer's formula, eagerly and compiled; each gradient in its input's dtype; the forward under
+    autograd is the eager forward's bits."""
+    x, z, w = _operands(33, weight_dtype=weight_dtype)
     with torch.inference_mode():
-        eager = pt.gated_rms_norm(x, z, w)
-    x = x.detach().requires_grad_(True)
-    y = pt.gated_rms_norm(x, z, w)
-    assert torch.equal(y.detach(), eager)
-    with pytest.raises(NotImplementedError, match="gated_rms_norm has no backward yet"):
-        y.sum().backward()
+        forward = pt.gated_rms_norm(x, z, w, 1e-5, group_size=group_size, norm_before_gate=norm_before_gate)
+    leaves = [t.detach().requires_grad_(True) for t in (x, z, w) if t is not None]
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(5)).to(x.dtype).cuda()
+
+    def step(x, z, w=None):
+        return pt.gated_rms_norm(x, z, w, 1e-5, group_size=group_size, norm_before_gate=norm_before_gate)
+
+    fn = torch.compile(step, fullgraph=True) if compiled else step
+    y = fn(*leaves)
+    assert torch.equal(y.detach(), forward)
+    got = torch.autograd.grad(y, leaves, dy)
+    leaves64 = [t.detach().double().requires_grad_(True) for t in leaves]
+    want = torch.autograd.grad(_formula64(*leaves64[:2], leaves64[2] if w is not None else None, 1e-5, group_size,
+                                          norm_before_gate), leaves64, dy.double())
+    for leaf, g, g64 in zip(leaves, got, want):
+        assert g.dtype == leaf.dtype and g.shape == leaf.shape
+        torch.testing.assert_close(g.double(), g64, rtol=2 ** -7, atol=2 ** -7 * g64.abs().max().item())
