@@ -98,3 +98,14 @@ def test_gradients_are_the_formulas(compiled, norm_before_gate, group_size, weig
     for leaf, g, g64 in zip(leaves, got, want):
         assert g.dtype == leaf.dtype and g.shape == leaf.shape
         torch.testing.assert_close(g.double(), g64, rtol=2 ** -7, atol=2 ** -7 * g64.abs().max().item())
+
+
+@pytest.mark.parametrize("norm_before_gate, group_size, weight_dtype", [(True, None, torch.bfloat16),
+                                                                        (False, 128, torch.float32),
+                                                                        (False, 256, None)])
+def test_opcheck(norm_before_gate, group_size, weight_dtype):
+    """torch.library.opcheck: the schema, the fake against the real op, the autograd registration, and the op under
+    AOT dispatch with dynamic shapes."""
+    x, z, w = _operands(5, weight_dtype=weight_dtype)
+    leaves = [None if t is None else t.contiguous().requires_grad_() for t in (x, z, w)]
+    torch.library.opcheck(torch.ops.pyrms.gated_rms_norm.default, (*leaves, 1e-6, group_size, norm_before_gate))
