@@ -1,20 +1,20 @@
 // Gated RMSNorm forward (Mamba2's and the gated DeltaNet's output norm): the RMSNorm of x gated by silu(z), per
-// group of `group_size` consecutive columns. The semantics of mamba_ssm's rmsnorm_fn (layernorm_gated.py,
-// _layer_norm_fwd with is_rms_norm, no bias), which vLLM's RMSNormGated reproduces:
+// group of `group_size` consecutive columns. The semantics of mamba_ssm's rmsnorm_fn (its _layer_norm_fwd with
+// is_rms_norm, no bias), which vLLM's RMSNormGated reproduces:
 //
 //   norm_before_gate (NORM_BEFORE_GATE):  out[r, i] = round_T( ((x[r, i] * inv[r, g]) * w_i) * silu(z[r, i]) )
 //   otherwise (Mamba2's default order):    out[r, i] = round_T( (gx[r, i] * inv[r, g]) * w_i ),
 //                                          gx[r, i] = x[r, i] * silu(z[r, i])
-//   inv[r, g] = 1 / sqrt(sum over the group g of column i of v^2 / group_size + eps),  v = x (or gx)
+//   inv[r, g] = 1 / sqrt(sum of v[r, i]^2 over the columns i of group g / group_size + eps),  v = x (or gx)
 //   silu(z) = z * sigmoid(z),  sigmoid(z) = 1 / (1 + exp(-z))
 //   w_i = weight[i] (the rows' dtype or fp32), or 1 without a weight
 //
 // Rounding: as the peer's Triton kernel, everything is fp32 from the loads to the store: z's and x's values are
 // read as fp32, gx is never rounded to T, and the output is rounded to T once. Every product, sum and quotient is
 // one correctly rounded fp32 operation (__fmul_rn, __fadd_rn, __fdiv_rn; no FMA). The peer's sigmoid evaluates
-// exp through the hardware's approximate ex2; gate_exp below builds exp from correctly rounded operations only,
-// so the numpy twin (pyrms.ops.gated_rms_norm.twin) reproduces it bit for bit; results may differ from the
-// peer's in the last bits.
+// exp through the hardware's approximate exp2 (ex2.approx); gate_exp below builds exp from correctly rounded
+// operations only, so the numpy twin (pyrms.ops.gated_rms_norm.twin) reproduces it bit for bit; results may differ
+// from the peer's in the last bits. The peer's own bias and its LayerNorm mode are not offered.
 //
 // The reduction: each (row r, group g) is one row of the row core (row_core.cuh), `group_size` elements at
 // x + r * x_stride + g * group_size, planned from (dtype, group_size) as the RMSNorm row is from (dtype, hidden):
