@@ -12,6 +12,7 @@ from __future__ import annotations
 from ._spec import OpSpec
 from .dynamic_quant import spec as dynamic_quant
 from .fused_add_rms_norm import spec as fused_add_rms_norm
+from .gated_rms_norm import spec as gated_rms_norm
 from .layer_norm import spec as layer_norm
 from .qk_norm_rope import spec as qk_norm_rope
 from .rms_norm import spec as rms_norm
@@ -22,7 +23,7 @@ from .static_quant import spec as static_quant
 
 # The op families, in the order every listing of ops follows.
 _FAMILIES = (rms_norm, fused_add_rms_norm, rms_norm_backward, layer_norm, rms_norm_quant, static_quant, dynamic_quant,
-             qk_norm_rope, seed)
+             qk_norm_rope, gated_rms_norm, seed)
 
 REGISTRY: dict[str, OpSpec] = {spec.name: spec for family in _FAMILIES for spec in family.SPECS}
 NAMES: tuple[str, ...] = tuple(REGISTRY)

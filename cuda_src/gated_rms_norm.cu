@@ -1,0 +1,162 @@
+// Gated RMSNorm forward (Mamba2's and the gated DeltaNet's output norm): the RMSNorm of x gated by silu(z), per
+// group of `group_size` consecutive columns. The semantics of mamba_ssm's rmsnorm_fn (its _layer_norm_fwd with
+// is_rms_norm, no bias), which vLLM's RMSNormGated reproduces:
+//
+//   norm_before_gate (NORM_BEFORE_GATE):  out[r, i] = round_T( ((x[r, i] * inv[r, g]) * w_i) * silu(z[r, i]) )
+//   otherwise (Mamba2's default order):    out[r, i] = round_T( (gx[r, i] * inv[r, g]) * w_i ),
+//                                          gx[r, i] = x[r, i] * silu(z[r, i])
+//   inv[r, g] = 1 / sqrt(sum of v[r, i]^2 over the columns i of group g / group_size + eps),  v = x (or gx)
+//   silu(z) = z * sigmoid(z),  sigmoid(z) = 1 / (1 + exp(-z))
+//   w_i = weight[i] (the rows' dtype or fp32), or 1 without a weight
+//
+// Rounding: as the peer's Triton kernel, everything is fp32 from the loads to the store: z's and x's values are
+// read as fp32, gx is never rounded to T, and the output is rounded to T once. Every product, sum and quotient is
+// one correctly rounded fp32 operation (__fmul_rn, __fadd_rn, __fdiv_rn; no FMA). The peer's sigmoid evaluates
+// exp through the hardware's approximate exp2 (ex2.approx); gate_exp below builds exp from correctly rounded
+// operations only, so the numpy twin (pyrms.ops.gated_rms_norm.twin) reproduces it bit for bit; results may differ
+// from the peer's in the last bits. The peer's own bias and its LayerNorm mode are not offered.
+//
+// The reduction: each (row r, group g) is one row of the row core (row_core.cuh), `group_size` elements at
+// x + r * x_stride + g * group_size, planned from (dtype, group_size) as the RMSNorm row is from (dtype, hidden):
+// the sum of squares is the RMSNorm row's tree for (dtype, group_size, the group's alignment), whichever launch
+// shape ran it, and with group_size = hidden (one group) it is the RMSNorm row's tree of the whole row. One block
+// per (row, group), blockIdx.x = r * groups + g; a group never spans blocks, so no cross-block reduction is needed.
+// The sum is split at x's 16-byte boundaries; z is loaded at the widest width its alignment relative to x allows
+// (pass 1) and to out (pass 2). With NORM_BEFORE_GATE off, pass 1 computes gx (GatedRow: held as fp32 vectors,
+// as the fused add's fp32 sum is, added_row.cuh) and pass 2 recomputes it (the same operations, the same bits)
+// where the vectors it writes are not the held ones.
+//
+// Variants (template parameters): T in {float, __half, __nv_bfloat16}; CACHE, SPREAD, EARLY_WEIGHTS, ALIGNED as in
+// rms_norm.cu (the row core's launch shapes: the same bits); NORM_BEFORE_GATE; W, the weight's type (T, float
+// beside bf16/fp16 rows, or void: no weight). ALIGNED: x, z, out and the weight 16-byte aligned and group_size and
+// every row stride whole vectors. out must be disjoint from x, z and the weight (checked by the op).
+#include "added_row.cuh"
+
+namespace pyrms {
+
+// exp(a) for the sigmoid, from correctly rounded fp32 operations only: a = k ln2 + r (k = round(a log2 e), r by
+// Cody-Waite with ln2 in two parts, k * LN2_HI exact for |k| <= 256), exp(r) by its Taylor polynomial of degree 7
+// (Horner; |r| <= ln2 / 2, truncation below 2^-27), then the exact scaling by 2^k in two normal factors. Below
+// -80 it returns 0 (1 + exp(a) is 1 in fp32 from a < -17 on: the sigmoid is unchanged); above 89, inf. NaN stays.
+__device__ __forceinline__ float gate_exp(float a) {
+    if (a != a) return a;
+    if (a > 89.0f) return __int_as_float(0x7f800000);
+    if (a < -80.0f) return 0.0f;
+    const int k = __float2int_rn(__fmul_rn(a, 0x1.715476p+0f));  // log2 e
+    const float kf = static_cast<float>(k);
+    const float r = __fsub_rn(__fsub_rn(a, __fmul_rn(kf, 0x1.62e4p-1f)), __fmul_rn(kf, 0x1.7f7d1cp-20f));
+    float p = 0x1.a01a02p-13f;                          // 1/7!
+    p = __fadd_rn(__fmul_rn(p, r), 0x1.6c16c2p-10f);   // 1/6!
+    p = __fadd_rn(__fmul_rn(p, r), 0x1.111112p-7f);    // 1/5!
+    p = __fadd_rn(__fmul_rn(p, r), 0x1.555556p-5f);    // 1/4!
+    p = __fadd_rn(__fmul_rn(p, r), 0x1.555556p-3f);    // 1/3!
+    p = __fadd_rn(__fmul_rn(p, r), 0.5f);
+    p = __fadd_rn(__fmul_rn(p, r), 1.0f);
+    p = __fadd_rn(__fmul_rn(p, r), 1.0f);
+    const int k1 = k >> 1, k2 = k - k1;  // k in [-116, 128]: both halves' powers of two are normal
+    return __fmul_rn(__fmul_rn(p, __int_as_float((k1 + 127) << 23)), __int_as_float((k2 + 127) << 23));
+}
+
+// silu(z) = z * (1 / (1 + exp(-z))), in fp32.
+__device__ __forceinline__ float silu(float z) {
+    return __fmul_rn(z, __fdiv_rn(1.0f, __fadd_rn(1.0f, gate_exp(-z))));
+}
+
+// The N gated values x * silu(z) of one vector of x (xv) and of z at z + at (`width`-byte aligned).
+template <typename T> __device__ __forceinline__ WidePack<T> gated(const Pack<T>& xv, const T* z, int width) {
+    const Pack<T> zv = load_pack(z, width);
+    WidePack<T> g;
+#pragma unroll
+    for (int j = 0; j < Vec<T>::N; ++j) g.e[j] = __fmul_rn(to_float(xv.e[j]), silu(to_float(zv.e[j])));
+    return g;
+}
+
+// Pass 1's Source of the gate-first order: the fp32 values x * silu(z), on the row split at x's 16-byte boundaries,
+// z read at z_width; and, as SummedRow (added_row.cuh), the same values for pass 2's split (sums, at_split).
+template <typename T> struct GatedRow {
+    const T* x;
+    const T* z;
+    int z_width;
+    __device__ __forceinline__ WidePack<T> held(int at) const { return gated(load_aligned(x + at), z + at, z_width); }
+    __device__ __forceinline__ void keep(int, const WidePack<T>&) const {}
+    __device__ __forceinline__ WidePack<T> vec(int at) const { return held(at); }
+    __device__ __forceinline__ float elem(int at) const { return __fmul_rn(to_float(x[at]), silu(to_float(z[at]))); }
+    __device__ __forceinline__ WidePack<T> sums(const WidePack<T>& held_values, int) const { return held_values; }
+    __device__ __forceinline__ WidePack<T> sums(const Pack<T>& xv, int at) const { return gated(xv, z + at, z_width); }
+    template <typename Shape> __device__ __forceinline__ GatedRow at_split(const Shape& sh, const T* out) const {
+        return {x, z, load_width<T>((sh.phase(z) - sh.phase(out)) & (Vec<T>::N - 1))};
+    }
+};
+
+// norm_before_gate: inv from x itself (the RMSNorm row's pass 1), then out = ((x * inv) * w) * silu(z).
+template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool EARLY_WEIGHTS>
+__device__ __forceinline__ void norm_then_gate_row(T* out, const T* x, const T* z, const W* __restrict__ w,
+                                                   float epsilon, int n) {
+    using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
+    const Shape sh;
+    Pack<T> held[Shape::SLOTS];
+    WeightVec<T, W> held_w[Shape::SLOTS];
+    const float inv = row_inv_rms<T, W, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(sh, out, x, RowIn<T, true>{x}, w,
+                                                                               epsilon, n, held, held_w);
+    const int z_width = load_width<T>((sh.phase(z) - sh.phase(out)) & (Vec<T>::N - 1));
+    const auto y = [inv](float xv, float wv, float zv) {
+        return from_float<T>(__fmul_rn(rms_scale<T, false, true, float>(xv, wv, inv), silu(zv)));
+    };
+    for_each_out<T, W, CACHE, SPREAD, ALIGNED, false, EARLY_WEIGHTS>(
+        sh, out, x, w, nullptr, n, held, held_w,
+        [&](int i) { out[i] = y(to_float(x[i]), weight_at(w, i), to_float(z[i])); },
+        [&](const Pack<T>& xv, const WeightVec<T, W>& wv, int at, int) {
+            const Pack<T> zv = load_pack(z + at, z_width);
+            Pack<T> o;
+#pragma unroll
+            for (int j = 0; j < Vec<T>::N; ++j) o.e[j] = y(to_float(xv.e[j]), wv.at(j), to_float(zv.e[j]));
+            store_streaming(out + at, o);
+        });
+}
+
+// The gate first: inv from gx = x * silu(z), then out = (gx * inv) * w (rms_scale rounding once).
+template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool EARLY_WEIGHTS>
+__device__ __forceinline__ void gate_then_norm_row(T* out, const T* x, const T* z, const W* __restrict__ w,
+                                                   float epsilon, int n) {
+    using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
+    const Shape sh;
+    const GatedRow<T> src{x, z, ALIGNED ? 16 : load_width<T>((sh.phase(z) - sh.phase(x)) & (Vec<T>::N - 1))};
+    WidePack<T> held[Shape::SLOTS];
+    WeightVec<T, W> held_w[Shape::SLOTS];
+    const float inv = row_inv_rms<T, W, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(sh, out, x, src, w, epsilon, n, held,
+                                                                               held_w);
+    const GatedRow<T> at_out = src.at_split(sh, out);
+    const auto body = [&](const WidePack<T>& g, const WeightVec<T, W>& wv, int at, int) {
+        Pack<T> o;
+#pragma unroll
+        for (int j = 0; j < Vec<T>::N; ++j) o.e[j] = rms_scale<T, false, true>(g.e[j], wv.at(j), inv);
+        store_streaming(out + at, o);
+    };
+    for_each_out<T, W, CACHE, SPREAD, ALIGNED, false, EARLY_WEIGHTS>(
+        sh, out, x, w, nullptr, n, held, held_w,
+        [&](int i) { out[i] = rms_scale<T, false, true>(src.elem(i), weight_at(w, i), inv); },
+        SumsOf<T, W, GatedRow<T>, decltype(body)>{at_out, body});
+}
+
+// At least one block per SM (the , 1): without it ptxas held the 1024-thread re-reading shape (CACHE 0) to 32
+// registers, two blocks' worth, and spilled (ptxas -v; tests/ops/gated_rms_norm compiles every variant).
+template <typename T, int CACHE, int SPREAD, bool NORM_BEFORE_GATE, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T>
+__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) gated_rms_norm_kernel(
+    T* out, const T* x, const T* z, const W* __restrict__ weight, float epsilon, int group_size, int groups,
+    long long x_stride, long long z_stride, long long out_stride) {
+    begin_dependent_grid();
+    const int r = blockIdx.x / groups;
+    const long long col = static_cast<long long>(blockIdx.x - r * groups) * group_size;
+    T* out_row = out + r * out_stride + col;
+    const T* x_row = x + r * x_stride + col;
+    const T* z_row = z + r * z_stride + col;
+    if constexpr (NORM_BEFORE_GATE) {
+        norm_then_gate_row<T, W, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(out_row, x_row, z_row, weight_row(weight, col),
+                                                                        epsilon, group_size);
+    } else {
+        gate_then_norm_row<T, W, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(out_row, x_row, z_row, weight_row(weight, col),
+                                                                        epsilon, group_size);
+    }
+}
+
+}  // namespace pyrms

@@ -1,0 +1,31 @@
+"""gated_rms_norm's registry entry: one compile unit per (dtype, norm_before_gate, weight kind), every launch shape
+of the row core (so a unit does not depend on hidden_size or group_size)."""
+from __future__ import annotations
+
+from .._spec import COMMON_CASE_OPTIONS, OpSpec, Unit, row_labels, weight_options
+from .plan import GatedRmsNormPlan, plan_gated_rms_norm
+
+
+def _option_sets(dt) -> list[dict]:
+    return [dict(weight_dtype=w, **f) for w in weight_options(dt) for f in GATED_RMS_NORM.flag_sets()]
+
+
+def _unit(dt, hidden, *, weight_dtype=None, **flags) -> Unit:
+    p = plan_gated_rms_norm(dt, hidden, weight_dtype=weight_dtype, **flags)
+    label, _ = row_labels(dt, flags, weight_dtype, None)
+    return Unit(p.source, p.group, f"{p.source} {dt.name}{label}")
+
+
+def _operands(*, weight=True, **_):
+    # x, z and out [tokens, hidden], each its own row stride; the weight [hidden]
+    return ("x", "z", "out"), ("weight",) * weight
+
+
+GATED_RMS_NORM = OpSpec(
+    name="gated_rms_norm", module="pyrms.ops.gated_rms_norm.op", source=GatedRmsNormPlan.source,
+    plan=GatedRmsNormPlan, option_sets=_option_sets, unit=_unit, inspect=None,
+    twin="pyrms.ops.gated_rms_norm.twin", torch="pyrms.ops.gated_rms_norm.torch_binding",
+    check="row", operands=_operands,
+    case_options=COMMON_CASE_OPTIONS + ("variant", "norm_before_gate", "group_size", "specials"))
+
+SPECS = (GATED_RMS_NORM,)
