@@ -56,9 +56,11 @@ def test_the_benchmarked_ops_come_from_the_registry():
     benches = ops.benches()
     assert set(benches) == {name for name, spec in registry.REGISTRY.items() if spec.bench is not None}
     assert all(registry.get(name).bench.startswith("pyrms.ops.") and b.name == name for name, b in benches.items())
-    assert ops.headline() == "rms_norm" and ops.swept() == ("rms_norm", "fused_add_rms_norm", "rms_norm_backward")
-    assert ops.extras() == ("fused_add_rms_norm", "rms_norm_backward")
-    assert ops.aliases() == {"forward": "rms_norm", "fused_add": "fused_add_rms_norm", "backward": "rms_norm_backward"}
+    assert ops.headline() == "rms_norm"
+    assert ops.swept() == ("rms_norm", "fused_add_rms_norm", "rms_norm_backward", "gated_rms_norm")
+    assert ops.extras() == ("fused_add_rms_norm", "rms_norm_backward", "gated_rms_norm")
+    assert ops.aliases() == {"forward": "rms_norm", "fused_add": "fused_add_rms_norm", "backward": "rms_norm_backward",
+                             "gated": "gated_rms_norm"}
     assert benches["layer_norm"].host is not None and not benches["layer_norm"].impls  # the host section only
     with pytest.raises(ValueError, match="unknown op 'layer_norm'"):
         ops.get("layer_norm")
@@ -1089,7 +1091,8 @@ def test_simulated_run_end_to_end(sim, tmp_path, capsys):
     host_data = data["host_overhead"]
     assert set(host_data["per_call_us"]) == {"bare", "pyrms", "rms_norm bound", "rms_norm pyrms.Tensor",
                                              "rms_norm alternating"}
-    assert set(host_data["skipped"]) == {"fused_add_rms_norm", "layer_norm", "rms_norm_backward"}  # not simulated
+    assert set(host_data["skipped"]) == {"fused_add_rms_norm", "layer_norm", "rms_norm_backward",
+                                         "gated_rms_norm"}  # not simulated
     assert host_data["torch_reason"] == "PyTorch is not in the simulator"
     assert "bare cuLaunchKernel" in out and "pyrms.rms_norm on raw ints" in out and "  rms_norm bound  " in out
     graphs = data["graphs"]["shapes"]

@@ -25,7 +25,7 @@ GATED_RMS_NORM = OpSpec(
     name="gated_rms_norm", module="pyrms.ops.gated_rms_norm.op", source=GatedRmsNormPlan.source,
     plan=GatedRmsNormPlan, option_sets=_option_sets, unit=_unit, inspect=None,
     twin="pyrms.ops.gated_rms_norm.twin", torch="pyrms.ops.gated_rms_norm.torch_binding",
-    check="row", operands=_operands,
+    bench="pyrms.ops.gated_rms_norm.bench", check="row", operands=_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "norm_before_gate", "group_size", "specials"))
 
 SPECS = (GATED_RMS_NORM,)
