@@ -23,6 +23,8 @@ DTYPES = ["bfloat16", "float16", "float32"]
 NQ, NKV = 4, 2
 E6, E5 = float(F32(1e-6)), float(F32(1e-5))  # epsilon as the launch packs it (fp32)
 Q, W1, W2, C, P = 1 << 20, 2 << 20, 3 << 20, 4 << 20, 5 << 20  # made-up, 16-byte aligned device addresses
+KC, VC, S, KS, VS = 6 << 20, 7 << 20, 8 << 20, 9 << 20, 10 << 20  # the caches, slot_mapping, device scales
+NO_KV, NO_LAYOUT = (0, 0, 0, 0, 0, 1.0, 1.0), (1, 0, 0, 0)  # a launch's cache arguments and layout without a cache
 
 
 def operands(rng, dtype, tokens, head_dim, rot, *, stride=None, max_position=40):
@@ -162,9 +164,31 @@ def test_plan_takes_rms_norms_packed_shape():
     assert p.expression == "pyrms::qk_norm_rope_kernel<__half, 2, 8, false, true, false>"
     assert p.aligned_expression == "pyrms::qk_norm_rope_kernel<__half, 2, 8, true, true, false>"
     assert len(p.group) == 10 and p.expression in p.group and p.aligned_expression in p.group
-    assert p.signature == ("ptr",) * 5 + ("f32",) + ("i32",) * 5 + ("i64",)
-    assert p.block == 256 and p.rows_per_block == 32 and p.fold == 32 and p.FLAGS == ("gemma", "is_neox")
+    assert p.signature == ("ptr",) * 10 + ("f32",) * 3 + ("i32",) * 6 + ("i64", "i32") + ("i64",) * 3
+    assert p.block == 256 and p.rows_per_block == 32 and p.fold == 32
+    assert p.FLAGS == ("gemma", "is_neox", "kv_cache") and p.kv_element is dtypes.FLOAT16
     assert p.aligned_layout(1024) and not p.aligned_layout(1027) and not qk_plan.plan_qk_norm_rope("bf16", 81).aligned_layout(1024)
+
+
+def test_plan_of_the_kv_cache():
+    """kv_cache: KV_CACHE and the caches' element in the name expression; one group holds both cache dtypes (20
+    kernels) and no kernel without the cache; vLLM's spellings of the fp8 cache are one."""
+    auto = qk_plan.plan_qk_norm_rope("bf16", 128, kv_cache=True)
+    fp8 = qk_plan.plan_qk_norm_rope("bf16", 128, kv_cache=True, kv_cache_dtype="fp8")
+    assert auto.expression == "pyrms::qk_norm_rope_kernel<__nv_bfloat16, 2, 8, false, false, true, true>"
+    assert fp8.aligned_expression == \
+        "pyrms::qk_norm_rope_kernel<__nv_bfloat16, 2, 8, true, false, true, true, __nv_fp8_e4m3>"
+    assert fp8 == qk_plan.plan_qk_norm_rope("bf16", 128, kv_cache=True, kv_cache_dtype="fp8_e4m3")
+    assert auto.kv_element is dtypes.BFLOAT16 and fp8.kv_element is dtypes.FLOAT8_E4M3FN
+    assert auto.group == fp8.group and len(auto.group) == 20 and {auto.expression, fp8.expression} <= set(auto.group)
+    plain = qk_plan.plan_qk_norm_rope("bf16", 128, kv_cache_dtype="fp8")  # no cache: the cache dtype is moot
+    assert plain.kv_cache_dtype == "auto" and not set(plain.group) & set(auto.group)
+
+
+@pytest.mark.parametrize("value", ["fp8_e5m2", "FP8", "int8", None, 8])
+def test_plan_refuses_a_kv_cache_dtype(value):
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of 'auto', 'fp8', 'fp8_e4m3', got"):
+        qk_plan.plan_qk_norm_rope("bf16", 128, kv_cache=True, kv_cache_dtype=value)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -179,12 +203,13 @@ def test_plan_refuses(args, message):
 
 
 def _check_kernels(flag_sets, dtypes_, tmp_path, monkeypatch):
-    """Every packed shape, aligned or not, of these (gemma, is_neox) and dtypes: no spills, griddepcontrol.wait
-    before any global access; 16-byte loads and stores, and the ALIGNED kernels store only 16-byte vectors; no FMA
-    (every product and sum rounded on its own) and a correctly rounded square root."""
+    """Every packed shape, aligned or not, of these (gemma, is_neox, kv_cache) and dtypes: no spills,
+    griddepcontrol.wait before any global access; 16-byte loads and stores, and the ALIGNED kernels store only
+    16-byte vectors into qkv (with the cache, beside element stores of the cache's dtype); no FMA (every product
+    and sum rounded on its own) and a correctly rounded square root (and division, the fp8 cache's)."""
     monkeypatch.setenv("PYRMS_CACHE_DIR", str(tmp_path))
-    names = tuple(e for dt in dtypes_ for g, n in flag_sets
-                  for e in qk_plan.plan_qk_norm_rope(dt, 128, gemma=g, is_neox=n).group)
+    names = tuple(e for dt in dtypes_ for g, n, kv in flag_sets
+                  for e in qk_plan.plan_qk_norm_rope(dt, 128, gemma=g, is_neox=n, kv_cache=kv).group)
     prog = compiler.compile_source("qk_norm_rope.cu", arch="sm_90", name_expressions=names,
                                    options=["--ptxas-options=-v"], use_cache=False, want_ptx=True)
     resources = ptx_inspect.parse_ptxas_log(prog.log)
@@ -196,25 +221,34 @@ def _check_kernels(flag_sets, dtypes_, tmp_path, monkeypatch):
         fn = functions[lowered]
         assert fn.waits_before_memory(), expression
         assert fn.widths(True)[16] >= 1 and fn.widths(False)[16] >= 1, expression
-        if expression.partition("<")[2].split(", ")[3] == "true":  # ALIGNED
-            assert set(fn.widths(False)) == {16}, (expression, fn.widths(False))
+        template = expression.partition("<")[2].rstrip(">").split(", ")
+        if template[3] == "true":  # ALIGNED
+            cache = {1 if template[-1] == "__nv_fp8_e4m3" else {d.ctype: d.itemsize for d in dtypes.ALL}[template[0]]} if (
+                template[6:7] == ["true"]) else set()
+            assert set(fn.widths(False)) == {16} | cache, (expression, fn.widths(False))
     assert "fma.rn.f32" not in prog.ptx and "sqrt.rn.f32" in prog.ptx
+    assert ("div.rn.f32" in prog.ptx) == any(name.endswith("__nv_fp8_e4m3>") for name in names)
 
 
 def test_kernels_compile_for_sm_90_without_spills(tmp_path, monkeypatch):
-    """bfloat16's kernels of both flags (20 kernels)."""
-    _check_kernels(((False, True), (True, False)), ("bfloat16",), tmp_path, monkeypatch)
+    """bfloat16's kernels of both flags, and with the cache of both dtypes (40 kernels)."""
+    _check_kernels(((False, True, False), (True, False, False), (False, True, True)), ("bfloat16",), tmp_path,
+                   monkeypatch)
 
 
-@pytest.mark.slow  # 120 kernels, 2 min on 2 cores
+@pytest.mark.slow  # 360 kernels, 6 min on 2 cores
 def test_every_variant_compiles_without_spills(tmp_path, monkeypatch):
-    _check_kernels([(g, n) for g in (False, True) for n in (False, True)], DTYPES, tmp_path, monkeypatch)
+    _check_kernels([(g, n, kv) for g in (False, True) for n in (False, True) for kv in (False, True)], DTYPES,
+                   tmp_path, monkeypatch)
 
 
 def test_precompile_lists_its_units():
     units = precompile.every_unit(["qk_norm_rope"])
-    assert [str(u) for u in units] == sorted(f"qk_norm_rope.cu {d}{f}" for d in ("bfloat16", "float16", "float32")
-                                             for f in ("", " is_neox", " gemma", " gemma is_neox"))
+    assert [str(u) for u in units] == sorted(f"qk_norm_rope.cu {d}{f}{kv}" for d in ("bfloat16", "float16", "float32")
+                                             for f in ("", " is_neox", " gemma", " gemma is_neox")
+                                             for kv in ("", " kv_cache"))
+    fp8 = qk_plan.plan_qk_norm_rope("fp16", 128, kv_cache=True, kv_cache_dtype="fp8").expression
+    assert fp8 in precompile.unit("qk_norm_rope", "fp16", 128, is_neox=True, kv_cache=True).names
     for head_dim in (64, 128, 256):
         u = precompile.unit("qk_norm_rope", "bf16", head_dim, is_neox=True)
         assert u in units and qk_plan.plan_qk_norm_rope("bf16", head_dim).expression in u.names
@@ -226,7 +260,7 @@ def test_registry_entry():
     spec = registry.get("qk_norm_rope")
     assert spec.module == "pyrms.ops.qk_norm_rope.op" and spec.source == "qk_norm_rope.cu"
     assert spec.torch == "pyrms.ops.qk_norm_rope.torch_binding"
-    assert spec.flags == ("gemma", "is_neox") and spec.operands()[0] == ("qkv",)
+    assert spec.flags == ("gemma", "is_neox", "kv_cache") and spec.operands()[0] == ("qkv",)
     assert registry.NAMES.index("qk_norm_rope") < registry.NAMES.index("seed_rms_norm")  # the seed stays last
     assert pyrms.qk_norm_rope is qk_module.qk_norm_rope and "qk_norm_rope" in pyrms.__all__
     assert "qk_norm_rope_twin" in dir(importlib.import_module("pyrms.reference"))
@@ -260,9 +294,11 @@ def test_launch_arguments(qfake):
     call(num_tokens=1, token_stride=1027)  # a stride off the vector: never the ALIGNED kernel
     first, second, third = _launches(qfake)
     # 10 tokens x 6 heads = 60 rows, 32 a block (8 lanes each): 2 blocks of 256 threads
-    assert first[1:3] == ((2, 1, 1), (256, 1, 1)) and first[6] == (Q, W1, W2, C, P, E6, 60, 6, 4, 128, 128, 1024)
-    assert second[1:3] == ((1, 1, 1), (256, 1, 1)) and second[6] == (Q + 2, W1, W2, C, P, E5, 18, 6, 4, 64, 32, 1000)
-    assert third[6] == (Q, W1, W2, C, P, E6, 6, 6, 4, 128, 128, 1027)
+    assert first[1:3] == ((2, 1, 1), (256, 1, 1)) and first[6] == (Q, W1, W2, C, P, *NO_KV, E6, 60, 6, 4, 2, 128, 128,
+                                                                   1024, *NO_LAYOUT)
+    assert second[1:3] == ((1, 1, 1), (256, 1, 1)) and second[6] == (Q + 2, W1, W2, C, P, *NO_KV, E5, 18, 6, 4, 2, 64,
+                                                                     32, 1000, *NO_LAYOUT)
+    assert third[6] == (Q, W1, W2, C, P, *NO_KV, E6, 6, 6, 4, 2, 128, 128, 1027, *NO_LAYOUT)
     assert [name for name, *_ in qfake.calls if name.startswith("cuLaunch")] == \
         ["cuLaunchKernelEx", "cuLaunchKernel", "cuLaunchKernelEx"]
 
@@ -289,8 +325,8 @@ def test_arrays_launch_what_their_pointers_launch(qfake):
                        FakeArray(P, (3,), "<i8"), num_q_heads=NQ, num_kv_heads=NKV, head_dim=64)
     call(head_dim=64, rotary_dim=32, num_tokens=3, token_stride=width + 8, dtype="float16")
     arrays, pointers = _launches(qfake)
-    assert arrays[1:3] == pointers[1:3] and arrays[6] == pointers[6] == (Q, W1, W2, C, P, E6, 18, 6, 4, 64, 32,
-                                                                         width + 8)
+    assert arrays[1:3] == pointers[1:3] and arrays[6] == pointers[6] == (Q, W1, W2, C, P, *NO_KV, E6, 18, 6, 4, 2, 64,
+                                                                         32, width + 8, *NO_LAYOUT)
 
 
 def test_valid_edges_reach_the_driver(qfake):
