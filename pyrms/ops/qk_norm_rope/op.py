@@ -51,12 +51,11 @@ def _kv_layout(num_kv_heads: int, head_dim: int, num_blocks, block_size, cache_s
                         f"{num_blocks!r} and block_size={block_size!r}")
     blocks, size = check.size("num_blocks", num_blocks, check.INT64_MAX), check.size("block_size", block_size)
     if cache_strides is None:
-        strides = (size * num_kv_heads * head_dim, num_kv_heads * head_dim, head_dim)
+        cache_strides = (size * num_kv_heads * head_dim, num_kv_heads * head_dim, head_dim)
     elif not isinstance(cache_strides, (tuple, list)) or len(cache_strides) != 3:
         raise TypeError(f"cache_strides must be (block_stride, page_stride, head_stride) in elements, got "
                         f"{cache_strides!r}")
-    else:
-        strides = tuple(check.size(f"cache_strides[{i}]", v, check.INT64_MAX) for i, v in enumerate(cache_strides))
+    strides = tuple(check.size(f"cache_strides[{i}]", v, check.INT64_MAX) for i, v in enumerate(cache_strides))
     elements = (blocks - 1) * strides[0] + (size - 1) * strides[1] + (num_kv_heads - 1) * strides[2] + head_dim
     if elements > check.INT64_MAX // 16:
         raise ValueError(f"the caches span {elements} elements ({blocks} blocks of strides {strides}): more than "
