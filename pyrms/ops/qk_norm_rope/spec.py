@@ -27,6 +27,7 @@ QK_NORM_ROPE = OpSpec(
     name="qk_norm_rope", module="pyrms.ops.qk_norm_rope.op", source=QkNormRopePlan.source, plan=QkNormRopePlan,
     option_sets=_option_sets, unit=_unit, inspect=None,
     twin="pyrms.ops.qk_norm_rope.twin", torch="pyrms.ops.qk_norm_rope.torch_binding",
+    bench="pyrms.ops.qk_norm_rope.bench",
     check="qk_norm_rope", operands=_operands,
     case_options=("gemma", "is_neox", "rotary_dim", "epsilon", "specials", "pdl", "kv_cache", "kv_cache_dtype",
                   "cache_layout", "device_scale"))

@@ -12,7 +12,7 @@ from .._row_twin import F32, _one_nan, row_stats_twin
 from ..rms_norm_quant.twin import _quantize
 from .plan import kv_cache_dtype_arg, plan_qk_norm_rope
 
-__all__ = ["qk_norm_rope_ref", "qk_norm_rope_twin", "kv_cache_ref", "kv_cache_twin"]  # what pyrms.reference gathers
+__all__ = ["qk_norm_rope_ref", "qk_norm_rope_twin", "kv_cache_ref", "kv_cache_twin", "rope_cache"]  # pyrms.reference's
 
 
 def rotary_dim_arg(rotary_dim, head_dim: int) -> int:
@@ -23,6 +23,13 @@ def rotary_dim_arg(rotary_dim, head_dim: int) -> int:
             2 <= rotary_dim <= head_dim and rotary_dim % 2 == 0):
         raise ValueError(f"rotary_dim must be an even int from 2 to head_dim ({head_dim}), got {rotary_dim!r}")
     return int(rotary_dim)
+
+
+def rope_cache(max_position: int, rotary_dim: int, base: float = 10000.0) -> np.ndarray:
+    """A float32 [max_position, rotary_dim] cos_sin_cache as vLLM's RotaryEmbedding builds it: cos(p * f_k) in the
+    first half, sin(p * f_k) in the second, f_k = base^(-2k / rotary_dim)."""
+    freqs = np.outer(np.arange(max_position), base ** (-np.arange(0, rotary_dim, 2) / rotary_dim))
+    return np.concatenate([np.cos(freqs), np.sin(freqs)], axis=1).astype(np.float32)
 
 
 def _heads(qkv, num_q_heads: int, num_kv_heads: int, head_dim: int):

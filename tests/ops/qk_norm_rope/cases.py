@@ -7,6 +7,7 @@ from typing import Iterator
 import numpy as np
 
 from pyrms import driver, dtypes
+from pyrms.ops.qk_norm_rope.twin import rope_cache
 from tests.support.case_matrix import Case, case
 from tests.support.op_tests import OpTests
 from tests.support.testing import (GUARD, Rows, allocate, case_common, case_label, closing, guarded, pdl_option,
@@ -50,13 +51,6 @@ def _cache_view(operand: Rows, kv_cache_dtype: str) -> np.ndarray:
     sizes, _ = operand.lead
     values = operand.values().reshape(*sizes, operand.hidden)
     return values if kv_cache_dtype == "auto" else values.view(dtypes.FLOAT8_E4M3FN.numpy)
-
-
-def rope_cache(max_position: int, rotary_dim: int, base: float = 10000.0) -> np.ndarray:
-    """A float32 [max_position, rotary_dim] cos_sin_cache as vLLM's RotaryEmbedding builds it: cos(p * f_k) in the
-    first half, sin(p * f_k) in the second, f_k = base^(-2k / rotary_dim)."""
-    freqs = np.outer(np.arange(max_position), base ** (-np.arange(0, rotary_dim, 2) / rotary_dim))
-    return np.concatenate([np.cos(freqs), np.sin(freqs)], axis=1).astype(np.float32)
 
 
 def check_qk_norm_rope(rng, dtype, rows, hidden, *, num_q_heads=4, num_kv_heads=2, offsets=None, strides=None,

@@ -12,9 +12,9 @@ from pyrms import compiler, dtypes, precompile, ptx_inspect
 from pyrms.ops import registry
 from pyrms.ops.qk_norm_rope import plan as qk_plan
 from pyrms.ops.qk_norm_rope import twin as qk_twin
+from pyrms.ops.qk_norm_rope.twin import rope_cache
 from pyrms.ops.rms_norm import twin as rms_twin
 from tests.support.hostile_cases import FakeArray
-from tests.ops.qk_norm_rope.cases import rope_cache
 
 qk_module = importlib.import_module("pyrms.ops.qk_norm_rope.op")
 

@@ -9,10 +9,10 @@ import pytest
 
 import pyrms
 from pyrms import driver, dtypes
-from pyrms.ops.qk_norm_rope.twin import qk_norm_rope_twin
+from pyrms.ops.qk_norm_rope.twin import qk_norm_rope_twin, rope_cache
 from tests.support import case_matrix
 from tests.support.hostile_cases import FakeArray
-from tests.ops.qk_norm_rope.cases import check_qk_norm_rope, rope_cache
+from tests.ops.qk_norm_rope.cases import check_qk_norm_rope
 from tests.support.testing import allocate, check_case, closing, guarded
 
 pytestmark = pytest.mark.gpu

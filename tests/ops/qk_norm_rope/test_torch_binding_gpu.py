@@ -4,8 +4,7 @@ refuses bad shapes; autograd is refused by name."""
 import numpy as np
 import pytest
 
-from pyrms.ops.qk_norm_rope.twin import qk_norm_rope_twin
-from tests.ops.qk_norm_rope.cases import rope_cache
+from pyrms.ops.qk_norm_rope.twin import qk_norm_rope_twin, rope_cache
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
