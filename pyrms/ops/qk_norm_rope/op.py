@@ -23,6 +23,7 @@ from .twin import rotary_dim_arg
 _NAMES = ("qkv", "q_weight", "k_weight", "cos_sin_cache", "positions")
 _INT64 = dtypes.DType("int64", np.dtype(np.int64), "long long", 8)  # positions' and slot_mapping's element
 _ALIGN = 15  # the ALIGNED kernel's pointers: 16 bytes
+_PLAIN = (int, float)  # scale kinds the raw-pointer path takes as they are (else: an array, read first)
 _ONE = 1.0  # the scales' default (one object: the hot path tells it from a scale given by identity)
 _NO_KV = (0, 0, 0, 0, 0, _ONE, _ONE)  # the launch's cache arguments without a cache
 
@@ -244,9 +245,12 @@ def qk_norm_rope(qkv: Operand, q_weight: Operand, k_weight: Operand, cos_sin_cac
     kv = key_cache is not None or value_cache is not None or slot_mapping is not None
     scales = (k_scale, v_scale)
     if kv:
-        key_cache, value_cache, slot_mapping, k_scale, v_scale, layout = _kv_arrays(
-            key_cache, value_cache, slot_mapping, k_scale, v_scale, kv_cache_dtype, dtype, num_q_heads,
-            num_kv_heads, head_dim, num_tokens, (num_blocks, block_size, cache_strides))
+        layout: tuple[Any, ...] = (num_blocks, block_size, cache_strides)
+        if not (type(key_cache) is int and type(value_cache) is int and type(slot_mapping) is int
+                and type(k_scale) in _PLAIN and type(v_scale) in _PLAIN and not isinstance(cache_strides, list)):
+            key_cache, value_cache, slot_mapping, k_scale, v_scale, layout = _kv_arrays(
+                key_cache, value_cache, slot_mapping, k_scale, v_scale, kv_cache_dtype, dtype, num_q_heads,
+                num_kv_heads, head_dim, num_tokens, layout)
         scales = (_scale_arg(k_scale), _scale_arg(v_scale))
         device = (type(k_scale) is int, type(v_scale) is int)
         pointers += (key_cache, value_cache, slot_mapping, *(v for v in (k_scale, v_scale) if type(v) is int))

@@ -512,7 +512,9 @@ def test_kv_cache_edges_reach_the_driver(qfake):
     kv_call(slot_mapping=Q + 2 * (9 * 1024 + 1024))  # right after the last token's v heads
     kv_call(key_cache=VC + 2 * (4 * 16 * 2 * 128))  # right after value_cache
     kv_call(k_scale=float(F32(2.0 ** -149)), v_scale=3.0e38, num_blocks=1, block_size=1)
-    assert len(_launches(qfake)) == 3
+    kv_call(cache_strides=[5000, 300, 130], k_scale=np.float32(0.5), kv_cache_dtype="fp8")  # a list, a numpy scale
+    launches = _launches(qfake)
+    assert len(launches) == 4 and launches[3][6][10] == 0.5 and launches[3][6][-3:] == (5000, 300, 130)
 
 
 KV_BAD = [
