@@ -236,7 +236,7 @@ def test_kernels_compile_for_sm_90_without_spills(tmp_path, monkeypatch):
                    monkeypatch)
 
 
-@pytest.mark.slow  # 360 kernels, 6 min on 2 cores
+@pytest.mark.slow  # 360 kernels, 4 min on 2 cores
 def test_every_variant_compiles_without_spills(tmp_path, monkeypatch):
     _check_kernels([(g, n, kv) for g in (False, True) for n in (False, True) for kv in (False, True)], DTYPES,
                    tmp_path, monkeypatch)
