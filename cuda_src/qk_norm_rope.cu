@@ -45,8 +45,9 @@
 // the vector): every row is all body, and the partners of a vector are one aligned vector (GPT-J: the vector
 // itself; NeoX where rotary_dim / 2 is a multiple of the vector), loaded whole instead of element by element.
 // The same bits either way. Any other alignment works, element-aligned, through the row core's splits.
-// The cache stores are element by element (any alignment of the caches and strides). Cache hints: the body stores stream (st.global.cs: not read again here); the loads keep the default policy, since
-// the partners and weights are read again by other lanes.
+// The KV cache's stores are element by element (any alignment of the caches and of their strides). Cache hints:
+// the body stores stream (st.global.cs: not read again here); the loads keep the default policy, since the
+// partners and weights are read again by other lanes.
 #include "quant.cuh"
 #include "rms_norm_row.cuh"
 

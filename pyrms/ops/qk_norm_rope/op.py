@@ -75,9 +75,10 @@ def _unused_kv(kv_cache_dtype, k_scale, v_scale, num_blocks, block_size, cache_s
 
 
 class Prepared:
-    """One (device, dtype, heads, head_dim, rotary_dim, token stride, options, pdl) of qk_norm_rope, resolved once.
-    A call checks the pointers, epsilon and the token count; False launches nothing and the general path names
-    what is wrong."""
+    """One (device, dtype, heads, head_dim, rotary_dim, token stride, options, pdl; with kv_cache the caches' dtype,
+    layout (num_blocks, block_size, cache_strides) and which scales are read from memory) of qk_norm_rope, resolved
+    once. A call checks the pointers, epsilon, the token count and the scale values; False launches nothing and
+    the general path names what is wrong."""
 
     __slots__ = ("kernel", "aligned", "launch", "pointers", "max_tokens", "heads", "per_block", "placed", "kv",
                  "scales_on_device")
@@ -102,8 +103,9 @@ class Prepared:
                     (8, 1, 1)]
         written = [0]
         cache_tail = (1, 0, 0, 0)
+        self.scales_on_device: tuple[bool, ...] = (False, False)
         if self.kv:
-            (blocks, block_size, strides), elements = _kv_layout(nkv, head_dim, *layout)
+            (_, block_size, strides), elements = _kv_layout(nkv, head_dim, *layout)
             cache_tail = (block_size, *strides)
             item = p.kv_element.itemsize
             written += [len(operands), len(operands) + 1]
@@ -294,8 +296,8 @@ def _kv_arrays(key_cache, value_cache, slot_mapping, k_scale, v_scale, kv_cache_
     k_scale, v_scale = (_quant_arrays.scalar_array(name, value) if _adapter.is_array(value) else value
                         for name, value in (("k_scale", k_scale), ("v_scale", v_scale)))
     num_blocks, block_size, strides = layout
-    return key_cache, value_cache, slot_mapping, k_scale, v_scale, (num_blocks, block_size,
-                                                                    tuple(strides) if type(strides) is list else strides)
+    strides = tuple(strides) if type(strides) is list else strides  # hashable: a key of the prepared launches
+    return key_cache, value_cache, slot_mapping, k_scale, v_scale, (num_blocks, block_size, strides)
 
 
 def _scale_arg(value):

@@ -223,8 +223,8 @@ def _check_kernels(flag_sets, dtypes_, tmp_path, monkeypatch):
         assert fn.widths(True)[16] >= 1 and fn.widths(False)[16] >= 1, expression
         template = expression.partition("<")[2].rstrip(">").split(", ")
         if template[3] == "true":  # ALIGNED
-            cache = {1 if template[-1] == "__nv_fp8_e4m3" else {d.ctype: d.itemsize for d in dtypes.ALL}[template[0]]} if (
-                template[6:7] == ["true"]) else set()
+            itemsize = {d.ctype: d.itemsize for d in dtypes.ALL}[template[0]]
+            cache = {1 if template[-1] == "__nv_fp8_e4m3" else itemsize} if template[6:7] == ["true"] else set()
             assert set(fn.widths(False)) == {16} | cache, (expression, fn.widths(False))
     assert "fma.rn.f32" not in prog.ptx and "sqrt.rn.f32" in prog.ptx
     assert ("div.rn.f32" in prog.ptx) == any(name.endswith("__nv_fp8_e4m3>") for name in names)
