@@ -41,12 +41,14 @@ def launch(qkv: Tensor, q_weight: Tensor, k_weight: Tensor, cos_sin_cache: Tenso
     device = check_device({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight, "cos_sin_cache": cos_sin_cache,
                            "positions": positions, "key_cache": key_cache, "value_cache": value_cache,
                            "slot_mapping": slot_mapping, "k_scale": k_scale, "v_scale": v_scale})
+    plain = (key_cache is None and value_cache is None and slot_mapping is None and k_scale is None
+             and v_scale is None and kv_cache_dtype == "auto" and k_scale_value == 1.0 and v_scale_value == 1.0)
+    kv = {} if plain else dict(  # without a cache, the op's own defaults (anything else: refused by name there)
+        key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping, kv_cache_dtype=kv_cache_dtype,
+        k_scale=k_scale_value if k_scale is None else k_scale, v_scale=v_scale_value if v_scale is None else v_scale)
     _qk_norm_rope(qkv, q_weight, k_weight, cos_sin_cache, positions, num_q_heads=num_q_heads,
                   num_kv_heads=num_kv_heads, head_dim=head_dim, rotary_dim=rotary_dim, is_neox=is_neox,
-                  epsilon=float(eps), gemma=gemma, key_cache=key_cache, value_cache=value_cache,
-                  slot_mapping=slot_mapping, kv_cache_dtype=kv_cache_dtype,
-                  k_scale=k_scale_value if k_scale is None else k_scale,
-                  v_scale=v_scale_value if v_scale is None else v_scale, stream=current_stream(device))
+                  epsilon=float(eps), gemma=gemma, stream=current_stream(device), **kv)
 
 
 @torch.library.custom_op("pyrms::qk_norm_rope", mutates_args=("qkv", "key_cache", "value_cache"))
