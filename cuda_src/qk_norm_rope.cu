@@ -25,13 +25,30 @@
 // is one of its lanes' held vectors (the plan packs only such heads). In place: each lane computes all its
 // outputs (reading partners that other lanes own from memory) before the segment's __syncwarp, then stores.
 //
+// KV_CACHE (vLLM's reshape_and_cache_flash after the op, in the same launch): each token's k and v heads are also
+// written into a paged cache, unless slot = slot_mapping[t] (int64) is negative (a padding token: its q and k are
+// still rewritten in qkv, nothing is written to the caches). Cache head g of the token is at
+//   cache + (slot / block_size) * block_stride + (slot % block_size) * page_stride + g * head_stride
+// (vLLM's [num_blocks, block_size, num_kv_heads, head_dim] "NHD" layout at any block, page and head stride;
+// head_dim contiguous), key_cache for the k heads, value_cache for the v heads (rows q_heads + kv_heads ..
+// heads - 1 of a token, copied, not normalized). What is stored is the element of qkv after this op (k: the
+// rotated k, rounded to T; v: as it is) converted to KV: KV = T stores it as it is; KV = __nv_fp8_e4m3 stores
+// quant.cuh's fp8 of (float(x) / scale), the division correctly rounded, saturating (vLLM's scaled_convert:
+// x / k_scale for k, x / v_scale for v), NaN as 0x7F. The scale is *k_scale_ptr (*v_scale_ptr) where the
+// pointer is not null (vLLM's scale tensors), else the k_scale (v_scale) argument. So the caches hold bit for
+// bit what qk_norm_rope then reshape_and_cache_flash would write. slot is not checked against the cache's
+// blocks (a device value, as in vLLM).
+//
 // Variants: T in {float, __half, __nv_bfloat16}; (CACHE, LANES) as the N-D RMSNorm's packed kernels; GEMMA; IS_NEOX;
+// KV_CACHE with KV in {T, __nv_fp8_e4m3};
 // ALIGNED (the launcher found qkv and both weights 16-byte aligned, and head_dim and token_stride multiples of
 // the vector): every row is all body, and the partners of a vector are one aligned vector (GPT-J: the vector
 // itself; NeoX where rotary_dim / 2 is a multiple of the vector), loaded whole instead of element by element.
 // The same bits either way. Any other alignment works, element-aligned, through the row core's splits.
-// Cache hints: the body stores stream (st.global.cs: not read again here); the loads keep the default policy, since
-// the partners and weights are read again by other lanes.
+// The KV cache's stores are element by element (any alignment of the caches and of their strides). Cache hints:
+// the body stores stream (st.global.cs: not read again here); the loads keep the default policy, since the
+// partners and weights are read again by other lanes.
+#include "quant.cuh"
 #include "rms_norm_row.cuh"
 
 namespace pyrms {
@@ -62,11 +79,33 @@ struct Rotary {
     }
 };
 
-template <typename T, int CACHE, int LANES, bool ALIGNED, bool GEMMA, bool IS_NEOX>
+// An element of qkv as the KV cache stores it: KV = T as it is; fp8 through `scale` (the comment above).
+template <typename T, typename KV> struct KvStore {
+    float scale;
+    __device__ __forceinline__ KV operator()(T x) const { return Scaled<KV, true>::apply(to_float(x), scale); }
+};
+template <typename T> struct KvStore<T, T> {
+    float scale;
+    __device__ __forceinline__ T operator()(T x) const { return x; }
+};
+
+// Where cache head g of slot starts (the comment above).
+template <typename KV>
+__device__ __forceinline__ KV* kv_head(KV* cache, long long slot, int g, int block_size, long long block_stride,
+                                       long long page_stride, long long head_stride) {
+    return cache + (slot / block_size) * block_stride + (slot % block_size) * page_stride + g * head_stride;
+}
+
+// heads: the rows of a token (q_heads + kv_heads, and with KV_CACHE the kv_heads v heads after them).
+template <typename T, int CACHE, int LANES, bool ALIGNED, bool GEMMA, bool IS_NEOX, bool KV_CACHE = false,
+          typename KV = T>
 __global__ void __launch_bounds__(QK_NORM_ROPE_THREADS, CACHE <= 2 ? 4 : 1) qk_norm_rope_kernel(
     T* qkv, const T* __restrict__ q_weight, const T* __restrict__ k_weight, const float* __restrict__ cos_sin_cache,
-    const long long* __restrict__ positions, float epsilon, int rows, int heads, int q_heads, int head_dim,
-    int rotary_dim, long long token_stride) {
+    const long long* __restrict__ positions, KV* __restrict__ key_cache, KV* __restrict__ value_cache,
+    const long long* __restrict__ slot_mapping, const float* __restrict__ k_scale_ptr,
+    const float* __restrict__ v_scale_ptr, float k_scale, float v_scale, float epsilon, int rows, int heads,
+    int q_heads, int kv_heads, int head_dim, int rotary_dim, long long token_stride, int block_size,
+    long long block_stride, long long page_stride, long long head_stride) {
     static_assert(LANES > 0, "packed rows only");
     using Shape = RowShape<CACHE, 1, ALIGNED, LANES>;
     constexpr int N = Vec<T>::N;
@@ -77,8 +116,19 @@ __global__ void __launch_bounds__(QK_NORM_ROPE_THREADS, CACHE <= 2 ? 4 : 1) qk_n
     const int head = r - token * heads;
     T* row = qkv + token * token_stride + static_cast<long long>(head) * head_dim;
     const T* w = head < q_heads ? q_weight : k_weight;
-
     const Shape sh;
+    // The token's slot, for its k and v heads (read early: the k heads store it only at the end).
+    const long long slot = KV_CACHE && head >= q_heads ? slot_mapping[token] : -1;
+    if (KV_CACHE && head >= q_heads + kv_heads) {  // a v head: copied into value_cache (a whole segment returns)
+        if (slot >= 0) {
+            KV* dst = kv_head(value_cache, slot, head - q_heads - kv_heads, block_size, block_stride, page_stride,
+                              head_stride);
+            const KvStore<T, KV> store{v_scale_ptr ? *v_scale_ptr : v_scale};
+            for (int i = sh.lane; i < head_dim; i += LANES) dst[i] = store(row[i]);
+        }
+        return;
+    }
+
     Pack<T> held[Shape::SLOTS];
     WeightVec<T, T> unused_w[Shape::SLOTS];  // the weights are loaded with the partners', after the sum
     const float inv = row_inv_rms<T, T, CACHE, 1, ALIGNED, false>(sh, row, row, RowIn<T, false>{row}, w, epsilon,
@@ -135,6 +185,18 @@ __global__ void __launch_bounds__(QK_NORM_ROPE_THREADS, CACHE <= 2 ? 4 : 1) qk_n
 #pragma unroll
     for (int k = 0; k < Shape::HELD; ++k) {
         if (sh.held_vector(k) < s.vectors) store_streaming(row + s.pre + sh.held_vector(k) * N, out[k]);
+    }
+    if (slot >= 0) {  // a k head of a token with a slot (KV_CACHE only): the lane's outputs into key_cache too
+        KV* dst = kv_head(key_cache, slot, head - q_heads, block_size, block_stride, page_stride, head_stride);
+        const KvStore<T, KV> store{k_scale_ptr ? *k_scale_ptr : k_scale};
+        if (has_pre) dst[u] = store(pre_out);
+        if (has_tail) dst[s.tail + u] = store(tail_out);
+#pragma unroll
+        for (int k = 0; k < Shape::HELD; ++k) {
+            if (sh.held_vector(k) >= s.vectors) continue;
+#pragma unroll
+            for (int j = 0; j < N; ++j) dst[s.pre + sh.held_vector(k) * N + j] = store(out[k].e[j]);
+        }
     }
 }
 

@@ -41,6 +41,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_bytes_moved_per_op():
     t, h = 16384, 5120
     assert ops.get("rms_norm").bytes_moved(t, h, 2) == (2 * t * h + h) * 2
+    # qk_norm_rope: the q and k heads (9 of a row's 10 heads at 8 q heads per kv head) read and written, 2 weights
+    assert ops.get("qk_norm_rope").bytes_moved(t, 10240, 2) == (2 * t * 9 * 1024 + 2 * 128) * 2
     assert ops.get("fused_add_rms_norm").bytes_moved(t, h, 2) == (4 * t * h + h) * 2
     assert ops.get("rms_norm_backward").bytes_moved(t, h, 4) == (3 * t * h + 2 * h) * 4
     assert ops.get("rms_norm").arrays == ("x", "y") and ops.get("fused_add_rms_norm").arrays == ("x", "r")
@@ -57,10 +59,10 @@ def test_the_benchmarked_ops_come_from_the_registry():
     assert set(benches) == {name for name, spec in registry.REGISTRY.items() if spec.bench is not None}
     assert all(registry.get(name).bench.startswith("pyrms.ops.") and b.name == name for name, b in benches.items())
     assert ops.headline() == "rms_norm"
-    assert ops.swept() == ("rms_norm", "fused_add_rms_norm", "rms_norm_backward", "gated_rms_norm")
-    assert ops.extras() == ("fused_add_rms_norm", "rms_norm_backward", "gated_rms_norm")
+    assert ops.swept() == ("rms_norm", "fused_add_rms_norm", "rms_norm_backward", "qk_norm_rope", "gated_rms_norm")
+    assert ops.extras() == ("fused_add_rms_norm", "rms_norm_backward", "qk_norm_rope", "gated_rms_norm")
     assert ops.aliases() == {"forward": "rms_norm", "fused_add": "fused_add_rms_norm", "backward": "rms_norm_backward",
-                             "gated": "gated_rms_norm"}
+                             "qk_norm": "qk_norm_rope", "gated": "gated_rms_norm"}
     assert benches["layer_norm"].host is not None and not benches["layer_norm"].impls  # the host section only
     with pytest.raises(ValueError, match="unknown op 'layer_norm'"):
         ops.get("layer_norm")

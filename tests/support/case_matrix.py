@@ -40,12 +40,13 @@ DEFAULTS = {"epsilon": 1e-5, "variant": None, "pdl": None, "gemma": False, "roun
             "round_input": False, "specials": False, "group_size": None, "ue8m0": False, "column_major": False,
             "sum_precision": None, "residual_dtype": None, "out_kind": "same", "norm_out": False,
             "grad_output_kind": "same", "rms": False, "rms_bias": False, "is_neox": True, "rotary_dim": None,
-            "norm_before_gate": True}
+            "norm_before_gate": True, "kv_cache": False, "kv_cache_dtype": "auto", "cache_layout": "nhd"}
 # out_kind: the output of a row op beside bf16/fp16 rows (plan.OUT_KINDS: "same", or "float32"; the checkers'
 # out_dtype), apart from out_dtype, the quantizing ops' output dtype. grad_output_kind: a backward's
 # grad_output, "same" or "float32" (beside an fp32 weight). rms: layer_norm's RMSNorm with a bias; rms_bias: its
-# backward, rms_norm_backward with grad_bias. is_neox, rotary_dim: qk_norm_rope's rotation. norm_before_gate:
-# gated_rms_norm's order (group_size there: its groups of columns, the quantizing ops' scale groups elsewhere).
+# backward, rms_norm_backward with grad_bias. is_neox, rotary_dim: qk_norm_rope's rotation; kv_cache, kv_cache_dtype,
+# cache_layout: its paged KV cache (device_scale: its scales read from memory). norm_before_gate: gated_rms_norm's
+# order (group_size there: its groups of columns, the quantizing ops' scale groups elsewhere).
 # The options a case of each op may set: its registry entry's case_options.
 _OPTIONS = {name: spec.case_options for name, spec in registry.REGISTRY.items()}
 

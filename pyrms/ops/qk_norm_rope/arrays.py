@@ -1,6 +1,6 @@
 """qk_norm_rope's array operands read into the raw-pointer call's pointers and sizes: the fused QKV (2-D
-[tokens, row] or 3-D [tokens, heads, head_dim]), the two weights, the fp32 cos_sin_cache and the int64 positions
-(read here: pyrms's adapter reads floating-point operands only)."""
+[tokens, row] or 3-D [tokens, heads, head_dim]), the two weights, the fp32 cos_sin_cache, the int64 positions and
+slot_mapping (read here: pyrms's adapter reads floating-point operands only) and the paged KV caches."""
 from __future__ import annotations
 
 from ... import dtypes
@@ -51,28 +51,69 @@ def cache_array(value, rotary_dim):
 
 
 def positions_array(value, tokens: int) -> int:
-    """The pointer of an int64 [tokens] positions array, contiguous: a torch tensor or an object with
-    __cuda_array_interface__ (typestr '<i8')."""
+    """The pointer of an int64 [tokens] positions array, contiguous (int64_array)."""
+    return int64_array("positions", value, tokens, "one position per token")
+
+
+def int64_array(name: str, value, tokens: int, what: str) -> int:
+    """The pointer of an int64 [tokens] array, contiguous: a torch tensor or an object with
+    __cuda_array_interface__ (typestr '<i8'); ``what`` says what its elements are, for the shape's message."""
     kind = type(value)
     if kind.__module__.startswith("torch") and hasattr(value, "data_ptr"):
         if str(value.dtype) != "torch.int64" or value.device.type != "cuda":
-            raise ValueError(f"positions must be a CUDA torch.int64 tensor, got {value.dtype} on {value.device}")
+            raise ValueError(f"{name} must be a CUDA torch.int64 tensor, got {value.dtype} on {value.device}")
         ptr, shape, strides, device = value.data_ptr(), tuple(value.shape), tuple(value.stride()), value.device.index
     elif hasattr(value, "__cuda_array_interface__"):
         cai = value.__cuda_array_interface__
         if cai.get("typestr") != "<i8":
-            raise ValueError(f"positions must be int64 (typestr '<i8'), got typestr {cai.get('typestr')!r}")
+            raise ValueError(f"{name} must be int64 (typestr '<i8'), got typestr {cai.get('typestr')!r}")
         ptr, shape = int(cai["data"][0]), tuple(cai["shape"])
         strides = tuple(s // 8 for s in cai["strides"]) if cai.get("strides") else (1,) * len(shape)
         device = None
     else:
-        raise TypeError(f"positions must be a device pointer (int), a torch tensor or an object with "
+        raise TypeError(f"{name} must be a device pointer (int), a torch tensor or an object with "
                         f"__cuda_array_interface__, got {kind.__name__}")
     if shape != (tokens,) or (tokens > 1 and strides[0] != 1):
-        raise ValueError(f"positions has shape {shape} and strides {strides}; expected a contiguous ({tokens},) "
-                         "int64 (one position per token)")
+        raise ValueError(f"{name} has shape {shape} and strides {strides}; expected a contiguous ({tokens},) "
+                         f"int64 ({what})")
     if ptr == 0:
-        raise ValueError("positions has a null data pointer")
+        raise ValueError(f"{name} has a null data pointer")
     if device is not None:
-        check.arrays_on_device({"positions": _adapter.View(ptr, shape, strides, None, device)})
+        check.arrays_on_device({name: _adapter.View(ptr, shape, strides, None, device)})
     return ptr
+
+
+def kv_cache_arrays(key_cache, value_cache, element, num_kv_heads: int, head_dim: int, layout: tuple) -> tuple:
+    """(key_cache's pointer, value_cache's pointer, (num_blocks, block_size, cache_strides)) of the paged caches
+    given as arrays: [num_blocks, block_size, num_kv_heads, head_dim] of ``element`` (qkv's dtype, or
+    float8_e4m3fn: torch.float8_e4m3fn, or 1-byte storage such as vLLM's torch.uint8 caches), head_dim contiguous,
+    any block, page and head strides, the two of one shape and strides. ``layout``: the (num_blocks, block_size,
+    cache_strides) given, each None or agreeing with the arrays'. Either cache may be a raw pointer, laid out as
+    the other says."""
+    quantized = isinstance(element, dtypes.QuantDType)
+    views = {}
+    for name, value in (("key_cache", key_cache), ("value_cache", value_cache)):
+        if type(value) is int:
+            continue
+        view = _adapter.read(name, value, element, written=True, quantized=quantized)
+        if view.dtype is not element:
+            raise ValueError(f"{name} has dtype {view.dtype.name}, but the caches hold {element.name} "
+                             "(kv_cache_dtype 'auto': qkv's dtype; 'fp8': float8_e4m3fn)")
+        if len(view.shape) != 4 or view.shape[2:] != (num_kv_heads, head_dim) or (
+                head_dim > 1 and view.strides[3] != 1) or 0 in view.shape:
+            raise ValueError(f"{name} has shape {view.shape} and strides {view.strides}; expected [num_blocks, "
+                             f"block_size, {num_kv_heads}, {head_dim}] (num_kv_heads, head_dim), head_dim contiguous")
+        views[name] = view
+    found = {(v.shape, v.strides[:3]) for v in views.values()}
+    if len(found) > 1:
+        k, v = views["key_cache"], views["value_cache"]
+        raise ValueError(f"key_cache (shape {k.shape}, strides {k.strides}) and value_cache (shape {v.shape}, "
+                         f"strides {v.strides}) must have one shape and strides")
+    (shape, strides), = found
+    for name, given, got in zip(("num_blocks", "block_size", "cache_strides"), layout,
+                                (shape[0], shape[1], tuple(strides))):
+        if given is not None and (tuple(given) if isinstance(given, (tuple, list)) else given) != got:
+            raise ValueError(f"{name}={given!r}, but the caches' is {got!r}; leave {name} out")
+    check.arrays_on_device(views)
+    return (views["key_cache"].ptr if "key_cache" in views else key_cache,
+            views["value_cache"].ptr if "value_cache" in views else value_cache, (shape[0], shape[1], tuple(strides)))

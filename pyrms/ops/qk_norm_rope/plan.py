@@ -21,10 +21,12 @@ class QkNormRopePlan(KernelPlan):
     cache: int
     gemma: bool = False
     is_neox: bool = True
+    kv_cache: bool = False
+    kv_cache_dtype: str = "auto"  # with kv_cache: KV_CACHE_DTYPES' canonical name
 
     source = "qk_norm_rope.cu"
     kernel = "qk_norm_rope_kernel"
-    FLAGS = ("gemma", "is_neox")  # the kernel's bool template flags, in template order
+    FLAGS = ("gemma", "is_neox", "kv_cache")  # the kernel's bool template flags, in template order
     block = PACKED_THREADS  # threads per block
     fold = 32  # the reduction tree's fold width (the twin's block)
 
@@ -32,19 +34,25 @@ class QkNormRopePlan(KernelPlan):
     def rows_per_block(self) -> int:
         return PACKED_THREADS // self.lanes
 
-    def _expression(self, lanes: int, cache: int, aligned: bool) -> str:
+    @property
+    def kv_element(self):
+        """The caches' element: qkv's dtype ('auto') or float8_e4m3fn ('fp8_e4m3')."""
+        return self.dtype if self.kv_cache_dtype == "auto" else dtypes.FLOAT8_E4M3FN
+
+    def _expression(self, lanes: int, cache: int, aligned: bool, kv_cache_dtype: str) -> str:
+        kv = self.dtype if kv_cache_dtype == "auto" else dtypes.FLOAT8_E4M3FN
         return self.contract.expression(T=self.dtype.ctype, CACHE=cache, LANES=lanes, ALIGNED=aligned,
-                                        GEMMA=self.gemma, IS_NEOX=self.is_neox)
+                                        GEMMA=self.gemma, IS_NEOX=self.is_neox, KV_CACHE=self.kv_cache, KV=kv.ctype)
 
     @property
     def expression(self) -> str:
         """The kernel for any element-aligned operands."""
-        return self._expression(self.lanes, self.cache, False)
+        return self._expression(self.lanes, self.cache, False, self.kv_cache_dtype)
 
     @property
     def aligned_expression(self) -> str:
         """The kernel for 16-byte aligned qkv and weights, head_dim and token stride whole vectors (ALIGNED)."""
-        return self._expression(self.lanes, self.cache, True)
+        return self._expression(self.lanes, self.cache, True, self.kv_cache_dtype)
 
     def aligned_layout(self, token_stride: int) -> bool:
         """Whether heads at this token stride (elements) can take the ALIGNED kernel, given aligned pointers."""
@@ -52,13 +60,33 @@ class QkNormRopePlan(KernelPlan):
 
     @property
     def group(self) -> tuple[str, ...]:
-        """Every packed shape of one (dtype, gemma, is_neox), aligned or not: one NVRTC run whatever head_dim."""
-        return tuple(self._expression(n, c, a) for n, c in PACKED_SHAPES for a in (False, True))
+        """Every packed shape of one (dtype, gemma, is_neox, kv_cache), aligned or not, and with kv_cache both cache
+        dtypes: one NVRTC run whatever head_dim and cache dtype."""
+        kinds = KV_CACHE_DTYPES if self.kv_cache else ("auto",)
+        return tuple(self._expression(n, c, a, k) for k in kinds for n, c in PACKED_SHAPES for a in (False, True))
 
 
-def plan_qk_norm_rope(dtype, head_dim: int, *, gemma: bool = False, is_neox: bool = True) -> QkNormRopePlan:
-    """The plan for heads of ``head_dim`` elements of ``dtype`` (bfloat16, float16 or float32); ValueError for
-    another dtype or a head too long to pack into one warp (more than 32 * 4 vectors)."""
+# The caches' dtypes, canonical: "auto" (qkv's dtype) and "fp8_e4m3" (float8_e4m3fn through a scale);
+# vLLM's kv_cache_dtype spellings of them.
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3")
+_KV_CACHE_SPELLINGS = {"auto": "auto", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3"}
+
+
+def kv_cache_dtype_arg(value) -> str:
+    """The canonical name of a kv_cache_dtype ('auto', 'fp8' or 'fp8_e4m3', vLLM's names); ValueError naming it
+    and what is allowed otherwise."""
+    found = _KV_CACHE_SPELLINGS.get(value) if isinstance(value, str) else None
+    if found is None:
+        raise ValueError(f"kv_cache_dtype must be one of {', '.join(map(repr, _KV_CACHE_SPELLINGS))}, got {value!r}")
+    return found
+
+
+def plan_qk_norm_rope(dtype, head_dim: int, *, gemma: bool = False, is_neox: bool = True, kv_cache: bool = False,
+                      kv_cache_dtype: str = "auto") -> QkNormRopePlan:
+    """The plan for heads of ``head_dim`` elements of ``dtype`` (bfloat16, float16 or float32), with ``kv_cache``
+    the k and v heads also written into paged caches of ``kv_cache_dtype`` (kv_cache_dtype_arg); ValueError for
+    another dtype, cache dtype or a head too long to pack into one warp (more than 32 * 4 vectors)."""
+    kv_kind = kv_cache_dtype_arg(kv_cache_dtype)
     dt = dtypes.get(dtype)
     if isinstance(head_dim, bool) or type(head_dim) is not int or head_dim <= 0:
         raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
@@ -66,4 +94,5 @@ def plan_qk_norm_rope(dtype, head_dim: int, *, gemma: bool = False, is_neox: boo
     if not lanes:
         raise ValueError(f"head_dim must be at most {32 * 4 * dt.vec_elems} for {dt.name} (one warp per head), "
                          f"got {head_dim}")
-    return QkNormRopePlan(dt, head_dim, lanes, cache, bool(gemma), bool(is_neox))
+    return QkNormRopePlan(dt, head_dim, lanes, cache, bool(gemma), bool(is_neox), bool(kv_cache),
+                          kv_kind if kv_cache else "auto")

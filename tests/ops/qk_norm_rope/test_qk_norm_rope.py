@@ -12,9 +12,9 @@ from pyrms import compiler, dtypes, precompile, ptx_inspect
 from pyrms.ops import registry
 from pyrms.ops.qk_norm_rope import plan as qk_plan
 from pyrms.ops.qk_norm_rope import twin as qk_twin
+from pyrms.ops.qk_norm_rope.twin import rope_cache
 from pyrms.ops.rms_norm import twin as rms_twin
 from tests.support.hostile_cases import FakeArray
-from tests.ops.qk_norm_rope.cases import rope_cache
 
 qk_module = importlib.import_module("pyrms.ops.qk_norm_rope.op")
 
@@ -23,6 +23,8 @@ DTYPES = ["bfloat16", "float16", "float32"]
 NQ, NKV = 4, 2
 E6, E5 = float(F32(1e-6)), float(F32(1e-5))  # epsilon as the launch packs it (fp32)
 Q, W1, W2, C, P = 1 << 20, 2 << 20, 3 << 20, 4 << 20, 5 << 20  # made-up, 16-byte aligned device addresses
+KC, VC, S, KS, VS = 6 << 20, 7 << 20, 8 << 20, 9 << 20, 10 << 20  # the caches, slot_mapping, device scales
+NO_KV, NO_LAYOUT = (0, 0, 0, 0, 0, 1.0, 1.0), (1, 0, 0, 0)  # a launch's cache arguments and layout without a cache
 
 
 def operands(rng, dtype, tokens, head_dim, rot, *, stride=None, max_position=40):
@@ -162,9 +164,31 @@ def test_plan_takes_rms_norms_packed_shape():
     assert p.expression == "pyrms::qk_norm_rope_kernel<__half, 2, 8, false, true, false>"
     assert p.aligned_expression == "pyrms::qk_norm_rope_kernel<__half, 2, 8, true, true, false>"
     assert len(p.group) == 10 and p.expression in p.group and p.aligned_expression in p.group
-    assert p.signature == ("ptr",) * 5 + ("f32",) + ("i32",) * 5 + ("i64",)
-    assert p.block == 256 and p.rows_per_block == 32 and p.fold == 32 and p.FLAGS == ("gemma", "is_neox")
+    assert p.signature == ("ptr",) * 10 + ("f32",) * 3 + ("i32",) * 6 + ("i64", "i32") + ("i64",) * 3
+    assert p.block == 256 and p.rows_per_block == 32 and p.fold == 32
+    assert p.FLAGS == ("gemma", "is_neox", "kv_cache") and p.kv_element is dtypes.FLOAT16
     assert p.aligned_layout(1024) and not p.aligned_layout(1027) and not qk_plan.plan_qk_norm_rope("bf16", 81).aligned_layout(1024)
+
+
+def test_plan_of_the_kv_cache():
+    """kv_cache: KV_CACHE and the caches' element in the name expression; one group holds both cache dtypes (20
+    kernels) and no kernel without the cache; vLLM's spellings of the fp8 cache are one."""
+    auto = qk_plan.plan_qk_norm_rope("bf16", 128, kv_cache=True)
+    fp8 = qk_plan.plan_qk_norm_rope("bf16", 128, kv_cache=True, kv_cache_dtype="fp8")
+    assert auto.expression == "pyrms::qk_norm_rope_kernel<__nv_bfloat16, 2, 8, false, false, true, true>"
+    assert fp8.aligned_expression == \
+        "pyrms::qk_norm_rope_kernel<__nv_bfloat16, 2, 8, true, false, true, true, __nv_fp8_e4m3>"
+    assert fp8 == qk_plan.plan_qk_norm_rope("bf16", 128, kv_cache=True, kv_cache_dtype="fp8_e4m3")
+    assert auto.kv_element is dtypes.BFLOAT16 and fp8.kv_element is dtypes.FLOAT8_E4M3FN
+    assert auto.group == fp8.group and len(auto.group) == 20 and {auto.expression, fp8.expression} <= set(auto.group)
+    plain = qk_plan.plan_qk_norm_rope("bf16", 128, kv_cache_dtype="fp8")  # no cache: the cache dtype is moot
+    assert plain.kv_cache_dtype == "auto" and not set(plain.group) & set(auto.group)
+
+
+@pytest.mark.parametrize("value", ["fp8_e5m2", "FP8", "int8", None, 8])
+def test_plan_refuses_a_kv_cache_dtype(value):
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of 'auto', 'fp8', 'fp8_e4m3', got"):
+        qk_plan.plan_qk_norm_rope("bf16", 128, kv_cache=True, kv_cache_dtype=value)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -179,12 +203,13 @@ def test_plan_refuses(args, message):
 
 
 def _check_kernels(flag_sets, dtypes_, tmp_path, monkeypatch):
-    """Every packed shape, aligned or not, of these (gemma, is_neox) and dtypes: no spills, griddepcontrol.wait
-    before any global access; 16-byte loads and stores, and the ALIGNED kernels store only 16-byte vectors; no FMA
-    (every product and sum rounded on its own) and a correctly rounded square root."""
+    """Every packed shape, aligned or not, of these (gemma, is_neox, kv_cache) and dtypes: no spills,
+    griddepcontrol.wait before any global access; 16-byte loads and stores, and the ALIGNED kernels store only
+    16-byte vectors into qkv (with the cache, beside element stores of the cache's dtype); no FMA (every product
+    and sum rounded on its own) and a correctly rounded square root (and division, the fp8 cache's)."""
     monkeypatch.setenv("PYRMS_CACHE_DIR", str(tmp_path))
-    names = tuple(e for dt in dtypes_ for g, n in flag_sets
-                  for e in qk_plan.plan_qk_norm_rope(dt, 128, gemma=g, is_neox=n).group)
+    names = tuple(e for dt in dtypes_ for g, n, kv in flag_sets
+                  for e in qk_plan.plan_qk_norm_rope(dt, 128, gemma=g, is_neox=n, kv_cache=kv).group)
     prog = compiler.compile_source("qk_norm_rope.cu", arch="sm_90", name_expressions=names,
                                    options=["--ptxas-options=-v"], use_cache=False, want_ptx=True)
     resources = ptx_inspect.parse_ptxas_log(prog.log)
@@ -196,25 +221,34 @@ def _check_kernels(flag_sets, dtypes_, tmp_path, monkeypatch):
         fn = functions[lowered]
         assert fn.waits_before_memory(), expression
         assert fn.widths(True)[16] >= 1 and fn.widths(False)[16] >= 1, expression
-        if expression.partition("<")[2].split(", ")[3] == "true":  # ALIGNED
-            assert set(fn.widths(False)) == {16}, (expression, fn.widths(False))
+        template = expression.partition("<")[2].rstrip(">").split(", ")
+        if template[3] == "true":  # ALIGNED
+            itemsize = {d.ctype: d.itemsize for d in dtypes.ALL}[template[0]]
+            cache = {1 if template[-1] == "__nv_fp8_e4m3" else itemsize} if template[6:7] == ["true"] else set()
+            assert set(fn.widths(False)) == {16} | cache, (expression, fn.widths(False))
     assert "fma.rn.f32" not in prog.ptx and "sqrt.rn.f32" in prog.ptx
+    assert ("div.rn.f32" in prog.ptx) == any(name.endswith("__nv_fp8_e4m3>") for name in names)
 
 
 def test_kernels_compile_for_sm_90_without_spills(tmp_path, monkeypatch):
-    """bfloat16's kernels of both flags (20 kernels)."""
-    _check_kernels(((False, True), (True, False)), ("bfloat16",), tmp_path, monkeypatch)
+    """bfloat16's kernels of both flags, and with the cache of both dtypes (40 kernels)."""
+    _check_kernels(((False, True, False), (True, False, False), (False, True, True)), ("bfloat16",), tmp_path,
+                   monkeypatch)
 
 
-@pytest.mark.slow  # 120 kernels, 2 min on 2 cores
+@pytest.mark.slow  # 360 kernels, 4 min on 2 cores
 def test_every_variant_compiles_without_spills(tmp_path, monkeypatch):
-    _check_kernels([(g, n) for g in (False, True) for n in (False, True)], DTYPES, tmp_path, monkeypatch)
+    _check_kernels([(g, n, kv) for g in (False, True) for n in (False, True) for kv in (False, True)], DTYPES,
+                   tmp_path, monkeypatch)
 
 
 def test_precompile_lists_its_units():
     units = precompile.every_unit(["qk_norm_rope"])
-    assert [str(u) for u in units] == sorted(f"qk_norm_rope.cu {d}{f}" for d in ("bfloat16", "float16", "float32")
-                                             for f in ("", " is_neox", " gemma", " gemma is_neox"))
+    assert [str(u) for u in units] == sorted(f"qk_norm_rope.cu {d}{f}{kv}" for d in ("bfloat16", "float16", "float32")
+                                             for f in ("", " is_neox", " gemma", " gemma is_neox")
+                                             for kv in ("", " kv_cache"))
+    fp8 = qk_plan.plan_qk_norm_rope("fp16", 128, kv_cache=True, kv_cache_dtype="fp8").expression
+    assert fp8 in precompile.unit("qk_norm_rope", "fp16", 128, is_neox=True, kv_cache=True).names
     for head_dim in (64, 128, 256):
         u = precompile.unit("qk_norm_rope", "bf16", head_dim, is_neox=True)
         assert u in units and qk_plan.plan_qk_norm_rope("bf16", head_dim).expression in u.names
@@ -226,7 +260,7 @@ def test_registry_entry():
     spec = registry.get("qk_norm_rope")
     assert spec.module == "pyrms.ops.qk_norm_rope.op" and spec.source == "qk_norm_rope.cu"
     assert spec.torch == "pyrms.ops.qk_norm_rope.torch_binding"
-    assert spec.flags == ("gemma", "is_neox") and spec.operands()[0] == ("qkv",)
+    assert spec.flags == ("gemma", "is_neox", "kv_cache") and spec.operands()[0] == ("qkv",)
     assert registry.NAMES.index("qk_norm_rope") < registry.NAMES.index("seed_rms_norm")  # the seed stays last
     assert pyrms.qk_norm_rope is qk_module.qk_norm_rope and "qk_norm_rope" in pyrms.__all__
     assert "qk_norm_rope_twin" in dir(importlib.import_module("pyrms.reference"))
@@ -260,9 +294,11 @@ def test_launch_arguments(qfake):
     call(num_tokens=1, token_stride=1027)  # a stride off the vector: never the ALIGNED kernel
     first, second, third = _launches(qfake)
     # 10 tokens x 6 heads = 60 rows, 32 a block (8 lanes each): 2 blocks of 256 threads
-    assert first[1:3] == ((2, 1, 1), (256, 1, 1)) and first[6] == (Q, W1, W2, C, P, E6, 60, 6, 4, 128, 128, 1024)
-    assert second[1:3] == ((1, 1, 1), (256, 1, 1)) and second[6] == (Q + 2, W1, W2, C, P, E5, 18, 6, 4, 64, 32, 1000)
-    assert third[6] == (Q, W1, W2, C, P, E6, 6, 6, 4, 128, 128, 1027)
+    assert first[1:3] == ((2, 1, 1), (256, 1, 1)) and first[6] == (Q, W1, W2, C, P, *NO_KV, E6, 60, 6, 4, 2, 128, 128,
+                                                                   1024, *NO_LAYOUT)
+    assert second[1:3] == ((1, 1, 1), (256, 1, 1)) and second[6] == (Q + 2, W1, W2, C, P, *NO_KV, E5, 18, 6, 4, 2, 64,
+                                                                     32, 1000, *NO_LAYOUT)
+    assert third[6] == (Q, W1, W2, C, P, *NO_KV, E6, 6, 6, 4, 2, 128, 128, 1027, *NO_LAYOUT)
     assert [name for name, *_ in qfake.calls if name.startswith("cuLaunch")] == \
         ["cuLaunchKernelEx", "cuLaunchKernel", "cuLaunchKernelEx"]
 
@@ -289,8 +325,8 @@ def test_arrays_launch_what_their_pointers_launch(qfake):
                        FakeArray(P, (3,), "<i8"), num_q_heads=NQ, num_kv_heads=NKV, head_dim=64)
     call(head_dim=64, rotary_dim=32, num_tokens=3, token_stride=width + 8, dtype="float16")
     arrays, pointers = _launches(qfake)
-    assert arrays[1:3] == pointers[1:3] and arrays[6] == pointers[6] == (Q, W1, W2, C, P, E6, 18, 6, 4, 64, 32,
-                                                                         width + 8)
+    assert arrays[1:3] == pointers[1:3] and arrays[6] == pointers[6] == (Q, W1, W2, C, P, *NO_KV, E6, 18, 6, 4, 2, 64,
+                                                                         32, width + 8, *NO_LAYOUT)
 
 
 def test_valid_edges_reach_the_driver(qfake):
@@ -346,4 +382,189 @@ def test_bad_arguments_are_refused(fake, overrides, exc, message):
     with pytest.raises(exc) as info:
         call(**overrides)
     assert message in str(info.value)
+    assert not _launches(fake)
+
+
+# --- the KV cache (kv_cache): its twin, its launches and its refusals ----------------------------------------------
+
+
+def strided_caches(rng, dt, num_blocks, block_size, head_dim, strides, fill):
+    """Two [num_blocks, block_size, NKV, head_dim] views of ``dt`` into flat buffers (strides (block, page, head)
+    in elements, head_dim contiguous), every element of the buffers ``fill`` first: (flat buffers, views)."""
+    n = (num_blocks - 1) * strides[0] + (block_size - 1) * strides[1] + (NKV - 1) * strides[2] + head_dim
+    flats = [np.full(n + 5, fill, dt) for _ in range(2)]
+    item = np.dtype(dt).itemsize
+    views = [np.lib.stride_tricks.as_strided(f, (num_blocks, block_size, NKV, head_dim),
+                                             tuple(item * s for s in (*strides, 1))) for f in flats]
+    return flats, views
+
+
+LAYOUTS = [(4, 16, None), (3, 5, (5 * 300 + 7, 300, 130)), (2, 8, (8 * 128 * NKV + 64, 128, 8 * 128))]  # NHD, padded, HND
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+@pytest.mark.parametrize("num_blocks, block_size, strides", LAYOUTS)
+def test_kv_cache_twin_is_vllms_reshape_and_cache_flash(rng, dtype, kv_cache_dtype, num_blocks, block_size, strides):
+    """The twin's caches against vLLM's flat index arithmetic in float64 (kv_cache_ref) on contiguous, padded and
+    HND-strided caches: each kept token's k (after the op) and v heads at its slot, exactly for 'auto' and within
+    one fp8 step for fp8 (its x / scale rounded once); padding tokens (slot -1) and every other slot untouched."""
+    dt = dtypes.get(dtype)
+    head_dim = 128
+    strides = strides or (block_size * NKV * head_dim, NKV * head_dim, head_dim)
+    tokens = 9
+    qkv, qw, kw, cache, positions = operands(rng, dtype, tokens, head_dim, head_dim)
+    qkv[:, (NQ + NKV) * head_dim:] *= 400  # v beyond fp8's 448 * v_scale (and k normalized, past 448 * k_scale)
+    out = qk_twin.qk_norm_rope_twin(qkv, qw, kw, cache, positions, num_q_heads=NQ, num_kv_heads=NKV,
+                                    head_dim=head_dim)
+    slots = rng.permutation(num_blocks * block_size)[:tokens]
+    slots[[2, 5]] = -1
+    element = dt.numpy if kv_cache_dtype == "auto" else dtypes.FLOAT8_E4M3FN.numpy
+    _, (kc, vc) = strided_caches(rng, element, num_blocks, block_size, head_dim, strides, 7)
+    scales = dict(k_scale=0.005, v_scale=0.5) if kv_cache_dtype == "fp8" else {}
+    kw_args = dict(num_q_heads=NQ, num_kv_heads=NKV, head_dim=head_dim, kv_cache_dtype=kv_cache_dtype, **scales)
+    got_k, got_v = qk_twin.kv_cache_twin(out, kc, vc, slots, **kw_args)
+    want_k, want_v = qk_twin.kv_cache_ref(out, kc, vc, slots, **kw_args)
+    for got, want, before in ((got_k, want_k, kc), (got_v, want_v, vc)):
+        assert got.dtype == before.dtype and got.shape == before.shape
+        g = got.astype(np.float64)
+        if kv_cache_dtype == "auto":
+            np.testing.assert_array_equal(g, want)
+        else:  # within one step of e4m3 (3 mantissa bits) at want's magnitude; +-448 where it saturates
+            step = np.exp2(np.floor(np.log2(np.maximum(np.abs(want), 2.0 ** -6))) - 3)
+            assert np.all(np.abs(g - want) <= step / 2 * (1 + 1e-6))  # ties: the fp32 quotient's, float64's beside
+            assert np.abs(g).max() == 448.0
+        written = np.zeros(got.shape[:2], bool)
+        written[slots[slots >= 0] // block_size, slots[slots >= 0] % block_size] = True
+        np.testing.assert_array_equal(got[~written].view(np.uint8), before[~written].view(np.uint8))
+    k0 = NQ * head_dim
+    token = 3  # a kept token: its k heads are the op's output, not qkv's input
+    b, o = divmod(slots[token], block_size)
+    if kv_cache_dtype == "auto":
+        np.testing.assert_array_equal(got_k[b, o].reshape(-1).view(np.uint8),
+                                      out[token, k0:k0 + NKV * head_dim].view(np.uint8))
+        assert not np.array_equal(got_k[b, o].reshape(-1), qkv[token, k0:k0 + NKV * head_dim])
+
+
+def test_kv_cache_twin_fp8_is_the_divided_value_saturated():
+    """fp8: float32(x) / scale, one fp32 division, rounded to nearest even; +-inf and overflow saturate to +-448,
+    NaN is 0x7F whatever its sign (quant.cuh's conversion)."""
+    head_dim = 8
+    qkv = np.zeros((1, (1 + 2) * head_dim), F32)
+    k = np.array([1.0, -3.0, 1e6, -np.inf, np.inf, np.nan, -np.nan, 0.3], F32)
+    qkv[0, head_dim:2 * head_dim] = k
+    qkv[0, 2 * head_dim:] = k[::-1]
+    empty = np.zeros((1, 2, 1, head_dim), dtypes.FLOAT8_E4M3FN.numpy)
+    got_k, got_v = qk_twin.kv_cache_twin(qkv, empty, empty, [1], num_q_heads=1, num_kv_heads=1, head_dim=head_dim,
+                                         kv_cache_dtype="fp8_e4m3", k_scale=0.1, v_scale=2.0)
+    with np.errstate(invalid="ignore"):
+        want = np.clip(k / F32(0.1), -448, 448).astype(dtypes.FLOAT8_E4M3FN.numpy).view(np.uint8)
+    want[5:7] = 0x7F
+    np.testing.assert_array_equal(got_k[0, 1, 0].view(np.uint8), want)
+    assert got_k[0, 0].view(np.uint8).tolist() == [[0] * head_dim]  # slot 0 not written
+    assert got_v[0, 1, 0, 0] == (F32(0.3) / F32(2.0)).astype(dtypes.FLOAT8_E4M3FN.numpy)  # v's first is 0.3
+
+
+def test_kv_cache_twin_refuses_a_cache_of_another_dtype():
+    qkv = np.zeros((1, 3 * 8), dtypes.BFLOAT16.numpy)
+    cache = np.zeros((1, 2, 1, 8), np.float16)
+    with pytest.raises(ValueError, match="the caches hold float16, but kv_cache_dtype='auto' stores bfloat16"):
+        qk_twin.kv_cache_twin(qkv, cache, cache, [0], num_q_heads=1, num_kv_heads=1, head_dim=8)
+    with pytest.raises(ValueError, match="slot_mapping must be \\[tokens\\] = \\[1\\]"):
+        qk_twin.kv_cache_twin(qkv, cache, cache, [0, 1], num_q_heads=1, num_kv_heads=1, head_dim=8)
+
+
+def kv_call(**overrides):
+    """call() with raw-pointer caches: 4 blocks of 16 slots, contiguous."""
+    args = dict(key_cache=KC, value_cache=VC, slot_mapping=S, num_blocks=4, block_size=16)
+    args.update(overrides)
+    return call(**args)
+
+
+def test_kv_cache_launch_arguments(qfake):
+    """The v heads become rows (6 + 2 a token); the caches, slot_mapping, scales (values, or pointers with the
+    value 1.0) and the layout (block_size, then the block, page and head strides) reach the kernel."""
+    kv_call()
+    kv_call(kv_cache_dtype="fp8", k_scale=0.5, v_scale=KS, cache_strides=(5000, 300, 130), dtype="float16")
+    kv_call(k_scale=KS, v_scale=VS, kv_cache_dtype="fp8_e4m3", num_tokens=1)
+    first, second, third = _launches(qfake)
+    # 10 tokens x 8 heads = 80 rows, 32 a block: 3 blocks
+    assert first[1] == (3, 1, 1) and first[6] == (Q, W1, W2, C, P, KC, VC, S, 0, 0, 1.0, 1.0, E6, 80, 8, 4, 2, 128,
+                                                  128, 1024, 16, 16 * 2 * 128, 2 * 128, 128)
+    assert second[6] == (Q, W1, W2, C, P, KC, VC, S, 0, KS, 0.5, 1.0, E6, 80, 8, 4, 2, 128, 128, 1024, 16, 5000, 300,
+                         130)
+    assert third[6][5:12] == (KC, VC, S, KS, VS, 1.0, 1.0) and third[6][13] == 8
+
+
+def test_kv_cache_arrays_launch_what_their_pointers_launch(qfake):
+    """4-D caches (torch.uint8-like 1-byte storage for fp8, padded strides), slot_mapping and a one-element scale
+    through __cuda_array_interface__: the raw pointers' launch, the layout read from the arrays."""
+    strides = (5 * 300 + 7, 300, 130)
+    cache = lambda ptr: FakeArray(ptr, (3, 5, NKV, 128), "|u1", strides=(*strides, 1))  # noqa: E731 (1-byte: bytes)
+    kv_call(key_cache=cache(KC), value_cache=cache(VC), slot_mapping=FakeArray(S, (10,), "<i8"), num_blocks=None,
+            block_size=None, kv_cache_dtype="fp8", k_scale=FakeArray(KS, (1,), "<f4"), v_scale=2.0)
+    kv_call(num_blocks=3, block_size=5, cache_strides=strides, kv_cache_dtype="fp8", k_scale=KS, v_scale=2.0)
+    arrays, pointers = _launches(qfake)
+    assert arrays[6] == pointers[6] and arrays[6][5:12] == (KC, VC, S, KS, 0, 1.0, 2.0)
+
+
+def test_kv_cache_edges_reach_the_driver(qfake):
+    kv_call(slot_mapping=Q + 2 * (9 * 1024 + 1024))  # right after the last token's v heads
+    kv_call(key_cache=VC + 2 * (4 * 16 * 2 * 128))  # right after value_cache
+    kv_call(k_scale=float(F32(2.0 ** -149)), v_scale=3.0e38, num_blocks=1, block_size=1)
+    kv_call(cache_strides=[5000, 300, 130], k_scale=np.float32(0.5), kv_cache_dtype="fp8")  # a list, a numpy scale
+    launches = _launches(qfake)
+    assert len(launches) == 4 and launches[3][6][10] == 0.5 and launches[3][6][-3:] == (5000, 300, 130)
+
+
+KV_BAD = [
+    (dict(value_cache=None), ValueError, "key_cache, value_cache and slot_mapping go together; got only key_cache, "
+                                         "slot_mapping"),
+    (dict(num_blocks=None), TypeError, "num_blocks and block_size are required with raw-pointer caches"),
+    (dict(block_size=0), ValueError, "block_size must be between 1"),
+    (dict(cache_strides=(1, 2)), TypeError, "cache_strides must be (block_stride, page_stride, head_stride)"),
+    (dict(cache_strides=(100, 0, 128)), ValueError, "cache_strides[1] must be between 1"),
+    (dict(kv_cache_dtype="fp8_e5m2"), ValueError, "kv_cache_dtype must be one of 'auto', 'fp8', 'fp8_e4m3', got "
+                                                  "'fp8_e5m2'"),
+    (dict(kv_cache_dtype="fp8", k_scale=0.0), ValueError, "k_scale must be finite and > 0"),
+    (dict(kv_cache_dtype="fp8", v_scale=float("nan")), ValueError, "v_scale must be finite and > 0"),
+    (dict(kv_cache_dtype="fp8", k_scale="1"), TypeError, "k_scale must be a float, a device pointer (int)"),
+    (dict(k_scale=KS + 2), ValueError, "k_scale pointer 0x900002 is not aligned to 4 bytes"),
+    (dict(key_cache=0), ValueError, "key_cache must be a non-null device pointer, got 0"),
+    (dict(value_cache=VC + 1), ValueError, "value_cache pointer 0x700001 is not aligned to 2 bytes"),
+    (dict(slot_mapping=S + 4), ValueError, "slot_mapping pointer 0x800004 is not aligned to 8 bytes, as its int64"),
+    (dict(slot_mapping=1.5), TypeError, "slot_mapping must be a device pointer (int), a torch tensor or an object"),
+    (dict(value_cache=KC + 2 * 100), ValueError, "key_cache and value_cache overlap"),
+    (dict(key_cache=Q + 2 * 9 * 1024 + 2 * 900), ValueError, "qkv and key_cache overlap"),  # the last token's v heads
+    (dict(slot_mapping=VC + 8), ValueError, "value_cache and slot_mapping overlap"),
+    (dict(k_scale=KC + 4), ValueError, "key_cache and k_scale overlap"),
+    (dict(positions=KC), ValueError, "key_cache and positions overlap"),
+    (dict(key_cache=FakeArray(KC, (4, 16, 2, 128), "<f4")), ValueError,
+     "key_cache has dtype float32, but the caches hold bfloat16 (kv_cache_dtype 'auto'"),
+    (dict(key_cache=FakeArray(KC, (4, 16, 3, 128), "|u1"), kv_cache_dtype="fp8"), ValueError,
+     "key_cache has shape (4, 16, 3, 128) and strides (6144, 384, 128, 1); expected [num_blocks, block_size, 2, 128]"),
+    (dict(key_cache=FakeArray(KC, (4, 16, 2, 128), "|u1"), value_cache=FakeArray(VC, (4, 8, 2, 128), "|u1"),
+          kv_cache_dtype="fp8"), ValueError, "key_cache (shape (4, 16, 2, 128), strides (4096, 256, 128, 1)) and "
+                                             "value_cache (shape (4, 8, 2, 128)"),
+    (dict(key_cache=FakeArray(KC, (4, 8, 2, 128), "|u1"), kv_cache_dtype="fp8"), ValueError,
+     "block_size=16, but the caches' is 8; leave block_size out"),
+    (dict(slot_mapping=FakeArray(S, (10,), "<i4")), ValueError, "slot_mapping must be int64 (typestr '<i8')"),
+    (dict(slot_mapping=FakeArray(S, (9,), "<i8")), ValueError, "expected a contiguous (10,) int64 (one cache slot per"),
+    (dict(k_scale=FakeArray(KS, (2,), "<f4")), ValueError, "k_scale has shape (2,); expected one float32 element"),
+]
+
+
+@pytest.mark.parametrize("overrides, exc, message", KV_BAD, ids=[str(i) for i in range(len(KV_BAD))])
+def test_bad_kv_cache_arguments_are_refused(fake, overrides, exc, message):
+    with pytest.raises(exc) as info:
+        kv_call(**overrides)
+    assert message in str(info.value)
+    assert not _launches(fake)
+
+
+@pytest.mark.parametrize("name, value", [("kv_cache_dtype", "fp8"), ("k_scale", 2.0), ("v_scale", KS),
+                                         ("num_blocks", 4), ("block_size", 16), ("cache_strides", (1, 1, 1))])
+def test_cache_arguments_without_caches_are_refused(fake, name, value):
+    with pytest.raises(ValueError, match=f"{name} applies with key_cache, value_cache and slot_mapping only"):
+        call(**{name: value})
     assert not _launches(fake)

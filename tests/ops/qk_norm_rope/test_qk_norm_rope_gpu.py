@@ -9,10 +9,10 @@ import pytest
 
 import pyrms
 from pyrms import driver, dtypes
-from pyrms.ops.qk_norm_rope.twin import qk_norm_rope_twin
+from pyrms.ops.qk_norm_rope.twin import qk_norm_rope_twin, rope_cache
 from tests.support import case_matrix
 from tests.support.hostile_cases import FakeArray
-from tests.ops.qk_norm_rope.cases import check_qk_norm_rope, rope_cache
+from tests.ops.qk_norm_rope.cases import check_qk_norm_rope
 from tests.support.testing import allocate, check_case, closing, guarded
 
 pytestmark = pytest.mark.gpu
@@ -159,3 +159,96 @@ def test_torch_tensors():
     torch.cuda.synchronize()
     got = buffer.cpu().view(torch.int16).numpy().view(np.uint16)
     np.testing.assert_array_equal(got, want.view(np.uint16))
+
+
+# --- the paged KV cache (kv_cache) -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+@pytest.mark.parametrize("layout", ["nhd", "padded", "hnd"])
+def test_kv_cache_token_counts(rng, dtype, kv_cache_dtype, layout):
+    """1 to 2048 tokens into guard-filled caches of each layout (every slot not written, every stride's gap and
+    every padding token's slot keeps its guard), aligned (the ALIGNED kernel) and not, scales as values and on the
+    device: the twins' bits in qkv and both caches."""
+    for tokens in (1, 2, 31, 129, 2048):
+        check_qk_norm_rope(rng, dtype, tokens, 128, kv_cache=True, kv_cache_dtype=kv_cache_dtype,
+                           cache_layout=layout, device_scale=tokens % 2 == 1)
+    check_qk_norm_rope(rng, dtype, 300, 128, offsets={"qkv": 1, "key_cache": 5, "value_cache": 3},
+                       kv_cache=True, kv_cache_dtype=kv_cache_dtype, cache_layout=layout, is_neox=False)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_kv_cache_qwen3_like_heads(rng, dtype, kv_cache_dtype):
+    """64 q and 8 kv heads of 128 (Qwen3-32B) in a strided QKV, Gemma's weights, into padded and HND caches."""
+    for tokens, offsets, strides, layout in ((1, {}, {}, "nhd"), (7, {"qkv": 3}, {"qkv": 80 * 128 + 5}, "padded"),
+                                             (1024, {}, {"qkv": 80 * 128 + 8}, "hnd")):
+        check_qk_norm_rope(rng, dtype, tokens, 128, num_q_heads=64, num_kv_heads=8, offsets=offsets, strides=strides,
+                           gemma=True, kv_cache=True, kv_cache_dtype=kv_cache_dtype, cache_layout=layout,
+                           device_scale=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kv_cache_heads_with_a_tail_and_partial_rotary(rng, dtype):
+    """head_dim 82 (a tail) and 64 with rotary_dim 16, every phase of qkv, both cache dtypes and specials."""
+    for off in range(dtypes.get(dtype).vec_elems):
+        for kv_cache_dtype in ("auto", "fp8"):
+            check_qk_norm_rope(rng, dtype, 9, 82, offsets={"qkv": off}, kv_cache=True, kv_cache_dtype=kv_cache_dtype,
+                               cache_layout="padded", specials=True)
+            check_qk_norm_rope(rng, dtype, 9, 64, rotary_dim=16, offsets={"qkv": off}, kv_cache=True,
+                               kv_cache_dtype=kv_cache_dtype)
+
+
+def test_kv_cache_torch_tensors():
+    """vLLM's tensors: a strided QKV view, fp8 caches as torch.uint8 (vLLM's fp8 storage) and as
+    torch.float8_e4m3fn, HND strides through a permuted view, int64 slot_mapping with padding (-1), one-element
+    float32 scales: the twins' bits; qkv's q and k as without the cache."""
+    torch = pytest.importorskip("torch")
+    import ml_dtypes
+    from pyrms.ops.qk_norm_rope.twin import kv_cache_twin
+
+    def as_bf16(t):
+        return t.cpu().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+
+    gen = torch.Generator().manual_seed(1)
+    tokens, nq, nkv, head_dim, blocks, block_size = 40, 16, 4, 128, 6, 8
+    width = (nq + 2 * nkv) * head_dim
+    buffer = torch.randn(tokens, width + 64, generator=gen).to(torch.bfloat16).cuda()
+    qkv = buffer[:, :width]
+    qw = (torch.rand(head_dim, generator=gen) + 0.5).to(torch.bfloat16).cuda()
+    kw = (torch.rand(head_dim, generator=gen) + 0.5).to(torch.bfloat16).cuda()
+    cache = torch.from_numpy(rope_cache(100, head_dim)).cuda()
+    positions = torch.randint(0, 100, (tokens,), generator=gen).cuda()
+    slots = torch.randperm(blocks * block_size, generator=gen)[:tokens]
+    slots[::5] = -1
+    slot_mapping = slots.cuda()
+    k_scale, v_scale = torch.tensor([0.02]).cuda(), torch.tensor([0.01]).cuda()
+    before = as_bf16(buffer)
+    want = qk_norm_rope_twin(before, as_bf16(qw), as_bf16(kw), cache.cpu().numpy(), positions.cpu().numpy(),
+                             num_q_heads=nq, num_kv_heads=nkv, head_dim=head_dim)
+    fp8 = dtypes.FLOAT8_E4M3FN.numpy
+    key_u8 = torch.full((blocks, block_size, nkv, head_dim), 0x5A, dtype=torch.uint8).cuda()
+    value_hnd = torch.full((blocks, nkv, block_size, head_dim), 0x5A, dtype=torch.uint8).cuda()
+    value_f8 = value_hnd.view(torch.float8_e4m3fn).permute(0, 2, 1, 3)  # [blocks, block_size, nkv, head_dim], HND
+    value_u8 = value_hnd.permute(0, 2, 1, 3)
+    want_k, want_v = kv_cache_twin(want, key_u8.cpu().numpy().view(fp8), value_u8.cpu().numpy().view(fp8),
+                                   slots.numpy(), num_q_heads=nq, num_kv_heads=nkv, head_dim=head_dim,
+                                   kv_cache_dtype="fp8", k_scale=0.02, v_scale=0.01)
+    for value_cache in (value_u8, value_f8):
+        buffer.copy_(torch.from_numpy(before.view(np.int16)).view(torch.bfloat16).cuda())
+        key_u8.fill_(0x5A)
+        value_hnd.fill_(0x5A)
+        with pytest.raises(ValueError, match="must have one shape and strides"):  # vLLM's caches share a layout
+            pyrms.qk_norm_rope(qkv, qw, kw, cache, positions, num_q_heads=nq, num_kv_heads=nkv, head_dim=head_dim,
+                               key_cache=key_u8, value_cache=value_cache, slot_mapping=slot_mapping,
+                               kv_cache_dtype="fp8", k_scale=k_scale, v_scale=v_scale)
+        key_hnd = torch.full((blocks, nkv, block_size, head_dim), 0x5A, dtype=torch.uint8).cuda()
+        key_cache = key_hnd.permute(0, 2, 1, 3)
+        pyrms.qk_norm_rope(qkv, qw, kw, cache, positions, num_q_heads=nq, num_kv_heads=nkv, head_dim=head_dim,
+                           key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping,
+                           kv_cache_dtype="fp8", k_scale=k_scale, v_scale=v_scale, stream=torch.cuda.current_stream())
+        torch.cuda.synchronize()
+        np.testing.assert_array_equal(buffer.cpu().view(torch.int16).numpy().view(np.uint16), want.view(np.uint16))
+        np.testing.assert_array_equal(key_cache.cpu().numpy(), want_k.view(np.uint8))
+        np.testing.assert_array_equal(value_u8.cpu().numpy(), want_v.view(np.uint8))
