@@ -65,7 +65,8 @@ class Prepared:
         self.ub_allowed = _ub_error(mode, p.out_dtype) is None
         x_stride = check.stride_arg("input_stride", input_stride, hidden)
         o_stride = check.stride_arg("out_stride", out_stride, hidden)
-        self.column_major, self.group_stride = column_major, 0
+        self.column_major = column_major
+        self.group_stride: int | None = 0
         if mode == "per_group":
             row_stride, self.group_stride, scales = group_scales(hidden // p.group_size, column_major, scale_stride)
         else:
@@ -104,10 +105,10 @@ class Prepared:
         if placed is not None and not placed.ok(pointers, handle):
             return False
         out, input, scales = pointers[:3]
-        if self.amax_launch is not None:  # per tensor: clear the scale, then fold every row's maximum into it
-            self.amax_launch(self.amax_kernel, 1, handle, scales, input, num_tokens, 1)
-            self.amax_launch(self.amax_kernel, min(num_tokens, dq_plan.MAX_AMAX_BLOCKS), handle, scales, input,
-                             num_tokens, 0)
+        amax_launch, amax_kernel = self.amax_launch, self.amax_kernel
+        if amax_launch is not None and amax_kernel is not None:  # per tensor: clear the scale, then fold the maxima
+            amax_launch(amax_kernel, 1, handle, scales, input, num_tokens, 1)
+            amax_launch(amax_kernel, min(num_tokens, dq_plan.MAX_AMAX_BLOCKS), handle, scales, input, num_tokens, 0)
         self.launch(self.kernel, num_tokens, handle, out, scales, input, pointers[3] if self.ub_on_device else 0,
                     ub, group_stride)
         return True
@@ -171,6 +172,7 @@ def dynamic_quant(out: Operand, input: Operand, num_tokens: int | None = None, h
     if out_dtype is None:
         out_dtype = _OUT_DTYPE
     ub: Any  # scale_ub as a float (+inf: none, or read from a pointer), or what was given instead
+    pointers: tuple  # (out, input, scale[, scale_ub])
     if type(scale_ub) is int:
         ub, pointers = math.inf, (out, input, scale, scale_ub)
     else:

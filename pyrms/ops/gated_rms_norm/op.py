@@ -41,8 +41,9 @@ class Prepared:
         self.weightless = p.weight == "none"
         x_s, z_s, o_s = strides
         operands = [(dt.itemsize, o_s), (dt.itemsize, x_s), (dt.itemsize, z_s)]
-        if not self.weightless:
-            operands.append((p.weight_dtype.itemsize, 0))
+        weight_dtype = p.weight_dtype
+        if weight_dtype is not None:
+            operands.append((weight_dtype.itemsize, 0))
         # out (written) disjoint from x, z and the weight
         self.pointers = Pointers(hidden, operands, [(0, j, False) for j in range(1, len(operands))])
         self.placed = _placement.for_device(device)

@@ -23,11 +23,17 @@ from .plan import group_size_arg
 __all__ = ["gated_rms_norm"]
 
 
+def _group_size(group_size, hidden) -> int:
+    """group_size_arg's group size, a symbolic int specialized to its value first: torch.compile makes an int
+    argument that changes between calls symbolic, and the kernels are planned per group size."""
+    return group_size_arg(int(group_size) if isinstance(group_size, torch.SymInt) else group_size, hidden)
+
+
 def _check_meta(x: Tensor, z: Tensor, weight: Optional[Tensor], group_size: Optional[int]) -> str:
     """What needs no data: x's dtype, z of x's shape and dtype, the weight [hidden] of x's dtype or float32, and
     group_size dividing the hidden size. Returns x's pyrms dtype name."""
     name = check_meta(x, {"weight": weight}, {"z": z}, mixed_vectors=("weight",))
-    group_size_arg(group_size, x.shape[-1])
+    _group_size(group_size, x.shape[-1])
     return name
 
 
@@ -72,7 +78,7 @@ def _grads(grad: Tensor, x: Tensor, z: Tensor, weight: Optional[Tensor], eps: fl
     norm first: dx = dv, ds = dy * n * w, dw = sum over rows of dy * n * s; gate first: dx = dv * s, ds = dv * x,
     dw = sum of dy * n; and dz = ds * silu'(z), silu'(z) = sigmoid(z) * (1 + z * (1 - sigmoid(z)))."""
     hidden = x.shape[-1]
-    gs = group_size_arg(group_size, hidden)
+    gs = _group_size(group_size, hidden)
     xf, zf, dy = (t.reshape(-1, hidden).float() for t in (x, z, grad))
     wf = 1.0 if weight is None else weight.float()
     sg = torch.sigmoid(zf)

@@ -1,14 +1,16 @@
-"""qk_norm_rope for PyTorch: the custom op ``torch.ops.pyrms.qk_norm_rope`` (in place on qkv and, where given, the
-paged KV caches; its fake checks dtypes and shapes only), its eager launch on torch tensors, and the user function
-``pyrms.torch.qk_norm_rope``.
+"""qk_norm_rope for PyTorch: the custom ops ``torch.ops.pyrms.qk_norm_rope`` (in place on qkv) and
+``torch.ops.pyrms.qk_norm_rope_kv_cache`` (in place on qkv and the paged KV caches; their fakes check dtypes and
+shapes only), their eager launch on torch tensors, and the user function ``pyrms.torch.qk_norm_rope``.
 
 Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``).
 
     torch.ops.pyrms.qk_norm_rope(qkv!, q_weight, k_weight, cos_sin_cache, positions, num_q_heads, num_kv_heads,
-                                 head_dim, rotary_dim, is_neox, eps, gemma, key_cache!?, value_cache!?,
-                                 slot_mapping?, kv_cache_dtype, k_scale?, v_scale?, k_scale_value,
-                                 v_scale_value) -> ()
+                                 head_dim, rotary_dim, is_neox, eps, gemma) -> ()
+    torch.ops.pyrms.qk_norm_rope_kv_cache(<the same>, key_cache!, value_cache!, slot_mapping, kv_cache_dtype,
+                                          k_scale?, v_scale?, k_scale_value, v_scale_value) -> ()
 
+Two ops, not one with optional caches: a mutated argument that may be None (or left to its default) breaks
+torch's in-place bookkeeping under torch.compile (the ADInplaceOrView kernel indexes the arguments given).
 A scale is a one-element float32 tensor (vLLM's layer._k_scale: the kernel reads it) or, where that is None, the
 float beside it.
 
@@ -24,6 +26,7 @@ from ...torch._layout import check_device, current_stream
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import increment_version as _increment_version
 from ...torch._routing import records as _records
+from .op import _unused_kv
 from .op import qk_norm_rope as _qk_norm_rope
 
 __all__ = ["qk_norm_rope"]
@@ -51,25 +54,37 @@ def launch(qkv: Tensor, q_weight: Tensor, k_weight: Tensor, cos_sin_cache: Tenso
                   epsilon=float(eps), gemma=gemma, stream=current_stream(device), **kv)
 
 
-@torch.library.custom_op("pyrms::qk_norm_rope", mutates_args=("qkv", "key_cache", "value_cache"))
+@torch.library.custom_op("pyrms::qk_norm_rope", mutates_args=("qkv",))
 def qk_norm_rope_op(qkv: Tensor, q_weight: Tensor, k_weight: Tensor, cos_sin_cache: Tensor, positions: Tensor,
                     num_q_heads: int, num_kv_heads: int, head_dim: int, rotary_dim: int, is_neox: bool, eps: float,
-                    gemma: bool, key_cache: Optional[Tensor] = None, value_cache: Optional[Tensor] = None,
-                    slot_mapping: Optional[Tensor] = None, kv_cache_dtype: str = "auto",
-                    k_scale: Optional[Tensor] = None, v_scale: Optional[Tensor] = None, k_scale_value: float = 1.0,
-                    v_scale_value: float = 1.0) -> None:
+                    gemma: bool) -> None:
+    launch(qkv, q_weight, k_weight, cos_sin_cache, positions, num_q_heads, num_kv_heads, head_dim, rotary_dim,
+           is_neox, eps, gemma)
+
+
+@qk_norm_rope_op.register_fake
+def _(qkv, q_weight, k_weight, cos_sin_cache, positions, num_q_heads, num_kv_heads, head_dim, rotary_dim, is_neox,
+      eps, gemma):
+    _check_meta(qkv, q_weight, k_weight, cos_sin_cache, positions, num_q_heads, num_kv_heads, head_dim, rotary_dim)
+
+
+@torch.library.custom_op("pyrms::qk_norm_rope_kv_cache", mutates_args=("qkv", "key_cache", "value_cache"))
+def qk_norm_rope_kv_cache_op(qkv: Tensor, q_weight: Tensor, k_weight: Tensor, cos_sin_cache: Tensor,
+                             positions: Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int, rotary_dim: int,
+                             is_neox: bool, eps: float, gemma: bool, key_cache: Tensor, value_cache: Tensor,
+                             slot_mapping: Tensor, kv_cache_dtype: str, k_scale: Optional[Tensor],
+                             v_scale: Optional[Tensor], k_scale_value: float, v_scale_value: float) -> None:
     launch(qkv, q_weight, k_weight, cos_sin_cache, positions, num_q_heads, num_kv_heads, head_dim, rotary_dim,
            is_neox, eps, gemma, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale, k_scale_value,
            v_scale_value)
 
 
-@qk_norm_rope_op.register_fake
+@qk_norm_rope_kv_cache_op.register_fake
 def _(qkv, q_weight, k_weight, cos_sin_cache, positions, num_q_heads, num_kv_heads, head_dim, rotary_dim, is_neox,
-      eps, gemma, key_cache=None, value_cache=None, slot_mapping=None, kv_cache_dtype="auto", k_scale=None,
-      v_scale=None, k_scale_value=1.0, v_scale_value=1.0):
+      eps, gemma, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale, k_scale_value,
+      v_scale_value):
     _check_meta(qkv, q_weight, k_weight, cos_sin_cache, positions, num_q_heads, num_kv_heads, head_dim, rotary_dim)
-    if key_cache is not None or value_cache is not None or slot_mapping is not None:
-        _check_cache_meta(qkv, key_cache, value_cache, slot_mapping, num_kv_heads, head_dim, kv_cache_dtype)
+    _check_cache_meta(qkv, key_cache, value_cache, slot_mapping, num_kv_heads, head_dim, kv_cache_dtype)
 
 
 def _check_meta(qkv, q_weight, k_weight, cos_sin_cache, positions, num_q_heads, num_kv_heads, head_dim,
@@ -93,8 +108,6 @@ def _check_meta(qkv, q_weight, k_weight, cos_sin_cache, positions, num_q_heads, 
 
 def _check_cache_meta(qkv, key_cache, value_cache, slot_mapping, num_kv_heads, head_dim, kv_cache_dtype) -> None:
     """The caches' dtypes and shapes, and slot_mapping's (the launch checks the rest)."""
-    if key_cache is None or value_cache is None or slot_mapping is None:
-        raise ValueError("key_cache, value_cache and slot_mapping go together")
     element = (qkv.dtype,) if kv_cache_dtype == "auto" else (torch.float8_e4m3fn, torch.uint8)
     for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
         if cache.dtype not in element or cache.dim() != 4 or tuple(cache.shape[2:]) != (num_kv_heads, head_dim):
@@ -107,6 +120,7 @@ def _check_cache_meta(qkv, key_cache, value_cache, slot_mapping, num_kv_heads, h
 
 
 _QK_NORM_ROPE = torch.ops.pyrms.qk_norm_rope.default
+_QK_NORM_ROPE_KV_CACHE = torch.ops.pyrms.qk_norm_rope_kv_cache.default
 
 
 def qk_norm_rope(qkv: Tensor, q_weight: Tensor, k_weight: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
@@ -128,15 +142,25 @@ def qk_norm_rope(qkv: Tensor, q_weight: Tensor, k_weight: Tensor, cos_sin_cache:
     -1 for a padding token; ``k_scale``, ``v_scale``: floats or one-element float32 tensors (vLLM's
     layer._k_scale and _v_scale, read by the kernel). No autograd: call it under ``torch.no_grad()`` or
     ``torch.inference_mode()`` (RuntimeError when autograd would have to record it). Under torch.compile it is
-    the custom op ``torch.ops.pyrms.qk_norm_rope``, mutating qkv and the caches.
+    the custom op ``torch.ops.pyrms.qk_norm_rope`` (mutating qkv), or with the caches
+    ``torch.ops.pyrms.qk_norm_rope_kv_cache`` (mutating qkv and both caches).
     """
     rot = cos_sin_cache.shape[-1] if rotary_dim is None else rotary_dim
-    scales = [(s, 1.0) if isinstance(s, Tensor) else (None, float(s)) for s in (k_scale, v_scale)]
     args = (qkv, q_weight, k_weight, cos_sin_cache, positions, num_q_heads, num_kv_heads, head_dim, rot, is_neox,
-            float(eps), gemma, key_cache, value_cache, slot_mapping, kv_cache_dtype, scales[0][0], scales[1][0],
-            scales[0][1], scales[1][1])
+            float(eps), gemma)
+    caches = (key_cache, value_cache, slot_mapping)
+    scales = [(s, 1.0) if isinstance(s, Tensor) else (None, float(s)) for s in (k_scale, v_scale)]
+    if any(c is not None for c in caches):
+        if any(c is None for c in caches):
+            given = ", ".join(n for n, c in zip(("key_cache", "value_cache", "slot_mapping"), caches) if c is not None)
+            raise ValueError(f"key_cache, value_cache and slot_mapping go together; got only {given}")
+        args += (*caches, kv_cache_dtype, scales[0][0], scales[1][0], scales[0][1], scales[1][1])
+        op = _QK_NORM_ROPE_KV_CACHE
+    else:
+        _unused_kv(kv_cache_dtype, k_scale, v_scale, None, None, None)  # the raw op's refusal, by name
+        op = _QK_NORM_ROPE
     if torch.compiler.is_compiling() or _dispatch_modes():
-        _QK_NORM_ROPE(*args)
+        op(*args)
         return
     if _records(qkv, q_weight, k_weight):
         raise RuntimeError("qk_norm_rope works in place and has no backward; call it under torch.no_grad() or "

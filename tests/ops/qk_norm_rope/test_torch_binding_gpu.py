@@ -128,7 +128,7 @@ def test_the_fake_checks_the_caches():
     by name."""
     buffer, qw, kw, cache, positions = (t.to("meta") for t in _operands(4))
     key_cache, value_cache, slots = (t.to("meta") for t in _caches(4, False, torch.Generator().manual_seed(0)))
-    op = torch.ops.pyrms.qk_norm_rope.default
+    op = torch.ops.pyrms.qk_norm_rope_kv_cache.default
     head = (buffer[:, :WIDTH], qw, kw, cache, positions, NQ, NKV, HEAD_DIM, 64, True, 1e-6, False)
     op(*head, key_cache, value_cache, slots, "auto", None, None, 1.0, 1.0)
     with pytest.raises(ValueError, match="value_cache must be a \\[num_blocks, block_size, 2, 128\\] tensor"):
