@@ -155,17 +155,12 @@ def dynamic_quant(out: Operand, input: Operand, num_tokens: int | None = None, h
     anything else. ``stream``, ``pdl``: as every pyrms op takes them. Everything is validated before the launch;
     the launches are asynchronous on ``stream``.
     """
-    if type(input) is not int:
-        dtype, num_tokens, hidden_size, found = check.arrays(
-            dtype, num_tokens, hidden_size, rows=[("input", input, input_stride, "input_stride", False)], vectors=[])
-        if num_tokens == 0:
+    if type(input) is not int or type(out) is not int:
+        rows = _quant_arrays.standalone_rows(input, out, dtype, num_tokens, hidden_size, input_stride, out_stride,
+                                             out_dtype)
+        if rows is None:
             return
-        input, input_stride = found["input"]
-    if type(out) is not int:
-        out, out_stride, out_dtype, num_tokens, hidden_size = _quant_arrays.quantized_out(
-            out, out_stride, out_dtype, num_tokens, hidden_size)
-        if num_tokens == 0:
-            return
+        input, input_stride, out, out_stride, out_dtype, dtype, num_tokens, hidden_size = rows
     if type(scale) not in _PLAIN or type(scale_ub) not in _PLAIN:
         scale, scale_ub, scale_stride = _arrays(scale, scale_ub, mode, num_tokens, hidden_size, dtype, out_dtype,
                                                 group_size, column_major_scales, scale_stride)

@@ -1,4 +1,5 @@
-"""The quantizing ops' array operands (rms_norm_quant, fused_add_rms_norm_quant): ``out`` as 8-bit rows, the
+"""The quantizing ops' array operands (rms_norm_quant, fused_add_rms_norm_quant; the standalone quantizers' input
+and out too): ``out`` as 8-bit rows, the
 static scale or scale_ub as a one-element float32 array, the per-token and per-group scales as float32 arrays,
 each read (_adapter) and checked against the sizes, then handed on as the pointer (and strides) of the raw-pointer
 path. Errors name the operand, what it is and what is allowed; the device is checked last, so that a missing
@@ -22,6 +23,24 @@ def quantized_out(value, stride, out_dtype, num_tokens, hidden_size) -> tuple[in
     dt = check.out_dtype_operand(view.dtype, out_dtype, dtypes.quantized)
     check.arrays_on_device({"out": view})
     return ptr, stride, dt, num_tokens, hidden_size
+
+
+def standalone_rows(input, out, dtype, num_tokens, hidden_size, input_stride, out_stride, out_dtype) -> tuple | None:
+    """The standalone quantizers' (static_quant's, dynamic_quant's) ``input`` rows and ``out`` as given (raw
+    pointers stay as they are) or read from arrays: (input, input_stride, out, out_stride, out_dtype, dtype,
+    num_tokens, hidden_size), or None for an array of no rows (nothing to launch)."""
+    if type(input) is not int:
+        dtype, num_tokens, hidden_size, found = check.arrays(
+            dtype, num_tokens, hidden_size, rows=[("input", input, input_stride, "input_stride", False)], vectors=[])
+        if num_tokens == 0:
+            return None
+        input, input_stride = found["input"]
+    if type(out) is not int:
+        out, out_stride, out_dtype, num_tokens, hidden_size = quantized_out(out, out_stride, out_dtype, num_tokens,
+                                                                            hidden_size)
+        if num_tokens == 0:
+            return None
+    return input, input_stride, out, out_stride, out_dtype, dtype, num_tokens, hidden_size
 
 
 def scalar_array(name: str, value, written: bool = False) -> int:

@@ -87,17 +87,12 @@ def static_quant(out: Operand, input: Operand, num_tokens: int | None = None, hi
     ``input`` or a device scale. ``stream``, ``pdl``: as every pyrms op takes them. Everything is validated
     before the launch; the launch is asynchronous on ``stream``.
     """
-    if type(input) is not int:
-        dtype, num_tokens, hidden_size, found = check.arrays(
-            dtype, num_tokens, hidden_size, rows=[("input", input, input_stride, "input_stride", False)], vectors=[])
-        if num_tokens == 0:
+    if type(input) is not int or type(out) is not int:
+        rows = _quant_arrays.standalone_rows(input, out, dtype, num_tokens, hidden_size, input_stride, out_stride,
+                                             out_dtype)
+        if rows is None:
             return
-        input, input_stride = found["input"]
-    if type(out) is not int:
-        out, out_stride, out_dtype, num_tokens, hidden_size = _quant_arrays.quantized_out(
-            out, out_stride, out_dtype, num_tokens, hidden_size)
-        if num_tokens == 0:
-            return
+        input, input_stride, out, out_stride, out_dtype, dtype, num_tokens, hidden_size = rows
     if _adapter.is_array(scale):
         scale = _quant_arrays.scalar_array("scale", scale)
     if out_dtype is None:
