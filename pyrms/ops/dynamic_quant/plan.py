@@ -8,7 +8,7 @@ import numpy as np
 
 from ... import dtypes
 from ...contract import Contract, KernelPlan, contract
-from ..rms_norm_quant.plan import QUANT_GROUPS
+from ..rms_norm_quant.plan import group_size_for
 from ..static_quant.plan import block_for
 
 # The modes, and each one's MODE in cuda_src/quant.cuh's QuantMode.
@@ -95,16 +95,5 @@ def plan_dynamic_quant(dtype, hidden: int, out_dtype, mode: str = "per_token",
         raise ValueError(f"hidden must be a positive int, got {hidden!r}")
     if not isinstance(mode, str) or mode not in DYNAMIC_MODES:
         raise ValueError(f"mode must be one of {DYNAMIC_MODES}, got {mode!r}")
-    if mode != "per_group":
-        if group_size is not None:
-            raise ValueError(f"group_size applies to mode='per_group' only, got group_size={group_size!r} with "
-                             f"{mode!r}")
-        group_size = 0
-    else:
-        group_size = 128 if group_size is None else group_size
-        if type(group_size) is not int or group_size not in QUANT_GROUPS:
-            raise ValueError(f"group_size must be one of {QUANT_GROUPS}, got {group_size!r}")
-        if hidden % group_size or hidden // group_size > MAX_GROUPS:
-            raise ValueError(f"per_group needs hidden_size a multiple of group_size {group_size} and at most "
-                             f"{MAX_GROUPS} groups ({MAX_GROUPS * group_size} elements), got hidden_size {hidden}")
+    group_size = group_size_for(mode, group_size, hidden, MAX_GROUPS)
     return DynamicQuantPlan(dt, hidden, qt, mode, group_size, block_for(dt, hidden))

@@ -22,6 +22,24 @@ QUANT_GROUPS = (64, 128)
 MAX_GROUPS = 1024
 
 
+def group_size_for(mode: str, group_size, hidden: int, max_groups: int) -> int:
+    """The group size of a quantizing mode: 0 unless 'per_group' (where a group_size given is refused by name),
+    else group_size (default 128) of QUANT_GROUPS, dividing hidden into at most max_groups groups (the kernel's
+    shared memory for their maxima); ValueError naming the bad value otherwise."""
+    if mode != "per_group":
+        if group_size is not None:
+            raise ValueError(f"group_size applies to mode='per_group' only, got group_size={group_size!r} with "
+                             f"{mode!r}")
+        return 0
+    group_size = 128 if group_size is None else group_size
+    if type(group_size) is not int or group_size not in QUANT_GROUPS:
+        raise ValueError(f"group_size must be one of {QUANT_GROUPS}, got {group_size!r}")
+    if hidden % group_size or hidden // group_size > max_groups:
+        raise ValueError(f"per_group needs hidden_size a multiple of group_size {group_size} and at most {max_groups} "
+                         f"groups ({max_groups * group_size} elements), got hidden_size {hidden}")
+    return group_size
+
+
 @dataclass(frozen=True)
 class RmsNormQuantPlan(_RowPlan):
     """For rms_norm_quant.cu: the plain RMSNorm row (its fold width, cache and launch shapes) with a quantizing
@@ -89,17 +107,7 @@ def plan_rms_norm_quant(dtype, hidden: int, out_dtype, *, mode: str = "static", 
         raise ValueError(f"sum_precision applies to fused_add_rms_norm_quant only, got sum_precision={sum_precision!r}")
     if mode not in QUANT_MODES:
         raise ValueError(f"mode must be one of {QUANT_MODES}, got {mode!r}")
-    if mode != "per_group":
-        if group is not None:
-            raise ValueError(f"group_size applies to mode='per_group' only, got group_size={group!r} with {mode!r}")
-        group = 0
-    else:
-        group = 128 if group is None else group
-        if type(group) is not int or group not in QUANT_GROUPS:
-            raise ValueError(f"group_size must be one of {QUANT_GROUPS}, got {group!r}")
-        if hidden % group or hidden // group > MAX_GROUPS:
-            raise ValueError(f"per_group needs hidden_size a multiple of group_size {group} and at most {MAX_GROUPS} "
-                             f"groups ({MAX_GROUPS * group} elements), got hidden_size {hidden}")
+    group = group_size_for(mode, group, hidden, MAX_GROUPS)
     block, cache = block_and_cache(dt, hidden)
     if not residual:
         return RmsNormQuantPlan(dt, hidden, block, cache, qt, mode, bool(round_input), group, bool(norm_out))
