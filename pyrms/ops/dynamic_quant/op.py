@@ -14,7 +14,7 @@ from .. import _explain, _placement
 from ..._types import DTypeLike, Operand, StreamLike
 from .._prepared import Pointers, PreparedCache, use_pdl
 from ..rms_norm_quant import arrays as _quant_arrays
-from ..rms_norm_quant.op import group_scales
+from ..rms_norm_quant.op import group_scales, group_scales_span
 from . import plan as dq_plan
 
 _OUT_DTYPE = dtypes.FLOAT8_E4M3FN  # where out_dtype is None and out is a raw pointer
@@ -229,12 +229,7 @@ def _facts(call: dict, num_tokens: int, hidden: int) -> SimpleNamespace:
     elif mode == "per_token":
         span, kind = _explain.PER_ROW, " to num_tokens float32, or a float32 array of them"
     else:
-        kind = " to the per-group float32 scales, or a float32 (num_tokens, groups) array"
-        _, group_stride, (_, *span_) = group_scales(hidden // p.group_size, column_major, scale_stride)
-        span = (span_[0], span_[1])
-        if column_major and group_stride is not None and group_stride < num_tokens:
-            raise ValueError(f"scale_stride must be >= num_tokens ({num_tokens}) for column-major scales, so the "
-                             f"tokens of one group do not overlap the next group's, got {group_stride}")
+        span, kind = group_scales_span(hidden // p.group_size, column_major, scale_stride, num_tokens)
     return SimpleNamespace(dtype=dt, out_dtype=p.out_dtype, scales_span=span, scales_kind="a device pointer (int)" + kind)
 
 

@@ -26,6 +26,16 @@ _OUT_DTYPE = dtypes.FLOAT8_E4M3FN  # where out_dtype is None and out is a raw po
 _PLAIN = (int, float, type(None))  # scale and scale_ub kinds the raw-pointer path reads itself (else: _arrays)
 
 
+def group_scales_span(groups: int, column_major: bool, scale_stride, num_tokens: int) -> tuple[tuple, str]:
+    """The explain path's per-group scales of a call: (their span for the overlap checks, what they must be);
+    ValueError for a column-major group stride that would make one group's tokens overlap the next group's."""
+    _, group_stride, (_, *span) = group_scales(groups, column_major, scale_stride)
+    if column_major and group_stride is not None and group_stride < num_tokens:
+        raise ValueError(f"scale_stride must be >= num_tokens ({num_tokens}) for column-major scales, so the "
+                         f"tokens of one group do not overlap the next group's, got {group_stride}")
+    return (span[0], span[1]), " to the per-group float32 scales, or a float32 (num_tokens, groups) array"
+
+
 def group_scales(groups: int, column_major: bool, scale_stride) -> tuple[int, int | None, tuple]:
     """Per group: (scale_row_stride, scale_group_stride or None for num_tokens, the scales' operand for
     Pointers) of (rows, groups) fp32 scales, row-major (row stride scale_stride, default groups) or column-major
@@ -351,12 +361,7 @@ def _facts(call: dict, num_tokens: int, hidden: int) -> SimpleNamespace:
     check.scale_value("scale" if mode == "static" else "scale_ub", call["given"], inf_ok=mode != "static")
     scales, kind = _explain.PER_ROW, " to num_tokens float32, or a float32 array of them"
     if mode == "per_group":
-        kind = " to the per-group float32 scales, or a float32 (num_tokens, groups) array"
-        _, group_stride, (_, *span) = group_scales(hidden // p.group_size, column_major, scale_stride)
-        scales = (span[0], span[1])
-        if column_major and group_stride is not None and group_stride < num_tokens:
-            raise ValueError(f"scale_stride must be >= num_tokens ({num_tokens}) for column-major scales, so the "
-                             f"tokens of one group do not overlap the next group's, got {group_stride}")
+        scales, kind = group_scales_span(hidden // p.group_size, column_major, scale_stride, num_tokens)
     return SimpleNamespace(dtype=dt, out_dtype=qt, residual=dt if call["with_residual"] else None,
                            scales=None if mode == "static" else dtypes.FLOAT32, scales_span=scales,
                            scales_kind="a device pointer (int)" + kind)
