@@ -62,8 +62,12 @@ template <typename Q> __device__ __forceinline__ float dynamic_scale(float amax)
 }
 
 // The power of two at or above s (s > 0, not NaN; DeepSeek's UE8M0 scales): the exponent raised by one
-// where the mantissa is not zero, which is exp2f(ceilf(log2f(s))) bit for bit for a normal s (a dynamic
-// scale is at least min_scale, so normal) and keeps +inf; dividing by it is exact.
+// where the mantissa is not zero, exact for a normal s (a dynamic scale is at least min_scale, so normal), +inf
+// kept; dividing by it is exact. vLLM spells it exp2f(ceilf(log2f(s))): the same wherever log2f(s) lands above
+// the integer below it, which an s within a few ulps above a power of two may not (log2f rounds to the
+// integer: vLLM then gives the power below). Maxima of bf16 or fp16 values (dynamic_quant's rows, rms_norm_quant's
+// with round_input) never make such a scale (amax / qmax of an 8- or 11-bit significand lies a factor of at least
+// 1 + 2^-11 above any power of two); maxima of fp32 values (fp32 rows, the fp32 normalized values) can.
 __device__ __forceinline__ float pow2_ceil(float s) {
     const unsigned bits = __float_as_uint(s);
     return __uint_as_float(((bits >> 23) + ((bits & 0x7FFFFFu) != 0u)) << 23);
