@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import compiler, dtypes, ptx_inspect
+from pyrms import dtypes
 from pyrms.ops import _workspace, registry
 from pyrms.tensor import Tensor
+from tests.support.kernel_resources import assert_no_spills, compile_with_report
 from tests.support.validation_calls import A, B, C, D, E, F, backward
 from pyrms.ops.fused_add_rms_norm import plan as fused_plan
 from pyrms.ops.layer_norm import plan as ln_plan
@@ -326,19 +327,14 @@ def _all_variants(source):
 def program(request, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYRMS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        prog = compiler.compile_source(request.param, arch="sm_90", name_expressions=_all_variants(request.param),
-                                       options=["--ptxas-options=-v"], use_cache=False, want_ptx=True)
+        prog = compile_with_report(request.param, _all_variants(request.param))
     return prog
 
 
 @pytest.mark.slow  # NVRTC and ptxas over 550 kernels (1.5 min on 2 cores)
 def test_every_variant_compiles_without_spills_and_aligned_paths_are_16_bytes_wide(program):
-    resources = ptx_inspect.parse_ptxas_log(program.log)
-    functions = {fn.name: fn for fn in ptx_inspect.parse_functions(program.ptx)}
-    assert set(program.lowered_names) == set(_all_variants(program.source_name))
+    functions = assert_no_spills(program, _all_variants(program.source_name))
     for expression, lowered in program.lowered_names.items():
-        r = resources[lowered]
-        assert (r.spill_stores, r.spill_loads, r.stack) == (0, 0, 0), (expression, r)
         assert functions[lowered].waits_before_memory(), expression  # pdl=True is safe
         if "sum_partials" in expression:
             continue

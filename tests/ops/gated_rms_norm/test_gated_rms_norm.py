@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import compiler, dtypes, precompile, ptx_inspect
+from pyrms import dtypes, precompile
 from pyrms.ops import registry
 from pyrms.ops._row_twin import rms_row_twin
 from pyrms.ops.gated_rms_norm import plan as g_plan
 from pyrms.ops.gated_rms_norm import twin as g_twin
 from tests.support.hostile_cases import FakeArray
+from tests.support.kernel_resources import assert_no_spills, compile_with_report
 
 g_module = importlib.import_module("pyrms.ops.gated_rms_norm.op")
 
@@ -219,14 +220,9 @@ def _check_kernels(dtypes_, tmp_path, monkeypatch):
     monkeypatch.setenv("PYRMS_CACHE_DIR", str(tmp_path))
     names = tuple(dict.fromkeys(e for dt in dtypes_ for options in registry.get("gated_rms_norm").option_sets(
         dtypes.get(dt)) for e in g_plan.plan_gated_rms_norm(dt, 64, **options).group))
-    prog = compiler.compile_source("gated_rms_norm.cu", arch="sm_90", name_expressions=names,
-                                   options=["--ptxas-options=-v"], use_cache=False, want_ptx=True)
-    resources = ptx_inspect.parse_ptxas_log(prog.log)
-    functions = {fn.name: fn for fn in ptx_inspect.parse_functions(prog.ptx)}
-    assert set(prog.lowered_names) == set(names)
+    prog = compile_with_report("gated_rms_norm.cu", names)
+    functions = assert_no_spills(prog, names)
     for expression, lowered in prog.lowered_names.items():
-        r = resources[lowered]
-        assert (r.spill_stores, r.spill_loads, r.stack) == (0, 0, 0), (expression, r)
         fn = functions[lowered]
         assert fn.waits_before_memory(), expression
         assert fn.widths(True)[16] >= 1 and fn.widths(False)[16] >= 1, expression

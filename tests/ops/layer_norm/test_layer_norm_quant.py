@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import compiler, dtypes, precompile, ptx_inspect, reference
+from pyrms import dtypes, precompile, ptx_inspect, reference
 from pyrms.ops import registry
 from pyrms.ops.layer_norm import plan as ln_plan
 from pyrms.ops.layer_norm import twin as ln_twin
 from pyrms.ops.rms_norm_quant import twin as quant_twin
 from tests.support.hostile_cases import FakeArray
+from tests.support.kernel_resources import assert_no_spills, compile_with_report
 
 lnq_module = importlib.import_module("pyrms.ops.layer_norm.quant")
 
@@ -140,14 +141,9 @@ def test_kernels_compile_without_spills():
     CACHE and shape variant without spills or stack, the saturating conversion, correctly rounded divisions, and
     griddepcontrol.wait before any global access."""
     p = ln_plan.plan_layer_norm_quant("bf16", 5120, "float8_e4m3fn", weight_dtype="float32", round_input=True)
-    program = compiler.compile_source(p.source, arch="sm_90", name_expressions=p.group, use_cache=False,
-                                      want_ptx=True, options=["--ptxas-options=-v"])
-    resources = ptx_inspect.parse_ptxas_log(program.log)
-    assert set(program.lowered_names) == set(p.group)
-    for expression, lowered in program.lowered_names.items():
-        r = resources[lowered]
-        assert (r.spill_stores, r.spill_loads, r.stack) == (0, 0, 0), (expression, r)
-    ptx = program.ptx.decode() if isinstance(program.ptx, (bytes, bytearray)) else program.ptx
+    program = compile_with_report(p.source, p.group)
+    assert_no_spills(program, p.group)
+    ptx = program.ptx
     assert "cvt.rn.satfinite.e4m3x2.f32" in ptx and "cvt.rn.bf16.f32" in ptx  # round_input: the bf16 rounding
     assert "div.rn.f32" in ptx and "div.approx" not in ptx and ".ftz" not in ptx and "fma.rn.f32" not in ptx
     kernels = [f for f in ptx_inspect.parse_functions(ptx) if f.kind == "entry"]

@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import compiler, dtypes, precompile, ptx_inspect
+from pyrms import dtypes, precompile
 from pyrms.ops import registry
 from pyrms.ops.qk_norm_rope import plan as qk_plan
 from pyrms.ops.qk_norm_rope import twin as qk_twin
 from pyrms.ops.qk_norm_rope.twin import rope_cache
 from pyrms.ops.rms_norm import twin as rms_twin
 from tests.support.hostile_cases import FakeArray
+from tests.support.kernel_resources import assert_no_spills, compile_with_report
 
 qk_module = importlib.import_module("pyrms.ops.qk_norm_rope.op")
 
@@ -210,14 +211,9 @@ def _check_kernels(flag_sets, dtypes_, tmp_path, monkeypatch):
     monkeypatch.setenv("PYRMS_CACHE_DIR", str(tmp_path))
     names = tuple(e for dt in dtypes_ for g, n, kv in flag_sets
                   for e in qk_plan.plan_qk_norm_rope(dt, 128, gemma=g, is_neox=n, kv_cache=kv).group)
-    prog = compiler.compile_source("qk_norm_rope.cu", arch="sm_90", name_expressions=names,
-                                   options=["--ptxas-options=-v"], use_cache=False, want_ptx=True)
-    resources = ptx_inspect.parse_ptxas_log(prog.log)
-    functions = {fn.name: fn for fn in ptx_inspect.parse_functions(prog.ptx)}
-    assert set(prog.lowered_names) == set(names)
+    prog = compile_with_report("qk_norm_rope.cu", names)
+    functions = assert_no_spills(prog, names)
     for expression, lowered in prog.lowered_names.items():
-        r = resources[lowered]
-        assert (r.spill_stores, r.spill_loads, r.stack) == (0, 0, 0), (expression, r)
         fn = functions[lowered]
         assert fn.waits_before_memory(), expression
         assert fn.widths(True)[16] >= 1 and fn.widths(False)[16] >= 1, expression

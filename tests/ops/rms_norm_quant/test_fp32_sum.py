@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import pyrms
-from pyrms import compiler, dtypes, ptx_inspect
+from pyrms import dtypes
 from pyrms.ops.rms_norm_quant import plan as quant_plan
 from pyrms.ops.rms_norm_quant import twin as quant_twin
+from tests.support.kernel_resources import assert_no_spills, compile_with_report
 
 O, X, R, W, S = 1 << 20, 2 << 20, 3 << 20, 4 << 20, 5 << 20  # made-up, 16-byte aligned device addresses
 BF16 = dtypes.BFLOAT16
@@ -177,13 +178,8 @@ def test_fp32_sum_kernels_compile_without_spills(dtype, out_dtype, mode, options
     barrier (the stores of 16-byte vectors), every division correctly rounded."""
     p = quant_plan.plan_rms_norm_quant(dtype, 7168, out_dtype, mode=mode, residual=True, sum_precision="fp32",
                                        group=64 if mode == "per_group" else None, **options)
-    program = compiler.compile_source(p.source, arch="sm_90", name_expressions=p.group, use_cache=False,
-                                      want_ptx=True, options=["--ptxas-options=-v"])
-    resources = ptx_inspect.parse_ptxas_log(program.log)
-    assert set(program.lowered_names) == set(p.group)
-    for expression, lowered in program.lowered_names.items():
-        r = resources[lowered]
-        assert (r.spill_stores, r.spill_loads, r.stack) == (0, 0, 0), (expression, r)
-    ptx = program.ptx.decode() if isinstance(program.ptx, (bytes, bytearray)) else program.ptx
+    program = compile_with_report(p.source, p.group)
+    assert_no_spills(program, p.group)
+    ptx = program.ptx
     assert "st.global.v4.u32" in ptx and "bar.sync" in ptx
     assert "div.rn.f32" in ptx and "div.approx" not in ptx and ".ftz" not in ptx
