@@ -10,10 +10,13 @@ cost does not depend on it). Time per step: CUDA events around --steps steps que
 included (what autograd's dispatch adds is part of what a training step pays); rounds alternate the
 implementations, the first of each round rotating, so a drift of the machine's speed falls on all of them alike.
 Prints the median and the spread (max - min over rounds, of the median) per implementation and pyrms's time over
-F.rms_norm's; --json writes every round's time.
+F.rms_norm's; --json writes every round's time. --profile then runs --steps more steps of each implementation under
+torch.profiler and prints, per implementation, the kernels' device time and the host's time per step beside the
+step's wall time: which of the two bounds the step.
 
     python -m tools.autograd_step                              # [8, 1024, 4096], both set-ups
     python -m tools.autograd_step --shape 8x1024x4096 --setups autocast --compile --json /tmp/step.json
+    python -m tools.autograd_step --setups bf16 --profile                 # where a step's time goes
 """
 from __future__ import annotations
 
@@ -54,6 +57,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=positive, default=7, help="rounds over the implementations (default 7)")
     parser.add_argument("--compile", action="store_true", help="also torch.compile of Hugging Face's formula")
     parser.add_argument("--json", help="write every round's time per step (µs) here")
+    parser.add_argument("--profile", action="store_true",
+                        help="then profile --steps steps of each implementation: device time per kernel, host time")
     args = parser.parse_args(argv)
     setups = [s.strip() for s in args.setups.split(",") if s.strip()]
     bad = [s for s in setups if s not in SETUPS]
@@ -86,6 +91,15 @@ def implementations(compile_hf: bool) -> dict:
     return impls
 
 
+def step(fn, x, w, g, eps: float, autocast: bool) -> None:
+    """One training step of the norm: ``fn(x, w, eps).backward(g)``, the forward under autocast where asked."""
+    import torch
+
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        y = fn(x, w, eps)
+    y.backward(g)
+
+
 def step_time(fn, x, w, g, eps: float, steps: int, autocast: bool) -> float:
     """µs per step of ``fn(x, w, eps).backward(g)`` over `steps` steps (CUDA events, host time included)."""
     import torch
@@ -93,12 +107,50 @@ def step_time(fn, x, w, g, eps: float, steps: int, autocast: bool) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(steps):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            y = fn(x, w, eps)
-        y.backward(g)
+        step(fn, x, w, g, eps, autocast)
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1000.0 / steps
+
+
+def step_profile(fn, x, w, g, eps: float, steps: int, autocast: bool) -> dict:
+    """Where `steps` steps' time goes, µs per step: ``wall`` (queued back to back, to the device's end), ``host``
+    (to the last step queued: above ``device``, the host bounds the step), both without a profiler, then
+    ``kernels``, each kernel's device time over another `steps` steps under torch.profiler, and ``device``,
+    their sum."""
+    import collections
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step(fn, x, w, g, eps, autocast)
+    host = time.perf_counter() - start
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step(fn, x, w, g, eps, autocast)
+        torch.cuda.synchronize()
+    kernels: dict[str, float] = collections.defaultdict(float)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[event.name] += event.time_range.elapsed_us() / steps
+    return {"wall": wall * 1e6 / steps, "host": host * 1e6 / steps, "device": sum(kernels.values()),
+            "kernels": dict(sorted(kernels.items(), key=lambda item: -item[1]))}
+
+
+def profile_report(profiles: dict) -> str:
+    """The profiles of ``run`` (setup -> implementation -> step_profile), a block per implementation."""
+    lines = []
+    for setup, by_impl in profiles.items():
+        for name, p in by_impl.items():
+            lines.append(f"{setup} {name}: wall {p['wall']:.1f} µs a step, host {p['host']:.1f}, kernels {p['device']:.1f}")
+            lines += [f"    {us:8.1f}  {kernel[:100]}" for kernel, us in p["kernels"].items()]
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -126,6 +178,9 @@ def run(args: argparse.Namespace) -> dict:
             print(f"  {setup} round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
         results[setup] = {"outputs": {name: str(y.dtype).removeprefix("torch.") for name, y in outputs.items()},
                           "times_us": times}
+        if args.profile:
+            results[setup]["profile"] = {name: step_profile(fn, x, w, g.to(outputs[name].dtype), eps, args.steps,
+                                                            autocast) for name, fn in impls.items()}
     return results
 
 
@@ -157,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results = run(args)
     print(report(args, results))
+    if args.profile:
+        print(profile_report({setup: result["profile"] for setup, result in results.items()}))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"shape": list(args.shape), "steps": args.steps, "rounds": args.rounds,

@@ -33,6 +33,7 @@ from collections import Counter
 import numpy as np
 
 from pyrms import errors
+from pyrms.ops import registry
 from tests.support import case_matrix
 from pyrms import precompile as precompile_mod
 from tests.support.testing import check_case
@@ -75,10 +76,16 @@ def compile_unit(family: str, c: case_matrix.Case) -> precompile_mod.Unit:
         out_dtype = c.option("out_dtype")
     else:
         out_dtype = None if c.option("out_kind") == "same" else c.option("out_kind")
-    return precompile_mod.unit(family, c.dtype, c.hidden, bias=c.option("bias"), grad_dtype=c.option("grad_dtype"),
-                               weight_dtype=weight, out_dtype=out_dtype, mode=c.option("mode"),
-                               sum_precision=c.option("sum_precision"), residual_dtype=c.option("residual_dtype"),
-                               **{name: c.option(name) for name in precompile_mod.flags(family)})
+    # Only the options the op's unit takes: a case's option of the same name may be a launch's alone (dynamic_quant's
+    # mode picks a kernel of its one unit); then its flags, one of which may share an option's name
+    # (layer_norm_quant's bias).
+    options = dict(bias=c.option("bias"), grad_dtype=c.option("grad_dtype"), weight_dtype=weight,
+                   out_dtype=out_dtype, mode=c.option("mode"), sum_precision=c.option("sum_precision"),
+                   residual_dtype=c.option("residual_dtype"))
+    taken = registry.get(family).unit_options
+    options = {name: value for name, value in options.items() if name in taken}
+    options.update({name: c.option(name) for name in precompile_mod.flags(family)})
+    return precompile_mod.unit(family, c.dtype, c.hidden, **options)
 
 
 def precompile(ops, quick: bool, arch: str | None, jobs: int) -> int:

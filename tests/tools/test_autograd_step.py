@@ -56,3 +56,21 @@ def test_a_small_run_times_every_implementation_in_both_setups(tmp_path, capsys)
         times = data["results"][setup]["times_us"]
         assert set(times) == {"F.rms_norm", "pyrms.torch"} and all(len(v) == 2 and min(v) > 0 for v in times.values())
     assert data["results"]["autocast"]["outputs"]["pyrms.torch"] == "float32"  # the HF formula's dtype with an fp32 weight
+
+
+def test_profile_report_gives_wall_host_and_each_kernel_per_implementation():
+    profiles = {"bf16": {"pyrms.torch": {"wall": 300.0, "host": 250.5, "device": 120.0,
+                                         "kernels": {"rms_norm_kernel": 80.0, "norm_backward": 40.0}}}}
+    text = autograd_step.profile_report(profiles)
+    assert text.splitlines()[0] == "bf16 pyrms.torch: wall 300.0 µs a step, host 250.5, kernels 120.0"
+    assert "    80.0  rms_norm_kernel" in text and "    40.0  norm_backward" in text
+
+
+@pytest.mark.gpu
+def test_profile_finds_the_kernels_of_a_step(capsys):
+    assert autograd_step.main(["--shape", "4x256", "--steps", "2", "--rounds", "1", "--setups", "bf16",
+                               "--profile"]) == 0
+    text = capsys.readouterr().out
+    for name in ("F.rms_norm", "pyrms.torch"):
+        line = next(line for line in text.splitlines() if line.startswith(f"bf16 {name}: wall"))
+        assert float(line.rsplit("kernels ", 1)[1]) > 0, line

@@ -145,3 +145,19 @@ def test_every_case_compiles_the_unit_it_launches(sanitize_all):
             seen.add((case.option("norm_out"), p.sum_precision if fused else None))
         assert p.expression in sanitize_all.compile_unit(op, case).names, (op, case)
     assert {norm_out for norm_out, _ in seen} == {False, True} and (True, "fp32") in seen and (False, "fp32") in seen
+
+
+def test_every_family_case_has_a_unit_precompile_knows(sanitize_all):
+    """Every case of every family (the full matrix's options, quick's pointers) names a unit, and one that
+    `python -m pyrms.precompile` compiles too: an option of a case that its op's unit does not take (dynamic_quant's
+    mode, which picks a kernel of one unit) or a flag that shares an option's name (layer_norm_quant's bias) once
+    stopped the sanitizers' precompile step before any launch. The seed's units are per hidden size, the
+    matrix's sizes, not precompile's."""
+    from pyrms import precompile
+
+    known = set(precompile.every_unit())
+    for op in sanitize_all.OPS:
+        units = {sanitize_all.compile_unit(op, case) for _, case in sanitize_all.select([op], quick=True)}
+        assert units, op
+        if op != "seed_rms_norm":
+            assert units <= known, (op, sorted(u.label for u in units - known))
