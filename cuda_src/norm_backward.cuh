@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const flo
 // ---- Few rows in one launch, from the forward's saved statistics ---------------------------------------------
 //
 // norm_backward_few: blocks 0 .. rows - 1 make one row's dx each (few_row_dx: norm_backward_rows's bits); each
-// block after them makes the parameter gradients of 32 columns straight from x, dy and the saved statistics
+// block after them makes the parameter gradients of 32 columns per sub-block straight from x, dy and the saved statistics
 // (mean, rstd): the same terms as kernel 1's (dy * x_hat, and dy), summed in sum_partials_kernel's order
 // (chunks of chunk_rows rows from +0, lane y of 32 summing chunks y, y + 32, ..., the lane sums in lane
 // order), so the same bits as the two kernels, in one launch and without a workspace. Adding a term to +0
@@ -427,27 +427,33 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const flo
 // takes it where the rows make at most 32 chunks of at most FEW_CHUNK_ROWS rows, so that a lane sums one chunk,
 // and never in place (the column blocks read x and dy while the row blocks write dx),
 // and the launch's block (the plan's times a spread, a power of two) has at most FEW_MAX_THREADS threads (the kernels'
-// launch bounds: registers for the batch), its dynamic shared memory the row blocks' partials (few_row_dx).
+// launch bounds: registers for the batch), its dynamic shared memory the row blocks' partials (few_row_dx) or the
+// column blocks' lane sums.
 constexpr int FEW_CHUNK_ROWS = 4;
 constexpr int FEW_LANE_BATCH = 4;
 constexpr int FEW_MAX_THREADS = 512;
 
-// The parameter gradients of `rows` rows, columns column_block * 32 .. + 31 (see above). blockDim.x / 32
-// groups of lanes; out[p] (dweight unless weightless, then dbias; null: not written) as float where
-// fp32_grads, else as T.
+// The parameter gradients of `rows` rows (see above): a block of SPREAD * tree threads is SPREAD sub-blocks of tree
+// threads, sub-block s making columns (column_block * SPREAD + s) * 32 .. + 31 with its tree / 32 groups of lanes
+// (so the block's warps per 32 columns are the tree's, however far the row blocks spread). Their lane sums,
+// [sub-block][plane][lane][column] (padded against bank conflicts), are in the launch's dynamic shared memory.
+// out[p] (dweight unless weightless, then dbias; null: not written) as float where fp32_grads, else as T.
 template <typename T, bool CENTERED, typename W, bool DBIAS, typename G>
 __device__ __forceinline__ void few_rows_param_grads(void* const (&out)[2], int fp32_grads, const G* grad_output,
                                                      const T* input, const float* __restrict__ mean,
                                                      const float* __restrict__ rstd, int rows, int hidden,
                                                      long long grad_output_stride, long long input_stride,
-                                                     int chunk_rows, int column_block) {
+                                                     int chunk_rows, int column_block, int tree) {
     constexpr bool WEIGHTED = !Weightless<W>::value;
     constexpr int P = param_planes<W, DBIAS>();
-    __shared__ float lane_sums[P > 0 ? P : 1][32][33];  // [plane][lane][column], padded against bank conflicts
-    const int c = threadIdx.x & 31, groups = blockDim.x >> 5;
-    const int col = column_block * 32 + c;
+    constexpr int PS = P > 0 ? P : 1;
+    extern __shared__ __align__(16) float few_shared[];
+    const int sub = threadIdx.x / tree, t = threadIdx.x - sub * tree;
+    float (*const lane_sums)[32][33] = reinterpret_cast<float (*)[32][33]>(few_shared) + sub * PS;
+    const int c = threadIdx.x & 31, groups = tree >> 5;
+    const int col = (column_block * static_cast<int>(blockDim.x / tree) + sub) * 32 + c;
     const bool in_row = col < hidden;
-    for (int y0 = threadIdx.x >> 5; y0 < 32; y0 += groups * FEW_LANE_BATCH) {
+    for (int y0 = t >> 5; y0 < 32; y0 += groups * FEW_LANE_BATCH) {
         float xv[FEW_LANE_BATCH][FEW_CHUNK_ROWS], dv[FEW_LANE_BATCH][FEW_CHUNK_ROWS];
         RowStats st[FEW_LANE_BATCH][FEW_CHUNK_ROWS];
         // Every load of the batch first, then the ordered additions: one memory latency per batch.
@@ -483,8 +489,8 @@ __device__ __forceinline__ void few_rows_param_grads(void* const (&out)[2], int 
         }
     }
     __syncthreads();
-    // group g writes planes g, g + groups, ...: a block of one warp writes both
-    for (int q = threadIdx.x >> 5; q < P; q += groups) {
+    // group g writes planes g, g + groups, ...: a sub-block of one warp writes both
+    for (int q = t >> 5; q < P; q += groups) {
         void* const dst = q == 0 ? out[0] : out[1];  // not out[q]: a dynamic index would put out in local memory
         if (!in_row || dst == nullptr) continue;
         float total = 0.0f;
@@ -505,7 +511,7 @@ __device__ __forceinline__ void few_rows_param_grads(void* const (&out)[2], int 
 // and thread t < tree folds its prefix term, P(t), P(t + tree), ... and its tail term in that order, as
 // norm_backward_rows's thread t adds them; the block sum is over the first tree threads. So the same bits as
 // norm_backward_rows with tree threads, with a chain of loads SPREAD times shorter: the latency of one row.
-constexpr int FEW_HELD = 2;
+constexpr int FEW_HELD = 3;
 
 template <typename T, bool CENTERED, bool GEMMA, typename W, typename G>
 __device__ __forceinline__ void few_row_dx(T* grad_input, const G* grad_output, const T* input,
@@ -513,7 +519,8 @@ __device__ __forceinline__ void few_row_dx(T* grad_input, const G* grad_output, 
                                            const float* __restrict__ rstd, int hidden, long long grad_input_stride,
                                            long long grad_output_stride, long long input_stride, int tree) {
     constexpr int N = Vec<T>::N;
-    extern __shared__ __align__(16) float row_partials[];  // [plane][vector]: x_hat * g's, then (centered) g's
+    extern __shared__ __align__(16) float few_shared[];  // [plane][vector]: x_hat * g's, then (centered) g's
+    float* const row_partials = few_shared;
     __shared__ float scratch[2][32];
     begin_dependent_grid();
     const int r = blockIdx.x, u = threadIdx.x, U = blockDim.x;
@@ -590,8 +597,9 @@ __device__ __forceinline__ void few_row_dx(T* grad_input, const G* grad_output, 
     if (ws.tail + u < hidden) scalar(ws.tail + u);
 }
 
-// The kernel's body (see above): grid rows + ceil(hidden / 32) blocks of SPREAD * the plan's block threads (the row
-// sums' tree is the plan's block: `tree`), dynamic shared memory for the row blocks' partials (few_row_dx).
+// The kernel's body (see above): grid rows + ceil(hidden / (32 * SPREAD)) blocks of SPREAD * the plan's block
+// threads (the row sums' tree is the plan's block: `tree`); dynamic shared memory for the row blocks' partials
+// (few_row_dx) or the column blocks' lane sums, whichever is larger.
 // grad_weight, grad_bias: void* because they are T or float by fp32_grads, a launch argument rather than a
 // template one, so that the variants compile once for both.
 template <typename T, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G>
@@ -609,7 +617,7 @@ __device__ __forceinline__ void norm_backward_few(
     void* const out[2] = {Weightless<W>::value ? grad_bias : grad_weight, grad_bias};
     few_rows_param_grads<T, CENTERED, W, DBIAS, G>(out, fp32_grads, grad_output, input, mean, rstd, rows, hidden,
                                                    grad_output_stride, input_stride, chunk_rows,
-                                                   static_cast<int>(blockIdx.x) - rows);
+                                                   static_cast<int>(blockIdx.x) - rows, tree);
 }
 
 // ---- The staged backward (aligned operands) -------------------------------------------------------

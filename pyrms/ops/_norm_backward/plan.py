@@ -291,7 +291,7 @@ class NormBackwardPlan(KernelPlan):
         """The most rows a call given the saved statistics launches once for (norm_backward_few), 0 where it never
         does: nothing summed over rows (then kernel 1 alone is one launch), more threads than FEW_MAX_THREADS,
         more partials than FEW_PARTIALS_BYTES, or chunks of more than FEW_CHUNK_ROWS rows at that row count."""
-        if (not self.params or self.block > FEW_MAX_THREADS or self.few_shared_bytes > FEW_PARTIALS_BYTES
+        if (not self.params or self.block > FEW_MAX_THREADS or self.few_partials_bytes > FEW_PARTIALS_BYTES
                 or self.chunk_for(ONE_LAUNCH_ROWS) > FEW_CHUNK_ROWS):
             return 0
         return 32 * self.chunk_for(ONE_LAUNCH_ROWS)
@@ -307,10 +307,21 @@ class NormBackwardPlan(KernelPlan):
         return threads
 
     @property
-    def few_shared_bytes(self) -> int:
-        """The one-launch kernel's dynamic shared memory: a row block's partials, a float per body vector and
-        plane (x_hat * g, and LayerNorm's g)."""
+    def few_partials_bytes(self) -> int:
+        """A row block's partials in the one-launch kernel: a float per body vector and plane (x_hat * g, and
+        LayerNorm's g)."""
         return (2 if self.centered else 1) * 4 * (self.hidden // self.dtype.vec_elems)
+
+    @property
+    def few_shared_bytes(self) -> int:
+        """The one-launch kernel's dynamic shared memory: a row block's partials or a column block's lane sums (32
+        x 33 floats per plane and sub-block of the plan's block), whichever is larger."""
+        return max(self.few_partials_bytes, self.few_block // self.block * max(self.params, 1) * 32 * 33 * 4)
+
+    def few_grid(self, rows: int) -> int:
+        """Blocks of a one-launch kernel over `rows` rows: one per row, then one per 32 columns of each sub-block
+        of the plan's block in few_block."""
+        return rows + -(-self.hidden // (32 * (self.few_block // self.block)))
 
     def staged_shape(self, threads: int, stages: int, held: int | None = None) -> "NormBackwardPlan":
         """This plan with the staged kernel at `threads` threads and `stages` row buffers, its column sums in

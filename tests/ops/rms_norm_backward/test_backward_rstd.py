@@ -120,9 +120,10 @@ def test_few_rows_in_place_take_the_two_kernels(recorded, in_place):
 def test_one_launch_spreads_a_row_over_more_threads_than_its_tree(recorded, layer_norm, dtype, hidden, block,
                                                                   threads):
     """The one launch's blocks are the plan's few_block threads, a power-of-two multiple of the plan's block (at
-    most FEW_MAX_SPREAD times, FEW_MAX_THREADS in all, no more than the row's vectors), with a float of dynamic
-    shared memory per body vector and plane (LayerNorm's two); the tree's width, the plan's block, is its last
-    argument."""
+    most FEW_MAX_SPREAD times, FEW_MAX_THREADS in all, no more than the row's vectors): a block per row, then one
+    per 32 columns of each sub-block of the plan's block; dynamic shared memory for a float per body vector and
+    plane (LayerNorm's two) or 32 x 33 lane sums per plane and sub-block; the tree's width, the plan's block, is
+    its last argument."""
     calls, _ = recorded
     p = bwd_plan.plan_norm_backward(dtype, hidden, centered=layer_norm)
     vectors = hidden // p.dtype.vec_elems
@@ -130,13 +131,15 @@ def test_one_launch_spreads_a_row_over_more_threads_than_its_tree(recorded, laye
         assert (p.block, p.few_block) == (block, threads)
     assert p.few_block % p.block == 0 and p.few_block // p.block in (1, 2, 4)
     assert p.few_block <= min(bwd_plan.FEW_MAX_THREADS, max(vectors, p.block))
-    assert p.few_shared_bytes == (2 if layer_norm else 1) * 4 * vectors
+    spread, planes = p.few_block // p.block, 2 if layer_norm else 1
+    assert p.few_partials_bytes == planes * 4 * vectors
+    assert p.few_shared_bytes == max(planes * 4 * vectors, spread * planes * 32 * 33 * 4)
     if layer_norm:
         pyrms.layer_norm_backward(A, B, None, C, D, E, 1e-5, 4, hidden, dtype=dtype, mean=F, rstd=F + 64)
     else:
         pyrms.rms_norm_backward(A, B, C, D, E, 1e-5, 4, hidden, dtype=dtype, rstd=F)
     (expression, grid, block_dim, shared, args), = calls
-    assert expression == p.few_expression and grid == 4 + -(-hidden // 32)
+    assert expression == p.few_expression and grid == 4 + -(-hidden // (32 * spread))
     assert (block_dim, shared, args[-1]) == (p.few_block, p.few_shared_bytes, p.block)
 
 
@@ -145,7 +148,7 @@ def test_one_launch_needs_its_partials_to_fit():
     for hidden in (8192, 16384, 32768, 65536):
         for centered in (False, True):
             p = bwd_plan.plan_norm_backward("float32", hidden, centered=centered)
-            fits = p.few_shared_bytes <= bwd_plan.FEW_PARTIALS_BYTES
+            fits = p.few_partials_bytes <= bwd_plan.FEW_PARTIALS_BYTES
             assert fits == (hidden * 4 * (2 if centered else 1) // 4 <= bwd_plan.FEW_PARTIALS_BYTES)
             if not fits:
                 assert p.one_launch_rows() == 0
