@@ -52,17 +52,16 @@ __global__ void __launch_bounds__(HELD > 0 ? 256 : 512, staged_min_blocks(HELD, 
 // Few rows given their saved mean and rstd, in one launch (norm_backward.cuh's norm_backward_few): dx, dw and db
 // bitwise those of the kernels above, without a workspace. grad_weight, grad_bias: T or float by fp32_grads (null:
 // not written).
-// tree: the plan's block, the row sums' tree; the launch's block is a multiple of it (the plan's few_block).
 template <typename T, typename W = T, bool DBIAS = true, typename G = T>
 __global__ void __launch_bounds__(FEW_MAX_THREADS, 1) layer_norm_backward_few_kernel(
     T* grad_input, void* grad_weight, void* grad_bias, int fp32_grads, const G* grad_output, const T* input,
     const W* __restrict__ weight, const float* __restrict__ mean, const float* __restrict__ rstd, float epsilon,
     int rows, int hidden, long long grad_input_stride, long long grad_output_stride, long long input_stride,
-    int chunk_rows, int tree) {
+    int chunk_rows, int fold) {
     static_assert(DBIAS || Weightless<W>::value, "with a weight, the kernel sums dbias too");
     norm_backward_few<T, true, false, W, DBIAS, G>(grad_input, grad_weight, grad_bias, fp32_grads, grad_output, input,
                                                    weight, mean, rstd, epsilon, rows, hidden, grad_input_stride,
-                                                   grad_output_stride, input_stride, chunk_rows, tree);
+                                                   grad_output_stride, input_stride, chunk_rows, fold);
 }
 
 }  // namespace pyrms

@@ -79,51 +79,6 @@ __device__ __forceinline__ ElementGrad element_grad(float x, float w, float dy, 
     return {__fmul_rn(st.inv, __fsub_rn(centered, __fmul_rn(x_hat, dot_mean))), __fmul_rn(dy, x_hat)};
 }
 
-// One element's terms of the row sums: dot += x_hat * g (and, centered, g_sum += g), g = w * dy.
-template <bool CENTERED, bool GEMMA>
-__device__ __forceinline__ void add_row_terms(float& dot, float& g_sum, float x, float w, float dy, const RowStats& st) {
-    const float g = weighted<GEMMA>(w, dy);
-    dot = __fadd_rn(dot, __fmul_rn(normalized<CENTERED>(x, st), g));
-    if (CENTERED) g_sum = __fadd_rn(g_sum, g);
-}
-
-// One body vector's partials of the row sums, each made from +0 over its N columns in order: the tree's P(v)
-// (.x: of x_hat * g, .y: of g, centered only).
-template <bool CENTERED, bool GEMMA, typename T, typename W, typename G>
-__device__ __forceinline__ float2 vector_row_terms(const Pack<T>& xv, const WeightVec<T, W>& w, const WeightVec<T, G>& dv,
-                                                   const RowStats& st) {
-    float dot = 0.0f, g_sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < Vec<T>::N; ++j) add_row_terms<CENTERED, GEMMA>(dot, g_sum, to_float(xv.e[j]), w.at(j), dv.at(j), st);
-    return make_float2(dot, g_sum);
-}
-
-// One body vector's dx; with P > 0 planes, its parameter-gradient terms go to on_terms(q, terms[P][4]) four columns
-// at a time (fewer live registers): plane 0 dy * x_hat (or dy without a weight), plane 1 dy.
-template <int P, bool CENTERED, bool GEMMA, typename T, typename W, typename G, typename OnTerms>
-__device__ __forceinline__ Pack<T> vector_grads(const Pack<T>& xv, const WeightVec<T, W>& w, const WeightVec<T, G>& dv,
-                                                const RowStats& st, float g_mean, float dot_mean, OnTerms&& on_terms) {
-    constexpr int N = Vec<T>::N;
-    Pack<T> out;
-#pragma unroll
-    for (int q = 0; q < N; q += 4) {
-        float terms[P > 0 ? P : 1][4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const float dyv = dv.at(q + j);
-            const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), w.at(q + j), dyv, st, g_mean,
-                                                                dot_mean);
-            out.e[q + j] = from_float<T>(e.dx);
-            if constexpr (P > 0) {
-                terms[0][j] = Weightless<W>::value ? dyv : e.dweight;
-                if constexpr (P == 2) terms[1][j] = dyv;
-            }
-        }
-        if constexpr (P > 0) on_terms(q, terms);
-    }
-    return out;
-}
-
 // The running sums of the columns thread t owns: a chunk's dweight (and dbias) partials, in
 // shared memory or directly in the workspace; float4 accesses for the 16-byte aligned body vectors.
 template <int P> struct ColumnSums {
@@ -228,7 +183,8 @@ __device__ __forceinline__ void for_owned_columns(const RowSplit& ws, int hidden
     if (ws.tail + t < hidden) f(ws.tail + t, 1);
 }
 
-template <typename T, int V, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G>
+// SUMS = false: dx alone, no parameter-gradient terms (norm_backward_few sums them from the rows themselves).
+template <typename T, int V, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G, bool SUMS = true>
 __device__ __forceinline__ void norm_backward_rows(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     const float* __restrict__ mean, const float* __restrict__ rstd, float epsilon, int rows, int hidden,
@@ -237,7 +193,7 @@ __device__ __forceinline__ void norm_backward_rows(
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
     constexpr int N = Vec<T>::N;
     constexpr bool WEIGHTED = !Weightless<W>::value;
-    constexpr int P = param_planes<W, DBIAS>();  // parameter gradients summed over rows: dweight, dbias
+    constexpr int P = SUMS ? param_planes<W, DBIAS>() : 0;  // parameter gradients summed over rows: dweight, dbias
     constexpr int PS = P > 0 ? P : 1;              // (arrays may not be empty; nothing is summed when P = 0)
     constexpr int VC = V > 0 ? V : 1;
     __shared__ float scratch[2][32];
@@ -287,12 +243,16 @@ __device__ __forceinline__ void norm_backward_rows(
             // The row core's tree: each body vector's terms summed into a partial, added to the thread's sum.
             float dot = 0.0f, g_sum = 0.0f;
             auto add = [&](float& dot_acc, float& g_acc, float xv, float wv, float dyv) {
-                add_row_terms<CENTERED, GEMMA>(dot_acc, g_acc, xv, wv, dyv, st);
+                const float g = weighted<GEMMA>(wv, dyv);
+                dot_acc = __fadd_rn(dot_acc, __fmul_rn(normalized<CENTERED>(xv, st), g));
+                if (CENTERED) g_acc = __fadd_rn(g_acc, g);
             };
             auto add_vector = [&](const Pack<T>& xv, const WeightVec<T, W>& w, const WeightVec<T, G>& dv) {
-                const float2 p = vector_row_terms<CENTERED, GEMMA>(xv, w, dv, st);
-                dot = __fadd_rn(dot, p.x);
-                if (CENTERED) g_sum = __fadd_rn(g_sum, p.y);
+                float dot_p = 0.0f, g_p = 0.0f;
+#pragma unroll
+                for (int j = 0; j < N; ++j) add(dot_p, g_p, to_float(xv.e[j]), w.at(j), dv.at(j));
+                dot = __fadd_rn(dot, dot_p);
+                if (CENTERED) g_sum = __fadd_rn(g_sum, g_p);
             };
             if (t < ws.pre) add(dot, g_sum, to_float(x[t]), weight_at(weight, t), to_float(dy[t]));
 #pragma unroll
@@ -337,9 +297,24 @@ __device__ __forceinline__ void norm_backward_rows(
                 }
             };
             auto vector = [&](int at, const Pack<T>& xv, const WeightVec<T, G>& dv) {
-                const Pack<T> out = vector_grads<P, CENTERED, GEMMA>(
-                    xv, load_weights<T>(weight, at, 16), dv, st, g_mean, dot_mean,
-                    [&](int q, const float (&terms)[PS][4]) { sums.add4(at + q, terms); });
+                const WeightVec<T, W> w = load_weights<T>(weight, at, 16);
+                Pack<T> out;
+#pragma unroll
+                for (int q = 0; q < N; q += 4) {  // four columns at a time: fewer live registers
+                    float terms[PS][4];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const float dyv = dv.at(q + j);
+                        const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), w.at(q + j), dyv, st,
+                                                                            g_mean, dot_mean);
+                        out.e[q + j] = from_float<T>(e.dx);
+                        if constexpr (P > 0) {
+                            terms[0][j] = WEIGHTED ? e.dweight : dyv;
+                            if constexpr (P == 2) terms[1][j] = dyv;
+                        }
+                    }
+                    if constexpr (P > 0) sums.add4(at + q, terms);
+                }
                 store_pack(dx + at, out, dx_width);
             };
             if (t < ws.pre) scalar(t);
@@ -417,8 +392,8 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const flo
 
 // ---- Few rows in one launch, from the forward's saved statistics ---------------------------------------------
 //
-// norm_backward_few: blocks 0 .. rows - 1 make one row's dx each (few_row_dx: norm_backward_rows's bits); each
-// block after them makes the parameter gradients of 32 columns per sub-block straight from x, dy and the saved statistics
+// norm_backward_few: blocks 0 .. rows - 1 make one row's dx each (norm_backward_rows, SUMS = false); each
+// block after them makes the parameter gradients of 32 columns straight from x, dy and the saved statistics
 // (mean, rstd): the same terms as kernel 1's (dy * x_hat, and dy), summed in sum_partials_kernel's order
 // (chunks of chunk_rows rows from +0, lane y of 32 summing chunks y, y + 32, ..., the lane sums in lane
 // order), so the same bits as the two kernels, in one launch and without a workspace. Adding a term to +0
@@ -426,34 +401,27 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(OutT* out, const flo
 // For few rows: the column blocks read every row, FEW_LANE_BATCH lanes' rows in flight at once; the launcher
 // takes it where the rows make at most 32 chunks of at most FEW_CHUNK_ROWS rows, so that a lane sums one chunk,
 // and never in place (the column blocks read x and dy while the row blocks write dx),
-// and the launch's block (the plan's times a spread, a power of two) has at most FEW_MAX_THREADS threads (the kernels'
-// launch bounds: registers for the batch), its dynamic shared memory the row blocks' partials (few_row_dx) or the
-// column blocks' lane sums.
+// and the plan's block has at most FEW_MAX_THREADS threads (the kernels' launch bounds: registers for the batch).
 constexpr int FEW_CHUNK_ROWS = 4;
 constexpr int FEW_LANE_BATCH = 4;
 constexpr int FEW_MAX_THREADS = 512;
 
-// The parameter gradients of `rows` rows (see above): a block of SPREAD * tree threads is SPREAD sub-blocks of tree
-// threads, sub-block s making columns (column_block * SPREAD + s) * 32 .. + 31 with its tree / 32 groups of lanes
-// (so the block's warps per 32 columns are the tree's, however far the row blocks spread). Their lane sums,
-// [sub-block][plane][lane][column] (padded against bank conflicts), are in the launch's dynamic shared memory.
-// out[p] (dweight unless weightless, then dbias; null: not written) as float where fp32_grads, else as T.
+// The parameter gradients of `rows` rows, columns column_block * 32 .. + 31 (see above). blockDim.x / 32
+// groups of lanes; out[p] (dweight unless weightless, then dbias; null: not written) as float where
+// fp32_grads, else as T.
 template <typename T, bool CENTERED, typename W, bool DBIAS, typename G>
 __device__ __forceinline__ void few_rows_param_grads(void* const (&out)[2], int fp32_grads, const G* grad_output,
                                                      const T* input, const float* __restrict__ mean,
                                                      const float* __restrict__ rstd, int rows, int hidden,
                                                      long long grad_output_stride, long long input_stride,
-                                                     int chunk_rows, int column_block, int tree) {
+                                                     int chunk_rows, int column_block) {
     constexpr bool WEIGHTED = !Weightless<W>::value;
     constexpr int P = param_planes<W, DBIAS>();
-    constexpr int PS = P > 0 ? P : 1;
-    extern __shared__ __align__(16) float few_shared[];
-    const int sub = threadIdx.x / tree, t = threadIdx.x - sub * tree;
-    float (*const lane_sums)[32][33] = reinterpret_cast<float (*)[32][33]>(few_shared) + sub * PS;
-    const int c = threadIdx.x & 31, groups = tree >> 5;
-    const int col = (column_block * static_cast<int>(blockDim.x / tree) + sub) * 32 + c;
+    __shared__ float lane_sums[P > 0 ? P : 1][32][33];  // [plane][lane][column], padded against bank conflicts
+    const int c = threadIdx.x & 31, groups = blockDim.x >> 5;
+    const int col = column_block * 32 + c;
     const bool in_row = col < hidden;
-    for (int y0 = t >> 5; y0 < 32; y0 += groups * FEW_LANE_BATCH) {
+    for (int y0 = threadIdx.x >> 5; y0 < 32; y0 += groups * FEW_LANE_BATCH) {
         float xv[FEW_LANE_BATCH][FEW_CHUNK_ROWS], dv[FEW_LANE_BATCH][FEW_CHUNK_ROWS];
         RowStats st[FEW_LANE_BATCH][FEW_CHUNK_ROWS];
         // Every load of the batch first, then the ordered additions: one memory latency per batch.
@@ -489,8 +457,8 @@ __device__ __forceinline__ void few_rows_param_grads(void* const (&out)[2], int 
         }
     }
     __syncthreads();
-    // group g writes planes g, g + groups, ...: a sub-block of one warp writes both
-    for (int q = t >> 5; q < P; q += groups) {
+    // group g writes planes g, g + groups, ...: a block of one warp writes both
+    for (int q = threadIdx.x >> 5; q < P; q += groups) {
         void* const dst = q == 0 ? out[0] : out[1];  // not out[q]: a dynamic index would put out in local memory
         if (!in_row || dst == nullptr) continue;
         float total = 0.0f;
@@ -504,102 +472,7 @@ __device__ __forceinline__ void few_rows_param_grads(void* const (&out)[2], int 
     }
 }
 
-// A row block of norm_backward_few: one row's dx from its saved statistics, by blockDim.x = SPREAD * tree threads,
-// tree the fold width of the row sums (the plan's block: norm_backward_rows's blockDim.x). Thread u loads body
-// vectors u, u + blockDim.x, ... (the first FEW_HELD kept in registers for dx; all issued before any is summed),
-// writes each one's partial P(v) to shared memory (planes x `vectors` floats, the launch's dynamic shared memory),
-// and thread t < tree folds its prefix term, P(t), P(t + tree), ... and its tail term in that order, as
-// norm_backward_rows's thread t adds them; the block sum is over the first tree threads. So the same bits as
-// norm_backward_rows with tree threads, with a chain of loads SPREAD times shorter: the latency of one row.
-constexpr int FEW_HELD = 3;
-
-template <typename T, bool CENTERED, bool GEMMA, typename W, typename G>
-__device__ __forceinline__ void few_row_dx(T* grad_input, const G* grad_output, const T* input,
-                                           const W* __restrict__ weight, const float* __restrict__ mean,
-                                           const float* __restrict__ rstd, int hidden, long long grad_input_stride,
-                                           long long grad_output_stride, long long input_stride, int tree) {
-    constexpr int N = Vec<T>::N;
-    extern __shared__ __align__(16) float few_shared[];  // [plane][vector]: x_hat * g's, then (centered) g's
-    float* const row_partials = few_shared;
-    __shared__ float scratch[2][32];
-    begin_dependent_grid();
-    const int r = blockIdx.x, u = threadIdx.x, U = blockDim.x;
-    const RowSplit ws = column_split<T>(weight, hidden);
-    const int w_phase = column_phase<T>(weight);
-    const T* x = input + static_cast<long long>(r) * input_stride;
-    const G* dy = grad_output + static_cast<long long>(r) * grad_output_stride;
-    T* dx = grad_input + static_cast<long long>(r) * grad_input_stride;
-    const RowStats st{CENTERED ? mean[r] : 0.0f, rstd[r]};
-    const int x_width = load_width<T>((vec_phase(x) - w_phase) & (N - 1));
-    const int dy_width = load_width<G>((vec_phase<G, N>(dy) - w_phase) & (N - 1));
-    Pack<T> xh[FEW_HELD];
-    WeightVec<T, G> dyh[FEW_HELD];
-    WeightVec<T, W> wh[FEW_HELD];
-#pragma unroll
-    for (int k = 0; k < FEW_HELD; ++k) {
-        const int at = ws.pre + (u + k * U) * N;
-        if (u + k * U < ws.vectors) {
-            xh[k] = load_pack(x + at, x_width);
-            dyh[k] = load_weights<T>(dy, at, dy_width);
-            wh[k] = load_weights<T>(weight, at, 16);
-        }
-    }
-    auto keep_partial = [&](int i, const float2& p) {
-        row_partials[i] = p.x;
-        if (CENTERED) row_partials[ws.vectors + i] = p.y;
-    };
-#pragma unroll
-    for (int k = 0; k < FEW_HELD; ++k) {
-        if (u + k * U < ws.vectors) keep_partial(u + k * U, vector_row_terms<CENTERED, GEMMA>(xh[k], wh[k], dyh[k], st));
-    }
-    for (int i = u + FEW_HELD * U; i < ws.vectors; i += U) {
-        const int at = ws.pre + i * N;
-        keep_partial(i, vector_row_terms<CENTERED, GEMMA>(load_pack(x + at, x_width), load_weights<T>(weight, at, 16),
-                                                          load_weights<T>(dy, at, dy_width), st));
-    }
-    __syncthreads();
-    float dot = 0.0f, g_sum = 0.0f;
-    if (u < tree) {
-        if (u < ws.pre) add_row_terms<CENTERED, GEMMA>(dot, g_sum, to_float(x[u]), weight_at(weight, u), to_float(dy[u]), st);
-        for (int v = u; v < ws.vectors; v += tree) {
-            dot = __fadd_rn(dot, row_partials[v]);
-            if (CENTERED) g_sum = __fadd_rn(g_sum, row_partials[ws.vectors + v]);
-        }
-        if (ws.tail + u < hidden) {
-            const int at = ws.tail + u;
-            add_row_terms<CENTERED, GEMMA>(dot, g_sum, to_float(x[at]), weight_at(weight, at), to_float(dy[at]), st);
-        }
-    }
-    const float dot_mean = __fdiv_rn(block_sum(dot, scratch[0], tree >> 5), static_cast<float>(hidden));
-    const float g_mean = CENTERED ? __fdiv_rn(block_sum(g_sum, scratch[1], tree >> 5), static_cast<float>(hidden)) : 0.0f;
-
-    const int dx_width = load_width<T>((vec_phase(dx) - w_phase) & (N - 1));
-    const auto no_terms = [](int, const float (&)[1][4]) {};
-    auto scalar = [&](int at) {
-        dx[at] = from_float<T>(element_grad<CENTERED, GEMMA>(to_float(x[at]), weight_at(weight, at), to_float(dy[at]), st,
-                                                             g_mean, dot_mean).dx);
-    };
-    if (u < ws.pre) scalar(u);
-#pragma unroll
-    for (int k = 0; k < FEW_HELD; ++k) {
-        const int at = ws.pre + (u + k * U) * N;
-        if (u + k * U < ws.vectors) {
-            store_pack(dx + at, vector_grads<0, CENTERED, GEMMA>(xh[k], wh[k], dyh[k], st, g_mean, dot_mean, no_terms),
-                       dx_width);
-        }
-    }
-    for (int i = u + FEW_HELD * U; i < ws.vectors; i += U) {
-        const int at = ws.pre + i * N;
-        store_pack(dx + at, vector_grads<0, CENTERED, GEMMA>(load_pack(x + at, x_width), load_weights<T>(weight, at, 16),
-                                                             load_weights<T>(dy, at, dy_width), st, g_mean, dot_mean,
-                                                             no_terms), dx_width);
-    }
-    if (ws.tail + u < hidden) scalar(ws.tail + u);
-}
-
-// The kernel's body (see above): grid rows + ceil(hidden / (32 * SPREAD)) blocks of SPREAD * the plan's block
-// threads (the row sums' tree is the plan's block: `tree`); dynamic shared memory for the row blocks' partials
-// (few_row_dx) or the column blocks' lane sums, whichever is larger.
+// The kernel's body (see above): grid rows + ceil(hidden / 32) blocks of the plan's block (the row sums' tree).
 // grad_weight, grad_bias: void* because they are T or float by fp32_grads, a launch argument rather than a
 // template one, so that the variants compile once for both.
 template <typename T, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G>
@@ -607,17 +480,18 @@ __device__ __forceinline__ void norm_backward_few(
     T* grad_input, void* grad_weight, void* grad_bias, int fp32_grads, const G* grad_output, const T* input,
     const W* __restrict__ weight, const float* __restrict__ mean, const float* __restrict__ rstd, float epsilon,
     int rows, int hidden, long long grad_input_stride, long long grad_output_stride, long long input_stride,
-    int chunk_rows, int tree) {
+    int chunk_rows, int fold) {
     if (static_cast<int>(blockIdx.x) < rows) {
-        few_row_dx<T, CENTERED, GEMMA, W, G>(grad_input, grad_output, input, weight, mean, rstd, hidden,
-                                             grad_input_stride, grad_output_stride, input_stride, tree);
+        norm_backward_rows<T, 0, CENTERED, GEMMA, W, DBIAS, G, false>(
+            grad_input, nullptr, grad_output, input, weight, mean, rstd, epsilon, rows, hidden, grad_input_stride,
+            grad_output_stride, input_stride, 1, 1, 0, 0, fold);
         return;
     }
     begin_dependent_grid();
     void* const out[2] = {Weightless<W>::value ? grad_bias : grad_weight, grad_bias};
     few_rows_param_grads<T, CENTERED, W, DBIAS, G>(out, fp32_grads, grad_output, input, mean, rstd, rows, hidden,
                                                    grad_output_stride, input_stride, chunk_rows,
-                                                   static_cast<int>(blockIdx.x) - rows, tree);
+                                                   static_cast<int>(blockIdx.x) - rows);
 }
 
 // ---- The staged backward (aligned operands) -------------------------------------------------------
@@ -764,6 +638,7 @@ __device__ __forceinline__ void norm_backward_staged(
     int rows_per_block, long long ws_stride, int fold, int dot_fold, int stages) {
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
     constexpr int N = Vec<T>::N;
+    constexpr bool WEIGHTED = !Weightless<W>::value;
     constexpr int P = param_planes<W, DBIAS>();
     __shared__ float scratch[4][32];
     extern __shared__ __align__(16) unsigned char staged_shared[];
@@ -884,9 +759,16 @@ __device__ __forceinline__ void norm_backward_staged(
         staged_fold<Q>(dot_fold, vectors, &scratch[2], [&](int v, float (&p)[Q]) {
             const Pack<T> xv = shared_pack(xs + v * N);
             const WeightVec<T, G> dv = shared_columns<T>(ds + v * N);
-            const float2 terms = vector_row_terms<CENTERED, GEMMA>(xv, weights_at(v * N), dv, st);
-            p[0] = terms.x;
-            if constexpr (CENTERED) p[Q - 1] = terms.y;
+            const WeightVec<T, W> wv = weights_at(v * N);
+            float dot_p = 0.0f, g_p = 0.0f;
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                const float g = weighted<GEMMA>(wv.at(j), dv.at(j));
+                dot_p = __fadd_rn(dot_p, __fmul_rn(normalized<CENTERED>(to_float(xv.e[j]), st), g));
+                if (CENTERED) g_p = __fadd_rn(g_p, g);
+            }
+            p[0] = dot_p;
+            if constexpr (CENTERED) p[Q - 1] = g_p;
         }, tot);
         const float dot_mean = __fdiv_rn(tot[0], static_cast<float>(hidden));
         const float g_mean = CENTERED ? __fdiv_rn(tot[Q - 1], static_cast<float>(hidden)) : 0.0f;
@@ -904,8 +786,23 @@ __device__ __forceinline__ void norm_backward_staged(
             const int at = v * N;
             const Pack<T> xv = shared_pack(xs + at);
             const WeightVec<T, G> dv = shared_columns<T>(ds + at);
-            const Pack<T> out = vector_grads<P, CENTERED, GEMMA>(
-                xv, weights_at(at), dv, st, g_mean, dot_mean, [&](int q, const float (&terms)[P > 0 ? P : 1][4]) {
+            const WeightVec<T, W> wv = weights_at(at);
+            Pack<T> out;
+#pragma unroll
+            for (int q = 0; q < N; q += 4) {
+                float terms[P > 0 ? P : 1][4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float dyv = dv.at(q + j);
+                    const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), wv.at(q + j), dyv, st,
+                                                                        g_mean, dot_mean);
+                    out.e[q + j] = from_float<T>(e.dx);
+                    if constexpr (P > 0) {
+                        terms[0][j] = WEIGHTED ? e.dweight : dyv;
+                        if constexpr (P == 2) terms[1][j] = dyv;
+                    }
+                }
+                if constexpr (P > 0) {
 #pragma unroll
                     for (int p = 0; p < P; ++p) {
                         if constexpr (HELD > 0) {
@@ -934,7 +831,8 @@ __device__ __forceinline__ void norm_backward_staged(
                             }
                         }
                     }
-                });
+                }
+            }
             store_aligned(dx + at, out);
         }
         if (chunk_end) part += ws_stride;

@@ -57,15 +57,14 @@ __global__ void __launch_bounds__(HELD > 0 ? 256 : 512, staged_min_blocks(HELD, 
 // Few rows given their saved rstd, in one launch (norm_backward.cuh's norm_backward_few): dx and the parameter
 // gradients bitwise those of the two kernels above, without a workspace. grad_weight, grad_bias: T or float by
 // fp32_grads (grad_bias: DBIAS only).
-// tree: the plan's block, the row sums' tree; the launch's block is a multiple of it (the plan's few_block).
 template <typename T, bool GEMMA, typename W = T, typename G = T, bool DBIAS = false>
 __global__ void __launch_bounds__(FEW_MAX_THREADS, 1) rms_norm_backward_few_kernel(
     T* grad_input, void* grad_weight, void* grad_bias, int fp32_grads, const G* grad_output, const T* input,
     const W* __restrict__ weight, const float* __restrict__ rstd, float epsilon, int rows, int hidden,
-    long long grad_input_stride, long long grad_output_stride, long long input_stride, int chunk_rows, int tree) {
+    long long grad_input_stride, long long grad_output_stride, long long input_stride, int chunk_rows, int fold) {
     norm_backward_few<T, false, GEMMA, W, DBIAS, G>(grad_input, grad_weight, grad_bias, fp32_grads, grad_output, input,
                                                     weight, nullptr, rstd, epsilon, rows, hidden, grad_input_stride,
-                                                    grad_output_stride, input_stride, chunk_rows, tree);
+                                                    grad_output_stride, input_stride, chunk_rows, fold);
 }
 
 }  // namespace pyrms

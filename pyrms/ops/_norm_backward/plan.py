@@ -124,14 +124,9 @@ def chunk_rows_for(rows: int, dtype, hidden: int) -> int:
 # A call of at most this many rows given the forward's saved statistics takes one launch (norm_backward.cuh's
 # norm_backward_few: a block per row for dx, and blocks of 32 columns summing the parameter gradients from the
 # rows, each of 32 lanes one chunk), where its chunks are of at most FEW_CHUNK_ROWS rows and the plan's block has
-# at most FEW_MAX_THREADS threads (the kernel's constants of those names). Its blocks are the plan's block times a
-# spread of up to FEW_MAX_SPREAD (few_block): a row block spreads its row's vectors over them, each thread's loads
-# issued at once, and folds their partials, kept in FEW_PARTIALS_BYTES at most of dynamic shared memory, in the
-# plan's block's tree (few_row_dx), as the forward's few-row kernel does.
+# at most FEW_MAX_THREADS threads (the kernel's constants of those names).
 FEW_CHUNK_ROWS = GRAD_MIN_CHUNK_ROWS
 FEW_MAX_THREADS = 512
-FEW_MAX_SPREAD = 4
-FEW_PARTIALS_BYTES = 32 * 1024  # with the column blocks' static lane sums, under a launch's 48 KB without opting in
 ONE_LAUNCH_ROWS = 32 * FEW_CHUNK_ROWS
 
 # A chunk's column sums live in shared memory when they fit in this many bytes, else in the workspace.
@@ -289,39 +284,11 @@ class NormBackwardPlan(KernelPlan):
 
     def one_launch_rows(self) -> int:
         """The most rows a call given the saved statistics launches once for (norm_backward_few), 0 where it never
-        does: nothing summed over rows (then kernel 1 alone is one launch), more threads than FEW_MAX_THREADS,
-        more partials than FEW_PARTIALS_BYTES, or chunks of more than FEW_CHUNK_ROWS rows at that row count."""
-        if (not self.params or self.block > FEW_MAX_THREADS or self.few_partials_bytes > FEW_PARTIALS_BYTES
-                or self.chunk_for(ONE_LAUNCH_ROWS) > FEW_CHUNK_ROWS):
+        does: nothing summed over rows (then kernel 1 alone is one launch), more threads than FEW_MAX_THREADS, or
+        chunks of more than FEW_CHUNK_ROWS rows at that row count."""
+        if not self.params or self.block > FEW_MAX_THREADS or self.chunk_for(ONE_LAUNCH_ROWS) > FEW_CHUNK_ROWS:
             return 0
         return 32 * self.chunk_for(ONE_LAUNCH_ROWS)
-
-    @property
-    def few_block(self) -> int:
-        """Threads of a block of the one-launch kernel: the plan's block (the row sums' tree) times the largest
-        power of two up to FEW_MAX_SPREAD that keeps them within FEW_MAX_THREADS and within the row's vectors
-        (no thread left without one)."""
-        vectors, threads = self.hidden // self.dtype.vec_elems, self.block
-        while threads < FEW_MAX_SPREAD * self.block and 2 * threads <= min(FEW_MAX_THREADS, vectors):
-            threads *= 2
-        return threads
-
-    @property
-    def few_partials_bytes(self) -> int:
-        """A row block's partials in the one-launch kernel: a float per body vector and plane (x_hat * g, and
-        LayerNorm's g)."""
-        return (2 if self.centered else 1) * 4 * (self.hidden // self.dtype.vec_elems)
-
-    @property
-    def few_shared_bytes(self) -> int:
-        """The one-launch kernel's dynamic shared memory: a row block's partials or a column block's lane sums (32
-        x 33 floats per plane and sub-block of the plan's block), whichever is larger."""
-        return max(self.few_partials_bytes, self.few_block // self.block * max(self.params, 1) * 32 * 33 * 4)
-
-    def few_grid(self, rows: int) -> int:
-        """Blocks of a one-launch kernel over `rows` rows: one per row, then one per 32 columns of each sub-block
-        of the plan's block in few_block."""
-        return rows + -(-self.hidden // (32 * (self.few_block // self.block)))
 
     def staged_shape(self, threads: int, stages: int, held: int | None = None) -> "NormBackwardPlan":
         """This plan with the staged kernel at `threads` threads and `stages` row buffers, its column sums in

@@ -171,10 +171,10 @@ class Prepared:
         if rstd and self._one_launch(grad_input, grad_output, input, num_tokens):
             # grad_weight and grad_bias by name (0: not written), from the planes' order
             named = (0, *grads) if self.weightless else (*grads, 0)
-            self.few_kernel.launch(p.few_grid(num_tokens), p.few_block,
+            self.few_kernel.launch(num_tokens + -(-hidden // 32), p.block,
                                    (grad_input, named[0], named[1], int(p.grad_dtype is dtypes.FLOAT32), grad_output,
                                     input, weight, *saved, epsilon, num_tokens, hidden, gi_stride, go_stride, x_stride,
-                                    p.chunk_for(num_tokens), p.block), handle, p.few_shared_bytes, pdl=self.pdl)
+                                    p.chunk_for(num_tokens), p.stats_fold), handle, pdl=self.pdl)
             return True
         staged = self._staged(grad_input, grad_output, input, weight)
         rows_per_block, ws_chunk, group, ws_rows, needed, chunks = self._call_shape(num_tokens, staged)
