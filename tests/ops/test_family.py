@@ -375,6 +375,12 @@ def test_ptx_dump_knows_the_family():
     assert expression("rms_norm_backward", "gemma") == "pyrms::rms_norm_backward_kernel<__nv_bfloat16, 0, true>"
     assert expression("layer_norm_backward", hidden=65537) == "pyrms::layer_norm_backward_kernel<__nv_bfloat16, 0>"
     assert expression("sum_partials", "grad=fp32") == "pyrms::sum_partials_kernel<float>"
+    # the fused norms without variants of their own there: the planned kernel
+    from pyrms.ops.gated_rms_norm.plan import plan_gated_rms_norm
+    from pyrms.ops.qk_norm_rope.plan import plan_qk_norm_rope
+    assert expression("gated_rms_norm", hidden=4096) == plan_gated_rms_norm(bf16, 4096).expression == \
+        "pyrms::gated_rms_norm_kernel<__nv_bfloat16, 4, 1, true, false, false>"
+    assert expression("qk_norm_rope", hidden=128) == plan_qk_norm_rope(bf16, 128).expression
     assert expression("rms_norm", "weight=float32") == \
         "pyrms::rms_norm_kernel<__nv_bfloat16, 4, 1, false, false, false, false, float>"
     assert expression("fused_add_rms_norm", "few,weight=none") == \

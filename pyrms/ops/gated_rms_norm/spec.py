@@ -2,7 +2,7 @@
 of the row core (so a unit does not depend on hidden_size or group_size)."""
 from __future__ import annotations
 
-from .._spec import COMMON_CASE_OPTIONS, OpSpec, Unit, row_labels, weight_options
+from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, Unit, row_labels, weight_options
 from .plan import GatedRmsNormPlan, plan_gated_rms_norm
 
 
@@ -23,7 +23,10 @@ def _operands(*, weight=True, **_):
 
 GATED_RMS_NORM = OpSpec(
     name="gated_rms_norm", module="pyrms.ops.gated_rms_norm.op", source=GatedRmsNormPlan.source,
-    plan=GatedRmsNormPlan, option_sets=_option_sets, unit=_unit, inspect=None,
+    plan=GatedRmsNormPlan, option_sets=_option_sets, unit=_unit,
+    # the "seed" grammar: the planned kernel of one group of `hidden` columns, rmsnorm(x) * w * silu(z)
+    inspect=Inspect("seed", "pyrms::gated_rms_norm_kernel, the planned launch shape of one group of hidden "
+                            "columns, norm_before_gate (rmsnorm(x) * w * silu(z))", plan_gated_rms_norm),
     twin="pyrms.ops.gated_rms_norm.twin", torch="pyrms.ops.gated_rms_norm.torch_binding",
     bench="pyrms.ops.gated_rms_norm.bench", check="row", operands=_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "norm_before_gate", "group_size", "specials"))

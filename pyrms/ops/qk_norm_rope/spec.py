@@ -3,8 +3,8 @@ shape and with kv_cache both cache dtypes (so a unit does not depend on head_dim
 long to pack is refused at the call)."""
 from __future__ import annotations
 
-from .._spec import OpSpec, Unit, row_labels
-from .plan import QkNormRopePlan
+from .._spec import Inspect, OpSpec, Unit, row_labels
+from .plan import QkNormRopePlan, plan_qk_norm_rope
 
 
 def _option_sets(dt) -> list[dict]:
@@ -25,7 +25,10 @@ def _operands(**_):
 
 QK_NORM_ROPE = OpSpec(
     name="qk_norm_rope", module="pyrms.ops.qk_norm_rope.op", source=QkNormRopePlan.source, plan=QkNormRopePlan,
-    option_sets=_option_sets, unit=_unit, inspect=None,
+    option_sets=_option_sets, unit=_unit,
+    # the "seed" grammar: the planned kernel for heads of `hidden` (head_dim) elements, NeoX rotation, no cache
+    inspect=Inspect("seed", "pyrms::qk_norm_rope_kernel, the planned packed shape for heads of hidden (head_dim) "
+                            "elements, NeoX rotation, no KV cache", plan_qk_norm_rope),
     twin="pyrms.ops.qk_norm_rope.twin", torch="pyrms.ops.qk_norm_rope.torch_binding",
     bench="pyrms.ops.qk_norm_rope.bench",
     check="qk_norm_rope", operands=_operands,
