@@ -6,7 +6,9 @@
 # Steps for a fresh machine (the runs of 2026-12-01/02 wrote these into every probe):
 #   precompile  every kernel into the cache first, one NVRTC process per core (PRECOMPILE_OPS: --ops, else all)
 #   suites      the whole GPU suite as SUITE_PROCS [4] pytest processes over the test files, round robin,
-#               into gpu_suite_K.txt (about 100 s on the H200 machine; their own times add up to about 230 s)
+#               into gpu_suite_K.txt (about 100 s on the H200 machine; their own times add up to about 230 s),
+#               then the benchmark's tests (tests/bench: they time the GPU, and a GPU shared with the other
+#               processes once gave a negative after-GEMM time) alone, into gpu_suite_timing.txt
 #   sanitizers  tools/run_sanitizers.sh into $OUT/san, every tool --quick over SANITIZE_OPS [all ops]
 #   slow        the CPU tests marked slow (the plain pytest run leaves them out; -m gpu has every GPU test,
 #               slow or not) with this machine's NVRTC, into slow_tests.txt
@@ -23,7 +25,7 @@ for step in $STEPS; do
         precompile) timeout 300 python3 -m pyrms.precompile --jobs "$(nproc)" ${PRECOMPILE_OPS:+--ops "$PRECOMPILE_OPS"} \
                         > "$OUT/precompile.txt" 2>&1; tail -n 1 "$OUT/precompile.txt" ;;
         suites) procs="${SUITE_PROCS:-4}"; i=0; pids=""
-                for f in $(grep -rl --include="test_*.py" "mark.gpu" tests | sort); do eval "group_$((i % procs))+=\" $f\""; i=$((i + 1)); done
+                for f in $(grep -rl --include="test_*.py" "mark.gpu" tests | grep -v "^tests/bench/" | sort); do eval "group_$((i % procs))+=\" $f\""; i=$((i + 1)); done
                 for ((k = 0; k < procs; k++)); do
                     eval "files=\${group_$k:-}"
                     [ -n "$files" ] || continue
@@ -31,7 +33,12 @@ for step in $STEPS; do
                     pids+=" $!"
                 done
                 failed=0; for pid in $pids; do wait "$pid" || failed=1; done
+                timing=$(grep -rl --include="test_*.py" "mark.gpu" tests/bench | sort)
+                if [ -n "$timing" ]; then
+                    timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu $timing > "$OUT/gpu_suite_timing.txt" 2>&1 || failed=1
+                fi
                 for ((k = 0; k < procs; k++)); do tail -n 1 "$OUT/gpu_suite_$k.txt" 2>/dev/null; done
+                tail -n 1 "$OUT/gpu_suite_timing.txt" 2>/dev/null
                 grep -h "^FAILED\|^ERROR" "$OUT"/gpu_suite_*.txt | head -20; (exit $failed) ;;
         slow) timeout 400 python3 -m pytest -q -p no:cacheprovider -m "slow and not gpu" > "$OUT/slow_tests.txt" 2>&1
               rc=$?; tail -n 1 "$OUT/slow_tests.txt"; (exit $rc) ;;
