@@ -131,3 +131,42 @@ def test_launch_prepared_is_the_raw_call_for_adapters(pointers):
     assert not rms_op.launch_prepared(static, (y, x + 1, w, 1e-5, ROWS, 0))  # misaligned: declined, nothing launched
     assert not rms_op.launch_prepared(("bfloat16", -1) + static[2:], args)  # invalid static arguments: declined
     assert fake.launches == []
+
+
+def test_the_torch_backward_is_bound_when_it_repeats(fake):
+    """pyrms.torch's eager backward (_norm_backward.prepared.launch_prepared, raw pointers and a workspace of its
+    own): seen once, bound the second time, then nothing but its two launches; another workspace address (torch's
+    allocator handing out another block) goes through the checks again and replaces the memo; a call the prepared
+    launch declines launches nothing."""
+    from pyrms.ops._norm_backward import plan as bwd_plan
+    from pyrms.ops._norm_backward import prepared as bwd_prepared
+    from tests.ops.test_fake_end_to_end import (BACKWARD_ROWS_ARGS, BACKWARD_STAGED_ARGS, BACKWARD_SUM_ARGS, buffers,
+                                                expect_kinds)
+
+    hidden, rows = 5120, 300
+    p = bwd_plan.plan_norm_backward("bfloat16", hidden)
+    expect_kinds(fake, p, (p.expression,), BACKWARD_ROWS_ARGS)
+    expect_kinds(fake, p, (p.staged_expression,), BACKWARD_STAGED_ARGS)
+    expect_kinds(fake, p, (p.sum_expression,), BACKWARD_SUM_ARGS)
+    stream = driver.Stream()
+    gi, gw, go, x, w = buffers(2 * rows * hidden, 2 * hidden, 2 * rows * hidden, 2 * rows * hidden, 2 * hidden)
+    prepared = bwd_prepared._prepared.get(False, "bfloat16", None, hidden, hidden, hidden, hidden, False, None, False,
+                                          False, True, None, None)
+    nbytes = prepared.workspace_bytes(gi.ptr, go.ptr, x.ptr, w.ptr, rows)
+    ws, other_ws = buffers(nbytes, nbytes)
+    args = (gi.ptr, go.ptr, x.ptr, w.ptr, (gw.ptr,), 1e-6, rows, stream.handle, ws.ptr, 0, 0)
+    expected = made(fake, lambda: prepared(*args))
+    assert len(expected) == 2 and expected[0].args[1] == ws.ptr
+    for _ in range(3):  # seen, bound, launched through the bound launch
+        assert made(fake, lambda: bwd_prepared.launch_prepared(prepared, args)) == expected
+    assert isinstance(bwd_prepared._last.pair[1], launch.BoundLaunch)
+    calls = len(fake.calls)
+    assert made(fake, lambda: bwd_prepared.launch_prepared(prepared, args)) == expected
+    assert [name for name, _ in fake.calls[calls:]] == ["cuLaunchKernelEx"] * 2  # nothing but the launches
+    moved = args[:8] + (other_ws.ptr,) + args[9:]
+    launched = made(fake, lambda: bwd_prepared.launch_prepared(prepared, moved))
+    assert launched[0].args[1] == other_ws.ptr and bwd_prepared._last.pair[1] is None
+    assert not bwd_prepared.launch_prepared(prepared, (gi.ptr + 1,) + args[1:])  # misaligned dx: declined
+    assert made(fake, lambda: bwd_prepared.launch_prepared(prepared, args)) == expected
+    for b in (gi, gw, go, x, w, ws, other_ws, stream):
+        b.close()

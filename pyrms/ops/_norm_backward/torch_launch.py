@@ -10,7 +10,7 @@ from ... import driver
 from ...torch._layout import (DTYPE_NAMES, as_float32, check_backward_meta, check_device, current_stream,
                               empty_rows_like, mixed, parameter_grad_like, per_head, rows_of,
                               vector_weight)
-from .prepared import _prepared, norm_backward
+from .prepared import _prepared, launch_prepared, norm_backward
 
 
 def norm_backward_launch(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float, *,
@@ -82,8 +82,8 @@ def _launch(grad_input, grads, grad_out, x, weight, eps, centered, gemma, grad_b
             # call returns, reused by torch only by work queued after them on that stream.
             nbytes = prepared.workspace_bytes(a_gi, a_go, a_x, a_w, rows, saved=bool(saved))
             ws = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if nbytes else None
-            if prepared(a_gi, a_go, a_x, a_w, params, float(eps), rows, stream, None if ws is None else ws.data_ptr(),
-                        saved, saved_mean):
+            if launch_prepared(prepared, (a_gi, a_go, a_x, a_w, params, float(eps), rows, stream,
+                                          None if ws is None else ws.data_ptr(), saved, saved_mean)):
                 continue
         # The general path: it raises the error that names what the prepared launch turned down.
         norm_backward(centered=centered, grad_input=a_gi, grad_weight=a_gw or None, grad_bias=gb or None,
