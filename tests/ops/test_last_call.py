@@ -133,6 +133,29 @@ def test_launch_prepared_is_the_raw_call_for_adapters(pointers):
     assert fake.launches == []
 
 
+def test_launch_prepared_takes_an_rstd(pointers):
+    """pyrms.torch's forward under autograd also stores each row's inv_rms: the same memo with rstd's pointer last,
+    bound when it repeats; another rstd address (a new block from torch's allocator) is checked and launched again,
+    and an rstd overlapping the output is declined."""
+    fake, x, w, _, y = pointers
+    fake.kernel_params = EveryKernel(RMS_ROWS_ARGS)
+    rstd, other = (driver.DeviceBuffer(4 * ROWS) for _ in range(2))
+    expected = made(fake, lambda: pyrms.rms_norm(y, x, w, 1e-5, ROWS, HIDDEN, dtype="bfloat16", rstd=rstd.ptr))
+    assert rstd.ptr in expected[0].args
+    static = ("bfloat16", HIDDEN, HIDDEN, HIDDEN, False, False, True, None, None, None)
+    args = (y, x, w, 1e-5, ROWS, 0, rstd.ptr)
+    for _ in range(3):  # seen, bound, launched through the bound launch
+        assert made(fake, lambda: rms_op.launch_prepared(static, args)) == expected
+    assert isinstance(rms_op._last.pair[1], launch.BoundLaunch)
+    moved = made(fake, lambda: rms_op.launch_prepared(static, args[:6] + (other.ptr,)))
+    assert other.ptr in moved[0].args and rms_op._last.pair[1] is None
+    fake.launches.clear()
+    assert not rms_op.launch_prepared(static, args[:6] + (y,))  # rstd over the output: declined, nothing launched
+    assert fake.launches == []
+    for b in (rstd, other):
+        b.close()
+
+
 def test_the_torch_backward_is_bound_when_it_repeats(fake):
     """pyrms.torch's eager backward (_norm_backward.prepared.launch_prepared, raw pointers and a workspace of its
     own): seen once, bound the second time, then nothing but its two launches; another workspace address (torch's

@@ -135,7 +135,7 @@ def launch_prepared(static: tuple, args: tuple) -> bool:
     """``prepared(*static)(*args)`` for adapters that hold raw pointers (pyrms.torch), through rms_norm's last
     call (bound when it repeats, _prepared.LastCall): True where it launched, False where the arguments are
     invalid (``rms_norm`` with the same arguments names why). ``args`` are (out, input, weight, epsilon, rows,
-    stream) of exactly the types the prepared launch checks for (ints, a float epsilon, an int stream handle):
+    stream[, rstd]) of exactly the types the prepared launch checks for (ints, a float epsilon, an int stream handle):
     the memo compares values, so that a bool or an int epsilon would reach no check."""
     device = driver._selected.device  # type: ignore[attr-defined]
     key = (args, static, device, _FEW_ROWS)

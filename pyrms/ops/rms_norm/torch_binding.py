@@ -145,11 +145,14 @@ def _launch_rows(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gemma
         w_kind = "none" if weight is None else "float32" if two_byte else None
         out_kind = "float32" if two_byte and out.dtype == torch.float32 else None
         stream = current_stream(x.get_device())
-        prepared = _prepared_rms_norm(dtype, hidden, stride, hidden, gemma, round_once, True, w_kind, None, out_kind)
+        static = (dtype, hidden, stride, hidden, gemma, round_once, True, w_kind, None, out_kind)
+        prepared = _prepared_rms_norm(*static)
         if save_rstd and prepared is not None and (prepared.packed is None or rows <= FEW_ROWS):
             rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         args = (out.data_ptr(), x.data_ptr(), 0 if w is None else w.data_ptr(), float(eps), rows, stream)
-        if prepared is None or not prepared(*args, 0 if rstd is None else rstd.data_ptr()):
+        # Through the last call's memo: a training loop's forward repeats its shapes and, from torch's caching
+        # allocator, its addresses (rstd's too), so from the second step on it is one bound launch.
+        if prepared is None or not _launch_prepared(static, (*args, 0 if rstd is None else rstd.data_ptr())):
             _rms_norm(args[0], args[1], None if w is None else args[2], args[3], rows, hidden, dtype=dtype, input_stride=stride,
                       out_stride=hidden, stream=stream, gemma=gemma, round_once=round_once, weight_dtype=w_kind,
                       out_dtype=out_kind, rstd=rstd)
