@@ -10,19 +10,21 @@
 //   w_i = weight[i] (the rows' dtype or fp32), or 1 without a weight
 //
 // Rounding: as the peer's Triton kernel, everything is fp32 from the loads to the store: z's and x's values are
-// read as fp32, gx is never rounded to T, and the output is rounded to T once. Every product, sum and quotient is
-// one correctly rounded fp32 operation (__fmul_rn, __fadd_rn, __fdiv_rn; no FMA). The peer's sigmoid evaluates
-// exp through the hardware's approximate exp2 (ex2.approx); gate_exp below builds exp from correctly rounded
-// operations only, so the numpy twin (pyrms.ops.gated_rms_norm.twin) reproduces it bit for bit; results may differ
-// from the peer's in the last bits. The peer's own bias and its LayerNorm mode are not offered.
+// read as fp32, gx is never rounded to T, and the output is rounded to T once. Every product, sum and reciprocal
+// is one correctly rounded fp32 operation (__fmul_rn, __fadd_rn, __frcp_rn; no contraction), and gate_exp's
+// fused multiply-adds are explicit (__fmaf_rn). The peer's sigmoid evaluates exp through the hardware's
+// approximate exp2 (ex2.approx); gate_exp below builds exp from operations that round once each, so the numpy
+// twin (pyrms.ops.gated_rms_norm.twin) reproduces it bit for bit; results may differ from the peer's in the last
+// bits. The peer's own bias and its LayerNorm mode are not offered.
 //
 // The reduction: each (row r, group g) is one row of the row core (row_core.cuh), `group_size` elements at
 // x + r * x_stride + g * group_size, planned from (dtype, group_size) as the RMSNorm row is from (dtype, hidden):
 // the sum of squares is the RMSNorm row's tree for (dtype, group_size, the group's alignment), whichever launch
 // shape ran it, and with group_size = hidden (one group) it is the RMSNorm row's tree of the whole row. One block
 // per (row, group), blockIdx.x = r * groups + g; a group never spans blocks, so no cross-block reduction is needed.
-// The sum is split at x's 16-byte boundaries; z is loaded at the widest width its alignment relative to x allows
-// (pass 1) and to out (pass 2). With NORM_BEFORE_GATE off, pass 1 computes gx (GatedRow: held as fp32 vectors,
+// The sum is split at x's 16-byte boundaries; z is loaded in pass 1 beside each vector of x that the thread holds
+// (both orders), at the widest width its alignment relative to x allows, and in pass 2 beside the rest, relative to
+// out. With NORM_BEFORE_GATE off, pass 1 computes gx (GatedRow: held as fp32 vectors,
 // as the fused add's fp32 sum is, added_row.cuh) and pass 2 recomputes it (the same operations, the same bits)
 // where the vectors it writes are not the held ones.
 //
@@ -34,32 +36,35 @@
 
 namespace pyrms {
 
-// exp(a) for the sigmoid, from correctly rounded fp32 operations only: a = k ln2 + r (k = round(a log2 e), r by
-// Cody-Waite with ln2 in two parts, k * LN2_HI exact for |k| <= 256), exp(r) by its Taylor polynomial of degree 7
-// (Horner; |r| <= ln2 / 2, truncation below 2^-27), then the exact scaling by 2^k in two normal factors. Below
-// -80 it returns 0 (1 + exp(a) is 1 in fp32 from a < -17 on: the sigmoid is unchanged); above 89, inf. NaN stays.
+// exp(a) for the sigmoid, from correctly rounded fp32 operations and fused multiply-adds (each one rounding;
+// pyrms.ops._fma_twin reproduces them in numpy): a is first clamped to [-86, 89] (fmaxf, then fminf: NaN becomes
+// -86, and the product with z keeps it NaN). Below -86, 1 + exp(a) is 1 in fp32 as it is from a < -17 on, so the
+// sigmoid is unchanged; from ln(FLT_MAX) ~ 88.72 up, 2^k * p overflows to inf, as exp(a) does. Then a = k ln2 + r:
+// k = round(a log2 e) by the 1.5 * 2^23 shifter (fmaf(a, log2 e, 1.5 * 2^23): the product unrounded, the sum
+// rounded to an integer, ties to even), r = a - k ln2 by Cody-Waite with ln2 in two parts (two fmaf), exp(r) by its
+// Taylor polynomial of degree 7 (Horner in fmaf; |r| <= ln2 / 2 + a little, truncation below 2^-26), and the
+// exact scaling by 2 * 2^(k - 1): k is in [-124, 128], so 2^(k - 1) is a normal float, and p + p is exact.
+// About half the instructions of the same polynomial without fma (the gate is most of the kernel's issue).
 __device__ __forceinline__ float gate_exp(float a) {
-    if (a != a) return a;
-    if (a > 89.0f) return __int_as_float(0x7f800000);
-    if (a < -80.0f) return 0.0f;
-    const int k = __float2int_rn(__fmul_rn(a, 0x1.715476p+0f));  // log2 e
-    const float kf = static_cast<float>(k);
-    const float r = __fsub_rn(__fsub_rn(a, __fmul_rn(kf, 0x1.62e4p-1f)), __fmul_rn(kf, 0x1.7f7d1cp-20f));
-    float p = 0x1.a01a02p-13f;                          // 1/7!
-    p = __fadd_rn(__fmul_rn(p, r), 0x1.6c16c2p-10f);   // 1/6!
-    p = __fadd_rn(__fmul_rn(p, r), 0x1.111112p-7f);    // 1/5!
-    p = __fadd_rn(__fmul_rn(p, r), 0x1.555556p-5f);    // 1/4!
-    p = __fadd_rn(__fmul_rn(p, r), 0x1.555556p-3f);    // 1/3!
-    p = __fadd_rn(__fmul_rn(p, r), 0.5f);
-    p = __fadd_rn(__fmul_rn(p, r), 1.0f);
-    p = __fadd_rn(__fmul_rn(p, r), 1.0f);
-    const int k1 = k >> 1, k2 = k - k1;  // k in [-116, 128]: both halves' powers of two are normal
-    return __fmul_rn(__fmul_rn(p, __int_as_float((k1 + 127) << 23)), __int_as_float((k2 + 127) << 23));
+    a = fminf(fmaxf(a, -86.0f), 89.0f);
+    const float shifted = __fmaf_rn(a, 0x1.715476p+0f, 0x1.8p+23f);  // log2 e; 1.5 * 2^23
+    const float kf = __fsub_rn(shifted, 0x1.8p+23f);                   // exact
+    const int k = __float_as_int(shifted) - 0x4b400000;                // 0x1.8p+23's bits
+    const float r = __fmaf_rn(-kf, -0x1.05c610p-29f, __fmaf_rn(-kf, 0x1.62e430p-1f, a));  // ln2 = hi + lo
+    float p = 0x1.a01a02p-13f;                 // 1/7!
+    p = __fmaf_rn(p, r, 0x1.6c16c2p-10f);      // 1/6!
+    p = __fmaf_rn(p, r, 0x1.111112p-7f);       // 1/5!
+    p = __fmaf_rn(p, r, 0x1.555556p-5f);       // 1/4!
+    p = __fmaf_rn(p, r, 0x1.555556p-3f);       // 1/3!
+    p = __fmaf_rn(p, r, 0.5f);
+    p = __fmaf_rn(p, r, 1.0f);
+    p = __fmaf_rn(p, r, 1.0f);
+    return __fmul_rn(__fadd_rn(p, p), __int_as_float((k + 126) << 23));
 }
 
-// silu(z) = z * (1 / (1 + exp(-z))), in fp32.
+// silu(z) = z * (1 / (1 + exp(-z))), in fp32; the reciprocal correctly rounded (__frcp_rn: 1 / d's bits).
 __device__ __forceinline__ float silu(float z) {
-    return __fmul_rn(z, __fdiv_rn(1.0f, __fadd_rn(1.0f, gate_exp(-z))));
+    return __fmul_rn(z, __frcp_rn(__fadd_rn(1.0f, gate_exp(-z))));
 }
 
 // The N gated values x * silu(z) of one vector of x (xv) and of z at z + at (`width`-byte aligned).
@@ -88,30 +93,80 @@ template <typename T> struct GatedRow {
     }
 };
 
-// norm_before_gate: inv from x itself (the RMSNorm row's pass 1), then out = ((x * inv) * w) * silu(z).
+// Pass 1's held vector of the norm-first order: x's values (the sum of squares reads them, as a Pack<T>) and z's at
+// the same elements, loaded together so that the gate's loads are in flight with the row's, not after its reduction.
+template <typename T> struct WithZ : Pack<T> {
+    Pack<T> z;
+};
+
+// Pass 1's Source of the norm-first order: x on its own 16-byte split, z beside each held vector at z_width (the
+// widest load its alignment relative to x allows); the vectors not held are re-read in pass 2, z with them.
+template <typename T> struct XAndZRow {
+    const T* x;
+    const T* z;
+    int z_width;
+    __device__ __forceinline__ WithZ<T> held(int at) const {
+        WithZ<T> v;
+        static_cast<Pack<T>&>(v) = load_streaming(x + at);
+        v.z = load_pack(z + at, z_width);
+        return v;
+    }
+    __device__ __forceinline__ void keep(int, const WithZ<T>&) const {}
+    __device__ __forceinline__ Pack<T> vec(int at) const { return load_aligned(x + at); }
+    __device__ __forceinline__ T elem(int at) const { return x[at]; }
+};
+
+// Pass 1 of the norm-first order: z held beside x (HOLD_Z), or x alone (RowIn, z loaded in pass 2).
+template <typename T, bool HOLD_Z> struct NormFirstPass1 {
+    using Held = WithZ<T>;
+    __device__ __forceinline__ static XAndZRow<T> source(const T* x, const T* z, int z_width) { return {x, z, z_width}; }
+};
+template <typename T> struct NormFirstPass1<T, false> {
+    using Held = Pack<T>;
+    __device__ __forceinline__ static RowIn<T, true> source(const T* x, const T*, int) { return {x}; }
+};
+
+// for_each_out's body callback for the norm-first order: a held vector brings its z, a re-read one loads it (at
+// z_width, the width of pass 2's split, out's). A struct with two overloads, as SumsOf (added_row.cuh) says why.
+template <typename T, typename W, typename F> struct WithItsZ {
+    const T* z;
+    int z_width;
+    const F& f;
+    __device__ __forceinline__ void operator()(const WithZ<T>& v, const WeightVec<T, W>& wv, int at, int) const {
+        f(v, v.z, wv, at);
+    }
+    __device__ __forceinline__ void operator()(const Pack<T>& v, const WeightVec<T, W>& wv, int at, int) const {
+        f(v, load_pack(z + at, z_width), wv, at);
+    }
+};
+
+// norm_before_gate: inv from x itself (the RMSNorm row's pass 1, z loaded beside x), then
+// out = ((x * inv) * w) * silu(z). Not in the 2-way spread shape: its up to 1024 threads leave each 64 registers,
+// and with z held beside x and the early weights ptxas spilled (bf16, non-aligned); there z waits for pass 2.
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool EARLY_WEIGHTS>
 __device__ __forceinline__ void norm_then_gate_row(T* out, const T* x, const T* z, const W* __restrict__ w,
                                                    float epsilon, int n) {
     using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
+    using Pass1 = NormFirstPass1<T, SPREAD != 2>;
     const Shape sh;
-    Pack<T> held[Shape::SLOTS];
+    const auto src = Pass1::source(x, z, load_width<T>((sh.phase(z) - sh.phase(x)) & (Vec<T>::N - 1)));
+    typename Pass1::Held held[Shape::SLOTS];
     WeightVec<T, W> held_w[Shape::SLOTS];
-    const float inv = row_inv_rms<T, W, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(sh, out, x, RowIn<T, true>{x}, w,
-                                                                               epsilon, n, held, held_w);
-    const int z_width = load_width<T>((sh.phase(z) - sh.phase(out)) & (Vec<T>::N - 1));
+    const float inv = row_inv_rms<T, W, CACHE, SPREAD, ALIGNED, EARLY_WEIGHTS>(sh, out, x, src, w, epsilon, n, held,
+                                                                               held_w);
     const auto y = [inv](float xv, float wv, float zv) {
         return from_float<T>(__fmul_rn(rms_scale<T, false, true, float>(xv, wv, inv), silu(zv)));
+    };
+    const auto body = [&](const Pack<T>& xv, const Pack<T>& zv, const WeightVec<T, W>& wv, int at) {
+        Pack<T> o;
+#pragma unroll
+        for (int j = 0; j < Vec<T>::N; ++j) o.e[j] = y(to_float(xv.e[j]), wv.at(j), to_float(zv.e[j]));
+        store_streaming(out + at, o);
     };
     for_each_out<T, W, CACHE, SPREAD, ALIGNED, false, EARLY_WEIGHTS>(
         sh, out, x, w, nullptr, n, held, held_w,
         [&](int i) { out[i] = y(to_float(x[i]), weight_at(w, i), to_float(z[i])); },
-        [&](const Pack<T>& xv, const WeightVec<T, W>& wv, int at, int) {
-            const Pack<T> zv = load_pack(z + at, z_width);
-            Pack<T> o;
-#pragma unroll
-            for (int j = 0; j < Vec<T>::N; ++j) o.e[j] = y(to_float(xv.e[j]), wv.at(j), to_float(zv.e[j]));
-            store_streaming(out + at, o);
-        });
+        WithItsZ<T, W, decltype(body)>{z, load_width<T>((sh.phase(z) - sh.phase(out)) & (Vec<T>::N - 1)), body});
 }
 
 // The gate first: inv from gx = x * silu(z), then out = (gx * inv) * w (rms_scale rounding once).

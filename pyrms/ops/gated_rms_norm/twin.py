@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
+from .._fma_twin import fma32
 from .._row_twin import F32, _as_2d, _one_nan, row_stats_twin
 from .plan import group_size_arg, plan_gated_rms_norm
 
@@ -14,32 +15,26 @@ __all__ = ["gated_rms_norm_ref", "gated_rms_norm_twin", "silu_twin"]  # what pyr
 
 # gate_exp's constants in cuda_src/gated_rms_norm.cu, as the same fp32 values
 _LOG2E = F32(float.fromhex("0x1.715476p+0"))
-_LN2_HI = F32(float.fromhex("0x1.62e4p-1"))
-_LN2_LO = F32(float.fromhex("0x1.7f7d1cp-20"))
+_SHIFTER = F32(float.fromhex("0x1.8p+23"))
+_LN2_HI = F32(float.fromhex("0x1.62e430p-1"))
+_LN2_LO = F32(float.fromhex("-0x1.05c610p-29"))
 _TAYLOR = tuple(F32(float.fromhex(c)) for c in ("0x1.a01a02p-13", "0x1.6c16c2p-10", "0x1.111112p-7",
                                                 "0x1.555556p-5", "0x1.555556p-3", "0x1p-1", "0x1p+0", "0x1p+0"))
 
 
-def _pow2(k: np.ndarray) -> np.ndarray:
-    """2^k as fp32 for normal exponents (the kernel's __int_as_float((k + 127) << 23))."""
-    return ((k.astype(np.int32) + 127) << 23).astype(np.int32).view(F32)
-
-
 def _gate_exp(a: np.ndarray) -> np.ndarray:
-    """gate_exp of the kernel, element by element: 0 below -80, inf above 89, NaN kept; else 2^k * p(r)."""
-    a = np.asarray(a, F32)
-    inside = (a >= F32(-80.0)) & (a <= F32(89.0))  # NaN is outside both
-    t = np.where(inside, a, F32(0.0))
-    k = np.rint(t * _LOG2E).astype(np.int32)  # rint: ties to even, as __float2int_rn
-    kf = k.astype(F32)
-    r = (t - kf * _LN2_HI) - kf * _LN2_LO
+    """gate_exp of the kernel, element by element: a clamped to [-86, 89] (np.fmax/np.fmin drop NaN as fmaxf and
+    fminf do), then (p + p) * 2^(k - 1), each fused multiply-add rounded once (fma32)."""
+    a = np.fmin(np.fmax(np.asarray(a, F32), F32(-86.0)), F32(89.0))
+    shifted = fma32(a, _LOG2E, _SHIFTER)
+    kf = shifted - _SHIFTER
+    k = shifted.view(np.int32) - np.int32(0x4B400000)
+    r = fma32(-kf, _LN2_LO, fma32(-kf, _LN2_HI, a))
     p = np.full_like(r, _TAYLOR[0])
     for c in _TAYLOR[1:]:
-        p = p * r + c
-    k1 = k >> 1
-    e = (p * _pow2(k1)) * _pow2(k - k1)
-    out = np.where(inside, e, np.where(a > F32(89.0), F32(np.inf), F32(0.0)))
-    return np.where(np.isnan(a), a, out).astype(F32)
+        p = fma32(p, r, c)
+    with np.errstate(over="ignore"):
+        return (p + p) * ((k + 126) << 23).astype(np.int32).view(F32)
 
 
 def silu_twin(z) -> np.ndarray:
