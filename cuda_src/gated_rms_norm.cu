@@ -116,14 +116,34 @@ template <typename T> struct XAndZRow {
     __device__ __forceinline__ T elem(int at) const { return x[at]; }
 };
 
-// Pass 1 of the norm-first order: z held beside x (HOLD_Z), or x alone (RowIn, z loaded in pass 2).
+// Asks for the 128-byte line at p to be brought into L2 (prefetch.global.L2): no register waits for it.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// Pass 1's Source of the norm-first order where z is not held: x as RowIn's streaming loads, and z's line beside
+// each vector of x read asked into L2, so that pass 2's loads of z wait for L2, not for memory.
+template <typename T> struct XPrefetchZRow {
+    const T* x;
+    const T* z;
+    __device__ __forceinline__ Pack<T> held(int at) const {
+        prefetch_l2(z + at);
+        return load_streaming(x + at);
+    }
+    __device__ __forceinline__ void keep(int, const Pack<T>&) const {}
+    __device__ __forceinline__ Pack<T> vec(int at) const {
+        prefetch_l2(z + at);
+        return load_aligned(x + at);
+    }
+    __device__ __forceinline__ T elem(int at) const { return x[at]; }
+};
+
+// Pass 1 of the norm-first order: z held beside x (HOLD_Z), or x alone with z prefetched into L2.
 template <typename T, bool HOLD_Z> struct NormFirstPass1 {
     using Held = WithZ<T>;
     __device__ __forceinline__ static XAndZRow<T> source(const T* x, const T* z, int z_width) { return {x, z, z_width}; }
 };
 template <typename T> struct NormFirstPass1<T, false> {
     using Held = Pack<T>;
-    __device__ __forceinline__ static RowIn<T, true> source(const T* x, const T*, int) { return {x}; }
+    __device__ __forceinline__ static XPrefetchZRow<T> source(const T* x, const T* z, int) { return {x, z}; }
 };
 
 // for_each_out's body callback for the norm-first order: a held vector brings its z, a re-read one loads it (at
@@ -141,13 +161,13 @@ template <typename T, typename W, typename F> struct WithItsZ {
 };
 
 // norm_before_gate: inv from x itself (the RMSNorm row's pass 1, z loaded beside x), then
-// out = ((x * inv) * w) * silu(z). Not in the 2-way spread shape: its up to 1024 threads leave each 64 registers,
-// and with z held beside x and the early weights ptxas spilled (bf16, non-aligned); there z waits for pass 2.
+// out = ((x * inv) * w) * silu(z). z is held only by shapes whose threads hold one vector of x (the few-row ones):
+// with more, its registers cost the many-row shape occupancy and made the 2-way spread shape spill.
 template <typename T, typename W, int CACHE, int SPREAD, bool ALIGNED, bool EARLY_WEIGHTS>
 __device__ __forceinline__ void norm_then_gate_row(T* out, const T* x, const T* z, const W* __restrict__ w,
                                                    float epsilon, int n) {
     using Shape = RowShape<CACHE, SPREAD, ALIGNED>;
-    using Pass1 = NormFirstPass1<T, SPREAD != 2>;
+    using Pass1 = NormFirstPass1<T, Shape::HELD == 1>;
     const Shape sh;
     const auto src = Pass1::source(x, z, load_width<T>((sh.phase(z) - sh.phase(x)) & (Vec<T>::N - 1)));
     typename Pass1::Held held[Shape::SLOTS];
