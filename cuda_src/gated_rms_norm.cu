@@ -139,7 +139,9 @@ template <typename T> struct XPrefetchZRow {
 // Pass 1 of the norm-first order: z held beside x (HOLD_Z), or x alone with z prefetched into L2.
 template <typename T, bool HOLD_Z> struct NormFirstPass1 {
     using Held = WithZ<T>;
-    __device__ __forceinline__ static XAndZRow<T> source(const T* x, const T* z, int z_width) { return {x, z, z_width}; }
+    __device__ __forceinline__ static XAndZRow<T> source(const T* x, const T* z, int z_width) {
+        return {x, z, z_width};
+    }
 };
 template <typename T> struct NormFirstPass1<T, false> {
     using Held = Pack<T>;

@@ -34,6 +34,24 @@ class LastCall:
     def __init__(self):
         self.pair: tuple[tuple, launch.BoundLaunch | None] = ((), None)
 
+    def launch(self, key: tuple, prepared, args: tuple) -> bool:
+        """``prepared(*args)`` through this memo, ``key`` standing for the call (the caller's values of the types
+        its checks take, and whatever else they read): the bound launch where ``key`` is the last call's and bound;
+        else ``prepared(*args)``, bound where ``key`` repeats the last call. True where it launched, False where
+        ``prepared`` is None or declined (launching nothing)."""
+        last = self.pair
+        repeated = last[0] == key
+        if repeated and last[1] is not None:
+            last[1]()
+            return True
+        if not repeated:
+            self.pair = (key, None)
+        if prepared is None or not prepared(*args):
+            return False
+        if repeated:  # the same call twice in a row: bound for the next ones
+            self.bind(key, prepared, *args)
+        return True
+
     def bind(self, key: tuple, prepared, *args) -> None:
         """Keep for ``key`` the BoundLaunch of ``prepared(*args)``, a call of a prepared launch that has just
         launched: its launch recorded by calling it again in binding mode. Not inside a call being bound itself

@@ -222,19 +222,7 @@ def launch_prepared(prepared: Prepared, args: tuple) -> bool:
     prepared launch declined (the general path then says why). ``args`` are exactly of the types its checks take
     (ints, a tuple of ints, a float epsilon, an int stream handle): the memo compares values. The prepared launch
     belongs to one device and one set of static arguments, so it is the rest of the key."""
-    key = (prepared, args)
-    last = _last.pair
-    repeated = last[0] == key
-    if repeated and last[1] is not None:
-        last[1]()
-        return True
-    if not repeated:
-        _last.pair = (key, None)
-    if not prepared(*args):
-        return False
-    if repeated:  # the same call twice in a row: bound for the next ones
-        _last.bind(key, prepared, *args)
-    return True
+    return _last.launch((prepared, args), prepared, args)
 
 
 def parameter_gradients(weight, grad_weight, grad_bias, grad_weight_dtype) -> dict:

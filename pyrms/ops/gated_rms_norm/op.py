@@ -81,11 +81,11 @@ def gated_rms_norm(x: Operand, z: Operand, weight: Operand | None = None, eps: f
     (default: the whole row; hidden_size must be a multiple of it), ``silu(z) = z * sigmoid(z)``. Rounding, as the
     peer's Triton kernel: fp32 from the loads to the store (x * silu(z) is never rounded to the storage dtype),
     one rounding at the store; each operation one correctly rounded fp32 operation (fused multiply-adds only inside
-    the sigmoid's exp), the products in the
-    peer's order (((x * inv) * w) * silu(z), or (gx * inv) * w); the sum of squares in the RMSNorm row's reduction
-    tree for (dtype, group_size, the group's alignment), whatever the batch. Where it differs from the peer: the
-    sigmoid's exp is pyrms's own, a polynomial in operations that round once each (the peer's uses the hardware's
-    approximate exp2; silu is within 3 fp32 ulps of float64's), so results may differ in the last bits; no bias (the peer's RMSNormGated has none either).
+    the sigmoid's exp), the products in the peer's order (((x * inv) * w) * silu(z), or (gx * inv) * w); the sum of
+    squares in the RMSNorm row's reduction tree for (dtype, group_size, the group's alignment), whatever the batch.
+    Where it differs from the peer: the sigmoid's exp is pyrms's own, a polynomial in operations that round once
+    each (the peer's uses the hardware's approximate exp2; silu is within 3 fp32 ulps of float64's), so results may
+    differ in the last bits; no bias (the peer's RMSNormGated has none either).
 
     ``x``, ``z``, ``out``: [num_tokens, hidden_size] of one dtype (bfloat16, float16 or float32), contiguous along
     the hidden dimension, each with its own row stride; arrays (pyrms Tensors, torch tensors, objects with

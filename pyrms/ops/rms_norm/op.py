@@ -140,21 +140,14 @@ def launch_prepared(static: tuple, args: tuple) -> bool:
     device = driver._selected.device  # type: ignore[attr-defined]
     key = (args, static, device, _FEW_ROWS)
     last = _last.pair
-    repeated = last[0] == key
-    if repeated and last[1] is not None:
+    if last[0] == key and last[1] is not None:  # the bound repeat inline: a frame less on the decode path
         last[1]()
         return True
-    if not repeated:
-        _last.pair = (key, None)
     try:
         prepared = device.prepared[(_prepared, *static)]  # type: ignore[union-attr]
     except (KeyError, TypeError, AttributeError):
         prepared = _prepared.get(*static)
-    if prepared is None or not prepared(*args):
-        return False
-    if repeated:  # the same call twice in a row: bound for the next ones
-        _last.bind(key, prepared, *args)
-    return True
+    return _last.launch(key, prepared, args)
 
 
 @overload

@@ -1,8 +1,8 @@
 """pyrms.gated_rms_norm without a GPU: the twin against a float64 spelling of mamba_ssm's rmsnorm_fn (both orders,
 groups, weight kinds), its silu against float64's, its reduction against rms_norm's twin (the family's tree), the
-plan, the kernels compiled by NVRTC for sm_90 (no spills, fused multiply-adds in the gate's exp only,
-PDL's wait first), the launches' packed
-arguments and every refusal before a launch (through the fake driver), and the registry entry."""
+plan, the kernels compiled by NVRTC for sm_90 (no spills, fused multiply-adds in the gate's exp only, PDL's wait
+first), the launches' packed arguments and every refusal before a launch (through the fake driver), and the registry
+entry."""
 import importlib
 import re
 
