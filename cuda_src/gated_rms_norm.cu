@@ -99,53 +99,47 @@ template <typename T> struct WithZ : Pack<T> {
     Pack<T> z;
 };
 
-// Pass 1's Source of the norm-first order: x on its own 16-byte split, z beside each held vector at z_width (the
-// widest load its alignment relative to x allows); the vectors not held are re-read in pass 2, z with them.
-template <typename T> struct XAndZRow {
-    const T* x;
+// Pass 1's Source of the norm-first order: x as RowIn reads it (on its own 16-byte split), and z beside each held
+// vector at z_width (the widest load its alignment relative to x allows); the vectors not held are re-read in
+// pass 2, z with them.
+template <typename T> struct XAndZRow : RowIn<T, true> {
     const T* z;
     int z_width;
     __device__ __forceinline__ WithZ<T> held(int at) const {
         WithZ<T> v;
-        static_cast<Pack<T>&>(v) = load_streaming(x + at);
+        static_cast<Pack<T>&>(v) = RowIn<T, true>::held(at);
         v.z = load_pack(z + at, z_width);
         return v;
     }
-    __device__ __forceinline__ void keep(int, const WithZ<T>&) const {}
-    __device__ __forceinline__ Pack<T> vec(int at) const { return load_aligned(x + at); }
-    __device__ __forceinline__ T elem(int at) const { return x[at]; }
 };
 
 // Asks for the 128-byte line at p to be brought into L2 (prefetch.global.L2): no register waits for it.
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-// Pass 1's Source of the norm-first order where z is not held: x as RowIn's streaming loads, and z's line beside
-// each vector of x read asked into L2, so that pass 2's loads of z wait for L2, not for memory.
-template <typename T> struct XPrefetchZRow {
-    const T* x;
+// Pass 1's Source of the norm-first order where z is not held: x as RowIn reads it, and z's line beside each vector
+// of x read asked into L2, so that pass 2's loads of z wait for L2, not for memory.
+template <typename T> struct XPrefetchZRow : RowIn<T, true> {
     const T* z;
     __device__ __forceinline__ Pack<T> held(int at) const {
         prefetch_l2(z + at);
-        return load_streaming(x + at);
+        return RowIn<T, true>::held(at);
     }
-    __device__ __forceinline__ void keep(int, const Pack<T>&) const {}
     __device__ __forceinline__ Pack<T> vec(int at) const {
         prefetch_l2(z + at);
-        return load_aligned(x + at);
+        return RowIn<T, true>::vec(at);
     }
-    __device__ __forceinline__ T elem(int at) const { return x[at]; }
 };
 
 // Pass 1 of the norm-first order: z held beside x (HOLD_Z), or x alone with z prefetched into L2.
 template <typename T, bool HOLD_Z> struct NormFirstPass1 {
     using Held = WithZ<T>;
     __device__ __forceinline__ static XAndZRow<T> source(const T* x, const T* z, int z_width) {
-        return {x, z, z_width};
+        return {{x}, z, z_width};
     }
 };
 template <typename T> struct NormFirstPass1<T, false> {
     using Held = Pack<T>;
-    __device__ __forceinline__ static XPrefetchZRow<T> source(const T* x, const T* z, int) { return {x, z}; }
+    __device__ __forceinline__ static XPrefetchZRow<T> source(const T* x, const T* z, int) { return {{x}, z}; }
 };
 
 // for_each_out's body callback for the norm-first order: a held vector brings its z, a re-read one loads it (at
