@@ -209,10 +209,12 @@ __device__ __forceinline__ void gate_then_norm_row(T* out, const T* x, const T* 
         SumsOf<T, W, GatedRow<T>, decltype(body)>{at_out, body});
 }
 
-// At least one block per SM (the , 1): without it ptxas held the 1024-thread re-reading shape (CACHE 0) to 32
-// registers, two blocks' worth, and spilled (ptxas -v; tests/ops/gated_rms_norm compiles every variant).
+// 64 registers a thread in every shape: blocks of up to max_threads(held) threads, 1024 / that many per SM. The
+// gate makes the kernel issue-bound, so resident warps matter: held to 64, a many-row block of 128 threads runs
+// eight to an SM (six at the 77 ptxas takes unbounded). No variant spills at 64 (at 40, the many-row ones do;
+// ptxas -v; tests/ops/gated_rms_norm compiles every variant).
 template <typename T, int CACHE, int SPREAD, bool NORM_BEFORE_GATE, bool EARLY_WEIGHTS, bool ALIGNED, typename W = T>
-__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1) gated_rms_norm_kernel(
+__global__ void __launch_bounds__(max_threads(CACHE / SPREAD), 1024 / max_threads(CACHE / SPREAD)) gated_rms_norm_kernel(
     T* out, const T* x, const T* z, const W* __restrict__ weight, float epsilon, int group_size, int groups,
     long long x_stride, long long z_stride, long long out_stride) {
     begin_dependent_grid();
