@@ -11,8 +11,8 @@
 //
 // Rounding: as the peer's Triton kernel, everything is fp32 from the loads to the store: z's and x's values are
 // read as fp32, gx is never rounded to T, and the output is rounded to T once. Every product, sum and reciprocal
-// is one correctly rounded fp32 operation (__fmul_rn, __fadd_rn, __frcp_rn; no contraction), and gate_exp's
-// fused multiply-adds are explicit (__fmaf_rn). The peer's sigmoid evaluates exp through the hardware's
+// is one correctly rounded fp32 operation (__fmul_rn, __fadd_rn, reciprocal_in_range; no contraction), and
+// gate_exp's fused multiply-adds are explicit (__fmaf_rn). The peer's sigmoid evaluates exp through the hardware's
 // approximate exp2 (ex2.approx); gate_exp below builds exp from operations that round once each, so the numpy
 // twin (pyrms.ops.gated_rms_norm.twin) reproduces it bit for bit; results may differ from the peer's in the last
 // bits. The peer's own bias and its LayerNorm mode are not offered.
@@ -36,17 +36,17 @@
 
 namespace pyrms {
 
-// exp(a) for the sigmoid, from correctly rounded fp32 operations and fused multiply-adds (each one rounding;
-// pyrms.ops._fma_twin reproduces them in numpy): a is first clamped to [-86, 89] (fmaxf, then fminf: NaN becomes
-// -86, and the product with z keeps it NaN). Below -86, 1 + exp(a) is 1 in fp32 as it is from a < -17 on, so the
-// sigmoid is unchanged; from ln(FLT_MAX) ~ 88.72 up, 2^k * p overflows to inf, as exp(a) does. Then a = k ln2 + r:
-// k = round(a log2 e) by the 1.5 * 2^23 shifter (fmaf(a, log2 e, 1.5 * 2^23): the product unrounded, the sum
-// rounded to an integer, ties to even), r = a - k ln2 by Cody-Waite with ln2 in two parts (two fmaf), exp(r) by its
-// Taylor polynomial of degree 7 (Horner in fmaf; |r| <= ln2 / 2 + a little, truncation below 2^-26), and the
-// exact scaling by 2 * 2^(k - 1): k is in [-124, 128], so 2^(k - 1) is a normal float (the 2 is in the polynomial).
-// About half the instructions of the same polynomial without fma (the gate is most of the kernel's issue).
+// exp(a) for the sigmoid, for a <= 87 (silu below sets the sigmoid to 0 above), from correctly rounded fp32
+// operations and fused multiply-adds (each one rounding; pyrms.ops._fma_twin reproduces them in numpy): a is first
+// raised to -86 at least (fmaxf: NaN becomes -86, and the product with z keeps it NaN); below -86, 1 + exp(a) is 1
+// in fp32, as it is from a < -17 on, so the sigmoid is unchanged. Then a = k ln2 + r: k = round(a log2 e) by the
+// 1.5 * 2^23 shifter (fmaf(a, log2 e, 1.5 * 2^23): the product unrounded, the sum rounded to an integer, ties to
+// even), r = a - k ln2 by Cody-Waite with ln2 in two parts (two fmaf), exp(r) by its Taylor polynomial of degree 7
+// (Horner in fmaf; |r| <= ln2 / 2 + a little, truncation below 2^-26), and the exact scaling by 2 * 2^(k - 1): k is
+// in [-124, 126], so 2^(k - 1) is a normal float (the 2 is in the polynomial). About half the instructions of the
+// same polynomial without fma (the gate is most of the kernel's issue).
 __device__ __forceinline__ float gate_exp(float a) {
-    a = fminf(fmaxf(a, -86.0f), 89.0f);
+    a = fmaxf(a, -86.0f);
     const float shifted = __fmaf_rn(a, 0x1.715476p+0f, 0x1.8p+23f);  // log2 e; 1.5 * 2^23
     const float kf = __fsub_rn(shifted, 0x1.8p+23f);                   // exact
     const int k = __float_as_int(shifted) - 0x4b400000;                // 0x1.8p+23's bits
@@ -64,9 +64,22 @@ __device__ __forceinline__ float gate_exp(float a) {
     return __fmul_rn(p, __int_as_float((k + 126) << 23));
 }
 
-// silu(z) = z * (1 / (1 + exp(-z))), in fp32; the reciprocal correctly rounded (__frcp_rn: 1 / d's bits).
+// 1 / d correctly rounded, for d in [1, 2^126): the hardware's approximate reciprocal refined by one Newton step in
+// fmaf, which is the fast path of the compiler's own rcp.rn.f32 on sm_90 (that adds a range check and a slow path
+// for exponents outside this range, six instructions more an element).
+__device__ __forceinline__ float reciprocal_in_range(float d) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+}
+
+// silu(z) = z * sigmoid(z) in fp32, sigmoid(z) = 1 / (1 + exp(-z)), the reciprocal correctly rounded; 0 where
+// -z > 87 (there the sigmoid is below 1.7e-38, and silu(z) within 1e-35 of 0; silu(-inf) = -inf * 0 is NaN, as the
+// peer's Triton arithmetic gives).
 __device__ __forceinline__ float silu(float z) {
-    return __fmul_rn(z, __frcp_rn(__fadd_rn(1.0f, gate_exp(-z))));
+    const float a = -z;
+    const float sigmoid = reciprocal_in_range(__fadd_rn(1.0f, gate_exp(a)));
+    return __fmul_rn(z, a > 87.0f ? 0.0f : sigmoid);
 }
 
 // The N gated values x * silu(z) of one vector of x (xv) and of z at z + at (`width`-byte aligned).

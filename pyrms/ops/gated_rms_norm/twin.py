@@ -23,26 +23,29 @@ _TAYLOR = tuple(F32(float.fromhex(c)) for c in ("0x1.a01a02p-12", "0x1.6c16c2p-9
 
 
 def _gate_exp(a: np.ndarray) -> np.ndarray:
-    """gate_exp of the kernel, element by element: a clamped to [-86, 89] (np.fmax/np.fmin drop NaN as fmaxf and
-    fminf do), then p * 2^(k - 1) with p = 2 exp(r) (the Taylor coefficients doubled), each fused multiply-add rounded
-    once (fma32)."""
-    a = np.fmin(np.fmax(np.asarray(a, F32), F32(-86.0)), F32(89.0))
-    shifted = fma32(a, _LOG2E, _SHIFTER)
-    kf = shifted - _SHIFTER
-    k = shifted.view(np.int32) - np.int32(0x4B400000)
-    r = fma32(-kf, _LN2_LO, fma32(-kf, _LN2_HI, a))
-    p = np.full_like(r, _TAYLOR[0])
-    for c in _TAYLOR[1:]:
-        p = fma32(p, r, c)
-    with np.errstate(over="ignore"):
+    """gate_exp of the kernel, element by element: a raised to -86 at least (np.fmax drops NaN as fmaxf does),
+    then p * 2^(k - 1) with p = 2 exp(r) (the Taylor coefficients doubled), each fused multiply-add rounded once
+    (fma32). Meant for a <= 87; above, its values are not used."""
+    a = np.fmax(np.asarray(a, F32), F32(-86.0))
+    with np.errstate(over="ignore", invalid="ignore"):
+        shifted = fma32(a, _LOG2E, _SHIFTER)
+        kf = shifted - _SHIFTER
+        k = shifted.view(np.int32) - np.int32(0x4B400000)
+        r = fma32(-kf, _LN2_LO, fma32(-kf, _LN2_HI, a))
+        p = np.full_like(r, _TAYLOR[0])
+        for c in _TAYLOR[1:]:
+            p = fma32(p, r, c)
         return p * ((k + 126) << 23).astype(np.int32).view(F32)
 
 
 def silu_twin(z) -> np.ndarray:
-    """The kernel's silu in fp32, bit for bit: z * (1 / (1 + gate_exp(-z))), each operation rounded to fp32."""
+    """The kernel's silu in fp32, bit for bit: z * (1 / (1 + gate_exp(-z))), each operation rounded to fp32 (the
+    reciprocal correctly rounded, as the kernel's for 1 + exp(-z) below 2^126), the sigmoid 0 where -z > 87."""
     zf = np.asarray(z).astype(F32)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return zf * (F32(1.0) / (F32(1.0) + _gate_exp(-zf)))
+    a = -zf
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        sigmoid = np.where(a > F32(87.0), F32(0.0), F32(1.0) / (F32(1.0) + _gate_exp(a)))
+        return zf * sigmoid.astype(F32)
 
 
 def _weight(weight, hidden: int, dtype) -> np.ndarray:
