@@ -79,6 +79,27 @@ __device__ __forceinline__ ElementGrad element_grad(float x, float w, float dy, 
     return {__fmul_rn(st.inv, __fsub_rn(centered, __fmul_rn(x_hat, dot_mean))), __fmul_rn(dy, x_hat)};
 }
 
+// Columns q .. q + 3 of a body vector (a vector is made four columns at a time: fewer live registers): their dx
+// into out, and with P > 0 planes their parameter-gradient terms: plane 0 dy * x_hat (dy without a weight: dbias),
+// plane 1 dy. The rows and the staged kernels both make them here, then add the terms to their own running sums.
+template <int P, bool CENTERED, bool GEMMA, typename T, typename W, typename G>
+__device__ __forceinline__ void quad_grads(const Pack<T>& xv, const WeightVec<T, W>& w, const WeightVec<T, G>& dv,
+                                           const RowStats& st, float g_mean, float dot_mean, int q, Pack<T>& out,
+                                           float (&terms)[P > 0 ? P : 1][4]) {
+    constexpr bool WEIGHTED = !Weightless<W>::value;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float dyv = dv.at(q + j);
+        const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), w.at(q + j), dyv, st, g_mean,
+                                                            dot_mean);
+        out.e[q + j] = from_float<T>(e.dx);
+        if constexpr (P > 0) {
+            terms[0][j] = WEIGHTED ? e.dweight : dyv;
+            if constexpr (P == 2) terms[1][j] = dyv;
+        }
+    }
+}
+
 // The running sums of the columns thread t owns: a chunk's dweight (and dbias) partials, in
 // shared memory or directly in the workspace; float4 accesses for the 16-byte aligned body vectors.
 template <int P> struct ColumnSums {
@@ -300,19 +321,9 @@ __device__ __forceinline__ void norm_backward_rows(
                 const WeightVec<T, W> w = load_weights<T>(weight, at, 16);
                 Pack<T> out;
 #pragma unroll
-                for (int q = 0; q < N; q += 4) {  // four columns at a time: fewer live registers
+                for (int q = 0; q < N; q += 4) {
                     float terms[PS][4];
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const float dyv = dv.at(q + j);
-                        const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), w.at(q + j), dyv, st,
-                                                                            g_mean, dot_mean);
-                        out.e[q + j] = from_float<T>(e.dx);
-                        if constexpr (P > 0) {
-                            terms[0][j] = WEIGHTED ? e.dweight : dyv;
-                            if constexpr (P == 2) terms[1][j] = dyv;
-                        }
-                    }
+                    quad_grads<P, CENTERED, GEMMA>(xv, w, dv, st, g_mean, dot_mean, q, out, terms);
                     if constexpr (P > 0) sums.add4(at + q, terms);
                 }
                 store_pack(dx + at, out, dx_width);
@@ -638,7 +649,6 @@ __device__ __forceinline__ void norm_backward_staged(
     int rows_per_block, long long ws_stride, int fold, int dot_fold, int stages) {
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
     constexpr int N = Vec<T>::N;
-    constexpr bool WEIGHTED = !Weightless<W>::value;
     constexpr int P = param_planes<W, DBIAS>();
     __shared__ float scratch[4][32];
     extern __shared__ __align__(16) unsigned char staged_shared[];
@@ -790,46 +800,26 @@ __device__ __forceinline__ void norm_backward_staged(
             Pack<T> out;
 #pragma unroll
             for (int q = 0; q < N; q += 4) {
-                float terms[P > 0 ? P : 1][4];
+                float terms[PS][4];
+                quad_grads<P, CENTERED, GEMMA>(xv, wv, dv, st, g_mean, dot_mean, q, out, terms);
+                // Each plane's four running sums: from +0 at the chunk's first row, to the workspace row after its
+                // last; in between in held[k], or (HELD = 0) at a in shared memory.
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const float dyv = dv.at(q + j);
-                    const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), wv.at(q + j), dyv, st,
-                                                                        g_mean, dot_mean);
-                    out.e[q + j] = from_float<T>(e.dx);
-                    if constexpr (P > 0) {
-                        terms[0][j] = WEIGHTED ? e.dweight : dyv;
-                        if constexpr (P == 2) terms[1][j] = dyv;
-                    }
-                }
-                if constexpr (P > 0) {
-#pragma unroll
-                    for (int p = 0; p < P; ++p) {
-                        if constexpr (HELD > 0) {
-                            float4 s = chunk_start ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
-                                                   : make_float4(acc[p][q], acc[p][q + 1], acc[p][q + 2], acc[p][q + 3]);
-                            s.x = __fadd_rn(s.x, terms[p][0]);
-                            s.y = __fadd_rn(s.y, terms[p][1]);
-                            s.z = __fadd_rn(s.z, terms[p][2]);
-                            s.w = __fadd_rn(s.w, terms[p][3]);
-                            if (chunk_end) {
-                                *reinterpret_cast<float4*>(part + p * plane + at + q) = s;
-                            } else {
-                                acc[p][q] = s.x, acc[p][q + 1] = s.y, acc[p][q + 2] = s.z, acc[p][q + 3] = s.w;
-                            }
-                        } else {
-                            float4* a = reinterpret_cast<float4*>(sums + p * hidden + at + q);
-                            float4 s = chunk_start ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *a;
-                            s.x = __fadd_rn(s.x, terms[p][0]);
-                            s.y = __fadd_rn(s.y, terms[p][1]);
-                            s.z = __fadd_rn(s.z, terms[p][2]);
-                            s.w = __fadd_rn(s.w, terms[p][3]);
-                            if (chunk_end) {
-                                *reinterpret_cast<float4*>(part + p * plane + at + q) = s;
-                            } else {
-                                *a = s;
-                            }
-                        }
+                for (int p = 0; p < P; ++p) {
+                    float4* const a = reinterpret_cast<float4*>(sums + p * hidden + at + q);
+                    float4 s = chunk_start ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                               : HELD > 0  ? make_float4(acc[p][q], acc[p][q + 1], acc[p][q + 2], acc[p][q + 3])
+                                           : *a;
+                    s.x = __fadd_rn(s.x, terms[p][0]);
+                    s.y = __fadd_rn(s.y, terms[p][1]);
+                    s.z = __fadd_rn(s.z, terms[p][2]);
+                    s.w = __fadd_rn(s.w, terms[p][3]);
+                    if (chunk_end) {
+                        *reinterpret_cast<float4*>(part + p * plane + at + q) = s;
+                    } else if constexpr (HELD > 0) {
+                        acc[p][q] = s.x, acc[p][q + 1] = s.y, acc[p][q + 2] = s.z, acc[p][q + 3] = s.w;
+                    } else {
+                        *a = s;
                     }
                 }
             }
