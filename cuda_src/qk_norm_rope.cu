@@ -23,7 +23,8 @@
 // head_dim) as the row core's packed rows take (pyrms/ops/_row_plan.py's packed_shape), so the sum of squares is the RMSNorm row's tree for (dtype, head_dim,
 // alignment) with F = 32 (pyrms.reference's rms row twin gives the same inv_rms). Every body vector of a head
 // is one of its lanes' held vectors (the plan packs only such heads). In place: each lane computes all its
-// outputs (reading partners that other lanes own from memory) before the segment's __syncwarp, then stores.
+// outputs (reading partners that other lanes own from memory; NeoX's whole rotation of aligned heads pairs each
+// lane's own two vectors, from registers) before the segment's __syncwarp, then stores.
 //
 // KV_CACHE (vLLM's reshape_and_cache_flash after the op, in the same launch): each token's k and v heads are also
 // written into a paged cache, unless slot = slot_mapping[t] (int64) is negative (a padding token: its q and k are
@@ -76,6 +77,22 @@ struct Rotary {
         const float ac = __fmul_rn(a, cs[k]);
         const float bs = __fmul_rn(b, cs[half + k]);
         return first ? __fsub_rn(ac, bs) : __fadd_rn(ac, bs);
+    }
+    // c[j] = cos and s[j] = sin of frequency k + j, j < n (n a multiple of 4): 16-byte loads where the token's row
+    // allows them (a cache of 16-byte aligned rows), else one element at a time.
+    template <int n> __device__ __forceinline__ void cos_sin(int k, float (&c)[n], float (&s)[n]) const {
+        if (((reinterpret_cast<unsigned long long>(cs + k) | reinterpret_cast<unsigned long long>(cs + half + k)) & 15) == 0) {
+#pragma unroll
+            for (int j = 0; j < n; j += 4) {
+                const float4 cv = *reinterpret_cast<const float4*>(cs + k + j);
+                const float4 sv = *reinterpret_cast<const float4*>(cs + half + k + j);
+                c[j] = cv.x, c[j + 1] = cv.y, c[j + 2] = cv.z, c[j + 3] = cv.w;
+                s[j] = sv.x, s[j + 1] = sv.y, s[j + 2] = sv.z, s[j + 3] = sv.w;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < n; ++j) c[j] = cs[k + j], s[j] = cs[half + k + j];
+        }
     }
 };
 
@@ -151,8 +168,28 @@ __global__ void __launch_bounds__(QK_NORM_ROPE_THREADS, CACHE <= 2 ? 4 : 1) qk_n
     // ALIGNED: a vector's partners are one aligned vector (GPT-J: its own; NeoX: half away, when half is whole vectors)
     const bool whole = ALIGNED && (!IS_NEOX || (rot.half & (N - 1)) == 0);
     Pack<T> out[Shape::SLOTS];
+    // NeoX, whole vectors, and the rotation's half LANES vectors: the lane's two held vectors (held_vector: l and
+    // l + LANES) are each other's partners, so both rotate from registers (no partner loaded and normalized
+    // again), with one load of their frequencies' cos and sin. The same operations on the same values: the same bits.
+    bool paired = false;
+    if constexpr (IS_NEOX && Shape::HELD == 2 && Shape::POS == 2) {
+        paired = whole && rot.half == LANES * N;
+        if (paired) {
+            const int at = sh.held_vector(0) * N;  // whole: the row is all body (s.pre = 0); held[1] is at + half
+            const WeightVec<T, T> w0 = load_weights<T>(w, at, 16), w1 = load_weights<T>(w, at + rot.half, 16);
+            float c[N], sn[N];
+            rot.cos_sin(at, c, sn);
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                const float a0 = norm(to_float(held[0].e[j]), w0.at(j)), a1 = norm(to_float(held[1].e[j]), w1.at(j));
+                out[0].e[j] = from_float<T>(__fsub_rn(__fmul_rn(a0, c[j]), __fmul_rn(a1, sn[j])));
+                out[1].e[j] = from_float<T>(__fadd_rn(__fmul_rn(a1, c[j]), __fmul_rn(a0, sn[j])));
+            }
+        }
+    }
 #pragma unroll
     for (int k = 0; k < Shape::HELD; ++k) {
+        if (paired) break;
         const int at = s.pre + sh.held_vector(k) * N;
         if (sh.held_vector(k) >= s.vectors) continue;
         const WeightVec<T, T> wv = load_weights<T>(w, at, w_width);
