@@ -45,7 +45,7 @@ def silu_twin(z) -> np.ndarray:
     a = -zf
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         sigmoid = np.where(a > F32(87.0), F32(0.0), F32(1.0) / (F32(1.0) + _gate_exp(a)))
-        return zf * sigmoid.astype(F32)
+        return zf * sigmoid
 
 
 def _weight(weight, hidden: int, dtype) -> np.ndarray:
