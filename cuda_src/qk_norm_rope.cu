@@ -69,29 +69,53 @@ struct Rotary {
     template <bool IS_NEOX> __device__ __forceinline__ int partner(int i) const {
         return IS_NEOX ? (i < half ? i + half : i - half) : (i ^ 1);
     }
-    // out[i] of the comment above, in fp32, from a = a[i] and b = a[partner(i)] (b unused for i >= dim)
+    // out[i] of the comment above, in fp32, from a = a[i], b = a[partner(i)] and its frequency's cos c and sin s
+    static __device__ __forceinline__ float turn(bool first, float a, float b, float c, float s) {
+        const float ac = __fmul_rn(a, c);
+        const float bs = __fmul_rn(b, s);
+        return first ? __fsub_rn(ac, bs) : __fadd_rn(ac, bs);
+    }
+    // out[i], reading its frequency's cos and sin (b unused for i >= dim)
     template <bool IS_NEOX> __device__ __forceinline__ float rotate(int i, float a, float b) const {
         if (i >= dim) return a;
         const bool first = IS_NEOX ? i < half : (i & 1) == 0;
         const int k = IS_NEOX ? (first ? i : i - half) : i >> 1;
-        const float ac = __fmul_rn(a, cs[k]);
-        const float bs = __fmul_rn(b, cs[half + k]);
-        return first ? __fsub_rn(ac, bs) : __fadd_rn(ac, bs);
+        return turn(first, a, b, cs[k], cs[half + k]);
     }
-    // c[j] = cos and s[j] = sin of frequency k + j, j < n (n a multiple of 4): 16-byte loads where the token's row
-    // allows them (a cache of 16-byte aligned rows), else one element at a time.
+    // c[j] = cos and s[j] = sin of frequency k + j, j < n: 16-byte loads where n is a multiple of 4 and the token's
+    // row allows them (a cache of 16-byte aligned rows), else one element at a time.
     template <int n> __device__ __forceinline__ void cos_sin(int k, float (&c)[n], float (&s)[n]) const {
-        if (((reinterpret_cast<unsigned long long>(cs + k) | reinterpret_cast<unsigned long long>(cs + half + k)) & 15) == 0) {
+        if constexpr (n % 4 == 0) {
+            if (((reinterpret_cast<unsigned long long>(cs + k) | reinterpret_cast<unsigned long long>(cs + half + k)) &
+                 15) == 0) {
 #pragma unroll
-            for (int j = 0; j < n; j += 4) {
-                const float4 cv = *reinterpret_cast<const float4*>(cs + k + j);
-                const float4 sv = *reinterpret_cast<const float4*>(cs + half + k + j);
-                c[j] = cv.x, c[j + 1] = cv.y, c[j + 2] = cv.z, c[j + 3] = cv.w;
-                s[j] = sv.x, s[j + 1] = sv.y, s[j + 2] = sv.z, s[j + 3] = sv.w;
+                for (int j = 0; j < n; j += 4) {
+                    const float4 cv = *reinterpret_cast<const float4*>(cs + k + j);
+                    const float4 sv = *reinterpret_cast<const float4*>(cs + half + k + j);
+                    c[j] = cv.x, c[j + 1] = cv.y, c[j + 2] = cv.z, c[j + 3] = cv.w;
+                    s[j] = sv.x, s[j + 1] = sv.y, s[j + 2] = sv.z, s[j + 3] = sv.w;
+                }
+                return;
             }
-        } else {
+        }
 #pragma unroll
-            for (int j = 0; j < n; ++j) c[j] = cs[k + j], s[j] = cs[half + k + j];
+        for (int j = 0; j < n; ++j) c[j] = cs[k + j], s[j] = cs[half + k + j];
+    }
+    // out[at + j], j < n, of a whole vector inside the rotation (at + n <= dim; NeoX: in one half) from a[j] and
+    // b[j] = a[partner(at + j)]: its frequencies' cos and sin loaded once (GPT-J: each pair's)
+    template <bool IS_NEOX, int n> __device__ __forceinline__ void rotate_vector(int at, const float (&a)[n],
+                                                                               const float (&b)[n], float (&out)[n]) const {
+        if constexpr (IS_NEOX) {
+            const bool first = at < half;
+            float c[n], s[n];
+            cos_sin(first ? at : at - half, c, s);
+#pragma unroll
+            for (int j = 0; j < n; ++j) out[j] = turn(first, a[j], b[j], c[j], s[j]);
+        } else {
+            float c[n / 2], s[n / 2];
+            cos_sin(at >> 1, c, s);
+#pragma unroll
+            for (int j = 0; j < n; ++j) out[j] = turn((j & 1) == 0, a[j], b[j], c[j >> 1], s[j >> 1]);
         }
     }
 };
@@ -170,7 +194,7 @@ __global__ void __launch_bounds__(QK_NORM_ROPE_THREADS, CACHE <= 2 ? 4 : 1) qk_n
     Pack<T> out[Shape::SLOTS];
     // NeoX, whole vectors, and the rotation's half LANES vectors: the lane's two held vectors (held_vector: l and
     // l + LANES) are each other's partners, so both rotate from registers (no partner loaded and normalized
-    // again), with one load of their frequencies' cos and sin. The same operations on the same values: the same bits.
+    // again). The same operations on the same values: the same bits.
     bool paired = false;
     if constexpr (IS_NEOX && Shape::HELD == 2 && Shape::POS == 2) {
         paired = whole && rot.half == LANES * N;
@@ -178,12 +202,12 @@ __global__ void __launch_bounds__(QK_NORM_ROPE_THREADS, CACHE <= 2 ? 4 : 1) qk_n
             const int at = sh.held_vector(0) * N;  // whole: the row is all body (s.pre = 0); held[1] is at + half
             const WeightVec<T, T> w0 = load_weights<T>(w, at, 16), w1 = load_weights<T>(w, at + rot.half, 16);
             float c[N], sn[N];
-            rot.cos_sin(at, c, sn);
+            rot.cos_sin(at, c, sn);  // the pair's frequencies are the same
 #pragma unroll
             for (int j = 0; j < N; ++j) {
                 const float a0 = norm(to_float(held[0].e[j]), w0.at(j)), a1 = norm(to_float(held[1].e[j]), w1.at(j));
-                out[0].e[j] = from_float<T>(__fsub_rn(__fmul_rn(a0, c[j]), __fmul_rn(a1, sn[j])));
-                out[1].e[j] = from_float<T>(__fadd_rn(__fmul_rn(a1, c[j]), __fmul_rn(a0, sn[j])));
+                out[0].e[j] = from_float<T>(Rotary::turn(true, a0, a1, c[j], sn[j]));
+                out[1].e[j] = from_float<T>(Rotary::turn(false, a1, a0, c[j], sn[j]));
             }
         }
     }
@@ -208,8 +232,15 @@ __global__ void __launch_bounds__(QK_NORM_ROPE_THREADS, CACHE <= 2 ? 4 : 1) qk_n
 #pragma unroll
                 for (int j = 0; j < N; ++j) b[j] = a[j ^ 1];
             }
+            if (at + N <= rot.dim) {
+                float r[N];
+                rot.rotate_vector<IS_NEOX>(at, a, b, r);
 #pragma unroll
-            for (int j = 0; j < N; ++j) out[k].e[j] = from_float<T>(rot.rotate<IS_NEOX>(at + j, a[j], b[j]));
+                for (int j = 0; j < N; ++j) out[k].e[j] = from_float<T>(r[j]);
+            } else {  // past the rotation, or (GPT-J) across its end
+#pragma unroll
+                for (int j = 0; j < N; ++j) out[k].e[j] = from_float<T>(rot.rotate<IS_NEOX>(at + j, a[j], b[j]));
+            }
         } else {
 #pragma unroll
             for (int j = 0; j < N; ++j) out[k].e[j] = out_at(at + j, a[j]);
