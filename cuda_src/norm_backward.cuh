@@ -65,9 +65,9 @@ template <bool GEMMA> __device__ __forceinline__ float weighted(float w, float d
     return __fmul_rn(GEMMA ? __fadd_rn(1.0f, w) : w, dy);
 }
 
-// One element's dx and its dweight term dy * x_hat (its dbias term is dy itself).
+// One element's dx, its dweight term dy * x_hat (its dbias term is dy itself), and x_hat.
 struct ElementGrad {
-    float dx, dweight;
+    float dx, dweight, x_hat;
 };
 
 template <bool CENTERED, bool GEMMA>
@@ -76,23 +76,54 @@ __device__ __forceinline__ ElementGrad element_grad(float x, float w, float dy, 
     const float x_hat = normalized<CENTERED>(x, st);
     const float g = weighted<GEMMA>(w, dy);
     const float centered = CENTERED ? __fsub_rn(g, g_mean) : g;
-    return {__fmul_rn(st.inv, __fsub_rn(centered, __fmul_rn(x_hat, dot_mean))), __fmul_rn(dy, x_hat)};
+    return {__fmul_rn(st.inv, __fsub_rn(centered, __fmul_rn(x_hat, dot_mean))), __fmul_rn(dy, x_hat), x_hat};
 }
+
+// ---- Gates: what the gated RMSNorm's backward adds to the rows' passes ------------------------------------------
+//
+// A gate multiplies the row by silu(z) of a second operand z, before or after the norm (SiluGate,
+// gated_rms_norm_backward.cu). norm_backward_rows asks its Gate for each row's gate, row(r, w_phase): z's row (Z,
+// its element type: void where there is none, so that loading it loads nothing) and its load width at the weight's
+// split, and source(x), the statistics' row core Source; per element at(z), the gate's values there; value(x, a),
+// what is normalized (x, or x * silu(z)); grad(dy, a), g's upstream gradient (dy, or dy * silu(z)); out(e, x, dy,
+// w, a, dz): dx from e (what element_grad made of those two) and z's gradient into dz, stored by store_dz. NoGate,
+// RMSNorm's and LayerNorm's, has no z and makes each of them the identity: their code is as without a gate.
+struct NoGate {
+    struct At {};
+    struct Row {
+        using Z = void;
+        static constexpr bool ON = false;
+        const void* z = nullptr;
+        int z_width = 16;
+        template <typename T> __device__ __forceinline__ RowIn<T, false> source(const T* x) const { return {x}; }
+        __device__ __forceinline__ At at(float) const { return {}; }
+        __device__ __forceinline__ float value(float x, At) const { return x; }
+        __device__ __forceinline__ float grad(float dy, At) const { return dy; }
+        __device__ __forceinline__ float out(const ElementGrad& e, float, float, float, At, float&) const { return e.dx; }
+        template <typename V> __device__ __forceinline__ void store_dz(int, const V&) const {}
+    };
+    __device__ __forceinline__ Row row(int, int) const { return {}; }
+};
 
 // Columns q .. q + 3 of a body vector (a vector is made four columns at a time: fewer live registers): their dx
 // into out, and with P > 0 planes their parameter-gradient terms: plane 0 dy * x_hat (dy without a weight: dbias),
 // plane 1 dy. The rows and the staged kernels both make them here, then add the terms to their own running sums.
-template <int P, bool CENTERED, bool GEMMA, typename T, typename W, typename G>
+// A gate's row gr (gated RMSNorm's): z's columns zv, and z's gradient into *dz.
+template <int P, bool CENTERED, bool GEMMA, typename T, typename W, typename G, typename GR = NoGate::Row>
 __device__ __forceinline__ void quad_grads(const Pack<T>& xv, const WeightVec<T, W>& w, const WeightVec<T, G>& dv,
                                            const RowStats& st, float g_mean, float dot_mean, int q, Pack<T>& out,
-                                           float (&terms)[P > 0 ? P : 1][4]) {
+                                           float (&terms)[P > 0 ? P : 1][4], const GR& gr = GR{},
+                                           const WeightVec<T, typename GR::Z>& zv = {}, Pack<T>* dz = nullptr) {
     constexpr bool WEIGHTED = !Weightless<W>::value;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        const float dyv = dv.at(q + j);
-        const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(xv.e[q + j]), w.at(q + j), dyv, st, g_mean,
+        const float dyv = dv.at(q + j), xj = to_float(xv.e[q + j]);
+        const auto a = gr.at(zv.at(q + j));
+        const ElementGrad e = element_grad<CENTERED, GEMMA>(gr.value(xj, a), w.at(q + j), gr.grad(dyv, a), st, g_mean,
                                                             dot_mean);
-        out.e[q + j] = from_float<T>(e.dx);
+        float dzj = 0.0f;
+        out.e[q + j] = from_float<T>(gr.out(e, xj, dyv, w.at(q + j), a, dzj));
+        if constexpr (GR::ON) dz->e[q + j] = from_float<T>(dzj);
         if constexpr (P > 0) {
             terms[0][j] = WEIGHTED ? e.dweight : dyv;
             if constexpr (P == 2) terms[1][j] = dyv;
@@ -205,13 +236,18 @@ __device__ __forceinline__ void for_owned_columns(const RowSplit& ws, int hidden
 }
 
 // SUMS = false: dx alone, no parameter-gradient terms (norm_backward_few sums them from the rows themselves).
-template <typename T, int V, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G, bool SUMS = true>
+// Gate: NoGate, or gated RMSNorm's (see Gates above; rows re-read, V = 0).
+template <typename T, int V, bool CENTERED, bool GEMMA, typename W, bool DBIAS, typename G, bool SUMS = true,
+          typename Gate = NoGate>
 __device__ __forceinline__ void norm_backward_rows(
     T* grad_input, float* partials, const G* grad_output, const T* input, const W* __restrict__ weight,
     const float* __restrict__ mean, const float* __restrict__ rstd, float epsilon, int rows, int hidden,
     long long grad_input_stride, long long grad_output_stride, long long input_stride, int chunk_rows,
-    int rows_per_block, long long ws_stride, int sums_in_shared, int fold) {
+    int rows_per_block, long long ws_stride, int sums_in_shared, int fold, const Gate& gate = Gate{}) {
     static_assert(!(GEMMA && Weightless<W>::value), "gemma scales by 1 + weight: it needs a weight");
+    using GateRow = decltype(gate.row(0, 0));
+    using Z = typename GateRow::Z;
+    static_assert(!GateRow::ON || V == 0, "a gated row is re-read (its source's values are not x's)");
     constexpr int N = Vec<T>::N;
     constexpr bool WEIGHTED = !Weightless<W>::value;
     constexpr int P = SUMS ? param_planes<W, DBIAS>() : 0;  // parameter gradients summed over rows: dweight, dbias
@@ -246,11 +282,12 @@ __device__ __forceinline__ void norm_backward_rows(
             const T* x = input + static_cast<long long>(r) * input_stride;
             const G* dy = grad_output + static_cast<long long>(r) * grad_output_stride;
             T* dx = grad_input + static_cast<long long>(r) * grad_input_stride;
+            const GateRow gr = gate.row(r, w_phase);
 
             // (1) statistics; xc holds the thread's body vectors of x's own split.
             const RowSplit xs = split_row(x, hidden);
-            const RowIn<T, false> src{x};
-            load_held(sh, xs, src, xc);
+            const auto src = gr.source(x);
+            if constexpr (V > 0) load_held(sh, xs, src, xc);
             // Given the forward's statistics (the same tree's): no sums to make for them.
             const bool saved = rstd != nullptr;
             const RowStats st = saved ? RowStats{CENTERED ? mean[r] : 0.0f, rstd[r]}
@@ -263,19 +300,21 @@ __device__ __forceinline__ void norm_backward_rows(
             const int dy_width = load_width<G>((vec_phase<G, N>(dy) - w_phase) & (N - 1));
             // The row core's tree: each body vector's terms summed into a partial, added to the thread's sum.
             float dot = 0.0f, g_sum = 0.0f;
-            auto add = [&](float& dot_acc, float& g_acc, float xv, float wv, float dyv) {
-                const float g = weighted<GEMMA>(wv, dyv);
-                dot_acc = __fadd_rn(dot_acc, __fmul_rn(normalized<CENTERED>(xv, st), g));
+            auto add = [&](float& dot_acc, float& g_acc, float xv, float wv, float dyv, float zv) {
+                const auto a = gr.at(zv);
+                const float g = weighted<GEMMA>(wv, gr.grad(dyv, a));
+                dot_acc = __fadd_rn(dot_acc, __fmul_rn(normalized<CENTERED>(gr.value(xv, a), st), g));
                 if (CENTERED) g_acc = __fadd_rn(g_acc, g);
             };
-            auto add_vector = [&](const Pack<T>& xv, const WeightVec<T, W>& w, const WeightVec<T, G>& dv) {
+            auto add_vector = [&](const Pack<T>& xv, const WeightVec<T, W>& w, const WeightVec<T, G>& dv,
+                                  const WeightVec<T, Z>& zv) {
                 float dot_p = 0.0f, g_p = 0.0f;
 #pragma unroll
-                for (int j = 0; j < N; ++j) add(dot_p, g_p, to_float(xv.e[j]), w.at(j), dv.at(j));
+                for (int j = 0; j < N; ++j) add(dot_p, g_p, to_float(xv.e[j]), w.at(j), dv.at(j), zv.at(j));
                 dot = __fadd_rn(dot, dot_p);
                 if (CENTERED) g_sum = __fadd_rn(g_sum, g_p);
             };
-            if (t < ws.pre) add(dot, g_sum, to_float(x[t]), weight_at(weight, t), to_float(dy[t]));
+            if (t < ws.pre) add(dot, g_sum, to_float(x[t]), weight_at(weight, t), to_float(dy[t]), weight_at(gr.z, t));
 #pragma unroll
             for (int k = 0; k < V; ++k) {
                 const int i = t + k * B;
@@ -284,16 +323,17 @@ __device__ __forceinline__ void norm_backward_rows(
                     // xc[k] is already this vector where x shares the weight's phase and the block is the fold
                     if (rel_x != 0 || fold != B) xc[k] = load_pack(x + at, x_width);
                     dyc[k] = load_weights<T>(dy, at, dy_width);
-                    add_vector(xc[k], load_weights<T>(weight, at, 16), dyc[k]);
+                    add_vector(xc[k], load_weights<T>(weight, at, 16), dyc[k], load_weights<T>(gr.z, at, gr.z_width));
                 }
             }
             for (int i = t + V * B; i < ws.vectors; i += B) {
                 const int at = ws.pre + i * N;
-                add_vector(load_pack(x + at, x_width), load_weights<T>(weight, at, 16), load_weights<T>(dy, at, dy_width));
+                add_vector(load_pack(x + at, x_width), load_weights<T>(weight, at, 16), load_weights<T>(dy, at, dy_width),
+                           load_weights<T>(gr.z, at, gr.z_width));
             }
             if (ws.tail + t < hidden) {
                 const int at = ws.tail + t;
-                add(dot, g_sum, to_float(x[at]), weight_at(weight, at), to_float(dy[at]));
+                add(dot, g_sum, to_float(x[at]), weight_at(weight, at), to_float(dy[at]), weight_at(gr.z, at));
             }
             // RMSNorm's stats used scratch[0], LayerNorm's scratch[0] then [1]: keep alternating (block_sum
             // needs a barrier before its scratch is reused); RMSNorm's one sum with a saved rstd, by the row's
@@ -306,10 +346,13 @@ __device__ __forceinline__ void norm_backward_rows(
             // (3) dx, and the running parameter-gradient sums.
             const int dx_width = load_width<T>((vec_phase(dx) - w_phase) & (N - 1));
             auto scalar = [&](int at) {
-                const float dyv = to_float(dy[at]);
-                const ElementGrad e = element_grad<CENTERED, GEMMA>(to_float(x[at]), weight_at(weight, at), dyv, st,
-                                                                    g_mean, dot_mean);
-                dx[at] = from_float<T>(e.dx);
+                const float dyv = to_float(dy[at]), xv = to_float(x[at]), wv = weight_at(weight, at);
+                const auto a = gr.at(weight_at(gr.z, at));
+                const ElementGrad e = element_grad<CENTERED, GEMMA>(gr.value(xv, a), wv, gr.grad(dyv, a), st, g_mean,
+                                                                    dot_mean);
+                float dz = 0.0f;
+                dx[at] = from_float<T>(gr.out(e, xv, dyv, wv, a, dz));
+                gr.store_dz(at, dz);
                 if constexpr (P > 0) {
                     float terms[P];
                     terms[0] = WEIGHTED ? e.dweight : dyv;  // plane 0: dweight, or dbias without a weight
@@ -319,14 +362,16 @@ __device__ __forceinline__ void norm_backward_rows(
             };
             auto vector = [&](int at, const Pack<T>& xv, const WeightVec<T, G>& dv) {
                 const WeightVec<T, W> w = load_weights<T>(weight, at, 16);
-                Pack<T> out;
+                const WeightVec<T, Z> zv = load_weights<T>(gr.z, at, gr.z_width);
+                Pack<T> out, dz;
 #pragma unroll
                 for (int q = 0; q < N; q += 4) {
                     float terms[PS][4];
-                    quad_grads<P, CENTERED, GEMMA>(xv, w, dv, st, g_mean, dot_mean, q, out, terms);
+                    quad_grads<P, CENTERED, GEMMA>(xv, w, dv, st, g_mean, dot_mean, q, out, terms, gr, zv, &dz);
                     if constexpr (P > 0) sums.add4(at + q, terms);
                 }
                 store_pack(dx + at, out, dx_width);
+                gr.store_dz(at, dz);
             };
             if (t < ws.pre) scalar(t);
 #pragma unroll

@@ -181,10 +181,11 @@ def test_every_unit_counts():
     # per dtype, gemma, is_neox and kv_cache (3 x 2 x 2 x 2; kv_cache's holds both cache dtypes). layer_norm_quant
     # (layer_norm.cu too): per dtype, output dtype (3), weight kind (3 for 2-byte dtypes, 2 for fp32), bias and
     # round_input: 3 x 8 x 2 x 2 = 96. gated_rms_norm: one per dtype, norm_before_gate and weight kind (2 x 2 x 3 +
-    # 2 x 2 for fp32, which has no fp32 weight kind).
+    # 2 x 2 for fp32, which has no fp32 weight kind); its backward one per dtype and weight kind (both orders in each).
     assert by_source == {"rms_norm.cu": 92, "fused_add_rms_norm.cu": 86, "layer_norm.cu": 28 + 96,
                          "layer_norm_backward.cu": 8, "rms_norm_backward.cu": 8, "seed_rms_norm.cu": 2, "rms_norm_quant.cu": 288,
-                         "static_quant.cu": 9, "dynamic_quant.cu": 9, "qk_norm_rope.cu": 24, "gated_rms_norm.cu": 16}
+                         "static_quant.cu": 9, "dynamic_quant.cu": 9, "qk_norm_rope.cu": 24, "gated_rms_norm.cu": 16,
+                         "gated_rms_norm_backward.cu": 8}
     assert "rms_norm_quant.cu rms_norm_group_quant_kernel bfloat16 float8_e4m3fn per_group" in {u.label for u in units}
     assert "rms_norm_quant.cu fused_add_rms_norm_quant_kernel float16 int8 per_token norm_out fp32_sum" in \
         {u.label for u in units}

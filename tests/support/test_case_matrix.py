@@ -85,15 +85,15 @@ def test_deterministic_and_counted():
         "rms_norm": 1054, "rms_norm_nd": 138, "fused_add_rms_norm": 973, "layer_norm": 1414,
         "rms_norm_backward": 882, "layer_norm_backward": 938, "rms_norm_quant": 603,
         "fused_add_rms_norm_quant": 807, "layer_norm_quant": 280, "seed_rms_norm": 6, "static_quant": 234,
-        "dynamic_quant": 411, "qk_norm_rope": 358, "gated_rms_norm": 700}
+        "dynamic_quant": 411, "qk_norm_rope": 358, "gated_rms_norm": 700, "gated_rms_norm_backward": 670}
     # the quantizing ops' offsets are all 1 or VEC-1 (132 of their cases with a norm_out), and so are the 238
     # mixed-dtype cases' (an fp32 out at 7); static_quant's quick cases: its offsets 0, 1 and VEC-1 (156), and
     # dynamic_quant's (267); the backward's 112 fp32-weight cases (a weight at 0 or VEC-1); 140 of the 182
     # RMSNorm-with-a-bias cases (14 of them among the 238); qk_norm_rope's 251 (its qkv at 0, 1 and VEC-1, the other
     # operands' offsets as they are; 95 of its 102 KV cache cases, an fp8 cache's offsets past VEC-1 left out);
     # layer_norm_quant's 280 (its offsets all 1 or VEC-1); gated_rms_norm's 482 (its x at 0, 1 and VEC-1, z and out
-    # at 1 and VEC-1, all but the fp32 weight at 3)
-    assert len(_all_sanitize(quick=True)) == 2355 + 1410 + 238 + 156 + 267 + 112 + 126 + 251 + 280 + 482
+    # at 1 and VEC-1, all but the fp32 weight at 3); gated_rms_norm_backward's 452 (its x at 0, 1 and VEC-1)
+    assert len(_all_sanitize(quick=True)) == 2355 + 1410 + 238 + 156 + 267 + 112 + 126 + 251 + 280 + 482 + 452
     assert sum(c.option("out_kind") == "float32" or (c.op == "layer_norm" and c.option("weight") == "float32")
                for c in _all_sanitize()) == 238
     assert sum(c.option("rms") or c.option("rms_bias") for c in _all_sanitize()) == 182

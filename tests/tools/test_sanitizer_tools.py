@@ -94,8 +94,8 @@ def test_shards_partition_the_matrix(sanitize_all):
     # the backward's fp32 weight's (2 ops x 2 dtypes x 7 hidden sizes x 2 layouts x 2 grad_output dtypes), 182
     # RMSNorm with a bias (3 dtypes x 7 hidden sizes x 5 forward and 3 backward cases, and 2 x 7 with fp32 parameters),
     # 358 qk_norm_rope's (102 of them with the KV cache: 3 dtypes x 34), 280 layer_norm_quant's (3 dtypes x 7
-    # hidden sizes x 2 shapes x 7 cases, 6 for fp32), 411 dynamic_quant's, 700 gated_rms_norm's.
-    assert len(everything) == len(set(everything)) == 7305 + 102 + 280 + 411 + 700
+    # hidden sizes x 2 shapes x 7 cases, 6 for fp32), 411 dynamic_quant's, 700 gated_rms_norm's, 670 its backward's.
+    assert len(everything) == len(set(everything)) == 7305 + 102 + 280 + 411 + 700 + 670
     for shard in shards:  # interleaved: every process gets some of each family op, not one op's slow cases
         assert {op for op, _ in shard} >= set(sanitize_all.OPS) - {"seed_rms_norm"}
 

@@ -1,9 +1,10 @@
-"""gated_rms_norm's registry entry: one compile unit per (dtype, norm_before_gate, weight kind), every launch shape
-of the row core (so a unit does not depend on hidden_size or group_size)."""
+"""gated_rms_norm's registry entries, forward and backward: the forward's one compile unit per (dtype,
+norm_before_gate, weight kind), every launch shape of the row core (so a unit does not depend on hidden_size or
+group_size); the backward's one per (dtype, weight kind), both orders and the sums over rows."""
 from __future__ import annotations
 
 from .._spec import COMMON_CASE_OPTIONS, Inspect, OpSpec, Unit, row_labels, weight_options
-from .plan import GatedRmsNormPlan, plan_gated_rms_norm
+from .plan import GatedRmsNormBackwardPlan, GatedRmsNormPlan, plan_gated_rms_norm, plan_gated_rms_norm_backward
 
 
 def _option_sets(dt) -> list[dict]:
@@ -31,4 +32,31 @@ GATED_RMS_NORM = OpSpec(
     bench="pyrms.ops.gated_rms_norm.bench", check="row", operands=_operands,
     case_options=COMMON_CASE_OPTIONS + ("variant", "norm_before_gate", "group_size", "specials"))
 
-SPECS = (GATED_RMS_NORM,)
+
+
+def _backward_option_sets(dt) -> list[dict]:
+    return [dict(weight_dtype=w) for w in weight_options(dt)]
+
+
+def _backward_unit(dt, hidden, *, weight_dtype=None, norm_before_gate=False) -> Unit:
+    # both orders compile together: norm_before_gate does not change the unit
+    p = plan_gated_rms_norm_backward(dt, hidden, hidden, weight_dtype=weight_dtype)
+    label, _ = row_labels(dt, {}, weight_dtype, None)
+    return Unit(p.source, p.group, f"{p.source} {dt.name}{label}")
+
+
+def _backward_operands(*, weight=True, **_):
+    # grad_output, x, z and the gradients grad_x, grad_z [tokens, hidden], each its own row stride; the weight and
+    # grad_weight [hidden]
+    return ("grad_output", "x", "z", "grad_x", "grad_z"), ("weight", "grad_weight") * weight
+
+
+GATED_RMS_NORM_BACKWARD = OpSpec(
+    name="gated_rms_norm_backward", module="pyrms.ops.gated_rms_norm.backward",
+    source=GatedRmsNormBackwardPlan.source, plan=GatedRmsNormBackwardPlan, own_flags=(),
+    option_sets=_backward_option_sets, unit=_backward_unit, inspect=None,
+    twin=None,  # its twin is in the forward's module (gated_rms_norm_backward_twin)
+    check="gated_backward", operands=_backward_operands,
+    case_options=COMMON_CASE_OPTIONS + ("norm_before_gate", "group_size", "specials"))
+
+SPECS = (GATED_RMS_NORM, GATED_RMS_NORM_BACKWARD)

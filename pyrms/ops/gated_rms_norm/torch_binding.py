@@ -1,24 +1,29 @@
-"""gated_rms_norm for PyTorch: the custom op ``torch.ops.pyrms.gated_rms_norm`` (a new output; its fake checks
-dtypes and shapes only), its eager launch on torch tensors, and the user function ``pyrms.torch.gated_rms_norm``.
+"""gated_rms_norm for PyTorch: the custom ops ``torch.ops.pyrms.gated_rms_norm`` and its backward
+``torch.ops.pyrms.gated_rms_norm_backward`` (new outputs; their fakes check dtypes and shapes only), their eager
+launches on torch tensors, the autograd that joins them, and the user function ``pyrms.torch.gated_rms_norm``.
 
 Imports torch: only pyrms.torch imports this module (the registry names it, ``OpSpec.torch``).
 
     torch.ops.pyrms.gated_rms_norm(x, z, weight?, eps, group_size?, norm_before_gate) -> Tensor
+    torch.ops.pyrms.gated_rms_norm_backward(grad, x, z, weight?, eps, group_size?, norm_before_gate)
+        -> (grad_x, grad_z, grad_weight)
 
-The forward is pyrms's kernel; the backward is the formula's gradient in torch ops, in fp32 (_grads): no pyrms
-backward kernel yet, so the gradients are not bit-reproducible across batches as the forward is. No
-``from __future__ import annotations`` here: torch infers the op's schema from the annotations as objects.
+Both are pyrms's kernels, so the gradients are bit-reproducible across batches as the forward is. grad_weight is an
+empty tensor without a weight (a custom op's tensor outputs cannot be None); autograd then gets None for it. No
+``from __future__ import annotations`` here: torch infers the ops' schemas from the annotations as objects.
 """
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from ...torch._layout import check_device, check_meta, current_stream, dtype_name, empty_rows_like, rows_of
+from ...torch._layout import (check_device, check_meta, current_stream, dtype_name, empty_rows_like,
+                              parameter_grad_like, rows_of)
 from ...torch._routing import dispatch_modes as _dispatch_modes
 from ...torch._routing import records as _records
+from .backward import gated_rms_norm_backward as _gated_rms_norm_backward
 from .op import gated_rms_norm as _gated_rms_norm
-from .plan import group_size_arg
+from .plan import group_size_arg, plan_gated_rms_norm_backward
 
 __all__ = ["gated_rms_norm"]
 
@@ -70,32 +75,63 @@ def _(x, z, weight, eps, group_size, norm_before_gate):
     return empty_rows_like(x)
 
 
-def _grads(grad: Tensor, x: Tensor, z: Tensor, weight: Optional[Tensor], eps: float, group_size: Optional[int],
-           norm_before_gate: bool) -> tuple:
-    """(dx, dz, dweight) of the forward's formula in fp32, each in its input's dtype (dweight None without a weight).
-    Per group, with s = silu(z), v = x (or x * s with the gate first), r = 1 / sqrt(mean(v^2) + eps), n = v * r:
-    dv = r * (dn - n * mean(dn * n)) where dn = dy * w (* s, norm first) is the gradient reaching n; then
-    norm first: dx = dv, ds = dy * n * w, dw = sum over rows of dy * n * s; gate first: dx = dv * s, ds = dv * x,
-    dw = sum of dy * n; and dz = ds * silu'(z), silu'(z) = sigmoid(z) * (1 + z * (1 - sigmoid(z)))."""
+def _check_backward_meta(grad: Tensor, x: Tensor, z: Tensor, weight: Optional[Tensor],
+                         group_size: Optional[int]) -> str:
+    """_check_meta's, and grad of x's shape and dtype."""
+    name = _check_meta(x, z, weight, group_size)
+    check_meta(x, {}, {"grad": grad})
+    return name
+
+
+def _backward_outputs(x: Tensor, weight: Optional[Tensor]) -> tuple:
+    """(grad_x, grad_z, grad_weight): rows like x, and the weight's [hidden] of its dtype (empty without one)."""
+    return (empty_rows_like(x), empty_rows_like(x),
+            parameter_grad_like(x, weight is not None, None if weight is None else weight.dtype))
+
+
+def backward_launch(grad: Tensor, x: Tensor, z: Tensor, weight: Optional[Tensor], eps: float,
+                    group_size: Optional[int], norm_before_gate: bool) -> tuple:
+    """(grad_x, grad_z, grad_weight) of gated_rms_norm (pyrms.gated_rms_norm_backward's arithmetic), on torch's
+    current stream, its workspace from torch's caching allocator on that stream; grad_weight empty without a
+    weight, zeros for an empty batch."""
+    dtype = _check_backward_meta(grad, x, z, weight, group_size)
+    device = check_device({"grad": grad, "x": x, "z": z, "weight": weight})
     hidden = x.shape[-1]
+    rows = x.numel() // hidden if hidden else 0
+    grad_x, grad_z, grad_weight = _backward_outputs(x, weight)
+    if rows == 0:
+        grad_weight.zero_()
+        return grad_x, grad_z, grad_weight
     gs = _group_size(group_size, hidden)
-    xf, zf, dy = (t.reshape(-1, hidden).float() for t in (x, z, grad))
-    wf = 1.0 if weight is None else weight.float()
-    sg = torch.sigmoid(zf)
-    s = zf * sg
-    v = (xf if norm_before_gate else xf * s).reshape(-1, hidden // gs, gs)
-    r = torch.rsqrt(v.square().mean(-1, keepdim=True) + eps)
-    n = v * r
-    dn = (dy * wf * s if norm_before_gate else dy * wf).reshape(-1, hidden // gs, gs)
-    dv = (r * (dn - n * (dn * n).mean(-1, keepdim=True))).reshape(-1, hidden)
-    n = n.reshape(-1, hidden)
-    if norm_before_gate:
-        dx, ds, dw = dv, dy * n * wf, dy * n * s
-    else:
-        dx, ds, dw = dv * s, dv * xf, dy * n
-    dz = ds * (sg * (1.0 + zf * (1.0 - sg)))
-    dweight = None if weight is None else dw.sum(0).to(weight.dtype)
-    return dx.reshape(x.shape).to(x.dtype), dz.reshape(z.shape).to(z.dtype), dweight
+    weight_dtype = None if weight is None else dtype_name(weight.dtype, "weight")
+    nbytes = plan_gated_rms_norm_backward(dtype, hidden, gs, norm_before_gate=norm_before_gate,
+                                          weight_dtype="none" if weight is None else weight_dtype).workspace_bytes(rows)
+    # freed when this call returns: torch reuses it only for work queued after the kernels on this stream
+    ws = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if nbytes else None
+    (x_rows, x_stride), (z_rows, z_stride), (g_rows, g_stride) = rows_of(x), rows_of(z), rows_of(grad)
+    _gated_rms_norm_backward(grad_x.data_ptr(), grad_z.data_ptr(), None if weight is None else grad_weight.data_ptr(),
+                             g_rows.data_ptr(), x_rows.data_ptr(), z_rows.data_ptr(),
+                             None if weight is None else weight.data_ptr(), float(eps), group_size=gs,
+                             norm_before_gate=norm_before_gate, num_tokens=rows, hidden_size=hidden, dtype=dtype,
+                             grad_x_stride=hidden, grad_z_stride=hidden, grad_output_stride=g_stride,
+                             x_stride=x_stride, z_stride=z_stride, weight_dtype=weight_dtype,
+                             workspace=None if ws is None else ws.data_ptr(), stream=current_stream(device))
+    return grad_x, grad_z, grad_weight
+
+
+@torch.library.custom_op("pyrms::gated_rms_norm_backward", mutates_args=())
+def gated_rms_norm_backward_op(grad: Tensor, x: Tensor, z: Tensor, weight: Optional[Tensor], eps: float,
+                               group_size: Optional[int], norm_before_gate: bool) -> tuple[Tensor, Tensor, Tensor]:
+    return backward_launch(grad, x, z, weight, eps, group_size, norm_before_gate)
+
+
+@gated_rms_norm_backward_op.register_fake
+def _(grad, x, z, weight, eps, group_size, norm_before_gate):
+    _check_backward_meta(grad, x, z, weight, group_size)
+    return _backward_outputs(x, weight)
+
+
+_GATED_RMS_NORM_BACKWARD = torch.ops.pyrms.gated_rms_norm_backward.default
 
 
 def _save(ctx, inputs, output) -> None:
@@ -106,7 +142,8 @@ def _save(ctx, inputs, output) -> None:
 
 def _backward(ctx, grad):
     x, z, weight = ctx.saved_tensors
-    return (*_grads(grad, x, z, weight, *ctx.options), None, None, None)
+    grad_x, grad_z, grad_weight = _GATED_RMS_NORM_BACKWARD(grad, x, z, weight, *ctx.options)
+    return grad_x, grad_z, None if weight is None else grad_weight, None, None, None
 
 
 gated_rms_norm_op.register_autograd(_backward, setup_context=_save)
@@ -123,8 +160,9 @@ def gated_rms_norm(x: Tensor, z: Tensor, weight: Optional[Tensor] = None, eps: f
 
     ``x``, ``z``: CUDA tensors [..., hidden] of one dtype (bfloat16, float16 or float32); ``weight``: [hidden] of
     x's dtype or float32, or None; ``group_size``: None (the whole row) or a divisor of hidden. Differentiable in
-    x, z and the weight: the backward is the formula's gradient in torch ops, in fp32 (pyrms has no backward kernel
-    for it yet). Under torch.compile it is the custom op ``torch.ops.pyrms.gated_rms_norm``.
+    x, z and the weight: the backward is pyrms's kernel (``pyrms.gated_rms_norm_backward``'s arithmetic, the
+    weight's gradient summed in a fixed order: bitwise the same for every batch split). Under torch.compile both are
+    the custom ops ``torch.ops.pyrms.gated_rms_norm`` and ``torch.ops.pyrms.gated_rms_norm_backward``.
     """
     if torch.compiler.is_compiling() or _dispatch_modes() or _records(x, weight, z):
         return _GATED_RMS_NORM(x, z, weight, float(eps), group_size, norm_before_gate)

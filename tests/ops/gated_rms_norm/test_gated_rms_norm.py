@@ -234,14 +234,14 @@ def _check_kernels(dtypes_, tmp_path, monkeypatch, every_weight=True):
 
 
 def gate_lines() -> set:
-    """The source lines of gate_exp's and reciprocal_in_range's bodies in gated_rms_norm.cu (the functions that
-    fuse multiply-adds)."""
-    lines = compiler.read_source("gated_rms_norm.cu").splitlines()
+    """The source lines of gate_exp's and reciprocal_in_range's bodies in gate.cuh (the functions that fuse
+    multiply-adds)."""
+    lines = compiler.read_source("gate.cuh").splitlines()
     found = set()
     for head in ("float gate_exp(float a)", "float reciprocal_in_range(float d)"):
         first = next(i for i, line in enumerate(lines, 1) if head in line)
         last = next(i for i, line in enumerate(lines, 1) if i > first and line == "}")
-        found |= {("gated_rms_norm.cu", i) for i in range(first, last + 1)}
+        found |= {("gate.cuh", i) for i in range(first, last + 1)}
     return found
 
 

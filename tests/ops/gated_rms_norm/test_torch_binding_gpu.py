@@ -1,10 +1,11 @@
 """pyrms.torch.gated_rms_norm on the GPU: eagerly and under torch.compile(fullgraph=True) (the custom op
 torch.ops.pyrms.gated_rms_norm), the twin's bits on a strided x, both orders, groups, an fp32 weight and none; its
-fake refuses bad shapes; the gradients (the backward in torch ops) against float64 autograd, eager and compiled."""
+fake refuses bad shapes; the gradients (pyrms's backward kernel, torch.ops.pyrms.gated_rms_norm_backward) the
+backward twin's bits and within rounding of float64 autograd, eager and compiled; opcheck of both ops."""
 import numpy as np
 import pytest
 
-from pyrms.ops.gated_rms_norm.twin import gated_rms_norm_twin
+from pyrms.ops.gated_rms_norm.twin import gated_rms_norm_backward_twin, gated_rms_norm_twin
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -76,9 +77,9 @@ def _formula64(x, z, w, eps, group_size, norm_before_gate):
 @pytest.mark.parametrize("norm_before_gate", [True, False])
 @pytest.mark.parametrize("group_size, weight_dtype", [(None, torch.float32), (128, torch.bfloat16), (256, None)])
 def test_gradients_are_the_formulas(compiled, norm_before_gate, group_size, weight_dtype):
-    """x, z and the weight's gradients (the backward in torch ops, fp32) within bf16's rounding of float64
-    autograd through the peer's formula, eagerly and compiled; each gradient in its input's dtype; the forward under
-    autograd is the eager forward's bits."""
+    """x, z and the weight's gradients (pyrms's backward kernel) the backward twin's bits, and within bf16's
+    rounding of float64 autograd through the peer's formula, eagerly and compiled; each gradient in its input's
+    dtype; the forward under autograd is the eager forward's bits."""
     x, z, w = _operands(33, weight_dtype=weight_dtype)
     with torch.inference_mode():
         forward = pt.gated_rms_norm(x, z, w, 1e-5, group_size=group_size, norm_before_gate=norm_before_gate)
@@ -98,6 +99,10 @@ def test_gradients_are_the_formulas(compiled, norm_before_gate, group_size, weig
     for leaf, g, g64 in zip(leaves, got, want):
         assert g.dtype == leaf.dtype and g.shape == leaf.shape
         torch.testing.assert_close(g.double(), g64, rtol=2 ** -7, atol=2 ** -7 * g64.abs().max().item())
+    twin = gated_rms_norm_backward_twin(_numpy(dy), _numpy(x), _numpy(z), None if w is None else _numpy(w), 1e-5,
+                                        group_size=group_size, norm_before_gate=norm_before_gate)
+    for g, t in zip(got, twin):
+        np.testing.assert_array_equal(_numpy(g).view(np.uint8), np.asarray(t).view(np.uint8))
 
 
 @pytest.mark.parametrize("norm_before_gate, group_size, weight_dtype", [(True, None, torch.bfloat16),
@@ -109,3 +114,15 @@ def test_opcheck(norm_before_gate, group_size, weight_dtype):
     x, z, w = _operands(5, weight_dtype=weight_dtype)
     leaves = [None if t is None else t.contiguous().requires_grad_() for t in (x, z, w)]
     torch.library.opcheck(torch.ops.pyrms.gated_rms_norm.default, (*leaves, 1e-6, group_size, norm_before_gate))
+
+
+@pytest.mark.parametrize("norm_before_gate, group_size, weight_dtype", [(True, None, torch.bfloat16),
+                                                                        (False, 128, torch.float32),
+                                                                        (True, 256, None)])
+def test_backward_opcheck(norm_before_gate, group_size, weight_dtype):
+    """torch.library.opcheck of the backward's custom op: schema, fake against real (the empty grad_weight without a
+    weight), and AOT dispatch with dynamic shapes."""
+    x, z, w = _operands(6, weight_dtype=weight_dtype)
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(2)).to(x.dtype).cuda()
+    torch.library.opcheck(torch.ops.pyrms.gated_rms_norm_backward.default,
+                          (dy, x.contiguous(), z, w, 1e-6, group_size, norm_before_gate))
