@@ -188,5 +188,5 @@ def gated_rms_norm_backward_twin(dy, x, z, weight, epsilon=1e-6, *, group_size=N
     dweight = None
     if w is not None:
         chunk = chunk_rows or plan.chunk_for(rows)
-        dweight = sum_partials_twin(chunk_sums_twin(terms, chunk)).astype(plan.grad_dtype.numpy)
+        dweight = _one_nan(sum_partials_twin(chunk_sums_twin(terms, chunk)).astype(plan.grad_dtype.numpy))
     return _one_nan(dx.astype(dt.numpy)), _one_nan(dz.astype(dt.numpy)), dweight

@@ -63,14 +63,18 @@ def test_weights_strides_and_workspaces(rng, dtype, norm_before_gate, weight):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("norm_before_gate", [True, False])
-@pytest.mark.parametrize("hidden, group_size", [(8192, 1024), (4096, None), (2048, 128)])
-def test_row_counts(rng, dtype, norm_before_gate, hidden, group_size):
-    """One row per block up to 4096 (row, group) blocks, a chunk per block past them (chunks of 4, 8 and 16 rows
-    by the row count), a misaligned x and z at the largest."""
-    for rows in (1, 2, 33, 511, 513, 2500, 9000):
+@pytest.mark.parametrize("hidden, group_size, counts", [
+    (8192, 1024, (1, 2, 33, 512, 513, 1500)),  # 8 groups: a chunk per block past 512 rows (chunks of 4)
+    (1024, None, (4096, 4097)),  # one group: past 4096 rows (chunks of 8)
+    (256, 64, (8200,)),  # chunks of 16
+])
+def test_row_counts(rng, dtype, norm_before_gate, hidden, group_size, counts):
+    """One row per block up to 4096 (row, group) blocks, a chunk per block past them, chunks of 4, 8 and 16 rows by
+    the row count; a misaligned x and z at the largest."""
+    for rows in counts:
         check_gated_backward(rng, dtype, rows, hidden, group_size=group_size, norm_before_gate=norm_before_gate,
                              weight="float32", epsilon=1e-6)
-    check_gated_backward(rng, dtype, 9000, hidden, group_size=group_size, norm_before_gate=norm_before_gate,
+    check_gated_backward(rng, dtype, counts[-1], hidden, group_size=group_size, norm_before_gate=norm_before_gate,
                          offsets={"x": 1, "z": 3})
 
 
@@ -78,7 +82,7 @@ def test_a_rows_gradients_do_not_depend_on_the_batch(rng):
     """Row 123 alone and inside 3000 rows of 8 groups (one row per block against a chunk per block): the same dx
     and dz bits, both orders."""
     dt, hidden = dtypes.BFLOAT16, 2048
-    x, z, dy = (allocate(rng, dt, 3000, hidden) for _ in range(3))
+    x, z, dy = (allocate(rng, dt, 3000, hidden) for _ in range(3))  # 3000 x 8 groups: a chunk per block
     one = [allocate(rng, dt, 1, hidden) for _ in range(3)]
     for big, small in zip((x, z, dy), one):
         small.set_values(big.values()[123:124])
