@@ -59,10 +59,13 @@ def test_the_benchmarked_ops_come_from_the_registry():
     assert set(benches) == {name for name, spec in registry.REGISTRY.items() if spec.bench is not None}
     assert all(registry.get(name).bench.startswith("pyrms.ops.") and b.name == name for name, b in benches.items())
     assert ops.headline() == "rms_norm"
-    assert ops.swept() == ("rms_norm", "fused_add_rms_norm", "rms_norm_backward", "qk_norm_rope", "gated_rms_norm")
-    assert ops.extras() == ("fused_add_rms_norm", "rms_norm_backward", "qk_norm_rope", "gated_rms_norm")
+    assert ops.swept() == ("rms_norm", "fused_add_rms_norm", "rms_norm_backward", "qk_norm_rope", "gated_rms_norm",
+                           "gated_rms_norm_backward")
+    assert ops.extras() == ("fused_add_rms_norm", "rms_norm_backward", "qk_norm_rope", "gated_rms_norm",
+                            "gated_rms_norm_backward")
     assert ops.aliases() == {"forward": "rms_norm", "fused_add": "fused_add_rms_norm", "backward": "rms_norm_backward",
-                             "qk_norm": "qk_norm_rope", "gated": "gated_rms_norm"}
+                             "qk_norm": "qk_norm_rope", "gated": "gated_rms_norm",
+                             "gated_backward": "gated_rms_norm_backward"}
     assert benches["layer_norm"].host is not None and not benches["layer_norm"].impls  # the host section only
     with pytest.raises(ValueError, match="unknown op 'layer_norm'"):
         ops.get("layer_norm")
@@ -195,7 +198,7 @@ def test_ceiling_targets():
     failed = rec("pyrms", t, h, 0, op="fused_add_rms_norm", status=FAILED, reason="validation: bad")
     assert by_text(targets.evaluate([failed], ceiling), "fused_add_rms_norm 16384x5120").status == targets.FAIL
     skipped = rec("pyrms", t, h, 0, op="rms_norm_backward", status=SKIPPED, reason="pyrms has no rms_norm_backward")
-    target = by_text(targets.evaluate([skipped], ceiling), "rms_norm_backward 16384x5120")
+    target = by_text(targets.evaluate([skipped], ceiling), "bf16 rms_norm_backward 16384x5120")
     assert target.status == targets.NA and "has no" in target.detail
 
 
@@ -1094,7 +1097,7 @@ def test_simulated_run_end_to_end(sim, tmp_path, capsys):
     assert set(host_data["per_call_us"]) == {"bare", "pyrms", "rms_norm bound", "rms_norm pyrms.Tensor",
                                              "rms_norm alternating"}
     assert set(host_data["skipped"]) == {"fused_add_rms_norm", "layer_norm", "rms_norm_backward",
-                                         "gated_rms_norm"}  # not simulated
+                                         "gated_rms_norm", "gated_rms_norm_backward"}  # not simulated
     assert host_data["torch_reason"] == "PyTorch is not in the simulator"
     assert "bare cuLaunchKernel" in out and "pyrms.rms_norm on raw ints" in out and "  rms_norm bound  " in out
     graphs = data["graphs"]["shapes"]

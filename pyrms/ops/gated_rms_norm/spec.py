@@ -56,7 +56,7 @@ GATED_RMS_NORM_BACKWARD = OpSpec(
     source=GatedRmsNormBackwardPlan.source, plan=GatedRmsNormBackwardPlan, own_flags=(),
     option_sets=_backward_option_sets, unit=_backward_unit, inspect=None,
     twin=None,  # its twin is in the forward's module (gated_rms_norm_backward_twin)
-    check="gated_backward", operands=_backward_operands,
+    check="gated_backward", operands=_backward_operands, bench="pyrms.ops.gated_rms_norm.bench",
     case_options=COMMON_CASE_OPTIONS + ("norm_before_gate", "group_size", "specials"))
 
 SPECS = (GATED_RMS_NORM, GATED_RMS_NORM_BACKWARD)

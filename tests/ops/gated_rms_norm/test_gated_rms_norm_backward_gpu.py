@@ -2,13 +2,16 @@
 over both orders, group shapes (one group, whole vectors, vectors and a tail, short groups straddling vectors,
 Mamba2's 8 x 1024), every weight kind, x, z, dy, the gradients and the weight at their own phases and strides,
 NaN/inf and saturating gates, bf16, fp16 and fp32, one row per block and a chunk per block; every guard, gap and
-input untouched. Also: a row's gradients and the batch's dweight do not depend on how the batch is launched, a
-caller's workspace, and arrays (pyrms Tensors) with the gradients allocated."""
+input untouched. Also: a row's gradients do not depend on how the batch is launched, a caller's workspace, arrays
+(pyrms Tensors) with the gradients allocated, and its benchmark (`--ops gated_backward`) validating."""
+import json
+
 import numpy as np
 import pytest
 
 import pyrms
 from pyrms import driver, dtypes
+from pyrms.bench import cli
 from pyrms.ops.gated_rms_norm.twin import gated_rms_norm_backward_twin
 from tests.ops.gated_rms_norm.cases import check_gated_backward
 from tests.support import case_matrix
@@ -126,3 +129,20 @@ def test_pyrms_tensors_allocate_the_gradients(rng):
         empty = [pyrms.Tensor(t.ptr, (0, hidden), dt) for t in (dy, x, z)]
         _, _, zero = pyrms.gated_rms_norm_backward(None, None, None, *empty, tensors[2], 1e-6)
         assert not zero.to_numpy().any()
+
+def test_the_gated_backward_validates_and_times(tmp_path, capsys):
+    """--ops gated_backward: pyrms's dx, dz and dγ and the eager formula's through autograd, validated against the
+    float64 reference (dγ over every row) and timed at a one-row-per-block and a chunk-per-block shape."""
+    pytest.importorskip("torch")
+    status = cli.main(["--shapes", "5x1024,600x8192", "--ops", "gated_backward", "--impls", "pyrms,torch",
+                       "--rounds", "1", "--reps", "3", "--copy-mib", "256", "--no-host", "--no-graphs", "--no-floor",
+                       "--no-after-gemm", "--no-plot", "--out", str(tmp_path), "--name", "gated_backward"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    data = json.loads((tmp_path / "gated_backward.json").read_text())
+    timed = [r for r in data["results"] if r["status"] == "ok"]
+    assert {(r["impl"], r["tokens"]) for r in timed} == {(impl, tokens) for impl in ("pyrms", "pyrms_nopdl", "torch")
+                                                         for tokens in (5, 600)}
+    for r in timed:
+        assert set(r["validation_rel_error"]) == {"dx", "dz", "dw"}
+        assert max(r["validation_rel_error"].values()) < 1e-2 and r["median_us"] > 0, r
