@@ -34,6 +34,10 @@
 //
 // Kernel 2 (sum_partials_kernel): the sum over chunks, per column, in a fixed order.
 //
+// Gated RMSNorm's backward (gated_rms_norm_backward.cu) runs kernel 1 per (row, group) with a gate as its hook
+// (Gates, below: what is normalized, g's upstream gradient, dx and z's gradient per element); RMSNorm's and
+// LayerNorm's kernels take NoGate, which changes none of their arithmetic.
+//
 // The dweight order is defined per ROW INDEX, never by the launch: per column, chunk c's partial is
 // ((0 + p[cC]) + p[cC+1]) + ... over its rows in order (C, the chunk's rows, is chosen by the row count
 // alone: plan.py's chunk_rows_for); then lane y of 32 sums chunks y, y+32, ...

@@ -132,13 +132,13 @@ def gated_rms_norm_backward(grad_x: Operand | None, grad_z: Operand | None, grad
     """
     # Raw pointers (a workspace of them too, trusted to hold the plan's bytes): the prepared launch, which declines
     # what it cannot take; the checks below then name it.
-    if all(type(v) is int for v in (grad_x, grad_z, grad_output, x, z)) and workspace is None or type(workspace) is int:
+    rows_raw = all(type(v) is int for v in (grad_x, grad_z, grad_output, x, z))
+    if rows_raw and (workspace is None or type(workspace) is int):
         weightless = weight is None and grad_weight is None
         static = (dtype, hidden_size, group_size, grad_x_stride, grad_z_stride, grad_output_stride, x_stride, z_stride,
                   norm_before_gate, "none" if weightless and weight_dtype in (None, "none") else weight_dtype, pdl)
         prepared = _prepared.get(*static)
-        if (prepared is not None and all(type(v) is int for v in (grad_x, grad_z, grad_output, x, z))
-                and (weightless or type(weight) is int and type(grad_weight) is int)
+        if (prepared is not None and (weightless or type(weight) is int and type(grad_weight) is int)
                 and prepared(grad_x, grad_z, grad_weight or 0, grad_output, x, z, weight or 0, eps, num_tokens, stream,
                              workspace)):
             return grad_x, grad_z, grad_weight
