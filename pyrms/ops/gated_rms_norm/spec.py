@@ -33,7 +33,6 @@ GATED_RMS_NORM = OpSpec(
     case_options=COMMON_CASE_OPTIONS + ("variant", "norm_before_gate", "group_size", "specials"))
 
 
-
 def _backward_option_sets(dt) -> list[dict]:
     return [dict(weight_dtype=w) for w in weight_options(dt)]
 
