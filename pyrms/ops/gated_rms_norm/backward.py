@@ -12,6 +12,7 @@ from .. import _explain
 from .. import _operands as check
 from .. import _placement, _workspace
 from .._norm_backward.plan import SHARED_SUMS_LIMIT
+from .._norm_backward.prepared import parameter_gradients
 from .._prepared import Pointers, PreparedCache, scalars_ok, use_pdl
 from ..._types import DTypeLike, Operand, StreamLike, Workspace
 from ...tensor import Tensor
@@ -166,9 +167,7 @@ def _arrays(grad_x, grad_z, grad_weight, grad_output, x, z, weight, eps, group_s
             workspace, stream, pdl):
     """The call on arrays: read them (allocating grad_x, grad_z and grad_weight where None), then the raw-pointer
     call on their pointers. An empty batch launches nothing (an allocated grad_weight is zeros)."""
-    if weight is None and grad_weight is not None:
-        raise ValueError("grad_weight was given, but weight is None: without a weight there is no weight gradient; "
-                         "pass grad_weight=None")
+    parameter_gradients(weight, grad_weight, None, None)  # no grad_weight without a weight
     given = {"grad_x": (grad_x, grad_x_stride), "grad_z": (grad_z, grad_z_stride)}
     dt, rows, hidden, found = check.arrays(
         dtype, num_tokens, hidden_size,
@@ -210,11 +209,9 @@ def _facts(call: dict, num_tokens: int, hidden: int) -> SimpleNamespace:
     dt = dtypes.BFLOAT16 if call["dtype"] is None else dtypes.get(call["dtype"])
     gs = group_size_arg(call["group_size"], hidden)
     weightless = call["weight"] is None
+    parameter_gradients(call["weight"], call["grad_weight"], None, None)  # no grad_weight without a weight
     if weightless:
         check.no_weight(call["weight_dtype"])
-        if call["grad_weight"] is not None:
-            raise ValueError("grad_weight was given, but weight is None: without a weight there is no weight "
-                             "gradient; pass grad_weight=None")
     elif call["grad_weight"] is None:
         raise ValueError("grad_weight is required with a weight (its gradient is written there)")
     p = plan_gated_rms_norm_backward(dt, hidden, gs, norm_before_gate=call["norm_before_gate"],
