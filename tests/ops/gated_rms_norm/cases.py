@@ -16,6 +16,24 @@ from tests.support.testing import (allocate, case_common, case_label, closing, f
 Z_RANGE = (-12.0, 12.0)
 
 
+def _x_and_z(rng, dt, rows, hidden, offsets: dict, strides: dict, specials: bool) -> tuple:
+    """The guarded x and z of a gated check (z over Z_RANGE); specials: NaN, inf and -inf in x's row 0 and z's last
+    row, an all-zero last row of x (and first of z), and z at +-100 and +-90 (the exp's clamps)."""
+    x = allocate(rng, dt, rows, hidden, misalign=offsets.get("x", 0), stride=strides.get("x"))
+    z = allocate(rng, dt, rows, hidden, misalign=offsets.get("z", 0), stride=strides.get("z"),
+                 low=Z_RANGE[0], high=Z_RANGE[1])
+    if specials:
+        xv, zv = x.values().astype(np.float64), z.values().astype(np.float64)
+        put_specials(rng, xv)
+        put_specials(rng, zv[::-1])
+        zv[0, : min(4, hidden)] = (100.0, -100.0, 90.0, -90.0)[: min(4, hidden)]
+        x.set_values(xv.astype(dt.numpy))
+        z.set_values(zv.astype(dt.numpy))
+        x.upload()
+        z.upload()
+    return x, z
+
+
 def check_gated_rms_norm(rng, dtype, rows, hidden, *, group_size=None, norm_before_gate=True, weight="same",
                          offsets=None, strides=None, epsilon=1e-5, specials=False, variant=None, stream=None,
                          pdl=None):
@@ -29,20 +47,9 @@ def check_gated_rms_norm(rng, dtype, rows, hidden, *, group_size=None, norm_befo
 
     dt = dtypes.get(dtype)
     offsets, strides = dict(offsets or {}), dict(strides or {})
-    x = allocate(rng, dt, rows, hidden, misalign=offsets.get("x", 0), stride=strides.get("x"))
-    z = allocate(rng, dt, rows, hidden, misalign=offsets.get("z", 0), stride=strides.get("z"),
-                 low=Z_RANGE[0], high=Z_RANGE[1])
+    x, z = _x_and_z(rng, dt, rows, hidden, offsets, strides, specials)
     out = allocate(rng, dt, rows, hidden, misalign=offsets.get("out", 0), stride=strides.get("out"), poison=True)
     w = weight_operand(rng, dt, hidden, weight, offsets.get("weight", 0))
-    if specials:
-        xv, zv = x.values().astype(np.float64), z.values().astype(np.float64)
-        put_specials(rng, xv)
-        put_specials(rng, zv[::-1])
-        zv[0, : min(4, hidden)] = (100.0, -100.0, 90.0, -90.0)[: min(4, hidden)]
-        x.set_values(xv.astype(dt.numpy))
-        z.set_values(zv.astype(dt.numpy))
-        x.upload()
-        z.upload()
     w_ptr, w_values, weight_dtype = weight_args(w, weight)
     want = gated_rms_norm_twin(x.values(), z.values(), w_values, epsilon, group_size=group_size,
                                norm_before_gate=norm_before_gate, row_phases=phases(x))
@@ -71,9 +78,7 @@ def check_gated_backward(rng, dtype, rows, hidden, *, group_size=None, norm_befo
 
     dt = dtypes.get(dtype)
     offsets, strides = dict(offsets or {}), dict(strides or {})
-    x = allocate(rng, dt, rows, hidden, misalign=offsets.get("x", 0), stride=strides.get("x"))
-    z = allocate(rng, dt, rows, hidden, misalign=offsets.get("z", 0), stride=strides.get("z"), low=Z_RANGE[0],
-                 high=Z_RANGE[1])
+    x, z = _x_and_z(rng, dt, rows, hidden, offsets, strides, specials)
     dy = allocate(rng, dt, rows, hidden, misalign=offsets.get("grad_output", 0), stride=strides.get("grad_output"),
                   low=-1.0, high=1.0)
     gx = allocate(rng, dt, rows, hidden, misalign=offsets.get("grad_x", 0), stride=strides.get("grad_x"), poison=True)
@@ -81,15 +86,6 @@ def check_gated_backward(rng, dtype, rows, hidden, *, group_size=None, norm_befo
     w = weight_operand(rng, dt, hidden, weight, offsets.get("weight", 0))
     gw = None if w is None else allocate(rng, dtypes.FLOAT32 if weight == "float32" else dt, 1, hidden,
                                          misalign=offsets.get("grad_weight", 0), poison=True)
-    if specials:
-        xv, zv = x.values().astype(np.float64), z.values().astype(np.float64)
-        put_specials(rng, xv)
-        put_specials(rng, zv[::-1])
-        zv[0, : min(4, hidden)] = (100.0, -100.0, 90.0, -90.0)[: min(4, hidden)]
-        x.set_values(xv.astype(dt.numpy))
-        z.set_values(zv.astype(dt.numpy))
-        x.upload()
-        z.upload()
     w_ptr, w_values, weight_dtype = weight_args(w, weight)
     dx, dz, dweight = gated_rms_norm_backward_twin(
         dy.values(), x.values(), z.values(), w_values, epsilon, group_size=group_size,
