@@ -31,7 +31,12 @@ class GatedRmsNormPlan(_RowPlan):
     @property
     def weight_dtype(self) -> dtypes.DType | None:
         """The weight's dtype (None: no weight)."""
-        return {"same": self.dtype, "float32": dtypes.FLOAT32, "none": None}[self.weight]
+        return _weight_dtype(self.dtype, self.weight)
+
+
+def _weight_dtype(dtype: dtypes.DType, kind: str) -> dtypes.DType | None:
+    """The dtype of a weight of `kind` (WEIGHT_KINDS) beside rows of `dtype`; None for no weight."""
+    return {"same": dtype, "float32": dtypes.FLOAT32, "none": None}[kind]
 
 
 def group_size_arg(group_size, hidden: int) -> int:
@@ -103,7 +108,7 @@ class GatedRmsNormBackwardPlan(KernelPlan):
     @property
     def grad_dtype(self) -> dtypes.DType | None:
         """dweight's dtype: the weight's (None: no weight)."""
-        return {"same": self.dtype, "float32": dtypes.FLOAT32, "none": None}[self.weight]
+        return _weight_dtype(self.dtype, self.weight)
 
     @property
     def expression(self) -> str:
